@@ -1,0 +1,49 @@
+//===- MegacBase.td - megac dialect definition ------------*- tablegen -*-===//
+//
+// The `megac` dialect describes Transformer models as graphs of tensor ops on
+// global (unsharded) shapes. Sharding, collectives and per-rank shapes are
+// introduced by passes; see docs/architecture.md.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MEGAC_DIALECT_MEGAC_IR_MEGACBASE_TD
+#define MEGAC_DIALECT_MEGAC_IR_MEGACBASE_TD
+
+include "mlir/IR/OpBase.td"
+include "mlir/IR/AttrTypeBase.td"
+
+def Megac_Dialect : Dialect {
+  let name = "megac";
+  let cppNamespace = "::megac";
+  let summary = "Parallel Transformer graphs: model ops, shardings and collectives";
+  let description = [{
+    Models are `func.func`s whose arguments are parameters (marked with
+    `megac.param`) and data inputs (marked with `megac.input`). Parameters may
+    carry a `megac.sharding` annotation; the sharding propagation pass derives
+    the sharding of every other value from those annotations and the device
+    grid stored on the module as `megac.mesh`.
+  }];
+  let useDefaultAttributePrinterParser = 1;
+  let hasRegionArgAttrVerify = 1;
+  let hasOperationAttrVerify = 1;
+  let dependentDialects = ["::mlir::func::FuncDialect"];
+  let extraClassDeclaration = [{
+    /// Attribute names used on functions, arguments and ops.
+    static constexpr ::llvm::StringLiteral kMeshAttrName = "megac.mesh";
+    static constexpr ::llvm::StringLiteral kShardingAttrName = "megac.sharding";
+    static constexpr ::llvm::StringLiteral kOperandShardingsAttrName =
+        "megac.operand_shardings";
+    static constexpr ::llvm::StringLiteral kParamAttrName = "megac.param";
+    static constexpr ::llvm::StringLiteral kInputAttrName = "megac.input";
+    static constexpr ::llvm::StringLiteral kResultNameAttrName = "megac.name";
+    static constexpr ::llvm::StringLiteral kModelAttrName = "megac.model";
+    static constexpr ::llvm::StringLiteral kLocalizedAttrName = "megac.localized";
+  }];
+}
+
+class Megac_Attr<string name, string attrMnemonic, list<Trait> traits = []>
+    : AttrDef<Megac_Dialect, name, traits> {
+  let mnemonic = attrMnemonic;
+}
+
+#endif // MEGAC_DIALECT_MEGAC_IR_MEGACBASE_TD

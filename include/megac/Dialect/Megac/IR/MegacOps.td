@@ -1,0 +1,353 @@
+//===- MegacOps.td - megac operations ---------------------*- tablegen -*-===//
+//
+// The tensor ops a GPT-style decoder needs, on global shapes, plus the
+// collectives that the partitioner inserts. Each verifier rule has a label
+// (`linear_c2`) that appears in the description, the verifier's message and
+// the name of its test case in test/Dialect/Megac/invalid.mlir.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MEGAC_DIALECT_MEGAC_IR_MEGACOPS_TD
+#define MEGAC_DIALECT_MEGAC_IR_MEGACOPS_TD
+
+include "megac/Dialect/Megac/IR/MegacBase.td"
+include "megac/Dialect/Megac/IR/MegacInterfaces.td"
+include "mlir/Interfaces/InferTypeOpInterface.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+include "mlir/IR/BuiltinAttributes.td"
+
+def Megac_F32Tensor : RankedTensorOf<[F32]>;
+def Megac_I32Tensor : RankedTensorOf<[I32]>;
+
+class Megac_Op<string mnemonic, list<Trait> traits = []>
+    : Op<Megac_Dialect, mnemonic, !listconcat([Pure], traits)>;
+
+// A model op: its result type follows from its operands, and it has a
+// sharding rule.
+class Megac_ModelOp<string mnemonic, list<Trait> traits = []>
+    : Megac_Op<mnemonic, !listconcat(traits, [
+        InferTypeOpAdaptor,
+        DeclareOpInterfaceMethods<Megac_ShardingRuleOpInterface>])> {
+  let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
+}
+
+//===----------------------------------------------------------------------===//
+// Embeddings
+//===----------------------------------------------------------------------===//
+
+def Megac_EmbeddingOp : Megac_ModelOp<"embedding"> {
+  let summary = "Token embedding lookup";
+  let description = [{
+    `result[b, s, :] = table[ids[b, s], :]`. When the table's vocabulary
+    dimension is split over an axis, each rank looks up only its rows and
+    yields zeros elsewhere, so the result is a partial sum over that axis
+    (Megatron's vocab-parallel embedding).
+
+    ```mlir
+    %e = megac.embedding %wte, %ids
+        : (tensor<512x128xf32>, tensor<4x64xi32>) -> tensor<4x64x128xf32>
+    ```
+
+    Rules: `embedding_c1` the table has rank 2 and the ids rank 2.
+  }];
+  let arguments = (ins Megac_F32Tensor:$table, Megac_I32Tensor:$ids);
+  let results = (outs Megac_F32Tensor:$result);
+}
+
+def Megac_PositionEmbeddingOp : Megac_ModelOp<"position_embedding"> {
+  let summary = "Learned absolute position embedding for positions 0..S-1";
+  let description = [{
+    `result[s, :] = table[s, :]` for `s < S`, where `S` is the sequence
+    length of `ids` (`ids` only supplies that length).
+
+    ```mlir
+    %p = megac.position_embedding %wpe, %ids
+        : (tensor<128x128xf32>, tensor<4x64xi32>) -> tensor<64x128xf32>
+    ```
+
+    Rules: `position_embedding_c1` the table has rank 2 and the ids rank 2;
+    `position_embedding_c2` the sequence is no longer than the table.
+  }];
+  let arguments = (ins Megac_F32Tensor:$table, Megac_I32Tensor:$ids);
+  let results = (outs Megac_F32Tensor:$result);
+}
+
+//===----------------------------------------------------------------------===//
+// Contractions
+//===----------------------------------------------------------------------===//
+
+def Megac_LinearOp : Megac_ModelOp<"linear"> {
+  let summary = "Product of an activation with a weight matrix";
+  let description = [{
+    `result[..., n] = sum_k input[..., k] * weight[k, n]`; with
+    `transpose_weight` the weight is stored `[N, K]` (used for the output
+    layer tied to the token embedding). Biases are separate `megac.add`s so
+    that a row-parallel product can be all-reduced before its bias.
+
+    ```mlir
+    %y = megac.linear %x, %w
+        : (tensor<4x64x128xf32>, tensor<128x512xf32>) -> tensor<4x64x512xf32>
+    ```
+
+    Rules: `linear_c1` the weight has rank 2 and the input rank >= 1;
+    `linear_c2` the input's last dimension equals the weight's K.
+  }];
+  let arguments = (ins Megac_F32Tensor:$input, Megac_F32Tensor:$weight,
+                       UnitAttr:$transpose_weight);
+  let results = (outs Megac_F32Tensor:$result);
+}
+
+def Megac_MatMulOp : Megac_ModelOp<"matmul"> {
+  let summary = "Batched matrix product";
+  let description = [{
+    `result[..., m, n] = sum_k lhs[..., m, k] * rhs[..., k, n]`.
+
+    ```mlir
+    %c = megac.matmul %a, %b
+        : (tensor<8x16x32xf32>, tensor<8x32x16xf32>) -> tensor<8x16x16xf32>
+    ```
+
+    Rules: `matmul_c1` both operands have the same rank, at least 2;
+    `matmul_c2` the batch dimensions agree; `matmul_c3` lhs's K equals rhs's K.
+  }];
+  let arguments = (ins Megac_F32Tensor:$lhs, Megac_F32Tensor:$rhs);
+  let results = (outs Megac_F32Tensor:$result);
+}
+
+//===----------------------------------------------------------------------===//
+// Elementwise
+//===----------------------------------------------------------------------===//
+
+class Megac_BroadcastBinaryOp<string mnemonic, string label>
+    : Megac_ModelOp<mnemonic> {
+  let arguments = (ins Megac_F32Tensor:$lhs, Megac_F32Tensor:$rhs);
+  let results = (outs Megac_F32Tensor:$result);
+  string ruleText = [{
+    `rhs`'s shape must be a suffix of `lhs`'s: it is broadcast over the
+    leading dimensions (a bias over tokens, a position table over the batch).
+
+    Rules: `}] # label # [{_c1` rhs's rank is at most lhs's;
+    `}] # label # [{_c2` rhs's dimensions equal lhs's trailing dimensions.
+  }];
+}
+
+def Megac_AddOp : Megac_BroadcastBinaryOp<"add", "add"> {
+  let summary = "Elementwise sum with trailing broadcast";
+  let description = [{
+    ```mlir
+    %y = megac.add %x, %bias
+        : (tensor<4x64x512xf32>, tensor<512xf32>) -> tensor<4x64x512xf32>
+    ```
+  }] # ruleText;
+}
+
+def Megac_MulOp : Megac_BroadcastBinaryOp<"mul", "mul"> {
+  let summary = "Elementwise product with trailing broadcast";
+  let description = [{
+    ```mlir
+    %y = megac.mul %x, %scale
+        : (tensor<4x64x512xf32>, tensor<512xf32>) -> tensor<4x64x512xf32>
+    ```
+  }] # ruleText;
+}
+
+def Megac_GeluOp : Megac_ModelOp<"gelu"> {
+  let summary = "GeLU, tanh approximation";
+  let description = [{
+    `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`, as GPT-2 uses.
+
+    ```mlir
+    %y = megac.gelu %x : (tensor<4x64x512xf32>) -> tensor<4x64x512xf32>
+    ```
+  }];
+  let arguments = (ins Megac_F32Tensor:$input);
+  let results = (outs Megac_F32Tensor:$result);
+}
+
+def Megac_SoftmaxOp : Megac_ModelOp<"softmax"> {
+  let summary = "Softmax over the last dimension";
+  let description = [{
+    ```mlir
+    %p = megac.softmax %x : (tensor<4x64x512xf32>) -> tensor<4x64x512xf32>
+    ```
+
+    Rules: `softmax_c1` the input has rank >= 1.
+  }];
+  let arguments = (ins Megac_F32Tensor:$input);
+  let results = (outs Megac_F32Tensor:$result);
+}
+
+//===----------------------------------------------------------------------===//
+// Normalization and attention
+//===----------------------------------------------------------------------===//
+
+def Megac_LayerNormOp : Megac_ModelOp<"layer_norm"> {
+  let summary = "Layer normalization over the last dimension";
+  let description = [{
+    `(x - mean) / sqrt(var + epsilon) * gamma + beta`, with the biased
+    variance, over the last dimension.
+
+    ```mlir
+    %y = megac.layer_norm %x, %g, %b {epsilon = 1.0e-05 : f64}
+        : (tensor<4x64x128xf32>, tensor<128xf32>, tensor<128xf32>)
+        -> tensor<4x64x128xf32>
+    ```
+
+    Rules: `layer_norm_c1` gamma and beta are vectors as long as the input's
+    last dimension; `layer_norm_c2` epsilon is positive.
+  }];
+  let arguments = (ins Megac_F32Tensor:$input, Megac_F32Tensor:$gamma,
+                       Megac_F32Tensor:$beta,
+                       DefaultValuedAttr<F64Attr, "1.0e-5">:$epsilon);
+  let results = (outs Megac_F32Tensor:$result);
+}
+
+def Megac_AttentionOp : Megac_ModelOp<"attention"> {
+  let summary = "Multi-head scaled dot-product attention as one op";
+  let description = [{
+    `q`, `k`, `v` are `[B, S, H]` with heads laid out contiguously along `H`
+    (head `h` owns columns `h*H/n .. (h+1)*H/n`). Scores are scaled by
+    `1/sqrt(H/n)`; with `causal` (default) position `i` sees `j <= i`. The
+    heads dimension may be split over a grid axis in whole heads.
+
+    ```mlir
+    %o = megac.attention %q, %k, %v {num_heads = 4 : i64}
+        : (tensor<4x64x128xf32>, tensor<4x64x128xf32>, tensor<4x64x128xf32>)
+        -> tensor<4x64x128xf32>
+    ```
+
+    Rules: `attention_c1` q, k and v have rank 3 and the same shape;
+    `attention_c2` num_heads is positive and divides H.
+  }];
+  let arguments = (ins Megac_F32Tensor:$query, Megac_F32Tensor:$key,
+                       Megac_F32Tensor:$value,
+                       I64Attr:$num_heads,
+                       DefaultValuedAttr<BoolAttr, "true">:$causal);
+  let results = (outs Megac_F32Tensor:$result);
+}
+
+//===----------------------------------------------------------------------===//
+// Layout
+//===----------------------------------------------------------------------===//
+
+def Megac_ReshapeOp : Megac_ModelOp<"reshape"> {
+  let summary = "Reinterpret a tensor with a new static shape";
+  let description = [{
+    ```mlir
+    %y = megac.reshape %x {shape = array<i64: 4, 64, 4, 32>}
+        : (tensor<4x64x128xf32>) -> tensor<4x64x4x32xf32>
+    ```
+
+    Rules: `reshape_c1` the input is static and the element counts agree.
+  }];
+  let arguments = (ins Megac_F32Tensor:$input, DenseI64ArrayAttr:$shape);
+  let results = (outs Megac_F32Tensor:$result);
+}
+
+def Megac_TransposeOp : Megac_ModelOp<"transpose"> {
+  let summary = "Permute dimensions";
+  let description = [{
+    `result` dimension `i` is input dimension `permutation[i]`.
+
+    ```mlir
+    %y = megac.transpose %x {permutation = array<i64: 0, 2, 1>}
+        : (tensor<4x64x128xf32>) -> tensor<4x128x64xf32>
+    ```
+
+    Rules: `transpose_c1` the permutation is a permutation of the input's
+    dimensions.
+  }];
+  let arguments = (ins Megac_F32Tensor:$input, DenseI64ArrayAttr:$permutation);
+  let results = (outs Megac_F32Tensor:$result);
+}
+
+//===----------------------------------------------------------------------===//
+// Loss
+//===----------------------------------------------------------------------===//
+
+def Megac_CrossEntropyOp : Megac_ModelOp<"cross_entropy"> {
+  let summary = "Mean token cross-entropy of logits against labels";
+  let description = [{
+    `mean over (b, s) of logsumexp(logits[b, s, :]) - logits[b, s, labels[b, s]]`.
+
+    ```mlir
+    %l = megac.cross_entropy %logits, %labels
+        : (tensor<4x64x512xf32>, tensor<4x64xi32>) -> tensor<f32>
+    ```
+
+    Rules: `cross_entropy_c1` logits have rank 3, labels rank 2, and their
+    batch and sequence dimensions agree.
+  }];
+  let arguments = (ins Megac_F32Tensor:$logits, Megac_I32Tensor:$labels);
+  let results = (outs Megac_F32Tensor:$result);
+}
+
+//===----------------------------------------------------------------------===//
+// Collectives (inserted by megac-insert-collectives)
+//===----------------------------------------------------------------------===//
+
+class Megac_CollectiveOp<string mnemonic> : Megac_Op<mnemonic> {
+  let assemblyFormat =
+      "$input attr-dict `:` functional-type(operands, results)";
+}
+
+def Megac_AllReduceOp : Megac_CollectiveOp<"all_reduce"> {
+  let summary = "Sum a partial-sum tensor over the ranks of a grid axis";
+  let description = [{
+    Turns a value that is partial over `axis` into the full sum on every
+    rank of the axis' group. Shapes are unchanged.
+
+    ```mlir
+    %y = megac.all_reduce %x {axis = "tp"}
+        : (tensor<4x64x128xf32>) -> tensor<4x64x128xf32>
+    ```
+
+    Rules: `all_reduce_c1` the result type equals the input type.
+  }];
+  let arguments = (ins Megac_F32Tensor:$input, StrAttr:$axis);
+  let results = (outs Megac_F32Tensor:$result);
+  let hasVerifier = 1;
+}
+
+def Megac_AllGatherOp : Megac_CollectiveOp<"all_gather"> {
+  let summary = "Concatenate the chunks of a split dimension from a grid axis";
+  let description = [{
+    Before partitioning (global shapes) the types are equal; after
+    `megac-localize-shapes` the gathered dimension is the axis size times
+    larger.
+
+    ```mlir
+    %y = megac.all_gather %x {axis = "tp", dim = 2 : i64}
+        : (tensor<4x64x256xf32>) -> tensor<4x64x512xf32>
+    ```
+
+    Rules: `all_gather_c1` `dim` is a dimension of the input;
+    `all_gather_c2` the other dimensions are unchanged and the gathered one
+    does not shrink.
+  }];
+  let arguments = (ins Megac_F32Tensor:$input, StrAttr:$axis, I64Attr:$dim);
+  let results = (outs Megac_F32Tensor:$result);
+  let hasVerifier = 1;
+}
+
+def Megac_SliceShardOp : Megac_CollectiveOp<"slice_shard"> {
+  let summary = "Keep this rank's chunk of a whole dimension (no communication)";
+  let description = [{
+    The inverse of `all_gather`: each rank keeps chunk `c` along `dim`, where
+    `c` is its coordinate on `axis`.
+
+    ```mlir
+    %y = megac.slice_shard %x {axis = "tp", dim = 1 : i64}
+        : (tensor<128x512xf32>) -> tensor<128x256xf32>
+    ```
+
+    Rules: `slice_shard_c1` `dim` is a dimension of the input;
+    `slice_shard_c2` the other dimensions are unchanged and the sliced one
+    does not grow.
+  }];
+  let arguments = (ins Megac_F32Tensor:$input, StrAttr:$axis, I64Attr:$dim);
+  let results = (outs Megac_F32Tensor:$result);
+  let hasVerifier = 1;
+}
+
+#endif // MEGAC_DIALECT_MEGAC_IR_MEGACOPS_TD

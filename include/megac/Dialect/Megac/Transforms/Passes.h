@@ -1,0 +1,42 @@
+//===- Passes.h - megac passes and pipelines --------------------*- C++ -*-===//
+//
+// Pass constructors, registration, and the partition pipeline shared by
+// `megac compile` and `megac-opt`.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MEGAC_DIALECT_MEGAC_TRANSFORMS_PASSES_H
+#define MEGAC_DIALECT_MEGAC_TRANSFORMS_PASSES_H
+
+#include "megac/Dialect/Megac/IR/MegacDialect.h"
+#include "mlir/Pass/Pass.h"
+#include "mlir/Pass/PassManager.h"
+#include <string>
+
+namespace megac {
+
+#define GEN_PASS_DECL
+#include "megac/Dialect/Megac/Transforms/Passes.h.inc"
+
+/// Options of the partition pipeline.
+struct PartitionOptions {
+  /// Grid, e.g. "tp=4"; empty keeps the module's own (or none).
+  std::string mesh;
+  int64_t batch = 0;
+  int64_t seq = 0;
+};
+
+/// set-mesh, specialize-shapes, propagate-sharding, insert-collectives,
+/// localize-shapes: from a model to per-rank IR.
+void buildPartitionPipeline(mlir::OpPassManager &pm,
+                            const PartitionOptions &options);
+
+/// Registers every megac pass and the `megac-partition-pipeline`.
+void registerMegacPassesAndPipelines();
+
+#define GEN_PASS_REGISTRATION
+#include "megac/Dialect/Megac/Transforms/Passes.h.inc"
+
+} // namespace megac
+
+#endif // MEGAC_DIALECT_MEGAC_TRANSFORMS_PASSES_H

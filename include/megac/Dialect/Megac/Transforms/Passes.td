@@ -1,0 +1,82 @@
+//===- Passes.td - megac transformation passes ------------*- tablegen -*-===//
+//
+// The passes between a model as written (global shapes, annotated weights)
+// and per-rank IR ready for plan emission. `megac compile` runs them through
+// buildPartitionPipeline(); `megac-opt` runs any one alone.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MEGAC_DIALECT_MEGAC_TRANSFORMS_PASSES_TD
+#define MEGAC_DIALECT_MEGAC_TRANSFORMS_PASSES_TD
+
+include "mlir/Pass/PassBase.td"
+
+def SetMeshPass : Pass<"megac-set-mesh", "mlir::ModuleOp"> {
+  let summary = "Attach the device grid to the module";
+  let description = [{
+    Parses a grid such as `tp=4` or `dp=2,tp=4` (outermost axis first) and
+    stores it as the module's `megac.mesh` attribute, replacing any grid the
+    module already had.
+  }];
+  let options = [
+    Option<"mesh", "mesh", "std::string", /*default=*/"\"\"",
+           "Grid axes as name=size pairs separated by commas">,
+  ];
+  let dependentDialects = ["::megac::MegacDialect"];
+}
+
+def SpecializeShapesPass : Pass<"megac-specialize-shapes", "mlir::ModuleOp"> {
+  let summary = "Fix batch and sequence length and infer every static shape";
+  let description = [{
+    Data inputs (`megac.input`) are `[batch, seq]` token tensors. This pass
+    gives them the requested sizes (0 keeps a static size, and a dynamic one
+    becomes the default 4 x 64), re-infers every result type in program order
+    and updates the function type. Afterwards every value is static.
+  }];
+  let options = [
+    Option<"batch", "batch", "int64_t", /*default=*/"0",
+           "Batch size (0: keep the model's, or 4 if it is dynamic)">,
+    Option<"seq", "seq", "int64_t", /*default=*/"0",
+           "Sequence length (0: keep the model's, or 64 if it is dynamic)">,
+  ];
+}
+
+def PropagateShardingPass : Pass<"megac-propagate-sharding", "mlir::ModuleOp"> {
+  let summary = "Derive the sharding of every value from parameter annotations";
+  let description = [{
+    Walks each function in program order. Parameters take their
+    `megac.sharding` annotation (axes missing from the grid, or of size 1,
+    are dropped); data inputs are whole. For every op the pass reads the
+    op's sharding rule, gives each factor the axis of the first operand that
+    splits it, records the operand shardings the op requires
+    (`megac.operand_shardings`) and the result's sharding (`megac.sharding`,
+    including partial-sum axes produced by split reduction factors or
+    carried by linear ops). Function results are required whole.
+
+    Errors: a split that does not divide a dimension, or a block factor
+    (attention heads) that the axis does not divide; an op without a
+    sharding rule.
+  }];
+}
+
+def InsertCollectivesPass : Pass<"megac-insert-collectives", "mlir::ModuleOp"> {
+  let summary = "Insert the collectives that reconcile shardings";
+  let description = [{
+    Where a value's sharding differs from what its user requires, inserts
+    `megac.all_reduce` (partial to whole), `megac.all_gather` (split to
+    whole) and `megac.slice_shard` (whole to split, free). One reshard of a
+    value to a given sharding is shared by all users that need it.
+  }];
+}
+
+def LocalizeShapesPass : Pass<"megac-localize-shapes", "mlir::ModuleOp"> {
+  let summary = "Rewrite global shapes into per-rank shapes";
+  let description = [{
+    Divides every split dimension by its axis size, in function signatures
+    and results, and rescales attributes that count split things (the number
+    of attention heads). Collectives change shape accordingly. Marks the
+    module `megac.localized`.
+  }];
+}
+
+#endif // MEGAC_DIALECT_MEGAC_TRANSFORMS_PASSES_TD

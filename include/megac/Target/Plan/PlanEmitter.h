@@ -1,0 +1,34 @@
+//===- PlanEmitter.h - Localized IR to a FlatBuffers plan -------*- C++ -*-===//
+//
+// Turns a module that went through the partition pipeline into the bytes of
+// a .mgc plan: one instruction stream per rank, with rank-dependent values
+// (slice offsets, vocabulary starts, collective groups) resolved.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MEGAC_TARGET_PLAN_PLANEMITTER_H
+#define MEGAC_TARGET_PLAN_PLANEMITTER_H
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/Support/LLVM.h"
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace megac {
+
+struct PlanEmitOptions {
+  /// Seed for parameter init and the default token batch.
+  uint64_t seed = 1234;
+  /// Hash of the model as given by the user (before any pass).
+  uint64_t modelHash = 0;
+  std::string producer = "megac 0.1";
+};
+
+/// Emits the plan for `module`; on failure a diagnostic has been reported.
+mlir::FailureOr<std::vector<uint8_t>>
+emitPlan(mlir::ModuleOp module, const PlanEmitOptions &options);
+
+} // namespace megac
+
+#endif // MEGAC_TARGET_PLAN_PLANEMITTER_H

@@ -1,0 +1,516 @@
+//===- MegacOps.cpp - megac op shape rules and sharding rules -------------===//
+//
+// Every model op infers its result type from its operands; the inference is
+// also the verifier, so each labelled rule is checked in exactly one place.
+// Dynamic dimensions (`?`, used for batch and sequence before
+// megac-specialize-shapes) are compatible with any size.
+//
+//===----------------------------------------------------------------------===//
+
+#include "megac/Dialect/Megac/IR/MegacOps.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinTypes.h"
+
+using namespace mlir;
+using namespace megac;
+
+#define GET_OP_CLASSES
+#include "megac/Dialect/Megac/IR/MegacOps.cpp.inc"
+
+//===----------------------------------------------------------------------===//
+// Shape helpers
+//===----------------------------------------------------------------------===//
+
+static RankedTensorType tensorTypeOf(Value v) {
+  return cast<RankedTensorType>(v.getType());
+}
+
+/// True when two sizes may be equal (either is dynamic, or they match).
+static bool sizesAgree(int64_t a, int64_t b) {
+  return ShapedType::isDynamic(a) || ShapedType::isDynamic(b) || a == b;
+}
+
+/// Of two agreeing sizes, the static one if any.
+static int64_t mergeSizes(int64_t a, int64_t b) {
+  return ShapedType::isDynamic(a) ? b : a;
+}
+
+static std::string shapeString(RankedTensorType type) {
+  std::string s = "[";
+  llvm::raw_string_ostream os(s);
+  llvm::interleave(
+      type.getShape(), os,
+      [&](int64_t d) {
+        if (ShapedType::isDynamic(d))
+          os << "?";
+        else
+          os << d;
+      },
+      "x");
+  os << "]";
+  return s;
+}
+
+static Type f32Tensor(MLIRContext *ctx, ArrayRef<int64_t> shape) {
+  return RankedTensorType::get(shape, Float32Type::get(ctx));
+}
+
+//===----------------------------------------------------------------------===//
+// Type inference (and verification)
+//===----------------------------------------------------------------------===//
+
+LogicalResult EmbeddingOp::inferReturnTypes(MLIRContext *ctx,
+                                            std::optional<Location> loc,
+                                            Adaptor adaptor,
+                                            SmallVectorImpl<Type> &types) {
+  auto table = tensorTypeOf(adaptor.getTable());
+  auto ids = tensorTypeOf(adaptor.getIds());
+  if (table.getRank() != 2 || ids.getRank() != 2)
+    return emitOptionalError(loc, "embedding_c1: expected a rank-2 table and "
+                                  "rank-2 ids, got table ",
+                             shapeString(table), " and ids ", shapeString(ids));
+  types.push_back(
+      f32Tensor(ctx, {ids.getDimSize(0), ids.getDimSize(1), table.getDimSize(1)}));
+  return success();
+}
+
+LogicalResult PositionEmbeddingOp::inferReturnTypes(
+    MLIRContext *ctx, std::optional<Location> loc, Adaptor adaptor,
+    SmallVectorImpl<Type> &types) {
+  auto table = tensorTypeOf(adaptor.getTable());
+  auto ids = tensorTypeOf(adaptor.getIds());
+  if (table.getRank() != 2 || ids.getRank() != 2)
+    return emitOptionalError(loc, "position_embedding_c1: expected a rank-2 "
+                                  "table and rank-2 ids, got table ",
+                             shapeString(table), " and ids ", shapeString(ids));
+  int64_t seq = ids.getDimSize(1);
+  if (!ShapedType::isDynamic(seq) && !table.isDynamicDim(0) &&
+      seq > table.getDimSize(0))
+    return emitOptionalError(loc, "position_embedding_c2: sequence length ",
+                             seq, " exceeds the ", table.getDimSize(0),
+                             " positions of the table");
+  types.push_back(f32Tensor(ctx, {seq, table.getDimSize(1)}));
+  return success();
+}
+
+LogicalResult LinearOp::inferReturnTypes(MLIRContext *ctx,
+                                         std::optional<Location> loc,
+                                         Adaptor adaptor,
+                                         SmallVectorImpl<Type> &types) {
+  auto input = tensorTypeOf(adaptor.getInput());
+  auto weight = tensorTypeOf(adaptor.getWeight());
+  if (weight.getRank() != 2 || input.getRank() < 1)
+    return emitOptionalError(loc, "linear_c1: expected a rank-2 weight and an "
+                                  "input of rank >= 1, got weight ",
+                             shapeString(weight), " and input ",
+                             shapeString(input));
+  bool transposed = adaptor.getTransposeWeight();
+  int64_t k = weight.getDimSize(transposed ? 1 : 0);
+  int64_t n = weight.getDimSize(transposed ? 0 : 1);
+  if (!sizesAgree(input.getShape().back(), k))
+    return emitOptionalError(loc, "linear_c2: input ", shapeString(input),
+                             " has last dimension ", input.getShape().back(),
+                             " but the weight ", shapeString(weight),
+                             " contracts ", k,
+                             transposed ? " (transposed)" : "");
+  SmallVector<int64_t> shape(input.getShape());
+  shape.back() = n;
+  types.push_back(f32Tensor(ctx, shape));
+  return success();
+}
+
+LogicalResult MatMulOp::inferReturnTypes(MLIRContext *ctx,
+                                         std::optional<Location> loc,
+                                         Adaptor adaptor,
+                                         SmallVectorImpl<Type> &types) {
+  auto lhs = tensorTypeOf(adaptor.getLhs());
+  auto rhs = tensorTypeOf(adaptor.getRhs());
+  int64_t rank = lhs.getRank();
+  if (rank < 2 || rhs.getRank() != rank)
+    return emitOptionalError(loc, "matmul_c1: operands must have the same "
+                                  "rank >= 2, got ",
+                             shapeString(lhs), " and ", shapeString(rhs));
+  SmallVector<int64_t> shape;
+  for (int64_t i = 0; i < rank - 2; ++i) {
+    if (!sizesAgree(lhs.getDimSize(i), rhs.getDimSize(i)))
+      return emitOptionalError(loc, "matmul_c2: batch dimension ", i,
+                               " differs: ", shapeString(lhs), " vs ",
+                               shapeString(rhs));
+    shape.push_back(mergeSizes(lhs.getDimSize(i), rhs.getDimSize(i)));
+  }
+  if (!sizesAgree(lhs.getDimSize(rank - 1), rhs.getDimSize(rank - 2)))
+    return emitOptionalError(loc, "matmul_c3: lhs ", shapeString(lhs),
+                             " contracts ", lhs.getDimSize(rank - 1),
+                             " but rhs ", shapeString(rhs), " has ",
+                             rhs.getDimSize(rank - 2));
+  shape.push_back(lhs.getDimSize(rank - 2));
+  shape.push_back(rhs.getDimSize(rank - 1));
+  types.push_back(f32Tensor(ctx, shape));
+  return success();
+}
+
+/// Shared by add and mul: rhs's shape must be a suffix of lhs's.
+static LogicalResult inferBroadcast(StringRef label, std::optional<Location> loc,
+                                    Value lhsValue, Value rhsValue,
+                                    SmallVectorImpl<Type> &types) {
+  auto lhs = tensorTypeOf(lhsValue);
+  auto rhs = tensorTypeOf(rhsValue);
+  if (rhs.getRank() > lhs.getRank())
+    return emitOptionalError(loc, label, "_c1: rhs ", shapeString(rhs),
+                             " has a higher rank than lhs ", shapeString(lhs));
+  int64_t offset = lhs.getRank() - rhs.getRank();
+  SmallVector<int64_t> shape(lhs.getShape());
+  for (int64_t i = 0; i < rhs.getRank(); ++i) {
+    if (!sizesAgree(lhs.getDimSize(offset + i), rhs.getDimSize(i)))
+      return emitOptionalError(loc, label, "_c2: rhs ", shapeString(rhs),
+                               " is not a suffix of lhs ", shapeString(lhs));
+    shape[offset + i] = mergeSizes(shape[offset + i], rhs.getDimSize(i));
+  }
+  types.push_back(f32Tensor(lhs.getContext(), shape));
+  return success();
+}
+
+LogicalResult AddOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                      Adaptor adaptor,
+                                      SmallVectorImpl<Type> &types) {
+  return inferBroadcast("add", loc, adaptor.getLhs(), adaptor.getRhs(), types);
+}
+
+LogicalResult MulOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                      Adaptor adaptor,
+                                      SmallVectorImpl<Type> &types) {
+  return inferBroadcast("mul", loc, adaptor.getLhs(), adaptor.getRhs(), types);
+}
+
+LogicalResult GeluOp::inferReturnTypes(MLIRContext *, std::optional<Location>,
+                                       Adaptor adaptor,
+                                       SmallVectorImpl<Type> &types) {
+  types.push_back(adaptor.getInput().getType());
+  return success();
+}
+
+LogicalResult SoftmaxOp::inferReturnTypes(MLIRContext *,
+                                          std::optional<Location> loc,
+                                          Adaptor adaptor,
+                                          SmallVectorImpl<Type> &types) {
+  if (tensorTypeOf(adaptor.getInput()).getRank() < 1)
+    return emitOptionalError(loc, "softmax_c1: the input must have rank >= 1");
+  types.push_back(adaptor.getInput().getType());
+  return success();
+}
+
+LogicalResult LayerNormOp::inferReturnTypes(MLIRContext *,
+                                            std::optional<Location> loc,
+                                            Adaptor adaptor,
+                                            SmallVectorImpl<Type> &types) {
+  auto input = tensorTypeOf(adaptor.getInput());
+  int64_t hidden = input.getRank() ? input.getShape().back() : 1;
+  for (Value param : {adaptor.getGamma(), adaptor.getBeta()}) {
+    auto type = tensorTypeOf(param);
+    if (input.getRank() < 1 || type.getRank() != 1 ||
+        !sizesAgree(type.getDimSize(0), hidden))
+      return emitOptionalError(loc, "layer_norm_c1: gamma and beta must be "
+                                    "vectors of the input's last dimension (",
+                               hidden, "), got ", shapeString(type));
+  }
+  if (!(adaptor.getEpsilon().convertToDouble() > 0.0))
+    return emitOptionalError(loc, "layer_norm_c2: epsilon must be positive, got ",
+                             adaptor.getEpsilon().convertToDouble());
+  types.push_back(input);
+  return success();
+}
+
+LogicalResult AttentionOp::inferReturnTypes(MLIRContext *,
+                                            std::optional<Location> loc,
+                                            Adaptor adaptor,
+                                            SmallVectorImpl<Type> &types) {
+  auto q = tensorTypeOf(adaptor.getQuery());
+  auto k = tensorTypeOf(adaptor.getKey());
+  auto v = tensorTypeOf(adaptor.getValue());
+  if (q.getRank() != 3 || k != q || v != q)
+    return emitOptionalError(loc, "attention_c1: query, key and value must be "
+                                  "rank-3 [B, S, H] of one shape, got ",
+                             shapeString(q), ", ", shapeString(k), ", ",
+                             shapeString(v));
+  int64_t heads = static_cast<int64_t>(adaptor.getNumHeads());
+  int64_t hidden = q.getDimSize(2);
+  if (heads <= 0 || (!ShapedType::isDynamic(hidden) && hidden % heads != 0))
+    return emitOptionalError(loc, "attention_c2: num_heads = ", heads,
+                             " must be positive and divide the hidden size ",
+                             hidden);
+  types.push_back(q);
+  return success();
+}
+
+LogicalResult ReshapeOp::inferReturnTypes(MLIRContext *ctx,
+                                          std::optional<Location> loc,
+                                          Adaptor adaptor,
+                                          SmallVectorImpl<Type> &types) {
+  auto input = tensorTypeOf(adaptor.getInput());
+  ArrayRef<int64_t> shape = adaptor.getShape();
+  int64_t count = 1;
+  for (int64_t d : shape)
+    count = d < 0 ? -1 : count * d;
+  if (!input.hasStaticShape() || count != input.getNumElements())
+    return emitOptionalError(loc, "reshape_c1: cannot reshape ",
+                             shapeString(input), " into ",
+                             shapeString(cast<RankedTensorType>(
+                                 f32Tensor(ctx, shape))),
+                             " (the input must be static and the element "
+                             "counts equal)");
+  types.push_back(f32Tensor(ctx, shape));
+  return success();
+}
+
+LogicalResult TransposeOp::inferReturnTypes(MLIRContext *ctx,
+                                            std::optional<Location> loc,
+                                            Adaptor adaptor,
+                                            SmallVectorImpl<Type> &types) {
+  auto input = tensorTypeOf(adaptor.getInput());
+  ArrayRef<int64_t> perm = adaptor.getPermutation();
+  SmallVector<bool> seen(input.getRank(), false);
+  bool valid = static_cast<int64_t>(perm.size()) == input.getRank();
+  for (int64_t p : perm) {
+    if (!valid || p < 0 || p >= input.getRank() || seen[p]) {
+      valid = false;
+      break;
+    }
+    seen[p] = true;
+  }
+  if (!valid)
+    return emitOptionalError(loc, "transpose_c1: the permutation is not a "
+                                  "permutation of the input's ",
+                             input.getRank(), " dimensions");
+  SmallVector<int64_t> shape;
+  for (int64_t p : perm)
+    shape.push_back(input.getDimSize(p));
+  types.push_back(f32Tensor(ctx, shape));
+  return success();
+}
+
+LogicalResult CrossEntropyOp::inferReturnTypes(MLIRContext *ctx,
+                                               std::optional<Location> loc,
+                                               Adaptor adaptor,
+                                               SmallVectorImpl<Type> &types) {
+  auto logits = tensorTypeOf(adaptor.getLogits());
+  auto labels = tensorTypeOf(adaptor.getLabels());
+  if (logits.getRank() != 3 || labels.getRank() != 2 ||
+      !sizesAgree(logits.getDimSize(0), labels.getDimSize(0)) ||
+      !sizesAgree(logits.getDimSize(1), labels.getDimSize(1)))
+    return emitOptionalError(loc, "cross_entropy_c1: logits ",
+                             shapeString(logits), " and labels ",
+                             shapeString(labels),
+                             " must be [B, S, V] and [B, S]");
+  types.push_back(f32Tensor(ctx, {}));
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Collective verifiers
+//===----------------------------------------------------------------------===//
+
+LogicalResult AllReduceOp::verify() {
+  if (getInput().getType() != getResult().getType())
+    return emitOpError("all_reduce_c1: result type must equal the input type");
+  return success();
+}
+
+/// all_gather and slice_shard: only `dim` may change, growing or shrinking.
+static LogicalResult verifyResizeAlongDim(Operation *op, StringRef label,
+                                          int64_t dim, bool grows) {
+  auto input = cast<RankedTensorType>(op->getOperand(0).getType());
+  auto result = cast<RankedTensorType>(op->getResult(0).getType());
+  if (dim < 0 || dim >= input.getRank())
+    return op->emitOpError() << label << "_c1: dim " << dim
+                             << " is not a dimension of the input";
+  bool ok = input.getRank() == result.getRank();
+  for (int64_t i = 0; ok && i < input.getRank(); ++i) {
+    int64_t in = input.getDimSize(i), out = result.getDimSize(i);
+    if (i != dim)
+      ok = sizesAgree(in, out);
+    else if (!ShapedType::isDynamic(in) && !ShapedType::isDynamic(out))
+      ok = grows ? (out >= in && out % in == 0) : (in >= out && in % out == 0);
+  }
+  if (!ok)
+    return op->emitOpError()
+           << label << "_c2: " << shapeString(input) << " -> "
+           << shapeString(result) << " changes more than dimension " << dim
+           << " or resizes it the wrong way";
+  return success();
+}
+
+LogicalResult AllGatherOp::verify() {
+  return verifyResizeAlongDim(*this, "all_gather", getDim(), /*grows=*/true);
+}
+
+LogicalResult SliceShardOp::verify() {
+  return verifyResizeAlongDim(*this, "slice_shard", getDim(), /*grows=*/false);
+}
+
+//===----------------------------------------------------------------------===//
+// Sharding rules
+//===----------------------------------------------------------------------===//
+
+static ShardingFactor factor(FactorKind kind, ArrayRef<int64_t> operandDims,
+                             int64_t resultDim, StringRef name = "") {
+  ShardingFactor f;
+  f.kind = kind;
+  f.operandDims.assign(operandDims.begin(), operandDims.end());
+  f.resultDim = resultDim;
+  f.name = name.str();
+  return f;
+}
+
+/// One parallel factor per dimension of every (same-shaped) operand.
+static ShardingRule elementwiseRule(int64_t rank, unsigned numOperands,
+                                    PartialPolicy partial) {
+  ShardingRule rule;
+  rule.partial = partial;
+  for (int64_t d = 0; d < rank; ++d)
+    rule.factors.push_back(factor(FactorKind::Parallel,
+                                  SmallVector<int64_t>(numOperands, d), d));
+  return rule;
+}
+
+/// lhs [..., X], rhs a suffix of lhs: rhs dim j is lhs dim j + offset.
+static ShardingRule broadcastRule(Value lhs, Value rhs, PartialPolicy partial) {
+  int64_t rank = tensorTypeOf(lhs).getRank();
+  int64_t offset = rank - tensorTypeOf(rhs).getRank();
+  ShardingRule rule;
+  rule.partial = partial;
+  for (int64_t d = 0; d < rank; ++d)
+    rule.factors.push_back(factor(FactorKind::Parallel,
+                                  {d, d >= offset ? d - offset : -1}, d));
+  return rule;
+}
+
+ShardingRule EmbeddingOp::getShardingRule() {
+  ShardingRule rule;
+  rule.factors = {
+      factor(FactorKind::Parallel, {-1, 0}, 0, "batch"),
+      factor(FactorKind::Parallel, {-1, 1}, 1, "sequence"),
+      factor(FactorKind::Parallel, {1, -1}, 2, "hidden"),
+      // Each rank holds some vocabulary rows and contributes zeros for the
+      // others: summing over the axis reassembles the lookup.
+      factor(FactorKind::Reduction, {0, -1}, -1, "vocabulary"),
+  };
+  return rule;
+}
+
+ShardingRule PositionEmbeddingOp::getShardingRule() {
+  ShardingRule rule;
+  rule.factors = {
+      // The batch only feeds the sequence length: splitting it is free.
+      factor(FactorKind::Parallel, {-1, 0}, -1, "batch"),
+      factor(FactorKind::Whole, {0, 1}, 0, "position"),
+      factor(FactorKind::Parallel, {1, -1}, 1, "hidden"),
+  };
+  return rule;
+}
+
+ShardingRule LinearOp::getShardingRule() {
+  int64_t rank = tensorTypeOf(getInput()).getRank();
+  bool transposed = getTransposeWeight();
+  ShardingRule rule;
+  rule.partial = PartialPolicy::AnyOneOperand;
+  for (int64_t d = 0; d + 1 < rank; ++d)
+    rule.factors.push_back(factor(FactorKind::Parallel, {d, -1}, d));
+  rule.factors.push_back(factor(FactorKind::Reduction,
+                                {rank - 1, transposed ? 1 : 0}, -1,
+                                "contracting"));
+  rule.factors.push_back(factor(FactorKind::Parallel,
+                                {-1, transposed ? 0 : 1}, rank - 1, "output"));
+  return rule;
+}
+
+ShardingRule MatMulOp::getShardingRule() {
+  int64_t rank = tensorTypeOf(getLhs()).getRank();
+  ShardingRule rule;
+  rule.partial = PartialPolicy::AnyOneOperand;
+  for (int64_t d = 0; d + 2 < rank; ++d)
+    rule.factors.push_back(factor(FactorKind::Parallel, {d, d}, d, "batch"));
+  rule.factors.push_back(factor(FactorKind::Parallel, {rank - 2, -1}, rank - 2));
+  rule.factors.push_back(factor(FactorKind::Parallel, {-1, rank - 1}, rank - 1));
+  rule.factors.push_back(factor(FactorKind::Reduction, {rank - 1, rank - 2}, -1,
+                                "contracting"));
+  return rule;
+}
+
+ShardingRule AddOp::getShardingRule() {
+  return broadcastRule(getLhs(), getRhs(), PartialPolicy::AllOperands);
+}
+
+ShardingRule MulOp::getShardingRule() {
+  return broadcastRule(getLhs(), getRhs(), PartialPolicy::AnyOneOperand);
+}
+
+ShardingRule GeluOp::getShardingRule() {
+  return elementwiseRule(tensorTypeOf(getInput()).getRank(), 1,
+                         PartialPolicy::None);
+}
+
+ShardingRule SoftmaxOp::getShardingRule() {
+  int64_t rank = tensorTypeOf(getInput()).getRank();
+  ShardingRule rule = elementwiseRule(rank, 1, PartialPolicy::None);
+  rule.factors.back().kind = FactorKind::Whole;
+  rule.factors.back().name = "softmax";
+  return rule;
+}
+
+ShardingRule LayerNormOp::getShardingRule() {
+  int64_t rank = tensorTypeOf(getInput()).getRank();
+  ShardingRule rule;
+  for (int64_t d = 0; d + 1 < rank; ++d)
+    rule.factors.push_back(factor(FactorKind::Parallel, {d, -1, -1}, d));
+  rule.factors.push_back(
+      factor(FactorKind::Whole, {rank - 1, 0, 0}, rank - 1, "normalized"));
+  return rule;
+}
+
+ShardingRule AttentionOp::getShardingRule() {
+  ShardingRule rule;
+  rule.factors = {
+      factor(FactorKind::Parallel, {0, 0, 0}, 0, "batch"),
+      factor(FactorKind::Whole, {1, 1, 1}, 1, "sequence"),
+      factor(FactorKind::Parallel, {2, 2, 2}, 2, "heads"),
+  };
+  rule.factors.back().blocks = static_cast<int64_t>(getNumHeads());
+  return rule;
+}
+
+ShardingRule ReshapeOp::getShardingRule() {
+  // Leading dimensions the reshape leaves alone may stay split; the rest must
+  // be whole (splits do not survive merging or splitting dimensions).
+  auto input = tensorTypeOf(getInput());
+  auto result = tensorTypeOf(getResult());
+  ShardingRule rule;
+  rule.partial = PartialPolicy::AllOperands;
+  int64_t d = 0;
+  for (; d < std::min(input.getRank(), result.getRank()) &&
+         input.getDimSize(d) == result.getDimSize(d);
+       ++d)
+    rule.factors.push_back(factor(FactorKind::Parallel, {d}, d));
+  for (int64_t i = d; i < input.getRank(); ++i)
+    rule.factors.push_back(factor(FactorKind::Whole, {i}, -1, "reshaped"));
+  return rule;
+}
+
+ShardingRule TransposeOp::getShardingRule() {
+  ShardingRule rule;
+  rule.partial = PartialPolicy::AllOperands;
+  for (auto [i, p] : llvm::enumerate(getPermutation()))
+    rule.factors.push_back(
+        factor(FactorKind::Parallel, {p}, static_cast<int64_t>(i)));
+  return rule;
+}
+
+ShardingRule CrossEntropyOp::getShardingRule() {
+  ShardingRule rule;
+  rule.factors = {
+      factor(FactorKind::Whole, {0, 0}, -1, "batch"),
+      factor(FactorKind::Whole, {1, 1}, -1, "sequence"),
+      factor(FactorKind::Whole, {2, -1}, -1, "vocabulary"),
+  };
+  return rule;
+}

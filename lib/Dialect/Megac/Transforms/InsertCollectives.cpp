@@ -1,0 +1,104 @@
+//===- InsertCollectives.cpp - Reconcile shardings with collectives -------===//
+//
+// Propagation recorded what each op needs of its operands; this pass makes
+// the IR say how to get there. Partial sums are reduced first (while the
+// data may still be split, so less of it moves), then split dimensions are
+// gathered and whole ones sliced.
+//
+//===----------------------------------------------------------------------===//
+
+#include "megac/Dialect/Megac/IR/MegacOps.h"
+#include "megac/Dialect/Megac/IR/ShardingUtils.h"
+#include "megac/Dialect/Megac/Transforms/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "llvm/ADT/DenseMap.h"
+
+namespace megac {
+#define GEN_PASS_DEF_INSERTCOLLECTIVESPASS
+#include "megac/Dialect/Megac/Transforms/Passes.h.inc"
+} // namespace megac
+
+using namespace mlir;
+using namespace megac;
+
+namespace {
+
+/// Builds the chain of collectives taking `value` from `from` to `to`.
+Value reshard(OpBuilder &builder, Location loc, Value value, ShardingAttr from,
+              ShardingAttr to) {
+  MLIRContext *ctx = builder.getContext();
+  SmallVector<StringAttr> dims(from.getDims());
+  SmallVector<StringAttr> partial(from.getPartial());
+  auto record = [&](Value v) {
+    setSharding(v, ShardingAttr::get(ctx, dims, partial));
+    return v;
+  };
+  for (StringAttr axis : from.getPartial()) {
+    if (to.isPartialOn(axis.getValue()))
+      continue;
+    llvm::erase(partial, axis);
+    value = record(AllReduceOp::create(builder, loc, value.getType(), value,
+                                               axis));
+  }
+  for (int64_t d = 0; d < static_cast<int64_t>(dims.size()); ++d) {
+    StringAttr want = to.getDims()[d];
+    if (dims[d] == want)
+      continue;
+    if (!dims[d].getValue().empty()) {
+      StringAttr axis = dims[d];
+      dims[d] = StringAttr::get(ctx, "");
+      value = record(AllGatherOp::create(builder, 
+          loc, value.getType(), value, axis, builder.getI64IntegerAttr(d)));
+    }
+    if (!want.getValue().empty()) {
+      dims[d] = want;
+      value = record(SliceShardOp::create(builder, 
+          loc, value.getType(), value, want, builder.getI64IntegerAttr(d)));
+    }
+  }
+  return value;
+}
+
+struct InsertCollectivesPass
+    : public megac::impl::InsertCollectivesPassBase<InsertCollectivesPass> {
+  void runOnOperation() override {
+    for (auto func : getOperation().getOps<func::FuncOp>()) {
+      if (func.isExternal())
+        continue;
+      // A value resharded once is reused by later users needing the same.
+      llvm::DenseMap<std::pair<Value, Attribute>, Value> resharded;
+      SmallVector<Operation *> ops;
+      for (Operation &op : func.getBody().front())
+        ops.push_back(&op);
+      for (Operation *op : ops) {
+        auto required = op->getAttrOfType<ArrayAttr>(
+            MegacDialect::kOperandShardingsAttrName);
+        if (!required)
+          continue;
+        OpBuilder builder(op);
+        for (auto [index, want] : llvm::enumerate(required)) {
+          Value operand = op->getOperand(index);
+          ShardingAttr have = getShardingOrReplicated(operand);
+          auto to = cast<ShardingAttr>(want);
+          if (have == to)
+            continue;
+          for (StringAttr axis : to.getPartial())
+            if (!have.isPartialOn(axis.getValue())) {
+              op->emitOpError("internal error: operand ")
+                  << index << " is required partial over '" << axis.getValue()
+                  << "' but is not";
+              return signalPassFailure();
+            }
+          Value &cached = resharded[{operand, want}];
+          if (!cached)
+            cached = reshard(builder, op->getLoc(), operand, have, to);
+          op->setOperand(index, cached);
+        }
+      }
+    }
+  }
+};
+} // namespace

@@ -1,0 +1,62 @@
+//===- LocalizeShapes.cpp - Global shapes to per-rank shapes --------------===//
+//
+// After this pass the IR describes what one rank computes: every split
+// dimension is divided by its axis size (the grid is regular, so all ranks
+// share one program up to their coordinates, which the plan emitter fills
+// in), and attention counts only its local heads.
+//
+//===----------------------------------------------------------------------===//
+
+#include "megac/Dialect/Megac/IR/MegacOps.h"
+#include "megac/Dialect/Megac/IR/ShardingUtils.h"
+#include "megac/Dialect/Megac/Transforms/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinOps.h"
+
+namespace megac {
+#define GEN_PASS_DEF_LOCALIZESHAPESPASS
+#include "megac/Dialect/Megac/Transforms/Passes.h.inc"
+} // namespace megac
+
+using namespace mlir;
+using namespace megac;
+
+namespace {
+struct LocalizeShapesPass
+    : public megac::impl::LocalizeShapesPassBase<LocalizeShapesPass> {
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    if (module->hasAttr(MegacDialect::kLocalizedAttrName)) {
+      module.emitError("the module is already localized");
+      return signalPassFailure();
+    }
+    MeshAttr mesh = getMesh(module);
+    auto localize = [&](Value value) {
+      if (auto type = dyn_cast<RankedTensorType>(value.getType()))
+        value.setType(getLocalType(type, getSharding(value), mesh));
+    };
+    for (auto func : module.getOps<func::FuncOp>()) {
+      if (func.isExternal())
+        continue;
+      Block &body = func.getBody().front();
+      for (BlockArgument arg : body.getArguments())
+        localize(arg);
+      for (Operation &op : body) {
+        for (Value result : op.getResults())
+          localize(result);
+        if (auto attention = dyn_cast<AttentionOp>(op)) {
+          ShardingAttr sharding = getShardingOrReplicated(attention.getResult());
+          int64_t size = getAxisSizeOrOne(mesh, sharding.getDimAxis(2));
+          attention.setNumHeads(attention.getNumHeads() / size);
+        }
+      }
+      func.setFunctionType(FunctionType::get(
+          func.getContext(), body.getArgumentTypes(),
+          body.getTerminator()->getOperandTypes()));
+    }
+    module->setAttr(MegacDialect::kLocalizedAttrName, UnitAttr::get(&getContext()));
+  }
+};
+} // namespace

@@ -1,0 +1,44 @@
+//===- Passes.cpp - Pass registration and the partition pipeline ----------===//
+
+#include "megac/Dialect/Megac/Transforms/Passes.h"
+
+#include "mlir/Pass/PassRegistry.h"
+
+using namespace mlir;
+
+namespace megac {
+
+void buildPartitionPipeline(OpPassManager &pm, const PartitionOptions &options) {
+  if (!options.mesh.empty())
+    pm.addPass(createSetMeshPass(SetMeshPassOptions{options.mesh}));
+  pm.addPass(createSpecializeShapesPass(
+      SpecializeShapesPassOptions{options.batch, options.seq}));
+  pm.addPass(createPropagateShardingPass());
+  pm.addPass(createInsertCollectivesPass());
+  pm.addPass(createLocalizeShapesPass());
+}
+
+namespace {
+struct PartitionPipelineOptions
+    : public PassPipelineOptions<PartitionPipelineOptions> {
+  Option<std::string> mesh{*this, "mesh",
+                           llvm::cl::desc("Grid, e.g. tp=4 or dp=2,tp=4")};
+  Option<int64_t> batch{*this, "batch", llvm::cl::desc("Batch size"),
+                        llvm::cl::init(0)};
+  Option<int64_t> seq{*this, "seq", llvm::cl::desc("Sequence length"),
+                      llvm::cl::init(0)};
+};
+} // namespace
+
+void registerMegacPassesAndPipelines() {
+  registerMegacPasses();
+  PassPipelineRegistration<PartitionPipelineOptions>(
+      "megac-partition-pipeline",
+      "From a model on global shapes to per-rank IR with collectives",
+      [](OpPassManager &pm, const PartitionPipelineOptions &opts) {
+        buildPartitionPipeline(pm, PartitionOptions{opts.mesh, opts.batch,
+                                                    opts.seq});
+      });
+}
+
+} // namespace megac

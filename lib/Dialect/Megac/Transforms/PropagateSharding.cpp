@@ -1,0 +1,217 @@
+//===- PropagateSharding.cpp - Derive every value's sharding --------------===//
+//
+// Forward propagation over op sharding rules. For each op, each factor takes
+// the grid axis of the first operand that splits it (if that axis is still
+// free in the op and divides the factor); operands are then required in the
+// sharding the chosen factors imply, and the result gets the matching
+// sharding. A split reduction factor makes the result a partial sum over its
+// axis, and partial operands flow through ops that are linear in them, so an
+// all-reduce is placed only where a non-linear op (or a mismatched sum)
+// needs the whole value. That is how a row-parallel product followed by its
+// bias add gets exactly one all-reduce, before the bias.
+//
+//===----------------------------------------------------------------------===//
+
+#include "megac/Dialect/Megac/IR/MegacOps.h"
+#include "megac/Dialect/Megac/IR/ShardingUtils.h"
+#include "megac/Dialect/Megac/Transforms/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "llvm/ADT/StringSet.h"
+
+namespace megac {
+#define GEN_PASS_DEF_PROPAGATESHARDINGPASS
+#include "megac/Dialect/Megac/Transforms/Passes.h.inc"
+} // namespace megac
+
+using namespace mlir;
+using namespace megac;
+
+namespace {
+
+/// Name of a function argument for messages: its parameter or input name.
+std::string describeArgument(func::FuncOp func, unsigned index) {
+  if (auto spec = func.getArgAttrOfType<DictionaryAttr>(
+          index, MegacDialect::kParamAttrName))
+    if (auto name = spec.getAs<StringAttr>("name"))
+      return "parameter '" + name.getValue().str() + "'";
+  return "argument " + std::to_string(index);
+}
+
+class Propagator {
+public:
+  explicit Propagator(MeshAttr mesh) : mesh(mesh) {}
+
+  /// Keeps only axes of size > 1 and checks they divide the dimensions.
+  LogicalResult seedArgument(func::FuncOp func, BlockArgument arg) {
+    auto type = dyn_cast<RankedTensorType>(arg.getType());
+    if (!type)
+      return func.emitError("megac functions take ranked tensors only");
+    MLIRContext *ctx = func.getContext();
+    ShardingAttr given = getSharding(arg);
+    SmallVector<StringAttr> dims;
+    for (int64_t d = 0; d < type.getRank(); ++d) {
+      StringRef axis = given ? given.getDimAxis(d) : "";
+      int64_t size = getAxisSizeOrOne(mesh, axis);
+      if (size <= 1) {
+        dims.push_back(StringAttr::get(ctx, ""));
+        continue;
+      }
+      if (!type.isDynamicDim(d) && type.getDimSize(d) % size != 0)
+        return func.emitError()
+               << "dimension " << d << " (size " << type.getDimSize(d)
+               << ") of " << describeArgument(func, arg.getArgNumber())
+               << " is not divisible by grid axis '" << axis << "' (size "
+               << size << ")";
+      dims.push_back(StringAttr::get(ctx, axis));
+    }
+    setSharding(arg, ShardingAttr::get(ctx, dims, {}));
+    return success();
+  }
+
+  /// Decides the op's operand and result shardings from its rule.
+  LogicalResult propagate(ShardingRuleOpInterface op) {
+    Operation *operation = op.getOperation();
+    MLIRContext *ctx = operation->getContext();
+    ShardingRule rule = op.getShardingRule();
+    unsigned numOperands = operation->getNumOperands();
+    SmallVector<ShardingAttr> current;
+    for (Value operand : operation->getOperands())
+      current.push_back(getShardingOrReplicated(operand));
+
+    // 1. One axis per factor, first operand wins, each axis used once.
+    SmallVector<StringRef> factorAxis(rule.factors.size());
+    llvm::StringSet<> used;
+    for (auto [index, factor] : llvm::enumerate(rule.factors)) {
+      if (factor.kind == FactorKind::Whole)
+        continue;
+      for (unsigned i = 0; i < numOperands; ++i) {
+        int64_t dim = factor.operandDims[i];
+        if (dim < 0)
+          continue;
+        StringRef axis = current[i].getDimAxis(dim);
+        if (axis.empty() || used.contains(axis))
+          continue;
+        int64_t size = getAxisSizeOrOne(mesh, axis);
+        if (factor.blocks > 0 && factor.blocks % size != 0)
+          return operation->emitOpError()
+                 << "cannot split its " << factor.blocks << " "
+                 << factor.name << " over grid axis '" << axis << "' (size "
+                 << size << "): the axis size must divide the " << factor.name;
+        int64_t extent =
+            cast<RankedTensorType>(operation->getOperand(i).getType())
+                .getDimSize(dim);
+        if (!ShapedType::isDynamic(extent) && extent % size != 0)
+          return operation->emitOpError()
+                 << "dimension " << dim << " (size " << extent
+                 << ") of operand " << i << " is not divisible by grid axis '"
+                 << axis << "' (size " << size << ")";
+        factorAxis[index] = axis;
+        used.insert(axis);
+        break;
+      }
+    }
+
+    // 2. Partial sums: which operands may stay partial, and on what axes.
+    SmallVector<SmallVector<StringAttr>> keepPartial(numOperands);
+    SmallVector<StringAttr> resultPartial;
+    auto partialUsable = [&](ShardingAttr s) {
+      return !s.getPartial().empty() &&
+             llvm::none_of(s.getPartial(), [&](StringAttr a) {
+               return used.contains(a.getValue());
+             });
+    };
+    if (rule.partial == PartialPolicy::AllOperands && numOperands > 0 &&
+        llvm::all_of(current, [&](ShardingAttr s) {
+          return partialUsable(s) &&
+                 s.getPartial() == current.front().getPartial();
+        })) {
+      for (unsigned i = 0; i < numOperands; ++i)
+        keepPartial[i].assign(current[i].getPartial().begin(),
+                              current[i].getPartial().end());
+      resultPartial = keepPartial.front();
+    } else if (rule.partial == PartialPolicy::AnyOneOperand) {
+      SmallVector<unsigned> partialOperands;
+      for (unsigned i = 0; i < numOperands; ++i)
+        if (!current[i].getPartial().empty())
+          partialOperands.push_back(i);
+      if (partialOperands.size() == 1 &&
+          partialUsable(current[partialOperands.front()])) {
+        unsigned i = partialOperands.front();
+        keepPartial[i].assign(current[i].getPartial().begin(),
+                              current[i].getPartial().end());
+        resultPartial = keepPartial[i];
+      }
+    }
+    for (auto [index, factor] : llvm::enumerate(rule.factors))
+      if (factor.kind == FactorKind::Reduction && !factorAxis[index].empty())
+        resultPartial.push_back(StringAttr::get(ctx, factorAxis[index]));
+
+    // 3. Materialize the required operand shardings and the result's.
+    SmallVector<Attribute> required;
+    for (unsigned i = 0; i < numOperands; ++i) {
+      int64_t rank =
+          cast<RankedTensorType>(operation->getOperand(i).getType()).getRank();
+      SmallVector<StringAttr> dims(rank, StringAttr::get(ctx, ""));
+      for (auto [index, factor] : llvm::enumerate(rule.factors))
+        if (factor.operandDims[i] >= 0)
+          dims[factor.operandDims[i]] = StringAttr::get(ctx, factorAxis[index]);
+      required.push_back(ShardingAttr::get(ctx, dims, keepPartial[i]));
+    }
+    int64_t resultRank =
+        cast<RankedTensorType>(operation->getResult(0).getType()).getRank();
+    SmallVector<StringAttr> resultDims(resultRank, StringAttr::get(ctx, ""));
+    for (auto [index, factor] : llvm::enumerate(rule.factors))
+      if (factor.resultDim >= 0)
+        resultDims[factor.resultDim] = StringAttr::get(ctx, factorAxis[index]);
+    operation->setAttr(MegacDialect::kOperandShardingsAttrName,
+                       ArrayAttr::get(ctx, required));
+    setSharding(operation->getResult(0),
+                ShardingAttr::get(ctx, resultDims, resultPartial));
+    return success();
+  }
+
+  /// Function results must be whole on every rank.
+  void requireWholeResults(func::ReturnOp ret) {
+    SmallVector<Attribute> required;
+    for (Value operand : ret.getOperands())
+      required.push_back(ShardingAttr::getReplicated(
+          ret.getContext(), cast<RankedTensorType>(operand.getType()).getRank()));
+    ret->setAttr(MegacDialect::kOperandShardingsAttrName,
+                 ArrayAttr::get(ret.getContext(), required));
+  }
+
+private:
+  MeshAttr mesh;
+};
+
+struct PropagateShardingPass
+    : public megac::impl::PropagateShardingPassBase<PropagateShardingPass> {
+  void runOnOperation() override {
+    Propagator propagator(getMesh(getOperation()));
+    for (auto func : getOperation().getOps<func::FuncOp>()) {
+      if (func.isExternal())
+        continue;
+      for (BlockArgument arg : func.getArguments())
+        if (failed(propagator.seedArgument(func, arg)))
+          return signalPassFailure();
+      for (Operation &op : func.getBody().front()) {
+        if (auto ret = dyn_cast<func::ReturnOp>(op)) {
+          propagator.requireWholeResults(ret);
+          continue;
+        }
+        auto ruled = dyn_cast<ShardingRuleOpInterface>(op);
+        if (!ruled || op.getNumResults() != 1) {
+          op.emitOpError("has no sharding rule; megac cannot partition it "
+                         "(collectives are inserted by the compiler, not "
+                         "written in models)");
+          return signalPassFailure();
+        }
+        if (failed(propagator.propagate(ruled)))
+          return signalPassFailure();
+      }
+    }
+  }
+};
+} // namespace

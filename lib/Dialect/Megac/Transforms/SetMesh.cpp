@@ -1,0 +1,54 @@
+//===- SetMesh.cpp - Attach the device grid to a module -------------------===//
+//
+// Turns the command-line spelling of a grid (`dp=2,tp=4`) into the module's
+// #megac.mesh, with a message that shows the expected spelling on error.
+//
+//===----------------------------------------------------------------------===//
+
+#include "megac/Dialect/Megac/Transforms/Passes.h"
+
+#include "mlir/IR/BuiltinOps.h"
+
+namespace megac {
+#define GEN_PASS_DEF_SETMESHPASS
+#include "megac/Dialect/Megac/Transforms/Passes.h.inc"
+} // namespace megac
+
+using namespace mlir;
+using namespace megac;
+
+namespace {
+struct SetMeshPass : public megac::impl::SetMeshPassBase<SetMeshPass> {
+  using SetMeshPassBase::SetMeshPassBase;
+
+  void runOnOperation() override {
+    if (mesh.empty())
+      return;
+    ModuleOp module = getOperation();
+    MLIRContext *ctx = &getContext();
+    SmallVector<StringAttr> axes;
+    SmallVector<int64_t> sizes;
+    SmallVector<StringRef> items;
+    StringRef(mesh).split(items, ',');
+    for (StringRef item : items) {
+      auto [name, sizeText] = item.trim().split('=');
+      int64_t size = 0;
+      name = name.trim();
+      if (name.empty() || sizeText.trim().getAsInteger(10, size) ||
+          !llvm::all_of(name, [](char c) { return isalnum(c) || c == '_'; })) {
+        module.emitError() << "invalid grid '" << mesh
+                           << "': expected name=size pairs such as 'tp=4' or "
+                              "'dp=2,tp=4'";
+        return signalPassFailure();
+      }
+      axes.push_back(StringAttr::get(ctx, name));
+      sizes.push_back(size);
+    }
+    auto diag = [&]() { return module.emitError() << "invalid grid '" << mesh << "': "; };
+    if (failed(MeshAttr::verify(diag, axes, sizes)))
+      return signalPassFailure();
+    module->setAttr(MegacDialect::kMeshAttrName,
+                    MeshAttr::get(ctx, axes, sizes));
+  }
+};
+} // namespace

@@ -1,0 +1,82 @@
+//===- SpecializeShapes.cpp - Fix batch and sequence sizes ----------------===//
+//
+// Models are usually written with dynamic batch and sequence dimensions; a
+// plan needs static shapes. This pass sets the data inputs' sizes and then
+// re-runs every op's type inference in program order, which also re-checks
+// each op's shape rules against the concrete sizes.
+//
+//===----------------------------------------------------------------------===//
+
+#include "megac/Dialect/Megac/Transforms/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/Interfaces/InferTypeOpInterface.h"
+
+namespace megac {
+#define GEN_PASS_DEF_SPECIALIZESHAPESPASS
+#include "megac/Dialect/Megac/Transforms/Passes.h.inc"
+} // namespace megac
+
+using namespace mlir;
+using namespace megac;
+
+namespace {
+constexpr int64_t kDefaultBatch = 4;
+constexpr int64_t kDefaultSeq = 64;
+
+struct SpecializeShapesPass
+    : public megac::impl::SpecializeShapesPassBase<SpecializeShapesPass> {
+  using SpecializeShapesPassBase::SpecializeShapesPassBase;
+
+  /// The size to use for a data dimension currently `current`.
+  static int64_t chooseSize(int64_t requested, int64_t current,
+                            int64_t fallback) {
+    if (requested > 0)
+      return requested;
+    return ShapedType::isDynamic(current) ? fallback : current;
+  }
+
+  LogicalResult specialize(func::FuncOp func) {
+    if (batch < 0 || seq < 0)
+      return func.emitError("batch and sequence sizes must be positive");
+    Block &body = func.getBody().front();
+    for (BlockArgument arg : body.getArguments()) {
+      auto type = cast<RankedTensorType>(arg.getType());
+      if (func.getArgAttr(arg.getArgNumber(), MegacDialect::kInputAttrName)) {
+        SmallVector<int64_t> shape = {
+            chooseSize(batch, type.getDimSize(0), kDefaultBatch),
+            chooseSize(seq, type.getDimSize(1), kDefaultSeq)};
+        arg.setType(RankedTensorType::get(shape, type.getElementType()));
+      } else if (!type.hasStaticShape()) {
+        return func.emitError("argument ")
+               << arg.getArgNumber()
+               << " has a dynamic shape; only megac.input data may";
+      }
+    }
+    for (Operation &op : body.without_terminator()) {
+      auto infer = dyn_cast<InferTypeOpInterface>(&op);
+      if (!infer)
+        continue;
+      SmallVector<Type> types;
+      if (failed(infer.inferReturnTypes(
+              op.getContext(), op.getLoc(), op.getOperands(),
+              op.getRawDictionaryAttrs(), op.getPropertiesStorage(),
+              op.getRegions(), types)))
+        return failure();
+      for (auto [result, type] : llvm::zip(op.getResults(), types))
+        result.setType(type);
+    }
+    func.setFunctionType(FunctionType::get(
+        func.getContext(), body.getArgumentTypes(),
+        body.getTerminator()->getOperandTypes()));
+    return success();
+  }
+
+  void runOnOperation() override {
+    for (auto func : getOperation().getOps<func::FuncOp>())
+      if (!func.isExternal() && failed(specialize(func)))
+        return signalPassFailure();
+  }
+};
+} // namespace

@@ -1,0 +1,327 @@
+//===- PlanEmitter.cpp - Localized IR to a FlatBuffers plan ---------------===//
+//
+// Every SSA value becomes one buffer; every op one instruction. The IR after
+// megac-localize-shapes is the same program for all ranks up to their grid
+// coordinates, so the emitter walks it once per rank and fills in what a
+// coordinate decides: parameter slice offsets, the first vocabulary row of a
+// split embedding, and each collective's axis.
+//
+//===----------------------------------------------------------------------===//
+
+#include "megac/Target/Plan/PlanEmitter.h"
+
+#include "megac/Dialect/Megac/IR/MegacOps.h"
+#include "megac/Dialect/Megac/IR/ShardingUtils.h"
+#include "megac_rt/plan_file.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+using namespace mlir;
+namespace fb = flatbuffers;
+namespace mp = megac::plan;
+
+namespace megac {
+namespace {
+
+/// The grid as the emitter sees it: possibly no axes (one rank).
+struct Grid {
+  MeshAttr mesh;
+  int64_t numRanks() const { return mesh ? mesh.getNumRanks() : 1; }
+  SmallVector<int64_t> coords(int64_t rank) const {
+    return mesh ? mesh.getCoords(rank) : SmallVector<int64_t>{};
+  }
+  /// Index of `axis` in the grid, -1 if absent.
+  int64_t axisIndex(StringRef axis) const {
+    return mesh && !axis.empty() ? mesh.getAxisIndex(axis) : -1;
+  }
+  int64_t axisSize(StringRef axis) const {
+    return getAxisSizeOrOne(mesh, axis);
+  }
+};
+
+std::vector<int64_t> toVector(ArrayRef<int64_t> values) {
+  return std::vector<int64_t>(values.begin(), values.end());
+}
+
+std::string locationString(Operation *op) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  os << op->getName().stripDialect();
+  if (auto loc = dyn_cast<FileLineColLoc>(op->getLoc()))
+    os << " @ " << loc.getFilename().getValue() << ":" << loc.getLine();
+  return text;
+}
+
+class RankEmitter {
+public:
+  RankEmitter(fb::FlatBufferBuilder &fbb, const Grid &grid, int64_t rank)
+      : fbb(fbb), grid(grid), rank(rank), coords(grid.coords(rank)) {}
+
+  FailureOr<fb::Offset<mp::RankProgram>> emit(func::FuncOp func) {
+    Block &body = func.getBody().front();
+    for (BlockArgument arg : body.getArguments()) {
+      if (failed(addBuffer(arg, "")))
+        return failure();
+      if (failed(addArgument(func, arg)))
+        return failure();
+    }
+    for (Operation &op : body) {
+      if (auto ret = dyn_cast<func::ReturnOp>(op)) {
+        for (auto [i, value] : llvm::enumerate(ret.getOperands())) {
+          auto name = func.getResultAttrOfType<StringAttr>(
+              i, MegacDialect::kResultNameAttrName);
+          std::string text =
+              name ? name.getValue().str() : "output" + std::to_string(i);
+          outputs.push_back(mp::CreateOutputDirect(fbb, text.c_str(),
+                                                   buffers.lookup(value)));
+        }
+        continue;
+      }
+      if (failed(addBuffer(op.getResult(0), op.getName().stripDialect())) ||
+          failed(addInstruction(&op)))
+        return failure();
+    }
+    return mp::CreateRankProgramDirect(fbb, rank, &coords, &bufferOffsets,
+                                       &params, &inputs, &outputs, &instrs);
+  }
+
+private:
+  LogicalResult addBuffer(Value value, StringRef name) {
+    auto type = dyn_cast<RankedTensorType>(value.getType());
+    if (!type || !type.hasStaticShape())
+      return emitError(value.getLoc(), "plan emission needs static tensor "
+                                       "shapes; run megac-specialize-shapes");
+    mp::DType dtype;
+    if (type.getElementType().isF32())
+      dtype = mp::DType_F32;
+    else if (type.getElementType().isInteger(32))
+      dtype = mp::DType_I32;
+    else
+      return emitError(value.getLoc(), "unsupported element type ")
+             << type.getElementType() << " (the CPU backend runs f32 and i32)";
+    std::vector<int64_t> shape = toVector(type.getShape());
+    buffers[value] = bufferOffsets.size();
+    bufferOffsets.push_back(
+        mp::CreateBufferDirect(fbb, dtype, &shape, name.str().c_str()));
+    return success();
+  }
+
+  LogicalResult addArgument(func::FuncOp func, BlockArgument arg) {
+    unsigned index = arg.getArgNumber();
+    uint32_t buffer = buffers.lookup(arg);
+    if (auto kind = func.getArgAttrOfType<StringAttr>(
+            index, MegacDialect::kInputAttrName)) {
+      inputs.push_back(mp::CreateInputDirect(fbb, kind.getValue().str().c_str(),
+                                             buffer,
+                                             kind.getValue().str().c_str()));
+      return success();
+    }
+    auto spec =
+        func.getArgAttrOfType<DictionaryAttr>(index, MegacDialect::kParamAttrName);
+    if (!spec)
+      return func.emitError("argument ")
+             << index << " is neither a megac.param nor a megac.input";
+    auto type = cast<RankedTensorType>(arg.getType());
+    ShardingAttr sharding = getShardingOrReplicated(arg);
+    std::vector<int64_t> globalShape, offset;
+    for (int64_t d = 0; d < type.getRank(); ++d) {
+      StringRef axis = sharding.getDimAxis(d);
+      int64_t local = type.getDimSize(d);
+      globalShape.push_back(local * grid.axisSize(axis));
+      int64_t axisIndex = grid.axisIndex(axis);
+      offset.push_back(axisIndex < 0 ? 0 : coords[axisIndex] * local);
+    }
+    StringRef init = spec.getAs<StringAttr>("init").getValue();
+    mp::InitKind kind = init == "normal"  ? mp::InitKind_Normal
+                        : init == "ones" ? mp::InitKind_Ones
+                                         : mp::InitKind_Zeros;
+    double stddev = 0.0;
+    if (auto attr = spec.getAs<FloatAttr>("std"))
+      stddev = attr.getValueAsDouble();
+    std::string name = spec.getAs<StringAttr>("name").getValue().str();
+    std::string hfName = name;
+    if (auto attr = spec.getAs<StringAttr>("hf_name"))
+      hfName = attr.getValue().str();
+    std::vector<int64_t> hfOffset(type.getRank(), 0);
+    if (auto attr = spec.getAs<DenseI64ArrayAttr>("hf_offset"))
+      hfOffset = toVector(attr.asArrayRef());
+    params.push_back(mp::CreateParamDirect(fbb, name.c_str(), buffer,
+                                           &globalShape, &offset, kind, stddev,
+                                           hfName.c_str(), &hfOffset));
+    return success();
+  }
+
+  /// The grid axis index for a collective, checked to exist.
+  FailureOr<int32_t> collectiveAxis(Operation *op, StringRef axis) {
+    int64_t index = grid.axisIndex(axis);
+    if (index < 0)
+      return op->emitOpError("refers to grid axis '")
+             << axis << "' which the module's grid does not have";
+    return static_cast<int32_t>(index);
+  }
+
+  LogicalResult addInstruction(Operation *op) {
+    std::vector<uint32_t> in;
+    for (Value operand : op->getOperands())
+      in.push_back(buffers.lookup(operand));
+    std::vector<uint32_t> out = {buffers.lookup(op->getResult(0))};
+    std::vector<int64_t> ints;
+    std::vector<double> floats;
+    int32_t axis = -1;
+    mp::OpCode code;
+    LogicalResult result = success();
+    llvm::TypeSwitch<Operation *>(op)
+        .Case<EmbeddingOp>([&](EmbeddingOp e) {
+          code = mp::OpCode_Embedding;
+          // This rank's rows start at its coordinate times the local rows.
+          StringRef vocabAxis =
+              getShardingOrReplicated(e.getTable()).getDimAxis(0);
+          int64_t index = grid.axisIndex(vocabAxis);
+          int64_t rows = e.getTable().getType().getDimSize(0);
+          ints = {index < 0 ? 0 : coords[index] * rows};
+        })
+        .Case<PositionEmbeddingOp>(
+            [&](auto) { code = mp::OpCode_PositionEmbedding; })
+        .Case<LinearOp>([&](LinearOp l) {
+          code = mp::OpCode_Linear;
+          ints = {l.getTransposeWeight() ? 1 : 0};
+        })
+        .Case<MatMulOp>([&](auto) { code = mp::OpCode_MatMul; })
+        .Case<AddOp>([&](auto) { code = mp::OpCode_Add; })
+        .Case<MulOp>([&](auto) { code = mp::OpCode_Mul; })
+        .Case<GeluOp>([&](auto) { code = mp::OpCode_Gelu; })
+        .Case<SoftmaxOp>([&](auto) { code = mp::OpCode_Softmax; })
+        .Case<LayerNormOp>([&](LayerNormOp l) {
+          code = mp::OpCode_LayerNorm;
+          floats = {l.getEpsilon().convertToDouble()};
+        })
+        .Case<AttentionOp>([&](AttentionOp a) {
+          code = mp::OpCode_Attention;
+          ints = {static_cast<int64_t>(a.getNumHeads()), a.getCausal() ? 1 : 0};
+        })
+        .Case<ReshapeOp>([&](auto) { code = mp::OpCode_Reshape; })
+        .Case<TransposeOp>([&](TransposeOp t) {
+          code = mp::OpCode_Transpose;
+          ints = toVector(t.getPermutation());
+        })
+        .Case<CrossEntropyOp>([&](auto) { code = mp::OpCode_CrossEntropy; })
+        .Case<AllReduceOp>([&](AllReduceOp c) {
+          code = mp::OpCode_AllReduce;
+          auto index = collectiveAxis(op, c.getAxis());
+          result = index;
+          axis = succeeded(index) ? *index : -1;
+        })
+        .Case<AllGatherOp>([&](AllGatherOp c) {
+          code = mp::OpCode_AllGather;
+          ints = {static_cast<int64_t>(c.getDim())};
+          auto index = collectiveAxis(op, c.getAxis());
+          result = index;
+          axis = succeeded(index) ? *index : -1;
+        })
+        .Case<SliceShardOp>([&](SliceShardOp c) {
+          code = mp::OpCode_SliceShard;
+          ints = {static_cast<int64_t>(c.getDim())};
+          auto index = collectiveAxis(op, c.getAxis());
+          result = index;
+          axis = succeeded(index) ? *index : -1;
+        })
+        .Default([&](Operation *other) {
+          result = other->emitOpError("cannot be emitted into a plan");
+        });
+    if (failed(result))
+      return failure();
+    std::string loc = locationString(op);
+    instrs.push_back(mp::CreateInstrDirect(fbb, code, &in, &out, &ints,
+                                           &floats, axis, loc.c_str()));
+    return success();
+  }
+
+  fb::FlatBufferBuilder &fbb;
+  const Grid &grid;
+  uint32_t rank;
+  std::vector<int64_t> coords;
+  llvm::DenseMap<Value, uint32_t> buffers;
+  std::vector<fb::Offset<mp::Buffer>> bufferOffsets;
+  std::vector<fb::Offset<mp::Param>> params;
+  std::vector<fb::Offset<mp::Input>> inputs;
+  std::vector<fb::Offset<mp::Output>> outputs;
+  std::vector<fb::Offset<mp::Instr>> instrs;
+};
+
+/// Groups along each axis: ranks that agree on every other coordinate.
+std::vector<fb::Offset<mp::Axis>> emitAxes(fb::FlatBufferBuilder &fbb,
+                                           const Grid &grid) {
+  std::vector<fb::Offset<mp::Axis>> axes;
+  if (!grid.mesh)
+    return axes;
+  for (auto [a, name] : llvm::enumerate(grid.mesh.getAxes())) {
+    std::map<std::vector<int64_t>, std::vector<uint32_t>> groups;
+    for (int64_t r = 0; r < grid.numRanks(); ++r) {
+      SmallVector<int64_t> key = grid.coords(r);
+      key[a] = 0;
+      groups[toVector(key)].push_back(r);
+    }
+    std::vector<fb::Offset<mp::Group>> groupOffsets;
+    for (auto &entry : groups)
+      groupOffsets.push_back(mp::CreateGroupDirect(fbb, &entry.second));
+    axes.push_back(mp::CreateAxisDirect(fbb, name.getValue().str().c_str(),
+                                        grid.mesh.getSizes()[a],
+                                        &groupOffsets));
+  }
+  return axes;
+}
+
+} // namespace
+
+FailureOr<std::vector<uint8_t>> emitPlan(ModuleOp module,
+                                         const PlanEmitOptions &options) {
+  if (!module->hasAttr(MegacDialect::kLocalizedAttrName))
+    return module.emitError("plan emission needs per-rank IR; run the "
+                            "partition pipeline first");
+  SmallVector<func::FuncOp> funcs;
+  for (auto func : module.getOps<func::FuncOp>())
+    if (!func.isExternal())
+      funcs.push_back(func);
+  if (funcs.size() != 1)
+    return module.emitError("expected exactly one function with a body (the "
+                            "model), found ")
+           << funcs.size();
+  func::FuncOp func = funcs.front();
+  Grid grid{getMesh(module)};
+
+  int64_t batch = 0, seq = 0, vocab = 0;
+  for (BlockArgument arg : func.getArguments())
+    if (func.getArgAttr(arg.getArgNumber(), MegacDialect::kInputAttrName)) {
+      auto type = cast<RankedTensorType>(arg.getType());
+      batch = type.getDimSize(0);
+      seq = type.getDimSize(1);
+    }
+  func.walk([&](EmbeddingOp e) {
+    StringRef axis = getShardingOrReplicated(e.getTable()).getDimAxis(0);
+    vocab = e.getTable().getType().getDimSize(0) * grid.axisSize(axis);
+  });
+
+  fb::FlatBufferBuilder fbb(1 << 16);
+  std::vector<fb::Offset<mp::RankProgram>> ranks;
+  for (int64_t rank = 0; rank < grid.numRanks(); ++rank) {
+    RankEmitter emitter(fbb, grid, rank);
+    FailureOr<fb::Offset<mp::RankProgram>> program = emitter.emit(func);
+    if (failed(program))
+      return failure();
+    ranks.push_back(*program);
+  }
+  std::vector<fb::Offset<mp::Axis>> axes = emitAxes(fbb, grid);
+  std::string modelName = "model";
+  if (auto name = module->getAttrOfType<StringAttr>(MegacDialect::kModelAttrName))
+    modelName = name.getValue().str();
+  auto program = mp::CreateProgramDirect(
+      fbb, modelName.c_str(), options.modelHash, grid.numRanks(), &axes, batch,
+      seq, vocab, options.seed, &ranks);
+  fbb.Finish(program);
+  return megac_rt::wrapProgram(fbb.GetBufferPointer(), fbb.GetSize(),
+                               options.producer);
+}
+
+} // namespace megac
