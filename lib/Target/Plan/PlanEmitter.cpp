@@ -57,7 +57,7 @@ std::string locationString(Operation *op) {
 class RankEmitter {
 public:
   RankEmitter(fb::FlatBufferBuilder &fbb, const Grid &grid, int64_t rank)
-      : fbb(fbb), grid(grid), rank(rank), coords(grid.coords(rank)) {}
+      : fbb(fbb), grid(grid), rank(rank), coords(toVector(grid.coords(rank))) {}
 
   FailureOr<fb::Offset<mp::RankProgram>> emit(func::FuncOp func) {
     Block &body = func.getBody().front();

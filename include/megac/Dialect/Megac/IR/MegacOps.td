@@ -29,6 +29,31 @@ class Megac_ModelOp<string mnemonic, list<Trait> traits = []>
         InferTypeOpAdaptor,
         DeclareOpInterfaceMethods<Megac_ShardingRuleOpInterface>])> {
   let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
+  // Shape rules are checked once, by the verifier, with their labels; type
+  // inference during verification stays silent when the rules fail (see
+  // refineByInference in MegacOps.cpp), so each error is reported once.
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    static ::llvm::LogicalResult refineReturnTypes(
+        ::mlir::MLIRContext *context, std::optional<::mlir::Location> location,
+        ::mlir::ValueRange operands, ::mlir::DictionaryAttr attributes,
+        ::mlir::OpaqueProperties properties, ::mlir::RegionRange regions,
+        ::llvm::SmallVectorImpl<::mlir::Type> &returnTypes);
+  }];
+  let extraClassDefinition = [{
+    ::llvm::LogicalResult $cppClass::refineReturnTypes(
+        ::mlir::MLIRContext *context, std::optional<::mlir::Location> location,
+        ::mlir::ValueRange operands, ::mlir::DictionaryAttr attributes,
+        ::mlir::OpaqueProperties properties, ::mlir::RegionRange regions,
+        ::llvm::SmallVectorImpl<::mlir::Type> &returnTypes) {
+      return ::megac::detail::refineByInference<$cppClass>(
+          context, location, operands, attributes, properties, regions,
+          returnTypes);
+    }
+    ::llvm::LogicalResult $cppClass::verify() {
+      return ::megac::detail::verifyByInference(*this);
+    }
+  }];
 }
 
 //===----------------------------------------------------------------------===//

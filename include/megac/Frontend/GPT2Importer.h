@@ -1,0 +1,50 @@
+//===- GPT2Importer.h - HuggingFace GPT-2 config to megac IR ----*- C++ -*-===//
+//
+// `megac import --hf-config config.json` turns a GPT-2-family config into a
+// megac model: parameters as annotated function arguments (init spec, HF
+// tensor name, Megatron tensor-parallel sharding of the weights) and the
+// forward pass returning logits and the mean cross-entropy loss.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MEGAC_FRONTEND_GPT2IMPORTER_H
+#define MEGAC_FRONTEND_GPT2IMPORTER_H
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/OwningOpRef.h"
+#include "llvm/Support/Error.h"
+#include <cstdint>
+#include <string>
+
+namespace megac {
+
+struct GPT2Config {
+  std::string name = "gpt2";
+  int64_t numLayers = 0;
+  int64_t hidden = 0;
+  int64_t numHeads = 0;
+  int64_t vocabSize = 0;
+  int64_t maxPositions = 0;
+  double layerNormEpsilon = 1e-5;
+  double initStd = 0.02;
+  bool tieEmbeddings = true;
+  /// Annotate weights with Megatron tensor-parallel shardings on axis "tp".
+  bool tensorParallel = true;
+};
+
+/// Parses a HuggingFace GPT-2 config (also accepts the generic names
+/// num_hidden_layers, hidden_size, num_attention_heads,
+/// max_position_embeddings). Errors name the offending key.
+llvm::Expected<GPT2Config> parseGPT2Config(llvm::StringRef json);
+
+/// The small model the README's demo and the tests use: 4 layers, hidden
+/// 128, 4 heads, vocabulary 512, 128 positions.
+GPT2Config getTinyGPT2Config();
+
+/// Builds the model; batch and sequence dimensions are dynamic.
+mlir::OwningOpRef<mlir::ModuleOp> buildGPT2Module(mlir::MLIRContext *ctx,
+                                                  const GPT2Config &config);
+
+} // namespace megac
+
+#endif // MEGAC_FRONTEND_GPT2IMPORTER_H

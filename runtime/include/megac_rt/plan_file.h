@@ -1,0 +1,62 @@
+//===- plan_file.h - Reading, writing and verifying .mgc plans -*- C++ -*-===//
+//
+// The one place that knows how a plan file is framed: an outer `Plan` table
+// (file identifier "MGCP", format version, CRC-32) around a nested `Program`.
+// Both the compiler (which writes plans) and the runtime (which loads, checks
+// and prints them) go through this header. It is usable from code built
+// without exceptions or RTTI: every failure comes back as a one-line message.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MEGAC_RT_PLAN_FILE_H
+#define MEGAC_RT_PLAN_FILE_H
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "plan_generated.h"
+
+namespace megac_rt {
+
+/// Version written into every plan; the runtime refuses any other.
+constexpr uint32_t kPlanFormatVersion = 1;
+
+/// CRC-32 (IEEE 802.3, reflected, as zlib computes it).
+uint32_t crc32(const uint8_t *data, size_t size);
+
+/// Frames a finished `Program` flatbuffer into the bytes of a plan file.
+std::vector<uint8_t> wrapProgram(const uint8_t *program, size_t size,
+                                 const std::string &producer);
+
+/// A plan held in memory together with views into it.
+struct LoadedPlan {
+  std::vector<uint8_t> bytes;
+  const megac::plan::Plan *plan = nullptr;
+  const megac::plan::Program *program = nullptr;
+};
+
+/// Checks framing, CRC, version, flatbuffer structure and the program's
+/// semantic invariants (buffer indices, shapes per opcode, axes and groups).
+/// Returns "" on success, otherwise a one-line error message.
+std::string verifyPlanBytes(std::vector<uint8_t> bytes, LoadedPlan &out);
+
+/// Reads `path` and verifies it; "" on success, else a one-line message that
+/// names the file.
+std::string loadPlanFile(const std::string &path, LoadedPlan &out);
+
+/// Human-readable dump; `rank` < 0 prints every rank.
+std::string dumpPlanText(const LoadedPlan &plan, int rank = -1);
+
+/// The same content as JSON: {"format_version", "model", "world_size",
+/// "axes", "batch", "seq", "ranks": [{"rank", "coords", "buffers", "params",
+/// "inputs", "outputs", "instructions": [...]}]}. `rank` < 0 keeps all ranks.
+std::string dumpPlanJson(const LoadedPlan &plan, int rank = -1);
+
+/// Lower-case name of an opcode as printed by the dumps ("all_reduce").
+const char *opcodeName(megac::plan::OpCode op);
+
+} // namespace megac_rt
+
+#endif // MEGAC_RT_PLAN_FILE_H

@@ -1,0 +1,282 @@
+//===- executor.cpp - Runs one rank's instruction stream ------------------===//
+//
+// Instruction semantics are those of plan.fbs; shapes were validated by the
+// verifier, so the executor only derives loop bounds from them.
+//
+//===----------------------------------------------------------------------===//
+
+#include "executor.h"
+#include "error.h"
+#include "init.h"
+#include "kernels.h"
+
+#include <chrono>
+#include <cstring>
+#include <new>
+
+using namespace megac::plan;
+
+namespace megac_rt {
+
+Collectives::~Collectives() = default;
+
+void LocalCollectives::allGather(int, const void *Send, size_t Bytes,
+                                 void *Recv) {
+  std::memcpy(Recv, Send, Bytes);
+}
+
+int64_t Tensor::numel() const {
+  int64_t N = 1;
+  for (int64_t D : shape)
+    N *= D;
+  return N;
+}
+
+std::string shapeString(const std::vector<int64_t> &Shape) {
+  std::string R = "[";
+  for (size_t I = 0; I < Shape.size(); ++I)
+    R += (I ? "x" : "") + std::to_string(Shape[I]);
+  return R + "]";
+}
+
+static std::vector<int64_t> vec(const flatbuffers::Vector<int64_t> *V) {
+  return V ? std::vector<int64_t>(V->begin(), V->end())
+           : std::vector<int64_t>();
+}
+
+Executor::Executor(const Program &P, uint32_t Rank)
+    : P(P), RP(*P.ranks()->Get(Rank)) {}
+
+void Executor::allocate() {
+  size_t N = RP.buffers() ? RP.buffers()->size() : 0;
+  uint64_t Total = 0;
+  try {
+    Bufs.resize(N);
+    for (size_t B = 0; B < N; ++B) {
+      const Buffer *Buf = RP.buffers()->Get(B);
+      Tensor &T = Bufs[B];
+      T.dtype = Buf->dtype();
+      T.shape = vec(Buf->shape());
+      Total += T.bytes();
+      if (T.isF32())
+        T.f.assign(size_t(T.numel()), 0.0f);
+      else
+        T.i.assign(size_t(T.numel()), 0);
+    }
+  } catch (const std::bad_alloc &) {
+    throw RunError("out of memory allocating the buffers of rank " +
+                   std::to_string(RP.rank()) + " (" +
+                   std::to_string(Total >> 20) + " MiB so far)");
+  }
+}
+
+uint64_t Executor::paramElements() const {
+  uint64_t N = 0;
+  if (RP.params())
+    for (const Param *Pa : *RP.params())
+      N += uint64_t(Bufs[Pa->buffer()].numel());
+  return N;
+}
+
+static InitMode initMode(InitKind K) {
+  return K == ik::Ones     ? InitMode::Ones
+         : K == ik::Normal ? InitMode::Normal
+                                 : InitMode::Zeros;
+}
+
+static void initOne(const Param &Pa, Tensor &T, uint64_t Seed) {
+  initParamSlice(Pa.name()->str(), initMode(Pa.init()), Pa.std(),
+                 vec(Pa.global_shape()), vec(Pa.offset()), T.shape, Seed,
+                 T.f.data());
+}
+
+void Executor::initParams(uint64_t Seed) {
+  if (RP.params())
+    for (const Param *Pa : *RP.params())
+      initOne(*Pa, Bufs[Pa->buffer()], Seed);
+}
+
+size_t Executor::loadParams(const SafetensorsFile &File, uint64_t Seed) {
+  size_t Loaded = 0;
+  if (!RP.params())
+    return 0;
+  for (const Param *Pa : *RP.params()) {
+    Tensor &T = Bufs[Pa->buffer()];
+    if (!Pa->hf_name() || Pa->hf_name()->size() == 0) {
+      initOne(*Pa, T, Seed);
+      continue;
+    }
+    loadParamSlice(File, Pa->name()->str(), Pa->hf_name()->str(),
+                   vec(Pa->hf_offset()), vec(Pa->global_shape()),
+                   vec(Pa->offset()), T.shape, T.f.data());
+    ++Loaded;
+  }
+  return Loaded;
+}
+
+bool Executor::needsLabels() const {
+  if (RP.inputs())
+    for (const Input *In : *RP.inputs())
+      if (In->kind()->str() == "labels")
+        return true;
+  return false;
+}
+
+size_t Executor::tokensNeeded() const {
+  return size_t(P.batch() * P.seq()) + (needsLabels() ? 1 : 0);
+}
+
+void Executor::setInputs(const std::vector<int32_t> &Stream) {
+  const size_t N = size_t(P.batch() * P.seq());
+  if (!RP.inputs())
+    return;
+  for (const Input *In : *RP.inputs()) {
+    size_t Shift = In->kind()->str() == "labels" ? 1 : 0;
+    if (Stream.size() < N + Shift)
+      throw RunError("internal error: token stream too short");
+    std::memcpy(Bufs[In->buffer()].i.data(), Stream.data() + Shift,
+                N * sizeof(int32_t));
+  }
+}
+
+RunStats Executor::run(Collectives &C) {
+  RunStats Stats;
+  auto Start = std::chrono::steady_clock::now();
+  if (RP.instrs())
+    for (uint32_t I = 0; I < RP.instrs()->size(); ++I) {
+      const Instr &In = *RP.instrs()->Get(I);
+      uint32_t OutId = In.outputs()->Get(0);
+      // An instruction may write one of its own inputs; compute into a
+      // scratch tensor then so kernels never see aliased arguments.
+      bool Aliased = false;
+      for (uint32_t X : *In.inputs())
+        Aliased |= X == OutId;
+      try {
+        if (Aliased) {
+          Tensor Tmp = Bufs[OutId];
+          exec(In, C, Tmp);
+          Bufs[OutId] = std::move(Tmp);
+        } else {
+          exec(In, C, Bufs[OutId]);
+        }
+      } catch (const RunError &E) {
+        std::string Loc = In.loc() ? In.loc()->str() : "";
+        throw RunError("rank " + std::to_string(RP.rank()) + ", instruction " +
+                       std::to_string(I) + " (" + opcodeName(In.op()) +
+                       (Loc.empty() ? "" : " at " + Loc) + "): " + E.what());
+      }
+      ++Stats.instructions;
+      if (In.op() == op::AllReduce || In.op() == op::AllGather)
+        ++Stats.collectives;
+    }
+  Stats.seconds = std::chrono::duration<double>(
+                      std::chrono::steady_clock::now() - Start)
+                      .count();
+  return Stats;
+}
+
+void Executor::exec(const Instr &In, Collectives &C, Tensor &Y) {
+  auto X = [&](unsigned K) -> const Tensor & {
+    return Bufs[In.inputs()->Get(K)];
+  };
+  auto Int = [&](unsigned K) { return In.ints()->Get(K); };
+  const Tensor &A = X(0);
+  const int64_t Last = A.shape.empty() ? 1 : A.shape.back();
+  switch (In.op()) {
+  case op::Embedding: {
+    const Tensor &Tab = X(0), &Ids = X(1);
+    kernels::embedding(Tab.f.data(), Tab.shape[0], Tab.shape[1], Ids.i.data(),
+                       Ids.numel(), Int(0), P.vocab_size(), Y.f.data());
+    return;
+  }
+  case op::PositionEmbedding: {
+    // Rows 0..S-1 of the table, which are contiguous.
+    std::memcpy(Y.f.data(), A.f.data(), Y.bytes());
+    return;
+  }
+  case op::Linear: {
+    const Tensor &W = X(1);
+    bool T = Int(0) != 0;
+    int64_t N = T ? W.shape[0] : W.shape[1];
+    int64_t M = N ? Y.numel() / N : 0;
+    kernels::linear(A.f.data(), M, Last, W.f.data(), N, T, Y.f.data());
+    return;
+  }
+  case op::MatMul: {
+    const Tensor &B = X(1);
+    size_t R = A.shape.size();
+    int64_t M = A.shape[R - 2], K = A.shape[R - 1], N = B.shape[R - 1];
+    if (M * N == 0)
+      return;
+    kernels::matmul(A.f.data(), B.f.data(), Y.numel() / (M * N), M, K, N,
+                    Y.f.data());
+    return;
+  }
+  case op::Add:
+    kernels::add(A.f.data(), A.numel(), X(1).f.data(), X(1).numel(),
+                 Y.f.data());
+    return;
+  case op::Mul:
+    kernels::mul(A.f.data(), A.numel(), X(1).f.data(), X(1).numel(),
+                 Y.f.data());
+    return;
+  case op::Gelu:
+    kernels::gelu(A.f.data(), A.numel(), Y.f.data());
+    return;
+  case op::LayerNorm:
+    if (Last)
+      kernels::layerNorm(A.f.data(), A.numel() / Last, Last, X(1).f.data(),
+                         X(2).f.data(), In.floats()->Get(0), Y.f.data());
+    return;
+  case op::Attention:
+    if (A.numel())
+      kernels::attention(A.f.data(), X(1).f.data(), X(2).f.data(),
+                         A.shape[0], A.shape[1], A.shape[2], Int(0),
+                         Int(1) != 0, Y.f.data());
+    return;
+  case op::Softmax:
+    if (Last)
+      kernels::softmax(A.f.data(), A.numel() / Last, Last, Y.f.data());
+    return;
+  case op::Reshape:
+    std::memcpy(Y.data(), A.data(), Y.bytes());
+    return;
+  case op::Transpose:
+    kernels::transpose(static_cast<const uint32_t *>(A.data()), A.shape,
+                       vec(In.ints()), static_cast<uint32_t *>(Y.data()));
+    return;
+  case op::CrossEntropy:
+    Y.f[0] = float(kernels::crossEntropy(A.f.data(), A.numel() / Last, Last,
+                                         X(1).i.data()));
+    return;
+  case op::AllReduce:
+    std::memcpy(Y.f.data(), A.f.data(), Y.bytes());
+    C.allReduceSum(In.axis(), Y.f.data(), size_t(Y.numel()));
+    return;
+  case op::AllGather:
+  case op::SliceShard: {
+    const int64_t D = Int(0);
+    const int64_t G = P.axes()->Get(In.axis())->size();
+    int64_t Outer = 1, Inner = 1;
+    for (int64_t K = 0; K < D; ++K)
+      Outer *= A.shape[K];
+    for (size_t K = size_t(D) + 1; K < A.shape.size(); ++K)
+      Inner *= A.shape[K];
+    if (In.op() == op::SliceShard) {
+      int64_t Coord = RP.coords()->Get(In.axis());
+      kernels::sliceChunk(static_cast<const uint8_t *>(A.data()), Outer,
+                          Y.shape[D], Inner, G, Coord, 4,
+                          static_cast<uint8_t *>(Y.data()));
+      return;
+    }
+    std::vector<uint8_t> Chunks(A.bytes() * size_t(G));
+    C.allGather(In.axis(), A.data(), A.bytes(), Chunks.data());
+    kernels::concatChunks(Chunks.data(), Outer, A.shape[D], Inner, G, 4,
+                          static_cast<uint8_t *>(Y.data()));
+    return;
+  }
+  }
+  throw RunError("unknown opcode");
+}
+
+} // namespace megac_rt

@@ -1,0 +1,157 @@
+//===- init.cpp - Parameter initialization and input tokens ---------------===//
+//
+// See init.h. Token files and checkpoints are external input, so sizes,
+// dtypes and token ranges are all checked with messages that say which
+// file, tensor or position is at fault.
+//
+//===----------------------------------------------------------------------===//
+
+#include "init.h"
+#include "error.h"
+#include "rng.h"
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+
+namespace megac_rt {
+
+namespace {
+std::string listStr(const ShapeVec &S) {
+  std::string R = "[";
+  for (size_t I = 0; I < S.size(); ++I)
+    R += (I ? "," : "") + std::to_string(S[I]);
+  return R + "]";
+}
+} // namespace
+
+void initParamSlice(const std::string &Name, InitMode Mode, double Std,
+                    const ShapeVec &Global, const ShapeVec &Offset,
+                    const ShapeVec &Local, uint64_t Seed, float *Out) {
+  if (Mode != InitMode::Normal) {
+    float V = Mode == InitMode::Ones ? 1.0f : 0.0f;
+    forEachRun(Local, Offset, Global, [&](int64_t L, int64_t, int64_t Len) {
+      std::fill(Out + L, Out + L + Len, V);
+    });
+    return;
+  }
+  const uint64_t Key = paramKey(Name, Seed);
+  forEachRun(Local, Offset, Global, [&](int64_t L, int64_t G, int64_t Len) {
+    for (int64_t J = 0; J < Len; ++J)
+      Out[L + J] = float(Std * normalAt(Key, uint64_t(G + J)));
+  });
+}
+
+void loadParamSlice(const SafetensorsFile &File, const std::string &Name,
+                    const std::string &HfName, const ShapeVec &HfOffset,
+                    const ShapeVec &Global, const ShapeVec &Offset,
+                    const ShapeVec &Local, float *Out) {
+  const std::string &Path = File.path();
+  const TensorInfo *T = File.header().find(HfName);
+  std::string Alt;
+  if (!T) {
+    const std::string Pfx = "transformer.";
+    Alt = HfName.compare(0, Pfx.size(), Pfx) == 0 ? HfName.substr(Pfx.size())
+                                                  : Pfx + HfName;
+    T = File.header().find(Alt);
+  }
+  if (!T)
+    throw RunError(Path + ": tensor \"" + HfName + "\" (for parameter " +
+                   Name + ") not found (also tried \"" + Alt + "\")");
+  bool ShapeOk = T->shape.size() == Global.size();
+  for (size_t D = 0; ShapeOk && D < Global.size(); ++D)
+    ShapeOk = HfOffset[D] + Global[D] <= T->shape[D];
+  if (!ShapeOk) {
+    std::string Need = listStr(Global);
+    if (std::any_of(HfOffset.begin(), HfOffset.end(),
+                    [](int64_t O) { return O != 0; }))
+      Need += " at offset " + listStr(HfOffset);
+    throw RunError(Path + ": tensor \"" + T->name + "\" has shape " +
+                   listStr(T->shape) + " but parameter " + Name +
+                   " expects " + Need + " within it");
+  }
+  ShapeVec Start(Global.size());
+  for (size_t D = 0; D < Global.size(); ++D)
+    Start[D] = HfOffset[D] + Offset[D];
+  const uint8_t *Src = File.data(*T);
+  const std::string &DT = T->dtype;
+  if (DT != "F32" && DT != "F16" && DT != "BF16")
+    throw RunError(Path + ": tensor \"" + T->name + "\" has dtype " + DT +
+                   " (expected F32, F16 or BF16)");
+  forEachRun(Local, Start, T->shape, [&](int64_t L, int64_t B, int64_t Len) {
+    if (DT == "F32") {
+      std::memcpy(Out + L, Src + B * 4, size_t(Len) * 4);
+      return;
+    }
+    for (int64_t J = 0; J < Len; ++J) {
+      uint16_t H;
+      std::memcpy(&H, Src + (B + J) * 2, 2);
+      Out[L + J] = DT == "F16" ? halfToFloat(H) : bf16ToFloat(H);
+    }
+  });
+}
+
+std::vector<int32_t> defaultTokenStream(uint64_t Seed, size_t Count,
+                                        int64_t Vocab) {
+  std::vector<int32_t> T(Count);
+  const uint64_t Base = splitmix64(Seed);
+  for (size_t I = 0; I < Count; ++I)
+    T[I] = int32_t(splitmix64(Base + I) % uint64_t(Vocab));
+  return T;
+}
+
+std::vector<int32_t> readTokenFile(const std::string &Path, size_t Count,
+                                   int64_t Vocab) {
+  std::ifstream F(Path, std::ios::binary | std::ios::ate);
+  if (!F)
+    throw RunError(Path + ": cannot open token file");
+  const uint64_t Size = uint64_t(F.tellg());
+  F.seekg(0);
+  uint64_t Start = 0, Available = Size / 2;
+  size_t Width = 2;
+  std::string Format = "raw uint16 tokens";
+  if (Size >= 1024) {
+    int32_t Hdr[256];
+    if (!F.read(reinterpret_cast<char *>(Hdr), sizeof(Hdr)))
+      throw RunError(Path + ": error reading token file");
+    if (Hdr[0] == 20240520) {
+      if (Hdr[1] != 1 && Hdr[1] != 2)
+        throw RunError(Path + ": llm.c token file version " +
+                       std::to_string(Hdr[1]) +
+                       " is not supported (expected 1 or 2)");
+      Width = Hdr[1] == 1 ? 2 : 4;
+      Start = 1024;
+      Format = "llm.c token file";
+      uint64_t InFile = (Size - 1024) / Width;
+      if (Hdr[2] < 0 || uint64_t(Hdr[2]) > InFile)
+        throw RunError(Path + ": llm.c header announces " +
+                       std::to_string(Hdr[2]) + " tokens but the file holds " +
+                       std::to_string(InFile) + " (truncated?)");
+      Available = uint64_t(Hdr[2]);
+    }
+  }
+  if (Available < Count)
+    throw RunError(Path + ": " + Format + " holds " +
+                   std::to_string(Available) + " tokens but the plan needs " +
+                   std::to_string(Count));
+  std::vector<uint8_t> Raw(Count * Width);
+  F.clear();
+  F.seekg(std::streamoff(Start));
+  if (Count && !F.read(reinterpret_cast<char *>(Raw.data()),
+                       std::streamsize(Raw.size())))
+    throw RunError(Path + ": error reading token file");
+  std::vector<int32_t> T(Count);
+  for (size_t I = 0; I < Count; ++I) {
+    uint32_t V = 0;
+    for (size_t B = 0; B < Width; ++B)
+      V |= uint32_t(Raw[I * Width + B]) << (8 * B);
+    if (int64_t(V) >= Vocab)
+      throw RunError(Path + ": token " + std::to_string(V) + " at position " +
+                     std::to_string(I) + " is outside the vocabulary (size " +
+                     std::to_string(Vocab) + ")");
+    T[I] = int32_t(V);
+  }
+  return T;
+}
+
+} // namespace megac_rt

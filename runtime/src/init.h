@@ -1,0 +1,85 @@
+//===- init.h - Parameter initialization and input tokens -----*- C++ -*-===//
+//
+// Everything that fills buffers before the first instruction runs: seeded
+// parameter init, loading a rank's slice of a HuggingFace checkpoint, and
+// producing the token stream the "tokens"/"labels" inputs are cut from.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MEGAC_RT_INIT_H
+#define MEGAC_RT_INIT_H
+
+#include "safetensors.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace megac_rt {
+
+using ShapeVec = std::vector<int64_t>;
+
+enum class InitMode { Zeros, Ones, Normal };
+
+/// Fills the slice (\p Local at \p Offset) of a \p Global-shaped parameter.
+/// Normal values depend only on (Name, Seed, global element index), never on
+/// how the parameter is sharded.
+void initParamSlice(const std::string &Name, InitMode Mode, double Std,
+                    const ShapeVec &Global, const ShapeVec &Offset,
+                    const ShapeVec &Local, uint64_t Seed, float *Out);
+
+/// Copies the slice (\p Local at \p Offset of \p Global) of parameter
+/// \p Name out of tensor \p HfName (at \p HfOffset inside it) of \p File,
+/// converting F16/BF16 to float. Accepts the tensor name with or without a
+/// "transformer." prefix. Throws RunError "<file>: <what>".
+void loadParamSlice(const SafetensorsFile &File, const std::string &Name,
+                    const std::string &HfName, const ShapeVec &HfOffset,
+                    const ShapeVec &Global, const ShapeVec &Offset,
+                    const ShapeVec &Local, float *Out);
+
+/// t[i] = splitmix64(splitmix64(Seed) + i) % Vocab for i < Count.
+std::vector<int32_t> defaultTokenStream(uint64_t Seed, size_t Count,
+                                        int64_t Vocab);
+
+/// Reads the first \p Count tokens of a nanoGPT-style raw uint16 file, or of
+/// an llm.c .bin file (1024-byte header, magic 20240520; version 1 holds
+/// uint16 tokens, version 2 uint32). Throws RunError "<path>: <what>" for
+/// short files and out-of-vocabulary tokens.
+std::vector<int32_t> readTokenFile(const std::string &Path, size_t Count,
+                                   int64_t Vocab);
+
+/// Calls Fn(LocalFlat, BigFlat, Len) for each contiguous innermost run of a
+/// \p Local-shaped block placed at \p Start inside a \p Big-shaped tensor.
+template <typename FnT>
+void forEachRun(const ShapeVec &Local, const ShapeVec &Start,
+                const ShapeVec &Big, FnT Fn) {
+  const size_t R = Local.size();
+  int64_t N = 1;
+  for (int64_t D : Local)
+    N *= D;
+  if (N == 0)
+    return;
+  if (R == 0) {
+    Fn(int64_t(0), int64_t(0), int64_t(1));
+    return;
+  }
+  std::vector<int64_t> Stride(R, 1), Idx(R, 0);
+  for (size_t I = R; I-- > 1;)
+    Stride[I - 1] = Stride[I] * Big[I];
+  const int64_t Len = Local[R - 1];
+  for (int64_t L = 0; L < N; L += Len) {
+    int64_t B = 0;
+    for (size_t D = 0; D < R; ++D)
+      B += (Start[D] + Idx[D]) * Stride[D];
+    Fn(L, B, Len);
+    for (size_t D = R - 1; D-- > 0;) {
+      if (++Idx[D] < Local[D])
+        break;
+      Idx[D] = 0;
+    }
+  }
+}
+
+} // namespace megac_rt
+
+#endif // MEGAC_RT_INIT_H

@@ -1,0 +1,69 @@
+//===- mpi_comm.cpp - MPI implementation of Collectives -------------------===//
+//
+// Counts are passed to MPI as int; buffers above INT_MAX elements are sent
+// in pieces (all-reduce) or as a contiguous derived type (all-gather) so a
+// large tensor never overflows MPI's count argument.
+//
+//===----------------------------------------------------------------------===//
+
+#include "mpi_comm.h"
+#include "error.h"
+
+#include <algorithm>
+#include <climits>
+
+using namespace megac::plan;
+
+namespace megac_rt {
+
+MpiCollectives::MpiCollectives(const Program &P, uint32_t Rank) {
+  const RankProgram &RP = *P.ranks()->Get(Rank);
+  size_t NAxes = P.axes() ? P.axes()->size() : 0;
+  for (size_t A = 0; A < NAxes; ++A) {
+    const Axis &Ax = *P.axes()->Get(A);
+    int Color = 0;
+    for (uint32_t G = 0; G < Ax.groups()->size(); ++G)
+      for (uint32_t R : *Ax.groups()->Get(G)->ranks())
+        if (R == Rank)
+          Color = int(G);
+    MPI_Comm C;
+    MPI_Comm_split(MPI_COMM_WORLD, Color, int(RP.coords()->Get(A)), &C);
+    Comms.push_back(C);
+  }
+}
+
+MpiCollectives::~MpiCollectives() {
+  for (MPI_Comm &C : Comms)
+    MPI_Comm_free(&C);
+}
+
+void MpiCollectives::allReduceSum(int Axis, float *Data, size_t N) {
+  while (N) {
+    int Count = int(std::min<size_t>(N, INT_MAX));
+    if (MPI_Allreduce(MPI_IN_PLACE, Data, Count, MPI_FLOAT, MPI_SUM,
+                      Comms[size_t(Axis)]) != MPI_SUCCESS)
+      throw RunError("MPI_Allreduce failed");
+    Data += Count;
+    N -= size_t(Count);
+  }
+}
+
+void MpiCollectives::allGather(int Axis, const void *Send, size_t Bytes,
+                               void *Recv) {
+  MPI_Datatype T = MPI_BYTE;
+  int Count = int(Bytes);
+  bool Derived = Bytes > size_t(INT_MAX);
+  if (Derived) {
+    // Bytes is a multiple of 4 (f32/i32), and below 2^40 * 4.
+    MPI_Type_contiguous(int(Bytes / 4), MPI_FLOAT, &T);
+    MPI_Type_commit(&T);
+    Count = 1;
+  }
+  int Rc = MPI_Allgather(Send, Count, T, Recv, Count, T, Comms[size_t(Axis)]);
+  if (Derived)
+    MPI_Type_free(&T);
+  if (Rc != MPI_SUCCESS)
+    throw RunError("MPI_Allgather failed");
+}
+
+} // namespace megac_rt

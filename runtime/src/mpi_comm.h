@@ -1,0 +1,38 @@
+//===- mpi_comm.h - MPI implementation of Collectives ---------*- C++ -*-===//
+//
+// One sub-communicator per grid axis, split from MPI_COMM_WORLD so that the
+// communicator rank of every process equals its coordinate on that axis
+// (its position in its group), which is the order AllGather concatenates in.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MEGAC_RT_MPI_COMM_H
+#define MEGAC_RT_MPI_COMM_H
+
+#include "executor.h"
+
+#include <mpi.h>
+
+#include <vector>
+
+namespace megac_rt {
+
+class MpiCollectives : public Collectives {
+public:
+  /// Collective over MPI_COMM_WORLD: every rank must call it.
+  MpiCollectives(const megac::plan::Program &P, uint32_t Rank);
+  ~MpiCollectives() override;
+  MpiCollectives(const MpiCollectives &) = delete;
+  MpiCollectives &operator=(const MpiCollectives &) = delete;
+
+  void allReduceSum(int Axis, float *Data, size_t N) override;
+  void allGather(int Axis, const void *Send, size_t Bytes,
+                 void *Recv) override;
+
+private:
+  std::vector<MPI_Comm> Comms;
+};
+
+} // namespace megac_rt
+
+#endif // MEGAC_RT_MPI_COMM_H

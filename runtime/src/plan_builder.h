@@ -1,0 +1,302 @@
+//===- plan_builder.h - Mutable plan description for tests and demos -*- C++ -*-===//
+//
+// A plain-struct mirror of the Program schema plus a serializer. The unit
+// tests and megac-plan-demo build plans through it instead of calling the
+// flatbuffers builder directly; keeping the mirror here (rather than using
+// flatc's object API) leaves plan_generated.h, which the compiler includes,
+// as small as possible. Header-only on purpose: the demo tool does not link
+// the runtime core.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MEGAC_RT_PLAN_BUILDER_H
+#define MEGAC_RT_PLAN_BUILDER_H
+
+#include "megac_rt/plan_file.h"
+#include "plan_enums.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace megac_rt {
+namespace builder {
+
+// The generated enums are unscoped (op::Linear, dt::F32, ...).
+using namespace megac::plan;
+
+struct BufferDesc {
+  DType dtype = dt::F32;
+  std::vector<int64_t> shape;
+  std::string name;
+};
+
+struct ParamDesc {
+  std::string name;
+  uint32_t buffer = 0;
+  std::vector<int64_t> globalShape, offset;
+  InitKind init = ik::Zeros;
+  double std = 0;
+  std::string hfName;
+  std::vector<int64_t> hfOffset;
+};
+
+struct InstrDesc {
+  OpCode op = op::Add;
+  std::vector<uint32_t> inputs, outputs;
+  std::vector<int64_t> ints;
+  std::vector<double> floats;
+  int32_t axis = -1;
+  std::string loc;
+};
+
+struct NamedBuffer {
+  std::string name;
+  uint32_t buffer = 0;
+  std::string kind; // inputs only
+};
+
+struct RankDesc {
+  uint32_t rank = 0;
+  std::vector<int64_t> coords;
+  std::vector<BufferDesc> buffers;
+  std::vector<ParamDesc> params;
+  std::vector<NamedBuffer> inputs, outputs;
+  std::vector<InstrDesc> instrs;
+
+  uint32_t addBuffer(DType T, std::vector<int64_t> Shape, std::string Name) {
+    buffers.push_back({T, std::move(Shape), std::move(Name)});
+    return uint32_t(buffers.size() - 1);
+  }
+  /// Appends an instruction with a fresh f32 (or \p T) result buffer.
+  uint32_t emit(OpCode Op, std::vector<uint32_t> Ins,
+                std::vector<int64_t> OutShape, std::vector<int64_t> Ints = {},
+                std::vector<double> Floats = {}, int32_t Axis = -1,
+                std::string Loc = "", DType T = dt::F32) {
+    uint32_t Out = addBuffer(T, std::move(OutShape), Loc);
+    instrs.push_back({Op, std::move(Ins), {Out}, std::move(Ints),
+                      std::move(Floats), Axis, std::move(Loc)});
+    return Out;
+  }
+};
+
+struct AxisDesc {
+  std::string name;
+  uint32_t size = 1;
+  std::vector<std::vector<uint32_t>> groups;
+};
+
+struct ProgramDesc {
+  std::string modelName = "test";
+  uint64_t modelHash = 0;
+  uint32_t worldSize = 1;
+  std::vector<AxisDesc> axes;
+  int64_t batch = 1, seq = 1, vocabSize = 1;
+  uint64_t seed = 0;
+  std::vector<RankDesc> ranks;
+};
+
+/// Serializes \p P into the bytes of a finished Program flatbuffer.
+inline std::vector<uint8_t> serializeProgram(const ProgramDesc &P) {
+  namespace fb = megac::plan;
+  flatbuffers::FlatBufferBuilder B;
+  std::vector<flatbuffers::Offset<fb::Axis>> Axes;
+  for (const AxisDesc &A : P.axes) {
+    std::vector<flatbuffers::Offset<fb::Group>> Groups;
+    for (const auto &G : A.groups)
+      Groups.push_back(fb::CreateGroupDirect(B, &G));
+    Axes.push_back(fb::CreateAxisDirect(B, A.name.c_str(), A.size, &Groups));
+  }
+  std::vector<flatbuffers::Offset<fb::RankProgram>> Ranks;
+  for (const RankDesc &R : P.ranks) {
+    std::vector<flatbuffers::Offset<fb::Buffer>> Bufs;
+    for (const BufferDesc &D : R.buffers)
+      Bufs.push_back(
+          fb::CreateBufferDirect(B, D.dtype, &D.shape, D.name.c_str()));
+    std::vector<flatbuffers::Offset<fb::Param>> Params;
+    for (const ParamDesc &D : R.params)
+      Params.push_back(fb::CreateParamDirect(
+          B, D.name.c_str(), D.buffer, &D.globalShape, &D.offset, D.init,
+          D.std, D.hfName.c_str(), &D.hfOffset));
+    std::vector<flatbuffers::Offset<fb::Input>> Inputs;
+    for (const NamedBuffer &D : R.inputs)
+      Inputs.push_back(fb::CreateInputDirect(B, D.name.c_str(), D.buffer,
+                                             D.kind.c_str()));
+    std::vector<flatbuffers::Offset<fb::Output>> Outputs;
+    for (const NamedBuffer &D : R.outputs)
+      Outputs.push_back(fb::CreateOutputDirect(B, D.name.c_str(), D.buffer));
+    std::vector<flatbuffers::Offset<fb::Instr>> Instrs;
+    for (const InstrDesc &D : R.instrs)
+      Instrs.push_back(fb::CreateInstrDirect(B, D.op, &D.inputs, &D.outputs,
+                                             &D.ints, &D.floats, D.axis,
+                                             D.loc.c_str()));
+    Ranks.push_back(fb::CreateRankProgramDirect(B, R.rank, &R.coords, &Bufs,
+                                                &Params, &Inputs, &Outputs,
+                                                &Instrs));
+  }
+  auto Root = fb::CreateProgramDirect(B, P.modelName.c_str(), P.modelHash,
+                                      P.worldSize, &Axes, P.batch, P.seq,
+                                      P.vocabSize, P.seed, &Ranks);
+  B.Finish(Root);
+  return std::vector<uint8_t>(B.GetBufferPointer(),
+                              B.GetBufferPointer() + B.GetSize());
+}
+
+/// Serializes and frames \p P into the bytes of a plan file.
+inline std::vector<uint8_t> buildPlanBytes(const ProgramDesc &P,
+                                           const std::string &Producer =
+                                               "megac-rt test") {
+  std::vector<uint8_t> Body = serializeProgram(P);
+  return wrapProgram(Body.data(), Body.size(), Producer);
+}
+
+/// Options of the demo GPT-2 plan (Megatron-style tensor parallelism).
+struct Gpt2DemoOptions {
+  int64_t nLayer = 2, nEmbd = 64, nHead = 4, vocab = 128, nPositions = 64;
+  int64_t batch = 2, seq = 16;
+  uint32_t tp = 1;
+  uint64_t seed = 1234;
+  double eps = 1e-5;
+  bool loss = true;
+};
+
+/// Builds a GPT-2 forward plan sharded over a `tp` axis the way Megatron-LM
+/// does: vocab-parallel embedding (+ all_reduce), column-parallel q/k/v and
+/// c_fc, row-parallel projections (+ all_reduce), vocab-parallel tied
+/// logits gathered along the vocabulary. Parameter names and HF mappings are
+/// identical for every tp, so a seeded init is the same model at any tp.
+inline ProgramDesc buildGpt2Demo(const Gpt2DemoOptions &O) {
+  ProgramDesc P;
+  P.modelName = "gpt2";
+  P.modelHash = 0x6d65676163677074ull;
+  P.worldSize = O.tp;
+  P.batch = O.batch;
+  P.seq = O.seq;
+  P.vocabSize = O.vocab;
+  P.seed = O.seed;
+  AxisDesc Tp{"tp", O.tp, {{}}};
+  for (uint32_t R = 0; R < O.tp; ++R)
+    Tp.groups[0].push_back(R);
+  P.axes.push_back(Tp);
+
+  const int64_t H = O.nEmbd, T = O.tp, B = O.batch, S = O.seq;
+  for (uint32_t C = 0; C < O.tp; ++C) {
+    RankDesc R;
+    R.rank = C;
+    R.coords = {C};
+    auto Param = [&](const std::string &Name, std::vector<int64_t> Global,
+                     std::vector<int64_t> Local, std::vector<int64_t> Off,
+                     InitKind Init, const std::string &Hf,
+                     std::vector<int64_t> HfOff) {
+      uint32_t Buf = R.addBuffer(dt::F32, Local, Name);
+      R.params.push_back({Name, Buf, std::move(Global), std::move(Off), Init,
+                          Init == ik::Normal ? 0.02 : 0.0, Hf,
+                          std::move(HfOff)});
+      return Buf;
+    };
+    auto Full = [&](const std::string &Name, std::vector<int64_t> Shape,
+                    InitKind Init) {
+      std::vector<int64_t> Zero(Shape.size(), 0);
+      return Param(Name, Shape, Shape, Zero, Init, Name, Zero);
+    };
+    const int64_t Vl = O.vocab / T, Hl = H / T, Fl = 4 * H / T;
+    uint32_t Wte = Param("wte.weight", {O.vocab, H}, {Vl, H}, {C * Vl, 0},
+                         ik::Normal, "wte.weight", {0, 0});
+    uint32_t Wpe = Full("wpe.weight", {O.nPositions, H}, ik::Normal);
+    uint32_t Tok = R.addBuffer(dt::I32, {B, S}, "tokens");
+    R.inputs.push_back({"tokens", Tok, "tokens"});
+    uint32_t Lab = 0;
+    if (O.loss) {
+      Lab = R.addBuffer(dt::I32, {B, S}, "labels");
+      R.inputs.push_back({"labels", Lab, "labels"});
+    }
+    const int32_t Ax = 0;
+    uint32_t E = R.emit(op::Embedding, {Wte, Tok}, {B, S, H}, {C * Vl},
+                        {}, -1, "wte");
+    E = R.emit(op::AllReduce, {E}, {B, S, H}, {}, {}, Ax, "wte.reduce");
+    uint32_t Pe = R.emit(op::PositionEmbedding, {Wpe, Tok}, {S, H}, {},
+                         {}, -1, "wpe");
+    uint32_t X = R.emit(op::Add, {E, Pe}, {B, S, H}, {}, {}, -1, "embed");
+
+    auto LN = [&](uint32_t In, const std::string &Name) {
+      uint32_t G = Full(Name + ".weight", {H}, ik::Ones);
+      uint32_t Bb = Full(Name + ".bias", {H}, ik::Zeros);
+      return R.emit(op::LayerNorm, {In, G, Bb}, {B, S, H}, {}, {O.eps},
+                    -1, Name);
+    };
+    for (int64_t L = 0; L < O.nLayer; ++L) {
+      std::string Pfx = "h." + std::to_string(L) + ".";
+      uint32_t A = LN(X, Pfx + "ln_1");
+      uint32_t QKV[3];
+      const char *Names[3] = {"q", "k", "v"};
+      for (int I = 0; I < 3; ++I) {
+        std::string N = Pfx + "attn." + Names[I];
+        uint32_t W = Param(N + ".weight", {H, H}, {H, Hl}, {0, C * Hl},
+                           ik::Normal, Pfx + "attn.c_attn.weight",
+                           {0, I * H});
+        uint32_t Bi = Param(N + ".bias", {H}, {Hl}, {C * Hl}, ik::Zeros,
+                            Pfx + "attn.c_attn.bias", {I * H});
+        uint32_t Y =
+            R.emit(op::Linear, {A, W}, {B, S, Hl}, {0}, {}, -1, N);
+        QKV[I] = R.emit(op::Add, {Y, Bi}, {B, S, Hl}, {}, {}, -1, N);
+      }
+      uint32_t At = R.emit(op::Attention, {QKV[0], QKV[1], QKV[2]},
+                           {B, S, Hl}, {O.nHead / T, 1}, {}, -1,
+                           Pfx + "attn");
+      uint32_t Wo = Param(Pfx + "attn.c_proj.weight", {H, H}, {Hl, H},
+                          {C * Hl, 0}, ik::Normal,
+                          Pfx + "attn.c_proj.weight", {0, 0});
+      uint32_t Bo = Full(Pfx + "attn.c_proj.bias", {H}, ik::Zeros);
+      uint32_t Y = R.emit(op::Linear, {At, Wo}, {B, S, H}, {0}, {}, -1,
+                          Pfx + "attn.c_proj");
+      Y = R.emit(op::AllReduce, {Y}, {B, S, H}, {}, {}, Ax,
+                 Pfx + "attn.reduce");
+      Y = R.emit(op::Add, {Y, Bo}, {B, S, H}, {}, {}, -1,
+                 Pfx + "attn.c_proj.bias");
+      X = R.emit(op::Add, {X, Y}, {B, S, H}, {}, {}, -1,
+                 Pfx + "residual1");
+
+      uint32_t M = LN(X, Pfx + "ln_2");
+      uint32_t Wf = Param(Pfx + "mlp.c_fc.weight", {H, 4 * H}, {H, Fl},
+                          {0, C * Fl}, ik::Normal,
+                          Pfx + "mlp.c_fc.weight", {0, 0});
+      uint32_t Bf = Param(Pfx + "mlp.c_fc.bias", {4 * H}, {Fl}, {C * Fl},
+                          ik::Zeros, Pfx + "mlp.c_fc.bias", {0});
+      uint32_t F = R.emit(op::Linear, {M, Wf}, {B, S, Fl}, {0}, {}, -1,
+                          Pfx + "mlp.c_fc");
+      F = R.emit(op::Add, {F, Bf}, {B, S, Fl}, {}, {}, -1,
+                 Pfx + "mlp.c_fc.bias");
+      F = R.emit(op::Gelu, {F}, {B, S, Fl}, {}, {}, -1, Pfx + "mlp.gelu");
+      uint32_t Wp = Param(Pfx + "mlp.c_proj.weight", {4 * H, H}, {Fl, H},
+                          {C * Fl, 0}, ik::Normal,
+                          Pfx + "mlp.c_proj.weight", {0, 0});
+      uint32_t Bp = Full(Pfx + "mlp.c_proj.bias", {H}, ik::Zeros);
+      Y = R.emit(op::Linear, {F, Wp}, {B, S, H}, {0}, {}, -1,
+                 Pfx + "mlp.c_proj");
+      Y = R.emit(op::AllReduce, {Y}, {B, S, H}, {}, {}, Ax,
+                 Pfx + "mlp.reduce");
+      Y = R.emit(op::Add, {Y, Bp}, {B, S, H}, {}, {}, -1,
+                 Pfx + "mlp.c_proj.bias");
+      X = R.emit(op::Add, {X, Y}, {B, S, H}, {}, {}, -1,
+                 Pfx + "residual2");
+    }
+    X = LN(X, "ln_f");
+    uint32_t Lg = R.emit(op::Linear, {X, Wte}, {B, S, Vl}, {1}, {}, -1,
+                         "lm_head");
+    Lg = R.emit(op::AllGather, {Lg}, {B, S, O.vocab}, {2}, {}, Ax,
+                "lm_head.gather");
+    R.outputs.push_back({"logits", Lg, ""});
+    if (O.loss) {
+      uint32_t Loss = R.emit(op::CrossEntropy, {Lg, Lab}, {}, {}, {}, -1,
+                             "loss");
+      R.outputs.push_back({"loss", Loss, ""});
+    }
+    P.ranks.push_back(std::move(R));
+  }
+  return P;
+}
+
+} // namespace builder
+} // namespace megac_rt
+
+#endif // MEGAC_RT_PLAN_BUILDER_H

@@ -1,0 +1,50 @@
+//===- plan_enums.h - Enumerator constants independent of flatc flags -*- C++ -*-===//
+//
+// flatc spells enumerators op::Linear with --scoped-enums and
+// OpCode_Linear without it, and the build has used both. The runtime names
+// them through these constants (values fixed by plan.fbs) so it compiles
+// either way.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MEGAC_RT_PLAN_ENUMS_H
+#define MEGAC_RT_PLAN_ENUMS_H
+
+#include "plan_generated.h"
+
+namespace megac_rt {
+
+namespace op {
+using megac::plan::OpCode;
+constexpr OpCode Embedding = OpCode(0);
+constexpr OpCode PositionEmbedding = OpCode(1);
+constexpr OpCode Linear = OpCode(2);
+constexpr OpCode MatMul = OpCode(3);
+constexpr OpCode Add = OpCode(4);
+constexpr OpCode Mul = OpCode(5);
+constexpr OpCode Gelu = OpCode(6);
+constexpr OpCode LayerNorm = OpCode(7);
+constexpr OpCode Attention = OpCode(8);
+constexpr OpCode Softmax = OpCode(9);
+constexpr OpCode Reshape = OpCode(10);
+constexpr OpCode Transpose = OpCode(11);
+constexpr OpCode CrossEntropy = OpCode(12);
+constexpr OpCode AllReduce = OpCode(13);
+constexpr OpCode AllGather = OpCode(14);
+constexpr OpCode SliceShard = OpCode(15);
+} // namespace op
+
+namespace dt {
+constexpr megac::plan::DType F32 = megac::plan::DType(0);
+constexpr megac::plan::DType I32 = megac::plan::DType(1);
+} // namespace dt
+
+namespace ik {
+constexpr megac::plan::InitKind Zeros = megac::plan::InitKind(0);
+constexpr megac::plan::InitKind Ones = megac::plan::InitKind(1);
+constexpr megac::plan::InitKind Normal = megac::plan::InitKind(2);
+} // namespace ik
+
+} // namespace megac_rt
+
+#endif // MEGAC_RT_PLAN_ENUMS_H

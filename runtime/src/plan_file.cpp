@@ -1,0 +1,1226 @@
+//===- plan_file.cpp - Reading, writing and verifying .mgc plans ----------===//
+//
+// Implements plan_file.h. The verifier is the runtime's only line of defence
+// against a bad plan: everything the executor later indexes or sizes without
+// further checks (buffer ids, shapes, axis groups, collective sizes) is
+// validated here, so a plan that verifies cannot make megac-run read out of
+// bounds or deadlock in a mismatched collective.
+//
+// The compiler links this file into code built with -fno-exceptions, so no
+// exception may leave the public functions: each catches everything and
+// turns it into a message.
+//
+//===----------------------------------------------------------------------===//
+
+#include "megac_rt/plan_file.h"
+#include "plan_enums.h"
+
+#include <nlohmann/json.hpp>
+
+#include <array>
+#include <cinttypes>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+using namespace megac::plan;
+
+namespace megac_rt {
+
+//===----------------------------------------------------------------------===//
+// CRC-32 and framing
+//===----------------------------------------------------------------------===//
+
+static const std::array<uint32_t, 256> &crcTable() {
+  static const std::array<uint32_t, 256> Table = [] {
+    std::array<uint32_t, 256> T{};
+    for (uint32_t I = 0; I < 256; ++I) {
+      uint32_t C = I;
+      for (int K = 0; K < 8; ++K)
+        C = (C & 1) ? 0xEDB88320u ^ (C >> 1) : C >> 1;
+      T[I] = C;
+    }
+    return T;
+  }();
+  return Table;
+}
+
+uint32_t crc32(const uint8_t *data, size_t size) {
+  const auto &Table = crcTable();
+  uint32_t C = 0xFFFFFFFFu;
+  for (size_t I = 0; I < size; ++I)
+    C = Table[(C ^ data[I]) & 0xFF] ^ (C >> 8);
+  return C ^ 0xFFFFFFFFu;
+}
+
+std::vector<uint8_t> wrapProgram(const uint8_t *program, size_t size,
+                                 const std::string &producer) {
+  try {
+    flatbuffers::FlatBufferBuilder FBB(size + 256);
+    // The body is created first so that it ends the file (flatbuffers are
+    // built back to front): a truncated file then always cuts into it or
+    // into the tables before it, which the verifier detects. The nested
+    // Program holds 64-bit scalars; aligning its bytes to 8 keeps them
+    // naturally aligned inside the file as well as in a loaded copy.
+    FBB.ForceVectorAlignment(size, 1, 8);
+    auto Body = FBB.CreateVector(program, size);
+    auto Producer = FBB.CreateString(producer);
+    auto Root = CreatePlan(FBB, kPlanFormatVersion, Producer,
+                           crc32(program, size), Body);
+    FinishPlanBuffer(FBB, Root);
+    return std::vector<uint8_t>(FBB.GetBufferPointer(),
+                                FBB.GetBufferPointer() + FBB.GetSize());
+  } catch (...) {
+    return {};
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Formatting helpers
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+using Shape = std::vector<int64_t>;
+
+Shape toShape(const flatbuffers::Vector<int64_t> *V) {
+  Shape S;
+  if (V)
+    S.assign(V->begin(), V->end());
+  return S;
+}
+
+/// "[4,64,96]": used in error messages, where shapes are compared.
+std::string listStr(const Shape &S) {
+  std::string R = "[";
+  for (size_t I = 0; I < S.size(); ++I)
+    R += (I ? "," : "") + std::to_string(S[I]);
+  return R + "]";
+}
+
+/// "[4x64x96]": used in dumps, MLIR-tensor style.
+std::string shapeStr(const Shape &S) {
+  std::string R = "[";
+  for (size_t I = 0; I < S.size(); ++I)
+    R += (I ? "x" : "") + std::to_string(S[I]);
+  return R + "]";
+}
+
+const char *dtypeStr(DType T) {
+  switch (T) {
+  case dt::F32:
+    return "f32";
+  case dt::I32:
+    return "i32";
+  }
+  return "?";
+}
+
+std::string str(const flatbuffers::String *S) {
+  return S ? S->str() : std::string();
+}
+
+std::string gridStr(const Program &P) {
+  if (!P.axes() || P.axes()->size() == 0)
+    return "single";
+  std::string R;
+  for (const Axis *A : *P.axes()) {
+    if (!R.empty())
+      R += " x ";
+    R += str(A->name()) + "=" + std::to_string(A->size());
+  }
+  return R;
+}
+
+std::string fmtDouble(double D) {
+  char Buf[64];
+  std::snprintf(Buf, sizeof(Buf), "%g", D);
+  return Buf;
+}
+
+const Group *groupOf(const Program &P, unsigned AxisIdx, uint32_t Rank) {
+  const Axis *A = P.axes()->Get(AxisIdx);
+  if (!A->groups())
+    return nullptr;
+  for (const Group *G : *A->groups())
+    if (G->ranks())
+      for (uint32_t R : *G->ranks())
+        if (R == Rank)
+          return G;
+  return nullptr;
+}
+
+bool isCollective(OpCode Op) {
+  return Op == op::AllReduce || Op == op::AllGather ||
+         Op == op::SliceShard;
+}
+
+} // namespace
+
+const char *opcodeName(OpCode op) {
+  switch (op) {
+  case op::Embedding:
+    return "embedding";
+  case op::PositionEmbedding:
+    return "position_embedding";
+  case op::Linear:
+    return "linear";
+  case op::MatMul:
+    return "matmul";
+  case op::Add:
+    return "add";
+  case op::Mul:
+    return "mul";
+  case op::Gelu:
+    return "gelu";
+  case op::LayerNorm:
+    return "layer_norm";
+  case op::Attention:
+    return "attention";
+  case op::Softmax:
+    return "softmax";
+  case op::Reshape:
+    return "reshape";
+  case op::Transpose:
+    return "transpose";
+  case op::CrossEntropy:
+    return "cross_entropy";
+  case op::AllReduce:
+    return "all_reduce";
+  case op::AllGather:
+    return "all_gather";
+  case op::SliceShard:
+    return "slice_shard";
+  }
+  return "unknown";
+}
+
+//===----------------------------------------------------------------------===//
+// Semantic verification
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// Element counts above this are rejected as nonsense rather than attempted.
+constexpr int64_t kMaxElements = int64_t(1) << 40;
+
+/// Checks one Program. Each check returns false after storing a message, so
+/// that the first problem found is the one reported.
+class ProgramChecker {
+public:
+  explicit ProgramChecker(const Program &P) : P(P) {}
+
+  std::string run() {
+    if (!checkGrid() || !checkRanks() || !checkCollectiveAgreement())
+      return Err;
+    return "";
+  }
+
+private:
+  const Program &P;
+  std::string Err;
+  // State of the rank/instruction being checked, for message prefixes.
+  const RankProgram *RP = nullptr;
+  uint32_t RankIdx = 0;
+  std::vector<Shape> Shapes;
+  std::vector<DType> Types;
+
+  bool fail(std::string M) {
+    Err = std::move(M);
+    return false;
+  }
+
+  size_t numAxes() const { return P.axes() ? P.axes()->size() : 0; }
+
+  bool checkGrid() {
+    uint64_t Product = 1;
+    for (size_t A = 0; A < numAxes(); ++A) {
+      const Axis *Ax = P.axes()->Get(A);
+      std::string Name = str(Ax->name());
+      if (Name.empty())
+        return fail("axis " + std::to_string(A) + " has no name");
+      if (Ax->size() == 0)
+        return fail("axis " + Name + " has size 0");
+      Product *= Ax->size();
+      if (Product > (1u << 24))
+        return fail("grid is implausibly large");
+    }
+    if (P.world_size() == 0)
+      return fail("world size is 0");
+    if (Product != P.world_size())
+      return fail("world size " + std::to_string(P.world_size()) +
+                  " does not match the grid " + gridStr(P) + " (" +
+                  std::to_string(Product) + " ranks)");
+    size_t NRanks = P.ranks() ? P.ranks()->size() : 0;
+    if (NRanks != P.world_size())
+      return fail("world size is " + std::to_string(P.world_size()) +
+                  " but the plan holds " + std::to_string(NRanks) +
+                  " rank programs");
+    if (P.batch() <= 0 || P.seq() <= 0 || P.vocab_size() <= 0)
+      return fail("batch, seq and vocab size must be positive (got " +
+                  std::to_string(P.batch()) + ", " + std::to_string(P.seq()) +
+                  ", " + std::to_string(P.vocab_size()) + ")");
+    if (P.batch() > kMaxElements / P.seq())
+      return fail("batch x seq is implausibly large");
+    for (uint32_t R = 0; R < NRanks; ++R) {
+      const RankProgram *Q = P.ranks()->Get(R);
+      if (Q->rank() != R)
+        return fail("rank program " + std::to_string(R) + " says it is rank " +
+                    std::to_string(Q->rank()));
+      size_t NC = Q->coords() ? Q->coords()->size() : 0;
+      if (NC != numAxes())
+        return fail("rank " + std::to_string(R) + " has " +
+                    std::to_string(NC) + " coordinates but the grid has " +
+                    std::to_string(numAxes()) + " axes");
+      for (size_t A = 0; A < NC; ++A) {
+        int64_t C = Q->coords()->Get(A);
+        if (C < 0 || C >= int64_t(P.axes()->Get(A)->size()))
+          return fail("rank " + std::to_string(R) + " has coordinate " +
+                      std::to_string(C) + " on axis " +
+                      str(P.axes()->Get(A)->name()) + " of size " +
+                      std::to_string(P.axes()->Get(A)->size()));
+      }
+    }
+    // Each axis's groups must partition the world into groups of the axis
+    // size, and a rank's position in its group must be its coordinate: the
+    // MPI sub-communicators are built from exactly this.
+    for (size_t A = 0; A < numAxes(); ++A) {
+      const Axis *Ax = P.axes()->Get(A);
+      std::string Name = str(Ax->name());
+      std::vector<int> Seen(P.world_size(), 0);
+      size_t NG = Ax->groups() ? Ax->groups()->size() : 0;
+      if (NG * Ax->size() != P.world_size())
+        return fail("axis " + Name + " has " + std::to_string(NG) +
+                    " groups of size " + std::to_string(Ax->size()) +
+                    " for a world of " + std::to_string(P.world_size()));
+      for (size_t G = 0; G < NG; ++G) {
+        const Group *Gr = Ax->groups()->Get(G);
+        size_t N = Gr->ranks() ? Gr->ranks()->size() : 0;
+        if (N != Ax->size())
+          return fail("axis " + Name + " group " + std::to_string(G) +
+                      " has " + std::to_string(N) + " ranks, expected " +
+                      std::to_string(Ax->size()));
+        for (size_t I = 0; I < N; ++I) {
+          uint32_t R = Gr->ranks()->Get(I);
+          if (R >= P.world_size())
+            return fail("axis " + Name + " group " + std::to_string(G) +
+                        " names rank " + std::to_string(R) +
+                        " outside the world of " +
+                        std::to_string(P.world_size()));
+          if (Seen[R]++)
+            return fail("axis " + Name + ": rank " + std::to_string(R) +
+                        " is in more than one group");
+          int64_t C = P.ranks()->Get(R)->coords()->Get(A);
+          if (C != int64_t(I))
+            return fail("axis " + Name + ": rank " + std::to_string(R) +
+                        " is at position " + std::to_string(I) +
+                        " of its group but has coordinate " +
+                        std::to_string(C));
+        }
+      }
+    }
+    return true;
+  }
+
+  std::string where() const {
+    return "rank " + std::to_string(RankIdx);
+  }
+
+  bool checkShape(const Shape &S, const std::string &What) {
+    int64_t N = 1;
+    for (int64_t D : S) {
+      if (D < 0)
+        return fail(where() + ": " + What + " has negative shape " +
+                    listStr(S));
+      if (D != 0 && N > kMaxElements / D)
+        return fail(where() + ": " + What + " has implausibly large shape " +
+                    listStr(S));
+      N *= D;
+    }
+    return true;
+  }
+
+  bool checkBufferIndex(uint32_t B, const std::string &What) {
+    if (B >= Shapes.size())
+      return fail(where() + ": " + What + " refers to buffer %" +
+                  std::to_string(B) + " but the rank has " +
+                  std::to_string(Shapes.size()) + " buffers");
+    return true;
+  }
+
+  bool checkRanks() {
+    for (RankIdx = 0; RankIdx < P.world_size(); ++RankIdx) {
+      RP = P.ranks()->Get(RankIdx);
+      if (!checkRank())
+        return false;
+    }
+    return true;
+  }
+
+  bool checkRank() {
+    Shapes.clear();
+    Types.clear();
+    if (RP->buffers())
+      for (uint32_t B = 0; B < RP->buffers()->size(); ++B) {
+        const Buffer *Buf = RP->buffers()->Get(B);
+        Shapes.push_back(toShape(Buf->shape()));
+        Types.push_back(Buf->dtype());
+        if (Buf->dtype() != dt::F32 && Buf->dtype() != dt::I32)
+          return fail(where() + ": buffer %" + std::to_string(B) +
+                      " has unknown dtype " +
+                      std::to_string(int(Buf->dtype())));
+        if (!checkShape(Shapes.back(), "buffer %" + std::to_string(B)))
+          return false;
+      }
+    // Buffers holding a value: params and inputs first, then each
+    // instruction's results. Reading anything else is a compiler bug.
+    std::vector<bool> Defined(Shapes.size(), false);
+
+    if (RP->params())
+      for (uint32_t I = 0; I < RP->params()->size(); ++I) {
+        const Param *Pa = RP->params()->Get(I);
+        std::string What = "param " + str(Pa->name());
+        if (!checkBufferIndex(Pa->buffer(), What))
+          return false;
+        if (str(Pa->name()).empty())
+          return fail(where() + ": param " + std::to_string(I) +
+                      " has no name");
+        if (Types[Pa->buffer()] != dt::F32)
+          return fail(where() + ": " + What + " is not f32");
+        if (Defined[Pa->buffer()])
+          return fail(where() + ": " + What + " reuses buffer %" +
+                      std::to_string(Pa->buffer()));
+        Defined[Pa->buffer()] = true;
+        const Shape &Local = Shapes[Pa->buffer()];
+        Shape Global = toShape(Pa->global_shape());
+        Shape Off = toShape(Pa->offset());
+        if (Global.size() != Local.size() || Off.size() != Local.size())
+          return fail(where() + ": " + What + " has local shape " +
+                      listStr(Local) + ", global shape " + listStr(Global) +
+                      " and offset " + listStr(Off) +
+                      " of different ranks");
+        if (!checkShape(Global, What + " global shape"))
+          return false;
+        for (size_t D = 0; D < Local.size(); ++D)
+          if (Off[D] < 0 || Off[D] + Local[D] > Global[D])
+            return fail(where() + ": " + What + " slice of shape " +
+                        listStr(Local) + " at offset " + listStr(Off) +
+                        " does not fit in its global shape " +
+                        listStr(Global));
+        if (Pa->init() > ik::Normal)
+          return fail(where() + ": " + What + " has unknown init kind " +
+                      std::to_string(int(Pa->init())));
+        if (Pa->init() == ik::Normal && !(Pa->std() >= 0))
+          return fail(where() + ": " + What + " has invalid std " +
+                      fmtDouble(Pa->std()));
+        if (!str(Pa->hf_name()).empty()) {
+          Shape HOff = toShape(Pa->hf_offset());
+          if (HOff.size() != Global.size())
+            return fail(where() + ": " + What + " has hf_offset " +
+                        listStr(HOff) + " but global shape " +
+                        listStr(Global));
+          for (int64_t O : HOff)
+            if (O < 0 || O > kMaxElements)
+              return fail(where() + ": " + What + " has invalid hf_offset " +
+                          listStr(HOff));
+        }
+      }
+
+    if (RP->inputs())
+      for (const Input *In : *RP->inputs()) {
+        std::string Kind = str(In->kind());
+        std::string What = "input " + str(In->name());
+        if (!checkBufferIndex(In->buffer(), What))
+          return false;
+        if (Kind != "tokens" && Kind != "labels")
+          return fail(where() + ": " + What + " has kind \"" + Kind +
+                      "\" (expected \"tokens\" or \"labels\")");
+        Shape Want = {P.batch(), P.seq()};
+        if (Types[In->buffer()] != dt::I32 ||
+            Shapes[In->buffer()] != Want)
+          return fail(where() + ": " + What + " must be i32 " +
+                      listStr(Want) + " (batch, seq), got " +
+                      dtypeStr(Types[In->buffer()]) + " " +
+                      listStr(Shapes[In->buffer()]));
+        Defined[In->buffer()] = true;
+      }
+
+    if (RP->instrs())
+      for (uint32_t I = 0; I < RP->instrs()->size(); ++I) {
+        const Instr *In = RP->instrs()->Get(I);
+        if (!checkInstr(I, *In, Defined))
+          return false;
+      }
+
+    if (RP->outputs())
+      for (const Output *O : *RP->outputs()) {
+        std::string What = "output " + str(O->name());
+        if (!checkBufferIndex(O->buffer(), What))
+          return false;
+        if (!Defined[O->buffer()])
+          return fail(where() + ": " + What + " (buffer %" +
+                      std::to_string(O->buffer()) +
+                      ") is never computed");
+      }
+    return true;
+  }
+
+  // Per-instruction state used by the opcode checks below.
+  std::string Pfx;
+  std::vector<uint32_t> Ins, Outs;
+  std::vector<int64_t> Ints;
+  std::vector<double> Floats;
+
+  const Shape &in(size_t I) const { return Shapes[Ins[I]]; }
+  const Shape &out(size_t I) const { return Shapes[Outs[I]]; }
+
+  bool expectCounts(size_t NIn, size_t NOut) {
+    if (Ins.size() != NIn || Outs.size() != NOut)
+      return fail(Pfx + "expects " + std::to_string(NIn) + " inputs and " +
+                  std::to_string(NOut) + " outputs, got " +
+                  std::to_string(Ins.size()) + " and " +
+                  std::to_string(Outs.size()));
+    return true;
+  }
+  bool expectInts(size_t N, const char *Names) {
+    if (Ints.size() != N)
+      return fail(Pfx + "expects " + std::to_string(N) + " integer attributes (" +
+                  Names + "), got " + std::to_string(Ints.size()));
+    return true;
+  }
+  bool expectType(bool IsInput, size_t I, DType T) {
+    uint32_t B = IsInput ? Ins[I] : Outs[I];
+    if (Types[B] != T)
+      return fail(Pfx + (IsInput ? "input " : "output ") + std::to_string(I) +
+                  " is " + dtypeStr(Types[B]) + ", expected " + dtypeStr(T));
+    return true;
+  }
+  bool allF32() {
+    for (size_t I = 0; I < Ins.size(); ++I)
+      if (!expectType(true, I, dt::F32))
+        return false;
+    for (size_t I = 0; I < Outs.size(); ++I)
+      if (!expectType(false, I, dt::F32))
+        return false;
+    return true;
+  }
+  bool expectRank(bool IsInput, size_t I, size_t MinRank, size_t MaxRank) {
+    const Shape &S = IsInput ? in(I) : out(I);
+    if (S.size() < MinRank || S.size() > MaxRank) {
+      std::string Want = MinRank == MaxRank
+                             ? std::to_string(MinRank)
+                             : "at least " + std::to_string(MinRank);
+      return fail(Pfx + (IsInput ? "input " : "output ") + std::to_string(I) +
+                  " has shape " + listStr(S) + " but must have rank " + Want);
+    }
+    return true;
+  }
+  bool expectOutShape(const Shape &Want) {
+    if (out(0) != Want)
+      return fail(Pfx + "output has shape " + listStr(out(0)) +
+                  " but the inputs imply " + listStr(Want));
+    return true;
+  }
+  bool checkAxis(const Instr &In, int64_t &GroupSize) {
+    if (In.axis() < 0 || size_t(In.axis()) >= numAxes())
+      return fail(Pfx + "axis " + std::to_string(In.axis()) +
+                  " is not an axis of the grid (which has " +
+                  std::to_string(numAxes()) + ")");
+    GroupSize = P.axes()->Get(In.axis())->size();
+    return true;
+  }
+  bool checkDim(const Shape &S, int64_t &D) {
+    if (!expectInts(1, "dim"))
+      return false;
+    D = Ints[0];
+    if (D < 0 || D >= int64_t(S.size()))
+      return fail(Pfx + "dim " + std::to_string(D) +
+                  " is out of range for shape " + listStr(S));
+    return true;
+  }
+
+  bool checkInstr(uint32_t Idx, const Instr &In, std::vector<bool> &Defined) {
+    Pfx = where() + ", instruction " + std::to_string(Idx) + " (" +
+          opcodeName(In.op()) + "): ";
+    if (In.op() > op::SliceShard)
+      return fail(where() + ", instruction " + std::to_string(Idx) +
+                  ": unknown opcode " + std::to_string(int(In.op())));
+    Ins.clear();
+    if (In.inputs())
+      Ins.assign(In.inputs()->begin(), In.inputs()->end());
+    Outs.clear();
+    if (In.outputs())
+      Outs.assign(In.outputs()->begin(), In.outputs()->end());
+    Ints.clear();
+    if (In.ints())
+      Ints.assign(In.ints()->begin(), In.ints()->end());
+    Floats.clear();
+    if (In.floats())
+      Floats.assign(In.floats()->begin(), In.floats()->end());
+
+    for (size_t I = 0; I < Ins.size(); ++I) {
+      if (Ins[I] >= Shapes.size())
+        return fail(Pfx + "input " + std::to_string(I) + " refers to buffer %" +
+                    std::to_string(Ins[I]) + " but the rank has " +
+                    std::to_string(Shapes.size()) + " buffers");
+      if (!Defined[Ins[I]])
+        return fail(Pfx + "input " + std::to_string(I) + " (%" +
+                    std::to_string(Ins[I]) +
+                    ") is read before anything defines it");
+    }
+    for (size_t I = 0; I < Outs.size(); ++I)
+      if (Outs[I] >= Shapes.size())
+        return fail(Pfx + "output " + std::to_string(I) +
+                    " refers to buffer %" + std::to_string(Outs[I]) +
+                    " but the rank has " + std::to_string(Shapes.size()) +
+                    " buffers");
+    if (!checkOp(In))
+      return false;
+    for (uint32_t O : Outs)
+      Defined[O] = true;
+    return true;
+  }
+
+  bool checkOp(const Instr &In) {
+    switch (In.op()) {
+    case op::Embedding:
+    case op::PositionEmbedding: {
+      bool Pos = In.op() == op::PositionEmbedding;
+      if (!expectCounts(2, 1) || !expectType(true, 0, dt::F32) ||
+          !expectType(true, 1, dt::I32) ||
+          !expectType(false, 0, dt::F32) || !expectRank(true, 0, 2, 2) ||
+          !expectRank(true, 1, 2, 2))
+        return false;
+      if (!Pos) {
+        if (!expectInts(1, "vocab_start"))
+          return false;
+        if (Ints[0] < 0)
+          return fail(Pfx + "vocab_start " + std::to_string(Ints[0]) +
+                      " is negative");
+        return expectOutShape({in(1)[0], in(1)[1], in(0)[1]});
+      }
+      if (in(1)[1] > in(0)[0])
+        return fail(Pfx + "sequence length " + std::to_string(in(1)[1]) +
+                    " exceeds the " + std::to_string(in(0)[0]) +
+                    " positions of the table");
+      return expectOutShape({in(1)[1], in(0)[1]});
+    }
+    case op::Linear: {
+      if (!expectCounts(2, 1) || !allF32() || !expectRank(true, 0, 1, 64) ||
+          !expectRank(true, 1, 2, 2) || !expectInts(1, "transpose_w"))
+        return false;
+      bool T = Ints[0] != 0;
+      int64_t K = T ? in(1)[1] : in(1)[0];
+      int64_t N = T ? in(1)[0] : in(1)[1];
+      if (in(0).back() != K)
+        return fail(Pfx + "input 0 has shape " + listStr(in(0)) +
+                    " but weight expects K=" + std::to_string(K));
+      Shape Want = in(0);
+      Want.back() = N;
+      return expectOutShape(Want);
+    }
+    case op::MatMul: {
+      if (!expectCounts(2, 1) || !allF32() || !expectRank(true, 0, 2, 64) ||
+          !expectRank(true, 1, 2, 64))
+        return false;
+      const Shape &A = in(0), &B = in(1);
+      if (A.size() != B.size() ||
+          !std::equal(A.begin(), A.end() - 2, B.begin()))
+        return fail(Pfx + "batch dimensions of " + listStr(A) + " and " +
+                    listStr(B) + " differ");
+      if (A[A.size() - 1] != B[B.size() - 2])
+        return fail(Pfx + "contracting dimensions of " + listStr(A) +
+                    " and " + listStr(B) + " differ");
+      Shape Want = A;
+      Want.back() = B.back();
+      return expectOutShape(Want);
+    }
+    case op::Add:
+    case op::Mul: {
+      if (!expectCounts(2, 1) || !allF32())
+        return false;
+      const Shape &A = in(0), &B = in(1);
+      if (B.size() > A.size() ||
+          !std::equal(B.begin(), B.end(), A.end() - B.size()))
+        return fail(Pfx + "shape " + listStr(B) + " of input 1 is not a " +
+                    "suffix of input 0's shape " + listStr(A));
+      return expectOutShape(A);
+    }
+    case op::Gelu:
+    case op::Softmax:
+      if (!expectCounts(1, 1) || !allF32() || !expectRank(true, 0, 1, 64))
+        return false;
+      return expectOutShape(in(0));
+    case op::LayerNorm: {
+      if (!expectCounts(3, 1) || !allF32() || !expectRank(true, 0, 1, 64))
+        return false;
+      Shape H = {in(0).back()};
+      if (in(1) != H || in(2) != H)
+        return fail(Pfx + "gamma " + listStr(in(1)) + " and beta " +
+                    listStr(in(2)) + " must both have shape " + listStr(H));
+      if (Floats.size() != 1 || !(Floats[0] > 0))
+        return fail(Pfx + "expects one positive float attribute (epsilon)");
+      return expectOutShape(in(0));
+    }
+    case op::Attention: {
+      if (!expectCounts(3, 1) || !allF32() || !expectRank(true, 0, 3, 3) ||
+          !expectInts(2, "num_heads_local, causal"))
+        return false;
+      if (in(1) != in(0) || in(2) != in(0))
+        return fail(Pfx + "q " + listStr(in(0)) + ", k " + listStr(in(1)) +
+                    " and v " + listStr(in(2)) + " must have the same shape");
+      if (Ints[0] <= 0 || in(0)[2] % Ints[0] != 0)
+        return fail(Pfx + "hidden size " + std::to_string(in(0)[2]) +
+                    " is not divisible by " + std::to_string(Ints[0]) +
+                    " heads");
+      return expectOutShape(in(0));
+    }
+    case op::Reshape: {
+      if (!expectCounts(1, 1))
+        return false;
+      if (Types[Ins[0]] != Types[Outs[0]])
+        return fail(Pfx + "changes the dtype");
+      int64_t NI = 1, NO = 1;
+      for (int64_t D : in(0))
+        NI *= D;
+      for (int64_t D : out(0))
+        NO *= D;
+      if (NI != NO)
+        return fail(Pfx + "cannot reshape " + listStr(in(0)) + " (" +
+                    std::to_string(NI) + " elements) into " +
+                    listStr(out(0)) + " (" + std::to_string(NO) + ")");
+      return true;
+    }
+    case op::Transpose: {
+      if (!expectCounts(1, 1))
+        return false;
+      if (Types[Ins[0]] != Types[Outs[0]])
+        return fail(Pfx + "changes the dtype");
+      const Shape &X = in(0);
+      std::vector<bool> Seen(X.size(), false);
+      if (Ints.size() != X.size())
+        return fail(Pfx + "permutation " + listStr(Ints) +
+                    " does not match rank " + std::to_string(X.size()));
+      Shape Want;
+      for (int64_t D : Ints) {
+        if (D < 0 || D >= int64_t(X.size()) || Seen[D])
+          return fail(Pfx + listStr(Ints) + " is not a permutation");
+        Seen[D] = true;
+        Want.push_back(X[D]);
+      }
+      return expectOutShape(Want);
+    }
+    case op::CrossEntropy: {
+      if (!expectCounts(2, 1) || !expectType(true, 0, dt::F32) ||
+          !expectType(true, 1, dt::I32) ||
+          !expectType(false, 0, dt::F32) || !expectRank(true, 0, 2, 64))
+        return false;
+      Shape Lab(in(0).begin(), in(0).end() - 1);
+      if (in(1) != Lab)
+        return fail(Pfx + "labels have shape " + listStr(in(1)) +
+                    " but logits " + listStr(in(0)) + " need " +
+                    listStr(Lab));
+      if (in(0).back() <= 0)
+        return fail(Pfx + "logits have an empty class dimension");
+      return expectOutShape({});
+    }
+    case op::AllReduce: {
+      int64_t G;
+      if (!expectCounts(1, 1) || !allF32() || !checkAxis(In, G))
+        return false;
+      return expectOutShape(in(0));
+    }
+    case op::AllGather:
+    case op::SliceShard: {
+      int64_t G, D;
+      bool Gather = In.op() == op::AllGather;
+      if (!expectCounts(1, 1) || !checkAxis(In, G) || !checkDim(in(0), D))
+        return false;
+      if (Types[Ins[0]] != Types[Outs[0]])
+        return fail(Pfx + "changes the dtype");
+      if (Gather) {
+        Shape Want = in(0);
+        Want[D] *= G;
+        return expectOutShape(Want);
+      }
+      if (in(0)[D] % G != 0)
+        return fail(Pfx + "dimension " + std::to_string(D) + " of " +
+                    listStr(in(0)) + " is not divisible by the group size " +
+                    std::to_string(G));
+      Shape Want = in(0);
+      Want[D] /= G;
+      return expectOutShape(Want);
+    }
+    }
+    return fail(Pfx + "unknown opcode");
+  }
+
+  /// Ranks of one group must issue the same collectives on that axis in the
+  /// same order with the same sizes, or MPI would hang or corrupt data.
+  bool checkCollectiveAgreement() {
+    struct Coll {
+      OpCode Op;
+      int64_t Elems;
+      int64_t Dim;
+      uint32_t Instr;
+    };
+    for (size_t A = 0; A < numAxes(); ++A) {
+      std::vector<std::vector<Coll>> Per(P.world_size());
+      for (uint32_t R = 0; R < P.world_size(); ++R) {
+        const RankProgram *Q = P.ranks()->Get(R);
+        if (!Q->instrs())
+          continue;
+        for (uint32_t I = 0; I < Q->instrs()->size(); ++I) {
+          const Instr *In = Q->instrs()->Get(I);
+          if (In->op() != op::AllReduce && In->op() != op::AllGather)
+            continue;
+          if (In->axis() != int64_t(A))
+            continue;
+          int64_t N = 1;
+          for (int64_t D : *Q->buffers()->Get(In->inputs()->Get(0))->shape())
+            N *= D;
+          int64_t Dim = In->ints() && In->ints()->size() ? In->ints()->Get(0)
+                                                          : -1;
+          Per[R].push_back({In->op(), N, Dim, I});
+        }
+      }
+      const Axis *Ax = P.axes()->Get(A);
+      for (const Group *G : *Ax->groups()) {
+        uint32_t R0 = G->ranks()->Get(0);
+        for (uint32_t R : *G->ranks()) {
+          const auto &X = Per[R0], &Y = Per[R];
+          std::string Who = "ranks " + std::to_string(R0) + " and " +
+                            std::to_string(R) + " disagree on their " +
+                            str(Ax->name()) + " collectives: ";
+          if (X.size() != Y.size())
+            return fail(Who + "rank " + std::to_string(R0) + " issues " +
+                        std::to_string(X.size()) + ", rank " +
+                        std::to_string(R) + " issues " +
+                        std::to_string(Y.size()));
+          for (size_t K = 0; K < X.size(); ++K)
+            if (X[K].Op != Y[K].Op || X[K].Elems != Y[K].Elems ||
+                (X[K].Op == op::AllGather && X[K].Dim != Y[K].Dim))
+              return fail(Who + "collective " + std::to_string(K) + " is " +
+                          opcodeName(X[K].Op) + " of " +
+                          std::to_string(X[K].Elems) +
+                          " elements (instruction " +
+                          std::to_string(X[K].Instr) + ") on rank " +
+                          std::to_string(R0) + " but " + opcodeName(Y[K].Op) +
+                          " of " + std::to_string(Y[K].Elems) +
+                          " elements (instruction " +
+                          std::to_string(Y[K].Instr) + ") on rank " +
+                          std::to_string(R));
+        }
+      }
+    }
+    return true;
+  }
+};
+
+std::string hex32(uint32_t V) {
+  char Buf[16];
+  std::snprintf(Buf, sizeof(Buf), "0x%08" PRIx32, V);
+  return Buf;
+}
+
+std::string verifyImpl(std::vector<uint8_t> &&Bytes, LoadedPlan &Out) {
+  Out = LoadedPlan();
+  if (Bytes.size() < 8)
+    return "file too small to be a megac plan (" +
+           std::to_string(Bytes.size()) + " bytes)";
+  if (!PlanBufferHasIdentifier(Bytes.data()))
+    return "not a megac plan (missing \"MGCP\" file identifier)";
+  if (Bytes.size() >= FLATBUFFERS_MAX_BUFFER_SIZE)
+    return "file too large to be a megac plan";
+
+  // The body is checked separately after its CRC, so that a corrupted body
+  // is reported as corruption rather than as a malformed nested buffer.
+  flatbuffers::Verifier::Options Opts;
+  Opts.check_nested_flatbuffers = false;
+  flatbuffers::Verifier V(Bytes.data(), Bytes.size(), Opts);
+  if (!VerifyPlanBuffer(V))
+    return "malformed plan file (flatbuffer structure check failed; "
+           "truncated or not written by megac?)";
+  const Plan *Pl = GetPlan(Bytes.data());
+  if (Pl->format_version() != kPlanFormatVersion)
+    return "plan format version " + std::to_string(Pl->format_version()) +
+           " is not supported (this runtime reads version " +
+           std::to_string(kPlanFormatVersion) + ")";
+  if (!Pl->body() || Pl->body()->size() == 0)
+    return "plan has no body";
+  uint32_t Crc = crc32(Pl->body()->data(), Pl->body()->size());
+  if (Crc != Pl->body_crc32())
+    return "plan body checksum mismatch (file is corrupted: expected " +
+           hex32(Pl->body_crc32()) + ", got " + hex32(Crc) + ")";
+  flatbuffers::Verifier BV(Pl->body()->data(), Pl->body()->size());
+  if (!BV.VerifyBuffer<Program>(nullptr))
+    return "malformed plan body (program flatbuffer structure check failed)";
+  const Program *Prog = Pl->body_nested_root();
+  std::string Err = ProgramChecker(*Prog).run();
+  if (!Err.empty())
+    return Err;
+  // The views stay valid when the vector is moved: its heap block moves
+  // with it.
+  Out.bytes = std::move(Bytes);
+  Out.plan = GetPlan(Out.bytes.data());
+  Out.program = Out.plan->body_nested_root();
+  return "";
+}
+
+} // namespace
+
+std::string verifyPlanBytes(std::vector<uint8_t> bytes, LoadedPlan &out) {
+  try {
+    return verifyImpl(std::move(bytes), out);
+  } catch (const std::exception &E) {
+    out = LoadedPlan();
+    return std::string("internal error while verifying the plan: ") + E.what();
+  } catch (...) {
+    out = LoadedPlan();
+    return "internal error while verifying the plan";
+  }
+}
+
+std::string loadPlanFile(const std::string &path, LoadedPlan &out) {
+  try {
+    out = LoadedPlan();
+    std::ifstream F(path, std::ios::binary | std::ios::ate);
+    if (!F)
+      return path + ": cannot open plan file";
+    std::streamoff Size = F.tellg();
+    if (Size < 0)
+      return path + ": cannot determine the size of the plan file";
+    if (uint64_t(Size) >= FLATBUFFERS_MAX_BUFFER_SIZE)
+      return path + ": file too large to be a megac plan";
+    std::vector<uint8_t> Bytes(static_cast<size_t>(Size));
+    F.seekg(0);
+    if (Size && !F.read(reinterpret_cast<char *>(Bytes.data()), Size))
+      return path + ": error reading the plan file";
+    std::string Err = verifyPlanBytes(std::move(Bytes), out);
+    return Err.empty() ? Err : path + ": " + Err;
+  } catch (const std::exception &E) {
+    out = LoadedPlan();
+    return path + ": cannot read plan file: " + E.what();
+  } catch (...) {
+    out = LoadedPlan();
+    return path + ": cannot read plan file";
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Dumps
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+std::string initStr(const Param &Pa) {
+  switch (Pa.init()) {
+  case ik::Zeros:
+    return "zeros";
+  case ik::Ones:
+    return "ones";
+  case ik::Normal:
+    return "normal(std=" + fmtDouble(Pa.std()) + ")";
+  }
+  return "?";
+}
+
+/// Attribute text for the instruction line, e.g. "{vocab_start = 0}".
+std::string attrStr(const Instr &In) {
+  std::vector<int64_t> I;
+  if (In.ints())
+    I.assign(In.ints()->begin(), In.ints()->end());
+  auto Get = [&](size_t K) {
+    return K < I.size() ? std::to_string(I[K]) : std::string("?");
+  };
+  switch (In.op()) {
+  case op::Embedding:
+    return "{vocab_start = " + Get(0) + "}";
+  case op::Linear:
+    return "{transpose_w = " + Get(0) + "}";
+  case op::LayerNorm:
+    return "{epsilon = " +
+           (In.floats() && In.floats()->size()
+                ? fmtDouble(In.floats()->Get(0))
+                : std::string("?")) +
+           "}";
+  case op::Attention:
+    return "{num_heads = " + Get(0) + ", causal = " + Get(1) + "}";
+  case op::Transpose:
+    return "{perm = " + listStr(I) + "}";
+  case op::AllGather:
+  case op::SliceShard:
+    return "{dim = " + Get(0) + "}";
+  default:
+    return "";
+  }
+}
+
+std::string groupStr(const Group *G) {
+  std::string R = "[";
+  if (G && G->ranks())
+    for (uint32_t I = 0; I < G->ranks()->size(); ++I)
+      R += (I ? " " : "") + std::to_string(G->ranks()->Get(I));
+  return R + "]";
+}
+
+std::string coordsStr(const Program &P, const RankProgram &R) {
+  std::string S;
+  for (size_t A = 0; A < (P.axes() ? P.axes()->size() : 0); ++A) {
+    if (A)
+      S += ", ";
+    S += str(P.axes()->Get(A)->name()) + "=" +
+         std::to_string(R.coords()->Get(A));
+  }
+  return S;
+}
+
+std::string bufStr(const RankProgram &R, uint32_t B) {
+  const Buffer *Buf = R.buffers()->Get(B);
+  return shapeStr(toShape(Buf->shape())) + " " + dtypeStr(Buf->dtype());
+}
+
+void dumpRankText(std::ostringstream &OS, const Program &P,
+                  const RankProgram &R) {
+  std::string Coords = coordsStr(P, R);
+  auto Count = [](auto *V) { return V ? V->size() : 0u; };
+  OS << "rank " << R.rank() << (Coords.empty() ? "" : " (" + Coords + ")")
+     << ": " << Count(R.buffers()) << " buffers, " << Count(R.params())
+     << " params, " << Count(R.instrs()) << " instructions\n";
+  if (R.params()) {
+    OS << "  params:\n";
+    for (const Param *Pa : *R.params()) {
+      Shape Local = toShape(R.buffers()->Get(Pa->buffer())->shape());
+      Shape Global = toShape(Pa->global_shape());
+      OS << "    " << str(Pa->name()) << " %" << Pa->buffer() << " "
+         << bufStr(R, Pa->buffer());
+      if (Local != Global)
+        OS << ", slice at " << listStr(toShape(Pa->offset())) << " of "
+           << shapeStr(Global);
+      OS << ", init " << initStr(*Pa);
+      if (!str(Pa->hf_name()).empty())
+        OS << ", hf " << str(Pa->hf_name()) << "@"
+           << listStr(toShape(Pa->hf_offset()));
+      OS << "\n";
+    }
+  }
+  if (R.inputs()) {
+    OS << "  inputs:\n";
+    for (const Input *In : *R.inputs())
+      OS << "    " << str(In->name()) << " %" << In->buffer() << " "
+         << bufStr(R, In->buffer()) << " (" << str(In->kind()) << ")\n";
+  }
+  if (R.outputs()) {
+    OS << "  outputs:\n";
+    for (const Output *O : *R.outputs())
+      OS << "    " << str(O->name()) << " %" << O->buffer() << " "
+         << bufStr(R, O->buffer()) << "\n";
+  }
+  if (R.instrs()) {
+    OS << "  instructions:\n";
+    for (uint32_t I = 0; I < R.instrs()->size(); ++I) {
+      const Instr *In = R.instrs()->Get(I);
+      OS << "    " << I << ": ";
+      std::vector<uint32_t> Outs;
+      if (In->outputs())
+        Outs.assign(In->outputs()->begin(), In->outputs()->end());
+      for (size_t K = 0; K < Outs.size(); ++K)
+        OS << (K ? ", " : "") << "%" << Outs[K];
+      OS << (Outs.empty() ? "" : " = ") << opcodeName(In->op());
+      if (In->inputs())
+        for (uint32_t K = 0; K < In->inputs()->size(); ++K)
+          OS << (K ? ", %" : " %") << In->inputs()->Get(K);
+      if (isCollective(In->op()) && In->axis() >= 0)
+        OS << " over " << str(P.axes()->Get(In->axis())->name()) << " group "
+           << groupStr(groupOf(P, In->axis(), R.rank()));
+      std::string Attrs = attrStr(*In);
+      if (!Attrs.empty())
+        OS << " " << Attrs;
+      if (!Outs.empty()) {
+        OS << " :";
+        for (size_t K = 0; K < Outs.size(); ++K)
+          OS << (K ? ", " : " ") << bufStr(R, Outs[K]);
+      }
+      if (!str(In->loc()).empty())
+        OS << "   " << str(In->loc());
+      OS << "\n";
+    }
+  }
+}
+
+std::string hex64(uint64_t V) {
+  char Buf[32];
+  std::snprintf(Buf, sizeof(Buf), "0x%016" PRIx64, V);
+  return Buf;
+}
+
+} // namespace
+
+std::string dumpPlanText(const LoadedPlan &plan, int rank) {
+  try {
+    if (!plan.plan || !plan.program)
+      return "<no plan loaded>\n";
+    const Program &P = *plan.program;
+    std::ostringstream OS;
+    OS << "megac plan (format " << plan.plan->format_version()
+       << ", producer \"" << str(plan.plan->producer()) << "\")\n";
+    OS << "model " << str(P.model_name()) << " (hash " << hex64(P.model_hash())
+       << "), world size " << P.world_size() << ", grid " << gridStr(P)
+       << ", batch " << P.batch() << ", seq " << P.seq() << ", vocab "
+       << P.vocab_size() << ", seed " << P.seed() << "\n";
+    if (P.axes())
+      for (const Axis *A : *P.axes()) {
+        OS << "axis " << str(A->name()) << " (size " << A->size()
+           << "): groups";
+        for (const Group *G : *A->groups())
+          OS << " " << groupStr(G);
+        OS << "\n";
+      }
+    for (const RankProgram *R : *P.ranks())
+      if (rank < 0 || uint32_t(rank) == R->rank())
+        dumpRankText(OS, P, *R);
+    return OS.str();
+  } catch (...) {
+    return "<error while printing the plan>\n";
+  }
+}
+
+namespace {
+
+nlohmann::json jsonList(const flatbuffers::Vector<int64_t> *V) {
+  nlohmann::json J = nlohmann::json::array();
+  if (V)
+    for (int64_t X : *V)
+      J.push_back(X);
+  return J;
+}
+
+nlohmann::json rankJson(const Program &P, const RankProgram &R) {
+  using nlohmann::json;
+  json J;
+  J["rank"] = R.rank();
+  json Coords = json::object();
+  for (size_t A = 0; A < (P.axes() ? P.axes()->size() : 0); ++A)
+    Coords[str(P.axes()->Get(A)->name())] = R.coords()->Get(A);
+  J["coords"] = Coords;
+  json Bufs = json::array();
+  if (R.buffers())
+    for (uint32_t B = 0; B < R.buffers()->size(); ++B) {
+      const Buffer *Buf = R.buffers()->Get(B);
+      Bufs.push_back({{"id", B},
+                      {"dtype", dtypeStr(Buf->dtype())},
+                      {"shape", jsonList(Buf->shape())},
+                      {"name", str(Buf->name())}});
+    }
+  J["buffers"] = Bufs;
+  json Params = json::array();
+  if (R.params())
+    for (const Param *Pa : *R.params()) {
+      json Q = {{"name", str(Pa->name())},
+                {"buffer", Pa->buffer()},
+                {"shape", jsonList(R.buffers()->Get(Pa->buffer())->shape())},
+                {"global_shape", jsonList(Pa->global_shape())},
+                {"offset", jsonList(Pa->offset())},
+                {"init", Pa->init() == ik::Zeros  ? "zeros"
+                         : Pa->init() == ik::Ones ? "ones"
+                                                        : "normal"},
+                {"std", Pa->std()},
+                {"hf_name", str(Pa->hf_name())},
+                {"hf_offset", jsonList(Pa->hf_offset())}};
+      Params.push_back(Q);
+    }
+  J["params"] = Params;
+  json Inputs = json::array();
+  if (R.inputs())
+    for (const Input *In : *R.inputs())
+      Inputs.push_back({{"name", str(In->name())},
+                        {"buffer", In->buffer()},
+                        {"kind", str(In->kind())}});
+  J["inputs"] = Inputs;
+  json Outputs = json::array();
+  if (R.outputs())
+    for (const Output *O : *R.outputs())
+      Outputs.push_back({{"name", str(O->name())}, {"buffer", O->buffer()}});
+  J["outputs"] = Outputs;
+  json Instrs = json::array();
+  if (R.instrs())
+    for (uint32_t I = 0; I < R.instrs()->size(); ++I) {
+      const Instr *In = R.instrs()->Get(I);
+      json X;
+      X["index"] = I;
+      X["op"] = opcodeName(In->op());
+      json Ins = json::array(), Outs = json::array(), Fl = json::array();
+      if (In->inputs())
+        for (uint32_t B : *In->inputs())
+          Ins.push_back(B);
+      if (In->outputs())
+        for (uint32_t B : *In->outputs())
+          Outs.push_back(B);
+      if (In->floats())
+        for (double F : *In->floats())
+          Fl.push_back(F);
+      X["inputs"] = Ins;
+      X["outputs"] = Outs;
+      X["ints"] = jsonList(In->ints());
+      X["floats"] = Fl;
+      X["axis"] = In->axis();
+      json G = nullptr;
+      if (In->axis() >= 0) {
+        G = json::array();
+        if (const Group *Gr = groupOf(P, In->axis(), R.rank()))
+          for (uint32_t Rk : *Gr->ranks())
+            G.push_back(Rk);
+      }
+      X["group"] = G;
+      X["loc"] = str(In->loc());
+      Instrs.push_back(X);
+    }
+  J["instructions"] = Instrs;
+  return J;
+}
+
+} // namespace
+
+std::string dumpPlanJson(const LoadedPlan &plan, int rank) {
+  try {
+    using nlohmann::json;
+    if (!plan.plan || !plan.program)
+      return "{}";
+    const Program &P = *plan.program;
+    json J;
+    J["format_version"] = plan.plan->format_version();
+    J["producer"] = str(plan.plan->producer());
+    J["model"] = str(P.model_name());
+    J["model_hash"] = P.model_hash();
+    J["world_size"] = P.world_size();
+    json Axes = json::array();
+    if (P.axes())
+      for (const Axis *A : *P.axes()) {
+        json Groups = json::array();
+        for (const Group *G : *A->groups()) {
+          json Rs = json::array();
+          for (uint32_t R : *G->ranks())
+            Rs.push_back(R);
+          Groups.push_back(Rs);
+        }
+        Axes.push_back(
+            {{"name", str(A->name())}, {"size", A->size()}, {"groups", Groups}});
+      }
+    J["axes"] = Axes;
+    J["batch"] = P.batch();
+    J["seq"] = P.seq();
+    J["vocab_size"] = P.vocab_size();
+    J["seed"] = P.seed();
+    json Ranks = json::array();
+    for (const RankProgram *R : *P.ranks())
+      if (rank < 0 || uint32_t(rank) == R->rank())
+        Ranks.push_back(rankJson(P, *R));
+    J["ranks"] = Ranks;
+    // Invalid UTF-8 in names must not throw: replace it.
+    return J.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
+  } catch (...) {
+    return "{}";
+  }
+}
+
+} // namespace megac_rt

@@ -1,0 +1,84 @@
+//===- safetensors.h - Reading and writing .safetensors files -*- C++ -*-===//
+//
+// A small, paranoid implementation of the safetensors format: an 8-byte
+// little-endian header length, a JSON header mapping tensor names to
+// {dtype, shape, data_offsets}, then the raw data. Weight files come from
+// outside, so every field is validated before any byte of data is touched.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MEGAC_RT_SAFETENSORS_H
+#define MEGAC_RT_SAFETENSORS_H
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace megac_rt {
+
+struct TensorInfo {
+  std::string name;
+  std::string dtype; // "F32", "F16", "BF16", "I32", ...
+  std::vector<int64_t> shape;
+  uint64_t begin = 0, end = 0; // relative to the start of the data section
+  uint64_t numel() const;
+};
+
+struct SafetensorsHeader {
+  std::map<std::string, TensorInfo> tensors;
+  uint64_t dataStart = 0; // absolute file offset of the data section
+  const TensorInfo *find(const std::string &Name) const;
+};
+
+/// Bytes per element of a safetensors dtype, 0 if unknown.
+size_t safetensorsItemSize(const std::string &DType);
+
+/// Parses and validates the header of a safetensors image of \p Size bytes.
+/// Throws std::runtime_error with a one-line message (no file name).
+SafetensorsHeader parseSafetensors(const uint8_t *Data, size_t Size);
+
+/// A read-only memory mapping of a safetensors file with its parsed header.
+class SafetensorsFile {
+public:
+  /// Throws RunError "<path>: <what>".
+  explicit SafetensorsFile(const std::string &Path);
+  ~SafetensorsFile();
+  SafetensorsFile(const SafetensorsFile &) = delete;
+  SafetensorsFile &operator=(const SafetensorsFile &) = delete;
+
+  const SafetensorsHeader &header() const { return Header; }
+  const std::string &path() const { return Path; }
+  const uint8_t *data(const TensorInfo &T) const {
+    return Base + Header.dataStart + T.begin;
+  }
+
+private:
+  std::string Path;
+  const uint8_t *Base = nullptr;
+  size_t Size = 0;
+  SafetensorsHeader Header;
+};
+
+struct TensorToWrite {
+  std::string name;
+  std::string dtype; // "F32" or "I32"
+  std::vector<int64_t> shape;
+  const void *data = nullptr;
+  size_t bytes = 0;
+};
+
+/// Writes \p Tensors to \p Path via "<Path>.tmp" and a rename, so a reader
+/// never sees a half-written file. Throws RunError "<path>: <what>".
+void writeSafetensors(const std::string &Path,
+                      const std::vector<TensorToWrite> &Tensors,
+                      const std::map<std::string, std::string> &Metadata);
+
+/// Converts IEEE half and bfloat16 bit patterns to float.
+float halfToFloat(uint16_t H);
+float bf16ToFloat(uint16_t H);
+
+} // namespace megac_rt
+
+#endif // MEGAC_RT_SAFETENSORS_H

@@ -1,0 +1,261 @@
+//===- KernelsTest.cpp - CPU kernels against naive references -------------===//
+//
+// Each kernel is compared with a direct transcription of its definition, and
+// the executor is run on whole plans (the tiny program and a GPT-2 demo) to
+// check the instruction plumbing, including the single-rank collectives.
+//
+//===----------------------------------------------------------------------===//
+
+#include "TestPlans.h"
+#include "executor.h"
+#include "init.h"
+#include "error.h"
+#include "kernels.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+using namespace megac_rt;
+using namespace megac_rt::kernels;
+
+namespace {
+
+std::vector<float> iota(size_t N, float Scale = 0.1f, float Shift = 0.3f) {
+  std::vector<float> V(N);
+  for (size_t I = 0; I < N; ++I)
+    V[I] = std::sin(float(I) * 1.3f + Shift) * Scale * float(I % 7 + 1);
+  return V;
+}
+
+TEST(Kernels, LinearMatchesNaive) {
+  const int64_t M = 5, K = 7, N = 3;
+  auto X = iota(M * K), W = iota(K * N, 0.2f, 1.0f);
+  std::vector<float> Wt(N * K), Y(M * N), Yt(M * N);
+  for (int64_t k = 0; k < K; ++k)
+    for (int64_t n = 0; n < N; ++n)
+      Wt[n * K + k] = W[k * N + n];
+  linear(X.data(), M, K, W.data(), N, false, Y.data());
+  linear(X.data(), M, K, Wt.data(), N, true, Yt.data());
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) {
+      double Ref = 0;
+      for (int64_t k = 0; k < K; ++k)
+        Ref += double(X[m * K + k]) * W[k * N + n];
+      EXPECT_NEAR(Y[m * N + n], Ref, 1e-5);
+      EXPECT_NEAR(Yt[m * N + n], Ref, 1e-5);
+    }
+}
+
+TEST(Kernels, BatchedMatmul) {
+  const int64_t B = 2, M = 3, K = 4, N = 2;
+  auto A = iota(B * M * K), Bm = iota(B * K * N, 0.5f);
+  std::vector<float> Y(B * M * N);
+  matmul(A.data(), Bm.data(), B, M, K, N, Y.data());
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t n = 0; n < N; ++n) {
+        double Ref = 0;
+        for (int64_t k = 0; k < K; ++k)
+          Ref += double(A[(b * M + m) * K + k]) * Bm[(b * K + k) * N + n];
+        EXPECT_NEAR(Y[(b * M + m) * N + n], Ref, 1e-5);
+      }
+}
+
+TEST(Kernels, BroadcastAddMul) {
+  std::vector<float> A = {1, 2, 3, 4, 5, 6}, B = {10, 20, 30}, Y(6);
+  add(A.data(), 6, B.data(), 3, Y.data());
+  EXPECT_EQ(Y, (std::vector<float>{11, 22, 33, 14, 25, 36}));
+  mul(A.data(), 6, B.data(), 3, Y.data());
+  EXPECT_EQ(Y, (std::vector<float>{10, 40, 90, 40, 100, 180}));
+}
+
+TEST(Kernels, GeluKnownValues) {
+  std::vector<float> X = {0.0f, 1.0f, -1.0f, 3.0f}, Y(4);
+  gelu(X.data(), 4, Y.data());
+  EXPECT_FLOAT_EQ(Y[0], 0.0f);
+  EXPECT_NEAR(Y[1], 0.8411920f, 1e-6);
+  EXPECT_NEAR(Y[2], -0.1588080f, 1e-6);
+  EXPECT_NEAR(Y[3], 2.9963627f, 1e-6);
+}
+
+TEST(Kernels, LayerNormMatchesNaive) {
+  const int64_t R = 3, H = 8;
+  auto X = iota(R * H, 2.0f), G = iota(H, 1.0f, 0.7f), B = iota(H, 0.1f, 2.0f);
+  std::vector<float> Y(R * H);
+  layerNorm(X.data(), R, H, G.data(), B.data(), 1e-5, Y.data());
+  for (int64_t r = 0; r < R; ++r) {
+    double Mean = 0, Var = 0;
+    for (int64_t i = 0; i < H; ++i)
+      Mean += X[r * H + i];
+    Mean /= H;
+    for (int64_t i = 0; i < H; ++i)
+      Var += (X[r * H + i] - Mean) * (X[r * H + i] - Mean);
+    Var /= H; // biased, as torch.nn.LayerNorm
+    for (int64_t i = 0; i < H; ++i)
+      EXPECT_NEAR(Y[r * H + i],
+                  (X[r * H + i] - Mean) / std::sqrt(Var + 1e-5) * G[i] + B[i],
+                  1e-5);
+  }
+}
+
+TEST(Kernels, SoftmaxRowsSumToOne) {
+  std::vector<float> X = {1, 2, 3, 1000, 1000, 1000}, Y(6);
+  softmax(X.data(), 2, 3, Y.data());
+  EXPECT_NEAR(Y[0] + Y[1] + Y[2], 1.0, 1e-6);
+  EXPECT_NEAR(Y[2], std::exp(3.0) / (std::exp(1.0) + std::exp(2.0) + std::exp(3.0)),
+              1e-6);
+  EXPECT_NEAR(Y[4], 1.0 / 3, 1e-6); // no overflow for large inputs
+}
+
+// Naive multi-head attention, written directly from the definition.
+std::vector<float> naiveAttention(const std::vector<float> &Q,
+                                  const std::vector<float> &K,
+                                  const std::vector<float> &V, int64_t B,
+                                  int64_t S, int64_t Hl, int64_t Heads,
+                                  bool Causal) {
+  int64_t Hd = Hl / Heads;
+  std::vector<float> Y(B * S * Hl, 0.0f);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < Heads; ++h)
+      for (int64_t i = 0; i < S; ++i) {
+        std::vector<double> P(S, 0.0);
+        double Max = -1e300, Sum = 0;
+        for (int64_t j = 0; j < S; ++j) {
+          if (Causal && j > i)
+            continue;
+          double D = 0;
+          for (int64_t d = 0; d < Hd; ++d)
+            D += double(Q[(b * S + i) * Hl + h * Hd + d]) *
+                 K[(b * S + j) * Hl + h * Hd + d];
+          P[j] = D / std::sqrt(double(Hd));
+          Max = std::max(Max, P[j]);
+        }
+        for (int64_t j = 0; j < S; ++j)
+          if (!(Causal && j > i))
+            Sum += P[j] = std::exp(P[j] - Max);
+          else
+            P[j] = 0;
+        for (int64_t j = 0; j < S; ++j)
+          for (int64_t d = 0; d < Hd; ++d)
+            Y[(b * S + i) * Hl + h * Hd + d] +=
+                float(P[j] / Sum * V[(b * S + j) * Hl + h * Hd + d]);
+      }
+  return Y;
+}
+
+TEST(Kernels, AttentionMatchesNaive) {
+  const int64_t B = 2, S = 5, Hl = 6, Heads = 2;
+  auto Q = iota(B * S * Hl, 1.0f, 0.1f), K = iota(B * S * Hl, 1.0f, 0.5f),
+       V = iota(B * S * Hl, 1.0f, 0.9f);
+  for (bool Causal : {true, false}) {
+    std::vector<float> Y(B * S * Hl);
+    attention(Q.data(), K.data(), V.data(), B, S, Hl, Heads, Causal, Y.data());
+    auto Ref = naiveAttention(Q, K, V, B, S, Hl, Heads, Causal);
+    for (size_t I = 0; I < Y.size(); ++I)
+      ASSERT_NEAR(Y[I], Ref[I], 1e-5) << "causal=" << Causal << " i=" << I;
+  }
+}
+
+TEST(Kernels, CausalAttentionFirstTokenSeesOnlyItself) {
+  // One head, S=2: position 0 must return v[0] exactly.
+  std::vector<float> Q = {1, 0, 0, 1}, K = {1, 0, 0, 1}, V = {3, 4, 5, 6},
+                     Y(4);
+  attention(Q.data(), K.data(), V.data(), 1, 2, 2, 1, true, Y.data());
+  EXPECT_FLOAT_EQ(Y[0], 3);
+  EXPECT_FLOAT_EQ(Y[1], 4);
+  // Position 1: scores [0, 1/sqrt2] -> weights softmax.
+  double W1 = 1 / (1 + std::exp(-1 / std::sqrt(2.0)));
+  EXPECT_NEAR(Y[2], (1 - W1) * 3 + W1 * 5, 1e-6);
+}
+
+TEST(Kernels, CrossEntropyOfUniformLogitsIsLogV) {
+  const int64_t Rows = 4, V = 50;
+  std::vector<float> L(Rows * V, 0.25f);
+  std::vector<int32_t> Lab = {0, 7, 49, 3};
+  EXPECT_NEAR(crossEntropy(L.data(), Rows, V, Lab.data()), std::log(50.0),
+              1e-6);
+  Lab[2] = 50;
+  EXPECT_THROW(crossEntropy(L.data(), Rows, V, Lab.data()), RunError);
+}
+
+TEST(Kernels, EmbeddingWithVocabShard) {
+  std::vector<float> Tab = {1, 1, 2, 2}; // rows for ids 4 and 5
+  std::vector<int32_t> Ids = {4, 0, 5};
+  std::vector<float> Y(6, -1);
+  embedding(Tab.data(), 2, 2, Ids.data(), 3, 4, 8, Y.data());
+  EXPECT_EQ(Y, (std::vector<float>{1, 1, 0, 0, 2, 2}));
+  Ids[1] = 8;
+  EXPECT_THROW(embedding(Tab.data(), 2, 2, Ids.data(), 3, 4, 8, Y.data()),
+               RunError);
+}
+
+TEST(Kernels, TransposeAndChunks) {
+  // x [2,3,4] -> perm [2,0,1] -> y [4,2,3].
+  std::vector<uint32_t> X(24), Y(24);
+  for (uint32_t I = 0; I < 24; ++I)
+    X[I] = I;
+  transpose(X.data(), {2, 3, 4}, {2, 0, 1}, Y.data());
+  for (int a = 0; a < 4; ++a)
+    for (int b = 0; b < 2; ++b)
+      for (int c = 0; c < 3; ++c)
+        ASSERT_EQ(Y[size_t((a * 2 + b) * 3 + c)], X[size_t((b * 3 + c) * 4 + a)]);
+
+  // Slicing each of 2 chunks along dim 1 of [2,4,3] and concatenating them
+  // back must reproduce the input.
+  std::vector<float> Z = iota(24), Parts(24), Back(24);
+  for (int P = 0; P < 2; ++P)
+    sliceChunk(reinterpret_cast<const uint8_t *>(Z.data()), 2, 2, 3, 2, P, 4,
+               reinterpret_cast<uint8_t *>(Parts.data() + P * 12));
+  EXPECT_EQ(Parts[0], Z[0]);
+  EXPECT_EQ(Parts[12], Z[6]); // chunk 1 starts at row 2 of batch 0
+  concatChunks(reinterpret_cast<const uint8_t *>(Parts.data()), 2, 2, 3, 2, 4,
+               reinterpret_cast<uint8_t *>(Back.data()));
+  EXPECT_EQ(Back, Z);
+}
+
+TEST(Executor, RunsTinyProgram) {
+  LoadedPlan L;
+  ASSERT_EQ(verifyPlanBytes(builder::buildPlanBytes(test::tinyProgram()), L),
+            "");
+  Executor E(*L.program, 0);
+  E.allocate();
+  E.initParams(7);
+  EXPECT_EQ(E.paramElements(), 64u);
+  EXPECT_EQ(E.tokensNeeded(), 6u);
+  E.setInputs({1, 2, 3, 4, 5, 6});
+  LocalCollectives C;
+  RunStats S = E.run(C);
+  EXPECT_EQ(S.instructions, 2u);
+  EXPECT_EQ(S.collectives, 0u);
+  // logits[0,0,:] = wte[1,:] @ head.
+  const Tensor &Wte = E.buffer(0), &Head = E.buffer(1), &Y = E.buffer(4);
+  for (int n = 0; n < 8; ++n) {
+    double Ref = 0;
+    for (int k = 0; k < 4; ++k)
+      Ref += double(Wte.f[size_t(4 + k)]) * Head.f[size_t(k * 8 + n)];
+    EXPECT_NEAR(Y.f[size_t(n)], Ref, 1e-7);
+  }
+}
+
+TEST(Executor, Gpt2DemoLossNearLogVocabAtInit) {
+  builder::Gpt2DemoOptions O;
+  O.vocab = 96;
+  LoadedPlan L;
+  ASSERT_EQ(verifyPlanBytes(builder::buildPlanBytes(builder::buildGpt2Demo(O)),
+                            L),
+            "");
+  Executor E(*L.program, 0);
+  E.allocate();
+  E.initParams(1);
+  E.setInputs(defaultTokenStream(1, E.tokensNeeded(), O.vocab));
+  LocalCollectives C;
+  RunStats S = E.run(C);
+  EXPECT_EQ(S.collectives, size_t(2 + 2 * O.nLayer));
+  const auto *Outs = E.rankProgram().outputs();
+  float Loss = E.buffer(Outs->Get(1)->buffer()).f[0];
+  // Small init weights give near-uniform predictions.
+  EXPECT_NEAR(Loss, std::log(96.0), 0.1);
+}
+
+} // namespace

@@ -1,0 +1,239 @@
+//===- PlanFileTest.cpp - Plan framing, verification and dumps ------------===//
+//
+// The verifier is what stands between a bad file and the executor, so these
+// tests corrupt plans in the ways that matter (truncation, bit flips,
+// framing, semantics) and check both that they are rejected and that the
+// message points at the problem.
+//
+//===----------------------------------------------------------------------===//
+
+#include "TestPlans.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+using namespace megac_rt;
+using namespace megac_rt::builder;
+
+namespace {
+
+std::string verify(const ProgramDesc &P) {
+  LoadedPlan L;
+  return verifyPlanBytes(buildPlanBytes(P), L);
+}
+
+TEST(PlanFile, Crc32KnownVector) {
+  const char *S = "123456789";
+  EXPECT_EQ(crc32(reinterpret_cast<const uint8_t *>(S), 9), 0xCBF43926u);
+  EXPECT_EQ(crc32(nullptr, 0), 0u);
+}
+
+TEST(PlanFile, RoundTrip) {
+  std::vector<uint8_t> Bytes = buildPlanBytes(test::tinyProgram(), "unit");
+  LoadedPlan L;
+  ASSERT_EQ(verifyPlanBytes(Bytes, L), "");
+  ASSERT_NE(L.program, nullptr);
+  EXPECT_EQ(L.plan->format_version(), kPlanFormatVersion);
+  EXPECT_EQ(L.plan->producer()->str(), "unit");
+  EXPECT_EQ(L.program->model_name()->str(), "tiny");
+  EXPECT_EQ(L.program->ranks()->Get(0)->instrs()->size(), 2u);
+  // The views must point into the LoadedPlan's own bytes.
+  const uint8_t *Begin = L.bytes.data(), *End = Begin + L.bytes.size();
+  auto *PP = reinterpret_cast<const uint8_t *>(L.program);
+  EXPECT_TRUE(PP >= Begin && PP < End);
+}
+
+TEST(PlanFile, RejectsTruncated) {
+  std::vector<uint8_t> Bytes = buildPlanBytes(test::tinyProgram());
+  LoadedPlan Whole;
+  ASSERT_EQ(verifyPlanBytes(Bytes, Whole), "");
+  // Everything up to the last byte of the body is data; only alignment
+  // padding (< 8 bytes) may follow it.
+  size_t BodyEnd = size_t(Whole.plan->body()->data() - Whole.bytes.data()) +
+                   Whole.plan->body()->size();
+  EXPECT_GT(BodyEnd + 8, Bytes.size());
+  for (size_t N = 0; N < BodyEnd; ++N) {
+    LoadedPlan L;
+    std::vector<uint8_t> Cut(Bytes.begin(), Bytes.begin() + N);
+    ASSERT_NE(verifyPlanBytes(Cut, L), "") << "prefix of " << N << " bytes";
+    EXPECT_EQ(L.program, nullptr);
+  }
+  LoadedPlan L;
+  EXPECT_NE(verifyPlanBytes({}, L).find("too small"), std::string::npos);
+}
+
+TEST(PlanFile, RejectsEveryBodyByteFlip) {
+  std::vector<uint8_t> Bytes = buildPlanBytes(test::tinyProgram());
+  LoadedPlan L;
+  ASSERT_EQ(verifyPlanBytes(Bytes, L), "");
+  size_t Start = size_t(L.plan->body()->data() - L.bytes.data());
+  size_t Len = L.plan->body()->size();
+  for (size_t I = Start; I < Start + Len; ++I) {
+    std::vector<uint8_t> B = Bytes;
+    B[I] ^= 0x01;
+    LoadedPlan L2;
+    std::string Err = verifyPlanBytes(B, L2);
+    ASSERT_NE(Err.find("checksum mismatch"), std::string::npos)
+        << "byte " << I << ": " << Err;
+  }
+}
+
+TEST(PlanFile, RejectsWrongIdentifier) {
+  std::vector<uint8_t> Bytes = buildPlanBytes(test::tinyProgram());
+  Bytes[4] = 'X';
+  LoadedPlan L;
+  EXPECT_NE(verifyPlanBytes(Bytes, L).find("not a megac plan"),
+            std::string::npos);
+}
+
+TEST(PlanFile, RejectsWrongVersion) {
+  std::vector<uint8_t> Body = serializeProgram(test::tinyProgram());
+  flatbuffers::FlatBufferBuilder FBB;
+  auto Root = megac::plan::CreatePlan(
+      FBB, 7, FBB.CreateString("future"), crc32(Body.data(), Body.size()),
+      FBB.CreateVector(Body));
+  megac::plan::FinishPlanBuffer(FBB, Root);
+  std::vector<uint8_t> Bytes(FBB.GetBufferPointer(),
+                             FBB.GetBufferPointer() + FBB.GetSize());
+  LoadedPlan L;
+  EXPECT_EQ(verifyPlanBytes(Bytes, L),
+            "plan format version 7 is not supported (this runtime reads "
+            "version 1)");
+}
+
+TEST(PlanFile, RejectsBadBufferIndex) {
+  ProgramDesc P = test::tinyProgram();
+  P.ranks[0].instrs[1].inputs[1] = 99;
+  EXPECT_EQ(verify(P), "rank 0, instruction 1 (linear): input 1 refers to "
+                       "buffer %99 but the rank has 5 buffers");
+}
+
+TEST(PlanFile, RejectsLinearShapeMismatch) {
+  ProgramDesc P = test::tinyProgram();
+  P.ranks[0].buffers[1].shape = {5, 8};
+  P.ranks[0].params[1].globalShape = {5, 8};
+  EXPECT_EQ(verify(P), "rank 0, instruction 1 (linear): input 0 has shape "
+                       "[2,3,4] but weight expects K=5");
+}
+
+TEST(PlanFile, RejectsUseBeforeDefinition) {
+  ProgramDesc P = test::tinyProgram();
+  std::swap(P.ranks[0].instrs[0], P.ranks[0].instrs[1]);
+  EXPECT_NE(verify(P).find("is read before anything defines it"),
+            std::string::npos);
+}
+
+TEST(PlanFile, RejectsSemanticErrors) {
+  {
+    ProgramDesc P = test::tinyProgram();
+    P.worldSize = 2;
+    EXPECT_NE(verify(P).find("world size"), std::string::npos);
+  }
+  {
+    ProgramDesc P = test::tinyProgram();
+    P.ranks[0].params[0].offset = {1, 0}; // 1 + 8 rows > 8
+    EXPECT_NE(verify(P).find("does not fit"), std::string::npos);
+  }
+  {
+    ProgramDesc P = test::tinyProgram();
+    P.ranks[0].instrs[0].ints = {-1};
+    EXPECT_NE(verify(P).find("vocab_start -1 is negative"), std::string::npos);
+  }
+  {
+    ProgramDesc P = test::tinyProgram();
+    P.ranks[0].buffers[3].shape = {2, 3, 5}; // embedding result
+    EXPECT_NE(verify(P).find("rank 0, instruction 0 (embedding): output has "
+                             "shape [2,3,5]"),
+              std::string::npos);
+  }
+  {
+    ProgramDesc P = test::tinyProgram();
+    P.ranks[0].buffers[0].shape = {8, -4};
+    EXPECT_NE(verify(P).find("negative shape"), std::string::npos);
+  }
+  {
+    ProgramDesc P = test::tinyProgram();
+    P.ranks[0].instrs[0].op = op::AllReduce;
+    P.ranks[0].instrs[0].inputs = {0};
+    EXPECT_NE(verify(P).find("axis -1 is not an axis"), std::string::npos);
+  }
+}
+
+TEST(PlanFile, VerifiesDemoGpt2AtSeveralTp) {
+  for (uint32_t Tp : {1u, 2u, 4u}) {
+    Gpt2DemoOptions O;
+    O.tp = Tp;
+    EXPECT_EQ(verify(buildGpt2Demo(O)), "") << "tp=" << Tp;
+  }
+}
+
+TEST(PlanFile, RejectsBadGroups) {
+  Gpt2DemoOptions O;
+  O.tp = 2;
+  ProgramDesc P = buildGpt2Demo(O);
+  P.axes[0].groups[0] = {1, 0};
+  EXPECT_NE(verify(P).find("is at position 0 of its group but has coordinate 1"),
+            std::string::npos);
+}
+
+TEST(PlanFile, RejectsMismatchedCollectives) {
+  Gpt2DemoOptions O;
+  O.tp = 2;
+  ProgramDesc P = buildGpt2Demo(O);
+  // Rank 1 skips its first all_reduce: in MPI this would hang.
+  auto &Instrs = P.ranks[1].instrs;
+  Instrs[1].op = op::Reshape;
+  Instrs[1].axis = -1;
+  EXPECT_NE(verify(P).find("disagree on their tp collectives"),
+            std::string::npos);
+}
+
+TEST(PlanFile, TextAndJsonDumps) {
+  Gpt2DemoOptions O;
+  O.tp = 2;
+  O.nLayer = 1;
+  LoadedPlan L;
+  ASSERT_EQ(verifyPlanBytes(buildPlanBytes(buildGpt2Demo(O), "megac 0.1"), L),
+            "");
+  std::string T = dumpPlanText(L, 1);
+  EXPECT_NE(T.find("megac plan (format 1, producer \"megac 0.1\")"),
+            std::string::npos);
+  EXPECT_NE(T.find("world size 2, grid tp=2, batch 2, seq 16, vocab 128"),
+            std::string::npos);
+  EXPECT_NE(T.find("axis tp (size 2): groups [0 1]"), std::string::npos);
+  EXPECT_NE(T.find("rank 1 (tp=1):"), std::string::npos);
+  EXPECT_EQ(T.find("rank 0 (tp=0):"), std::string::npos);
+  EXPECT_NE(T.find("wte.weight %0 [64x64] f32, slice at [64,0] of [128x64], "
+                   "init normal(std=0.02), hf wte.weight@[0,0]"),
+            std::string::npos)
+      << T;
+  EXPECT_NE(T.find("= embedding %0, %2 {vocab_start = 64} : [2x16x64] f32"),
+            std::string::npos);
+  EXPECT_NE(T.find("= all_reduce %"), std::string::npos);
+  EXPECT_NE(T.find(" over tp group [0 1] : [2x16x64] f32"), std::string::npos);
+
+  nlohmann::json J = nlohmann::json::parse(dumpPlanJson(L));
+  EXPECT_EQ(J["format_version"], 1);
+  EXPECT_EQ(J["world_size"], 2);
+  EXPECT_EQ(J["axes"][0]["name"], "tp");
+  EXPECT_EQ(J["ranks"].size(), 2u);
+  EXPECT_EQ(J["ranks"][1]["coords"]["tp"], 1);
+  EXPECT_EQ(J["ranks"][0]["instructions"][0]["op"], "embedding");
+  EXPECT_EQ(J["ranks"][0]["instructions"][1]["group"],
+            nlohmann::json::parse("[0,1]"));
+  EXPECT_TRUE(J["ranks"][0]["instructions"][0]["group"].is_null());
+}
+
+TEST(PlanFile, OpcodeNames) {
+  EXPECT_STREQ(opcodeName(op::AllReduce), "all_reduce");
+  EXPECT_STREQ(opcodeName(op::PositionEmbedding), "position_embedding");
+  EXPECT_STREQ(opcodeName(op::SliceShard), "slice_shard");
+}
+
+TEST(PlanFile, LoadMissingFileNamesPath) {
+  LoadedPlan L;
+  std::string Err = loadPlanFile("/nonexistent/x.mgc", L);
+  EXPECT_EQ(Err.rfind("/nonexistent/x.mgc: cannot open", 0), 0u) << Err;
+}
+
+} // namespace

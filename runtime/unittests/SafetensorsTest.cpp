@@ -1,0 +1,181 @@
+//===- SafetensorsTest.cpp - safetensors parsing, writing, token files ----===//
+//
+// Weight and token files come from outside; each malformed variant must be
+// rejected with a message rather than read out of bounds.
+//
+//===----------------------------------------------------------------------===//
+
+#include "error.h"
+#include "init.h"
+#include "safetensors.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <unistd.h>
+
+using namespace megac_rt;
+
+namespace {
+
+std::vector<uint8_t> image(const std::string &Header, size_t DataBytes) {
+  std::vector<uint8_t> B(8 + Header.size() + DataBytes, 0);
+  uint64_t N = Header.size();
+  std::memcpy(B.data(), &N, 8);
+  std::memcpy(B.data() + 8, Header.data(), Header.size());
+  return B;
+}
+
+std::string parseError(const std::vector<uint8_t> &B) {
+  try {
+    parseSafetensors(B.data(), B.size());
+  } catch (const std::exception &E) {
+    return E.what();
+  }
+  return "";
+}
+
+std::string tmpPath(const std::string &Name) {
+  return ::testing::TempDir() + "megac_rt_" + std::to_string(::getpid()) +
+         "_" + Name;
+}
+
+TEST(Safetensors, ParsesValidHeader) {
+  auto B = image(R"({"__metadata__":{"format":"pt"},)"
+                 R"("a":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]},)"
+                 R"("b":{"dtype":"BF16","shape":[],"data_offsets":[24,26]}})",
+                 26);
+  SafetensorsHeader H = parseSafetensors(B.data(), B.size());
+  ASSERT_EQ(H.tensors.size(), 2u);
+  const TensorInfo *A = H.find("a");
+  ASSERT_NE(A, nullptr);
+  EXPECT_EQ(A->shape, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(A->numel(), 6u);
+  EXPECT_EQ(H.find("b")->numel(), 1u);
+  EXPECT_EQ(H.find("__metadata__"), nullptr);
+}
+
+TEST(Safetensors, RejectsBadHeaderLength) {
+  EXPECT_NE(parseError({1, 2, 3}).find("need at least 8"), std::string::npos);
+  auto B = image("{}", 0);
+  B[0] = 200; // claims 200 bytes of header in a 10-byte file
+  EXPECT_NE(parseError(B).find("runs past the end"), std::string::npos);
+  B[0] = 0;
+  B[5] = 1; // 2^40 bytes
+  EXPECT_NE(parseError(B).find("100 MB"), std::string::npos);
+}
+
+TEST(Safetensors, RejectsOffsetsOutOfRange) {
+  auto B = image(R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})",
+                 8);
+  EXPECT_NE(parseError(B).find("outside the 8-byte data section"),
+            std::string::npos);
+  auto C = image(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[4,0]}})",
+                 8);
+  EXPECT_NE(parseError(C).find("outside"), std::string::npos);
+}
+
+TEST(Safetensors, RejectsWrongSize) {
+  auto B = image(R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})",
+                 8);
+  EXPECT_NE(parseError(B).find("holds 8 bytes but dtype F32"),
+            std::string::npos);
+}
+
+TEST(Safetensors, RejectsNonObjectAndBadJson) {
+  EXPECT_NE(parseError(image("[1,2]", 0)).find("not a JSON object"),
+            std::string::npos);
+  EXPECT_NE(parseError(image("{\"a\":", 0)).find("not valid JSON"),
+            std::string::npos);
+  EXPECT_NE(parseError(image(R"({"a":{"dtype":"Q7","shape":[],)"
+                             R"("data_offsets":[0,0]}})",
+                             0))
+                .find("unknown dtype"),
+            std::string::npos);
+  EXPECT_NE(parseError(image(R"({"a":{"dtype":"F32","shape":[-1],)"
+                             R"("data_offsets":[0,0]}})",
+                             0))
+                .find("non-negative"),
+            std::string::npos);
+}
+
+TEST(Safetensors, WriteReadRoundTripAndSliceLoad) {
+  std::string Path = tmpPath("rt.safetensors");
+  std::vector<float> W(12);
+  for (int I = 0; I < 12; ++I)
+    W[size_t(I)] = float(I);
+  std::vector<int32_t> Tok = {1, 2, 3};
+  writeSafetensors(Path,
+                   {{"transformer.w", "F32", {3, 4}, W.data(), 48},
+                    {"tokens", "I32", {1, 3}, Tok.data(), 12}},
+                   {{"producer", "test"}});
+  {
+    SafetensorsFile F(Path);
+    ASSERT_NE(F.header().find("tokens"), nullptr);
+    EXPECT_EQ(F.header().dataStart % 8, 0u);
+    // Parameter "w" = columns [2,4) of rows [1,3) of a [3,2] view starting
+    // at hf_offset [0,2]: the global param is [3,2], the local slice [2,2]
+    // at offset [1,0].
+    std::vector<float> Out(4);
+    loadParamSlice(F, "w", "w", {0, 2}, {3, 2}, {1, 0}, {2, 2}, Out.data());
+    EXPECT_EQ(Out, (std::vector<float>{6, 7, 10, 11}));
+    try {
+      loadParamSlice(F, "w", "w", {0, 3}, {3, 2}, {0, 0}, {3, 2}, Out.data());
+      FAIL() << "expected an error";
+    } catch (const RunError &E) {
+      EXPECT_NE(std::string(E.what()).find("has shape [3,4] but parameter w "
+                                           "expects [3,2] at offset [0,3]"),
+                std::string::npos);
+    }
+    try {
+      loadParamSlice(F, "x", "missing", {0}, {1}, {0}, {1}, Out.data());
+      FAIL() << "expected an error";
+    } catch (const RunError &E) {
+      EXPECT_NE(std::string(E.what()).find("tensor \"missing\""),
+                std::string::npos);
+    }
+  }
+  std::remove(Path.c_str());
+}
+
+TEST(Safetensors, HalfConversions) {
+  EXPECT_EQ(halfToFloat(0x3C00), 1.0f);
+  EXPECT_EQ(halfToFloat(0xC000), -2.0f);
+  EXPECT_EQ(halfToFloat(0x0001), std::ldexp(1.0f, -24));
+  EXPECT_TRUE(std::isinf(halfToFloat(0x7C00)));
+  EXPECT_EQ(bf16ToFloat(0x3F80), 1.0f);
+}
+
+TEST(TokenFile, RawAndLlmcFormats) {
+  std::string Raw = tmpPath("raw.bin"), Llmc = tmpPath("llmc.bin");
+  {
+    std::ofstream F(Raw, std::ios::binary);
+    uint16_t T[5] = {1, 2, 3, 4, 60000};
+    F.write(reinterpret_cast<char *>(T), sizeof(T));
+  }
+  EXPECT_EQ(readTokenFile(Raw, 4, 10), (std::vector<int32_t>{1, 2, 3, 4}));
+  EXPECT_THROW(readTokenFile(Raw, 6, 10), RunError);
+  try {
+    readTokenFile(Raw, 5, 10);
+    FAIL();
+  } catch (const RunError &E) {
+    EXPECT_NE(std::string(E.what()).find("token 60000 at position 4"),
+              std::string::npos);
+  }
+  {
+    std::ofstream F(Llmc, std::ios::binary);
+    int32_t Hdr[256] = {20240520, 1, 3};
+    uint16_t T[3] = {7, 8, 9};
+    F.write(reinterpret_cast<char *>(Hdr), sizeof(Hdr));
+    F.write(reinterpret_cast<char *>(T), sizeof(T));
+  }
+  EXPECT_EQ(readTokenFile(Llmc, 3, 10), (std::vector<int32_t>{7, 8, 9}));
+  EXPECT_THROW(readTokenFile(Llmc, 4, 10), RunError);
+  std::remove(Raw.c_str());
+  std::remove(Llmc.c_str());
+}
+
+} // namespace

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Configures and builds megac (compiler, runtime, tests) into build/.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUILD="${MEGAC_BUILD_DIR:-$ROOT/build}"
+JOBS="${MEGAC_JOBS:-$(nproc)}"
+
+export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/megac-ccache}"
+LAUNCHER=()
+command -v ccache >/dev/null && LAUNCHER=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+
+if [[ ! -f "$BUILD/build.ninja" ]]; then
+  cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release "${LAUNCHER[@]}"
+fi
+ninja -C "$BUILD" -j "$JOBS"

@@ -1,0 +1,115 @@
+// RUN: megac-opt %s -split-input-file -verify-diagnostics
+
+// Tests mesh_c1: axis names are unique.
+// expected-error@+1 {{mesh_c1: grid axis 'tp' appears more than once}}
+module attributes {megac.mesh = #megac.mesh<tp = 2, tp = 4>} {}
+
+// -----
+
+// Tests mesh_c2: axis sizes are at least 1.
+// expected-error@+1 {{mesh_c2: grid axis 'dp' has size 0; sizes must be >= 1}}
+module attributes {megac.mesh = #megac.mesh<dp = 0>} {}
+
+// -----
+
+// Tests that megac.mesh belongs on a module.
+// expected-error@+1 {{megac.mesh must be a #megac.mesh on a module}}
+func.func @mesh_on_func() attributes {megac.mesh = #megac.mesh<tp = 2>} {
+  return
+}
+
+// -----
+
+// Tests sharding_c1: one axis splits at most one dimension.
+// expected-error@+1 {{sharding_c1: grid axis 'tp' splits more than one dimension}}
+func.func @sharding_c1(%w: tensor<8x8xf32> {megac.sharding = #megac.sharding<[tp, tp]>}) {
+  return
+}
+
+// -----
+
+// Tests sharding_c1: a partial axis may not also split a dimension.
+// expected-error@+1 {{sharding_c1: partial axis 'tp' also splits a dimension or is repeated}}
+func.func @sharding_c1_partial(%w: tensor<8x8xf32> {megac.sharding = #megac.sharding<[tp, _], partial = [tp]>}) {
+  return
+}
+
+// -----
+
+// Tests sharding_c2: one entry per dimension.
+// expected-error@+1 {{sharding_c2: sharding of argument 0 has 1 entries but the tensor has rank 2}}
+func.func @sharding_c2(%w: tensor<8x8xf32> {megac.sharding = #megac.sharding<[tp]>}) {
+  return
+}
+
+// -----
+
+// Tests sharding_c3: arguments are never partial sums.
+// expected-error@+1 {{sharding_c3: arguments cannot be partial sums}}
+func.func @sharding_c3(%w: tensor<8x8xf32> {megac.sharding = #megac.sharding<[_, _], partial = [tp]>}) {
+  return
+}
+
+// -----
+
+// Tests param_c1: a parameter needs a name.
+// expected-error@+1 {{param_c1: megac.param needs a non-empty 'name'}}
+func.func @param_c1(%w: tensor<8xf32> {megac.param = {init = "zeros"}}) {
+  return
+}
+
+// -----
+
+// Tests param_c2: the init kind must be known.
+// expected-error@+1 {{param_c2: parameter 'w' needs init = "normal", "zeros" or "ones"}}
+func.func @param_c2(%w: tensor<8xf32> {megac.param = {name = "w", init = "xavier"}}) {
+  return
+}
+
+// -----
+
+// Tests param_c3: normal init needs a positive standard deviation.
+// expected-error@+1 {{param_c3: parameter 'w' with normal init needs a positive 'std'}}
+func.func @param_c3(%w: tensor<8xf32> {megac.param = {name = "w", init = "normal"}}) {
+  return
+}
+
+// -----
+
+// Tests param_c4: parameters are static f32 tensors.
+// expected-error@+1 {{param_c4: parameter 'w' must be a static f32 tensor}}
+func.func @param_c4(%w: tensor<?xf32> {megac.param = {name = "w", init = "zeros"}}) {
+  return
+}
+
+// -----
+
+// Tests param_c5: hf_offset has one non-negative entry per dimension.
+// expected-error@+1 {{param_c5: 'hf_offset' of parameter 'w' must be non-negative, one entry per dimension}}
+func.func @param_c5(%w: tensor<8x8xf32> {megac.param = {name = "w", init = "zeros", hf_offset = array<i64: 0>}}) {
+  return
+}
+
+// -----
+
+// Tests input_c1: inputs are tokens or labels.
+// expected-error@+1 {{input_c1: megac.input must be "tokens" or "labels"}}
+func.func @input_c1(%ids: tensor<4x8xi32> {megac.input = "images"}) {
+  return
+}
+
+// -----
+
+// Tests input_c2: inputs are [batch, seq] i32 tensors.
+// expected-error@+1 {{input_c2: input 'tokens' must be a [batch, seq] i32 tensor}}
+func.func @input_c2(%ids: tensor<4x8xf32> {megac.input = "tokens"}) {
+  return
+}
+
+// -----
+
+// Tests that unknown megac argument attributes are rejected.
+// expected-error@+1 {{unknown megac argument attribute 'megac.weight'}}
+func.func @unknown_arg_attr(%w: tensor<8xf32> {megac.weight = 1 : i64}) {
+  return
+}

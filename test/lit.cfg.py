@@ -1,0 +1,52 @@
+# lit configuration for megac's FileCheck, diagnostic and end-to-end tests.
+import os
+import shutil
+import subprocess
+import sys
+
+import lit.formats
+
+config.name = "megac"
+config.test_format = lit.formats.ShTest(not lit_config.isWindows)
+config.suffixes = [".mlir", ".test"]
+config.excludes = ["Inputs", "CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py", "Unit"]
+config.test_source_root = os.path.dirname(__file__)
+config.test_exec_root = os.path.join(config.megac_obj_root, "test")
+
+config.environment["FILECHECK_OPTS"] = "-enable-var-scope --dump-input=fail"
+# Open MPI refuses to run as root without these; CI runs as root.
+config.environment["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
+config.environment["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
+config.environment["OMPI_MCA_rmaps_base_oversubscribe"] = "1"
+# Keep Open MPI off the network: shared memory and loopback only.
+config.environment["OMPI_MCA_btl"] = "self,vader"
+config.environment["OMPI_MCA_btl_tcp_if_include"] = "lo"
+config.environment["OMPI_MCA_oob_tcp_if_include"] = "lo"
+config.environment["OPENBLAS_NUM_THREADS"] = "1"
+for var in ["HOME", "TMPDIR"]:
+    if var in os.environ:
+        config.environment[var] = os.environ[var]
+
+config.environment["PATH"] = os.pathsep.join(
+    [config.megac_tools_dir, config.llvm_tools_dir, config.environment.get("PATH", os.environ["PATH"])])
+
+python = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+config.substitutions.append(("%python", python))
+config.substitutions.append(("%utils", os.path.join(config.megac_src_root, "utils")))
+config.substitutions.append(("%megac_src", config.megac_src_root))
+config.substitutions.append(("%mlir_tblgen", config.mlir_tblgen))
+mpirun = shutil.which("mpirun")
+if mpirun:
+    config.available_features.add("mpi")
+    config.substitutions.append(("%mpirun", mpirun + " --oversubscribe -np"))
+
+if subprocess.run([python, "-c", "import numpy"], capture_output=True).returncode == 0:
+    config.available_features.add("numpy")
+
+# GPU tests run only where a CUDA device answers.
+nvidia_smi = shutil.which("nvidia-smi")
+if nvidia_smi and subprocess.run([nvidia_smi, "-L"], capture_output=True).returncode == 0:
+    config.available_features.add("cuda")
+
+if shutil.which("mlir-opt", path=config.llvm_tools_dir):
+    config.available_features.add("mlir-opt")

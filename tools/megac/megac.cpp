@@ -1,0 +1,359 @@
+//===- megac.cpp - The megac compiler driver ------------------------------===//
+//
+//   megac compile MODEL.mlir -o MODEL.mgc [--mesh tp=4] [--batch B] [--seq S]
+//   megac import --hf-config config.json -o MODEL.mlir   (or --tiny)
+//   megac inspect MODEL.mgc [--json] [--rank N]
+//
+// Each subcommand constructs only its own command-line options (function-
+// local statics), so `megac inspect --mesh` is an error rather than being
+// silently ignored, while MLIR's own flags (--mlir-print-ir-after-all,
+// --mlir-timing, ...) are available to `compile`.
+//
+//===----------------------------------------------------------------------===//
+
+#include "megac/Frontend/GPT2Importer.h"
+#include "megac/InitAll.h"
+#include "megac/Target/Plan/PlanEmitter.h"
+#include "megac_rt/plan_file.h"
+
+#include "mlir/IR/AsmState.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/IR/Verifier.h"
+#include "mlir/Parser/Parser.h"
+#include "mlir/Pass/PassInstrumentation.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Support/FileUtilities.h"
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/SourceMgr.h"
+#include "llvm/Support/ToolOutputFile.h"
+#include "llvm/Support/xxhash.h"
+#include <chrono>
+
+using namespace mlir;
+namespace cl = llvm::cl;
+
+namespace {
+
+int fail(const llvm::Twine &message) {
+  llvm::errs() << "megac: error: " << message << "\n";
+  return 1;
+}
+
+/// Prints each diagnostic as one line: `file:line:col: error: message`.
+/// Notes follow on their own lines.
+void installOneLineDiagnostics(MLIRContext &ctx) {
+  ctx.getDiagEngine().registerHandler([](Diagnostic &diag) {
+    auto print = [](Location loc, DiagnosticSeverity severity,
+                    const llvm::Twine &message) {
+      std::string where;
+      if (auto fileLoc = dyn_cast<FileLineColLoc>(loc))
+        where = llvm::formatv("{0}:{1}:{2}: ", fileLoc.getFilename().getValue(),
+                              fileLoc.getLine(), fileLoc.getColumn());
+      else if (auto nameLoc = dyn_cast<NameLoc>(loc))
+        where = nameLoc.getName().getValue().str() + ": ";
+      const char *kind = severity == DiagnosticSeverity::Error     ? "error"
+                         : severity == DiagnosticSeverity::Warning ? "warning"
+                         : severity == DiagnosticSeverity::Note    ? "note"
+                                                                   : "remark";
+      llvm::errs() << where << kind << ": " << message << "\n";
+    };
+    print(diag.getLocation(), diag.getSeverity(), diag.str());
+    for (Diagnostic &note : diag.getNotes())
+      print(note.getLocation(), note.getSeverity(), note.str());
+    return success();
+  });
+}
+
+/// Writes the IR after every pass to DIR/NN-<pass>.mlir.
+class DumpIRInstrumentation : public PassInstrumentation {
+public:
+  explicit DumpIRInstrumentation(std::string dir) : dir(std::move(dir)) {}
+
+  void write(llvm::StringRef stage, Operation *op) {
+    llvm::SmallString<256> path(dir);
+    llvm::sys::path::append(path, llvm::formatv("{0:2}-{1}.mlir", index++, stage)
+                                      .str());
+    std::error_code ec;
+    llvm::raw_fd_ostream os(path, ec);
+    if (ec) {
+      llvm::errs() << "megac: warning: cannot write " << path << ": "
+                   << ec.message() << "\n";
+      return;
+    }
+    op->print(os);
+  }
+
+  void runAfterPass(Pass *pass, Operation *op) override {
+    write(pass->getArgument(), op);
+  }
+
+private:
+  std::string dir;
+  unsigned index = 0;
+};
+
+llvm::SmallVector<char *> shiftArgs(int argc, char **argv,
+                                    std::string &programName) {
+  // argv[0] becomes "megac compile" so --help reads naturally.
+  programName = std::string(argv[0]) + " " + argv[1];
+  llvm::SmallVector<char *> args = {programName.data()};
+  for (int i = 2; i < argc; ++i)
+    args.push_back(argv[i]);
+  return args;
+}
+
+//===----------------------------------------------------------------------===//
+// megac compile
+//===----------------------------------------------------------------------===//
+
+int runCompile(int argc, char **argv) {
+  static cl::OptionCategory category("megac compile options");
+  static cl::opt<std::string> input(cl::Positional, cl::Required,
+                                    cl::desc("<model.mlir>"), cl::cat(category));
+  static cl::opt<std::string> output("o", cl::desc("Plan file to write (.mgc)"),
+                                     cl::value_desc("file"), cl::Required,
+                                     cl::cat(category));
+  static cl::opt<std::string> mesh(
+      "mesh",
+      cl::desc("Device grid as name=size pairs, outermost first: tp=4, "
+               "dp=2,tp=4 (default: the module's own, or a single rank)"),
+      cl::cat(category));
+  static cl::opt<int64_t> batch(
+      "batch", cl::desc("Batch size (default: the model's, or 4)"),
+      cl::init(0), cl::cat(category));
+  static cl::opt<int64_t> seq(
+      "seq", cl::desc("Sequence length (default: the model's, or 64)"),
+      cl::init(0), cl::cat(category));
+  static cl::opt<uint64_t> seed(
+      "seed", cl::desc("Seed for parameter init and the default input batch"),
+      cl::init(1234), cl::cat(category));
+  static cl::opt<std::string> dumpIR(
+      "dump-ir", cl::desc("Write the IR after every pass to numbered files "
+                          "in this directory"),
+      cl::value_desc("dir"), cl::cat(category));
+  static cl::opt<std::string> emitMLIR(
+      "emit-mlir", cl::desc("Also write the final per-rank IR to this file"),
+      cl::value_desc("file"), cl::cat(category));
+  static cl::opt<bool> quiet("quiet", cl::desc("Print nothing on success"),
+                             cl::cat(category));
+  registerMLIRContextCLOptions();
+  registerPassManagerCLOptions();
+  registerAsmPrinterCLOptions();
+  registerDefaultTimingManagerCLOptions();
+  std::string programName;
+  auto args = shiftArgs(argc, argv, programName);
+  cl::ParseCommandLineOptions(
+      args.size(), args.data(),
+      "megac compile: partition a megac model over a device grid and write "
+      "an execution plan.\n\n"
+      "  megac compile model.mlir --mesh tp=4 -o model.mgc\n"
+      "  mpirun -np 4 megac-run model.mgc\n");
+
+  auto start = std::chrono::steady_clock::now();
+  DialectRegistry registry;
+  megac::registerAllDialects(registry);
+  MLIRContext ctx(registry);
+  installOneLineDiagnostics(ctx);
+
+  std::string error;
+  auto file = openInputFile(input, &error);
+  if (!file)
+    return fail(error);
+  uint64_t modelHash = llvm::xxh3_64bits(file->getBuffer());
+  llvm::SourceMgr sourceMgr;
+  sourceMgr.AddNewSourceBuffer(std::move(file), llvm::SMLoc());
+  OwningOpRef<ModuleOp> module = parseSourceFile<ModuleOp>(sourceMgr, &ctx);
+  if (!module)
+    return 1;
+
+  PassManager pm(&ctx);
+  if (failed(applyPassManagerCLOptions(pm)))
+    return 1;
+  pm.enableVerifier(true);
+  if (!dumpIR.empty()) {
+    if (std::error_code ec = llvm::sys::fs::create_directories(dumpIR))
+      return fail("cannot create " + dumpIR + ": " + ec.message());
+    auto instrumentation = std::make_unique<DumpIRInstrumentation>(dumpIR);
+    instrumentation->write("input", module->getOperation());
+    pm.addInstrumentation(std::move(instrumentation));
+  }
+  megac::buildPartitionPipeline(pm, {mesh, batch, seq});
+  if (failed(pm.run(*module)))
+    return 1;
+
+  if (!emitMLIR.empty()) {
+    auto out = openOutputFile(emitMLIR, &error);
+    if (!out)
+      return fail(error);
+    module->print(out->os());
+    out->keep();
+  }
+  FailureOr<std::vector<uint8_t>> plan =
+      megac::emitPlan(*module, {seed, modelHash, "megac 0.1"});
+  if (failed(plan))
+    return 1;
+  auto out = openOutputFile(output, &error);
+  if (!out)
+    return fail(error);
+  out->os().write(reinterpret_cast<const char *>(plan->data()), plan->size());
+  out->keep();
+
+  if (!quiet) {
+    // Summarize from the plan itself, as the runtime will see it.
+    megac_rt::LoadedPlan loaded;
+    std::string message = megac_rt::verifyPlanBytes(*plan, loaded);
+    if (!message.empty())
+      return fail("internal error: emitted plan does not verify: " + message);
+    const auto *program = loaded.program;
+    const auto *rank0 = program->ranks()->Get(0);
+    unsigned collectives = 0;
+    for (const auto *instr : *rank0->instrs())
+      collectives += instr->axis() >= 0;
+    std::string grid;
+    for (const auto *axis : *program->axes())
+      grid += (grid.empty() ? "" : ",") + axis->name()->str() + "=" +
+              std::to_string(axis->size());
+    double ms = std::chrono::duration<double, std::milli>(
+                    std::chrono::steady_clock::now() - start)
+                    .count();
+    llvm::errs() << llvm::formatv(
+        "megac: compiled {0} for grid {1} ({2} rank{10}), batch {3} x seq {4}: "
+        "{5} instructions per rank ({6} collectives), plan {7} KiB -> {8} "
+        "[{9:F1} ms]\n",
+        input, grid.empty() ? "none" : grid, program->world_size(),
+        program->batch(), program->seq(), rank0->instrs()->size(), collectives,
+        (plan->size() + 1023) / 1024, output, ms,
+        program->world_size() == 1 ? "" : "s");
+  }
+  return 0;
+}
+
+//===----------------------------------------------------------------------===//
+// megac import
+//===----------------------------------------------------------------------===//
+
+int runImport(int argc, char **argv) {
+  static cl::OptionCategory category("megac import options");
+  static cl::opt<std::string> config(
+      "hf-config", cl::desc("HuggingFace GPT-2 config.json to import"),
+      cl::value_desc("file"), cl::cat(category));
+  static cl::opt<bool> tiny(
+      "tiny", cl::desc("Import the built-in tiny GPT-2 (4 layers, hidden 128, "
+                       "4 heads, vocabulary 512, 128 positions)"),
+      cl::cat(category));
+  static cl::opt<bool> noTP(
+      "no-tensor-parallel",
+      cl::desc("Leave weights unannotated (everything replicated)"),
+      cl::cat(category));
+  static cl::opt<std::string> output("o", cl::desc("Output file (default: -)"),
+                                     cl::value_desc("file"), cl::init("-"),
+                                     cl::cat(category));
+  std::string programName;
+  auto args = shiftArgs(argc, argv, programName);
+  cl::ParseCommandLineOptions(
+      args.size(), args.data(),
+      "megac import: generate a megac model from a HuggingFace config.\n\n"
+      "  megac import --hf-config config.json -o model.mlir\n");
+  if (config.empty() == !tiny)
+    return fail("give exactly one of --hf-config FILE or --tiny");
+
+  megac::GPT2Config parsed = megac::getTinyGPT2Config();
+  if (!config.empty()) {
+    auto buffer = llvm::MemoryBuffer::getFile(config);
+    if (!buffer)
+      return fail(config + ": " + buffer.getError().message());
+    auto result = megac::parseGPT2Config((*buffer)->getBuffer());
+    if (!result)
+      return fail(config + ": " + llvm::toString(result.takeError()));
+    parsed = *result;
+  }
+  parsed.tensorParallel = !noTP;
+  DialectRegistry registry;
+  megac::registerAllDialects(registry);
+  MLIRContext ctx(registry);
+  OwningOpRef<ModuleOp> module = megac::buildGPT2Module(&ctx, parsed);
+  if (failed(verify(*module)))
+    return fail("internal error: the generated model does not verify");
+  std::string error;
+  auto out = openOutputFile(output, &error);
+  if (!out)
+    return fail(error);
+  out->os() << "// " << parsed.name << ": " << parsed.numLayers
+            << " layers, hidden " << parsed.hidden << ", " << parsed.numHeads
+            << " heads, vocabulary " << parsed.vocabSize << ", "
+            << parsed.maxPositions << " positions. Generated by megac import.\n";
+  module->print(out->os());
+  out->keep();
+  return 0;
+}
+
+//===----------------------------------------------------------------------===//
+// megac inspect
+//===----------------------------------------------------------------------===//
+
+int runInspect(int argc, char **argv) {
+  static cl::OptionCategory category("megac inspect options");
+  static cl::opt<std::string> input(cl::Positional, cl::Required,
+                                    cl::desc("<model.mgc>"), cl::cat(category));
+  static cl::opt<bool> json("json", cl::desc("Print JSON instead of text"),
+                            cl::cat(category));
+  static cl::opt<int> rank("rank", cl::desc("Print only this rank"),
+                           cl::init(-1), cl::cat(category));
+  std::string programName;
+  auto args = shiftArgs(argc, argv, programName);
+  cl::ParseCommandLineOptions(
+      args.size(), args.data(),
+      "megac inspect: print a plan (verified first) as text or JSON.\n");
+  megac_rt::LoadedPlan plan;
+  std::string message = megac_rt::loadPlanFile(input, plan);
+  if (!message.empty())
+    return fail(message);
+  if (rank >= 0 && static_cast<uint32_t>(rank) >= plan.program->world_size())
+    return fail(llvm::formatv("--rank {0} is out of range: the plan has {1} "
+                              "ranks",
+                              rank, plan.program->world_size()));
+  llvm::outs() << (json ? megac_rt::dumpPlanJson(plan, rank)
+                        : megac_rt::dumpPlanText(plan, rank));
+  return 0;
+}
+
+void printUsage() {
+  llvm::outs()
+      << "megac: an ahead-of-time compiler for parallel Transformer graphs\n\n"
+         "USAGE: megac <command> [options]\n\n"
+         "COMMANDS:\n"
+         "  import   generate a model (megac dialect) from a HuggingFace "
+         "config.json\n"
+         "  compile  partition a model over a device grid and write a plan "
+         "(.mgc)\n"
+         "  inspect  print a plan as text or JSON\n\n"
+         "Run 'megac <command> --help' for a command's options. Plans run "
+         "with\n'mpirun -np N megac-run model.mgc'.\n";
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  llvm::InitLLVM initLLVM(argc, argv);
+  megac::registerAllPasses();
+  if (argc < 2 || llvm::StringRef(argv[1]) == "--help" ||
+      llvm::StringRef(argv[1]) == "-h" || llvm::StringRef(argv[1]) == "help") {
+    printUsage();
+    return argc < 2 ? 1 : 0;
+  }
+  llvm::StringRef command = argv[1];
+  if (command == "compile")
+    return runCompile(argc, argv);
+  if (command == "import")
+    return runImport(argc, argv);
+  if (command == "inspect")
+    return runInspect(argc, argv);
+  return fail("unknown command '" + command +
+              "' (expected import, compile or inspect; see megac --help)");
+}

@@ -1,0 +1,60 @@
+#!/usr/bin/env python3
+"""compare_safetensors.py - relative L2 error between two safetensors files.
+
+  compare_safetensors.py A B [--tensor logits ...] [--tol 1e-5]
+
+Compares every floating-point tensor the files have in common (or only the
+named ones), prints the relative error ||a-b|| / ||b|| of each, and exits 1
+if any is above --tol, a named tensor is missing, or the shapes differ.
+Integer tensors (tokens, labels) are compared for exact equality.
+"""
+
+import argparse
+import sys
+
+import numpy as np
+
+import safetensors_np
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("a")
+    p.add_argument("b")
+    p.add_argument("--tensor", action="append", default=None,
+                   help="compare only this tensor (repeatable)")
+    p.add_argument("--tol", type=float, default=1e-5)
+    args = p.parse_args()
+    A, _ = safetensors_np.load(args.a)
+    B, _ = safetensors_np.load(args.b)
+    names = args.tensor or sorted(set(A) & set(B))
+    if not names:
+        sys.exit("compare_safetensors.py: error: no tensors in common")
+    ok = True
+    for n in names:
+        if n not in A or n not in B:
+            print(f"{n}: missing from {args.a if n not in A else args.b}")
+            ok = False
+            continue
+        a, b = A[n], B[n]
+        if a.shape != b.shape:
+            print(f"{n}: shape {list(a.shape)} vs {list(b.shape)}")
+            ok = False
+            continue
+        if not np.issubdtype(a.dtype, np.floating):
+            same = np.array_equal(a, b)
+            print(f"{n} {list(a.shape)}: {'identical' if same else 'DIFFERENT'}")
+            ok &= bool(same)
+            continue
+        a64, b64 = a.astype(np.float64), b.astype(np.float64)
+        den = np.linalg.norm(b64.ravel())
+        e = float(np.linalg.norm((a64 - b64).ravel()) / (den if den else 1.0))
+        print(f"{n} {list(a.shape)}: relative L2 error {e:.3e}")
+        ok &= e <= args.tol
+    if not ok:
+        print(f"compare_safetensors.py: FAILED (tolerance {args.tol:g})")
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
