@@ -1,0 +1,17 @@
+// RUN: megac-opt %s --split-input-file --megac-specialize-shapes="seq=256" -verify-diagnostics
+
+// Tests that re-inference re-checks rules against the new sizes: 256
+// positions do not fit a 128-row table.
+func.func @too_long(%wpe: tensor<128x32xf32>, %ids: tensor<?x?xi32> {megac.input = "tokens"}) -> tensor<?x32xf32> {
+  // expected-error@+1 {{position_embedding_c2: sequence length 256 exceeds the 128 positions of the table}}
+  %0 = megac.position_embedding %wpe, %ids : (tensor<128x32xf32>, tensor<?x?xi32>) -> tensor<?x32xf32>
+  return %0 : tensor<?x32xf32>
+}
+
+// -----
+
+// Tests that only data inputs may be dynamic.
+// expected-error@+1 {{argument 0 has a dynamic shape; only megac.input data may}}
+func.func @dynamic_param(%w: tensor<?x32xf32>) {
+  return
+}
