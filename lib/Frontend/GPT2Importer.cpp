@@ -253,10 +253,13 @@ OwningOpRef<ModuleOp> ModelBuilder::build() {
     return AddOp::create(builder, l, y, arg(b));
   };
 
-  Value x = AddOp::create(
-      builder, at("embeddings"),
-      EmbeddingOp::create(builder, at("wte"), arg(wte), tokens),
-      PositionEmbeddingOp::create(builder, at("wpe"), arg(wpe), tokens));
+  // Separate statements: argument evaluation order would otherwise decide
+  // the order of the ops.
+  Value tokenEmbedding = EmbeddingOp::create(builder, at("wte"), arg(wte), tokens);
+  Value positionEmbedding =
+      PositionEmbeddingOp::create(builder, at("wpe"), arg(wpe), tokens);
+  Value x = AddOp::create(builder, at("embeddings"), tokenEmbedding,
+                          positionEmbedding);
   for (auto [l, layer] : llvm::enumerate(layers)) {
     std::string p = "h." + std::to_string(l) + ".";
     Value a = LayerNormOp::create(builder, at(p + "ln_1"), x, arg(layer.ln1w),

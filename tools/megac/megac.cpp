@@ -48,6 +48,9 @@ int fail(const llvm::Twine &message) {
 /// Prints each diagnostic as one line: `file:line:col: error: message`.
 /// Notes follow on their own lines.
 void installOneLineDiagnostics(MLIRContext &ctx) {
+  // A pass failure would otherwise attach the whole failing op as a note.
+  ctx.printOpOnDiagnostic(false);
+  ctx.printStackTraceOnDiagnostic(false);
   ctx.getDiagEngine().registerHandler([](Diagnostic &diag) {
     auto print = [](Location loc, DiagnosticSeverity severity,
                     const llvm::Twine &message) {
