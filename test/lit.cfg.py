@@ -35,6 +35,7 @@ config.substitutions.append(("%python", python))
 config.substitutions.append(("%utils", os.path.join(config.megac_src_root, "utils")))
 config.substitutions.append(("%megac_src", config.megac_src_root))
 config.substitutions.append(("%mlir_tblgen", config.mlir_tblgen))
+config.substitutions.append(("%mlir_include", config.mlir_include_dir))
 mpirun = shutil.which("mpirun")
 if mpirun:
     config.available_features.add("mpi")

@@ -229,7 +229,7 @@ int runCompile(int argc, char **argv) {
         "megac: compiled {0} for grid {1} ({2} rank{10}), batch {3} x seq {4}: "
         "{5} instructions per rank ({6} collectives), plan {7} KiB -> {8} "
         "[{9:F1} ms]\n",
-        input, grid.empty() ? "none" : grid, program->world_size(),
+        input, grid.empty() ? "single" : grid, program->world_size(),
         program->batch(), program->seq(), rank0->instrs()->size(), collectives,
         (plan->size() + 1023) / 1024, output, ms,
         program->world_size() == 1 ? "" : "s");
