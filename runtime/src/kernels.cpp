@@ -82,22 +82,27 @@ void layerNorm(const float *X, int64_t Rows, int64_t H, const float *Gamma,
   }
 }
 
-void softmax(const float *X, int64_t Rows, int64_t Cols, float *Y) {
-  for (int64_t R = 0; R < Rows; ++R) {
-    const float *Xr = X + R * Cols;
-    float *Yr = Y + R * Cols;
-    float Max = -std::numeric_limits<float>::infinity();
-    for (int64_t I = 0; I < Cols; ++I)
-      Max = std::max(Max, Xr[I]);
-    double Sum = 0;
-    for (int64_t I = 0; I < Cols; ++I) {
-      Yr[I] = std::exp(Xr[I] - Max);
-      Sum += Yr[I];
-    }
-    float Inv = float(1.0 / Sum);
-    for (int64_t I = 0; I < Cols; ++I)
-      Yr[I] *= Inv;
+namespace {
+/// Y[0..N) = softmax(X[0..N)), max-subtracted and summed in double; X may
+/// alias Y. Shared by the softmax op and attention's score rows.
+void softmaxRow(const float *X, int64_t N, float *Y) {
+  float Max = -std::numeric_limits<float>::infinity();
+  for (int64_t I = 0; I < N; ++I)
+    Max = std::max(Max, X[I]);
+  double Sum = 0;
+  for (int64_t I = 0; I < N; ++I) {
+    Y[I] = std::exp(X[I] - Max);
+    Sum += Y[I];
   }
+  float Inv = float(1.0 / Sum);
+  for (int64_t I = 0; I < N; ++I)
+    Y[I] *= Inv;
+}
+} // namespace
+
+void softmax(const float *X, int64_t Rows, int64_t Cols, float *Y) {
+  for (int64_t R = 0; R < Rows; ++R)
+    softmaxRow(X + R * Cols, Cols, Y + R * Cols);
 }
 
 void attention(const float *Q, const float *K, const float *V, int64_t B,
@@ -115,17 +120,7 @@ void attention(const float *Q, const float *K, const float *V, int64_t B,
       for (int64_t I = 0; I < S; ++I) {
         float *Row = Scores.data() + I * S;
         int64_t Valid = Causal ? I + 1 : S;
-        float Max = -std::numeric_limits<float>::infinity();
-        for (int64_t J = 0; J < Valid; ++J)
-          Max = std::max(Max, Row[J]);
-        double Sum = 0;
-        for (int64_t J = 0; J < Valid; ++J) {
-          Row[J] = std::exp(Row[J] - Max);
-          Sum += Row[J];
-        }
-        float Inv = float(1.0 / Sum);
-        for (int64_t J = 0; J < Valid; ++J)
-          Row[J] *= Inv;
+        softmaxRow(Row, Valid, Row);
         for (int64_t J = Valid; J < S; ++J)
           Row[J] = 0.0f;
       }

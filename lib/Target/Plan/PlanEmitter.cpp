@@ -153,16 +153,15 @@ private:
     return success();
   }
 
-  /// The grid axis index for a collective, checked to exist.
-  FailureOr<int32_t> collectiveAxis(Operation *op, StringRef axis) {
-    int64_t index = grid.axisIndex(axis);
-    if (index < 0)
-      return op->emitOpError("refers to grid axis '")
-             << axis << "' which the module's grid does not have";
-    return static_cast<int32_t>(index);
-  }
-
   LogicalResult addInstruction(Operation *op) {
+    // A collective's axis, by index into the grid; it must exist.
+    auto resolveAxis = [&](StringRef name, int32_t &index) -> LogicalResult {
+      index = static_cast<int32_t>(grid.axisIndex(name));
+      if (index < 0)
+        return op->emitOpError("refers to grid axis '")
+               << name << "' which the module's grid does not have";
+      return success();
+    };
     std::vector<uint32_t> in;
     for (Value operand : op->getOperands())
       in.push_back(buffers.lookup(operand));
@@ -209,23 +208,17 @@ private:
         .Case<CrossEntropyOp>([&](auto) { code = mp::OpCode_CrossEntropy; })
         .Case<AllReduceOp>([&](AllReduceOp c) {
           code = mp::OpCode_AllReduce;
-          auto index = collectiveAxis(op, c.getAxis());
-          result = index;
-          axis = succeeded(index) ? *index : -1;
+          result = resolveAxis(c.getAxis(), axis);
         })
         .Case<AllGatherOp>([&](AllGatherOp c) {
           code = mp::OpCode_AllGather;
           ints = {static_cast<int64_t>(c.getDim())};
-          auto index = collectiveAxis(op, c.getAxis());
-          result = index;
-          axis = succeeded(index) ? *index : -1;
+          result = resolveAxis(c.getAxis(), axis);
         })
         .Case<SliceShardOp>([&](SliceShardOp c) {
           code = mp::OpCode_SliceShard;
           ints = {static_cast<int64_t>(c.getDim())};
-          auto index = collectiveAxis(op, c.getAxis());
-          result = index;
-          axis = succeeded(index) ? *index : -1;
+          result = resolveAxis(c.getAxis(), axis);
         })
         .Default([&](Operation *other) {
           result = other->emitOpError("cannot be emitted into a plan");
