@@ -256,11 +256,19 @@ private:
       return fail("world size is " + std::to_string(P.world_size()) +
                   " but the plan holds " + std::to_string(NRanks) +
                   " rank programs");
-    if (P.batch() <= 0 || P.seq() <= 0 || P.vocab_size() <= 0)
-      return fail("batch, seq and vocab size must be positive (got " +
+    // A model may take no data at all (parameters only); with token inputs
+    // the data shape and the vocabulary bound must be real.
+    bool HasInputs = false;
+    for (uint32_t R = 0; R < NRanks; ++R)
+      HasInputs |= P.ranks()->Get(R)->inputs() &&
+                   P.ranks()->Get(R)->inputs()->size() > 0;
+    if (P.batch() < 0 || P.seq() < 0 || P.vocab_size() < 0 ||
+        (HasInputs && (P.batch() == 0 || P.seq() == 0 || P.vocab_size() == 0)))
+      return fail("batch, seq and vocab size must be positive when the plan "
+                  "takes token inputs (got " +
                   std::to_string(P.batch()) + ", " + std::to_string(P.seq()) +
                   ", " + std::to_string(P.vocab_size()) + ")");
-    if (P.batch() > kMaxElements / P.seq())
+    if (P.seq() > 0 && P.batch() > kMaxElements / P.seq())
       return fail("batch x seq is implausibly large");
     for (uint32_t R = 0; R < NRanks; ++R) {
       const RankProgram *Q = P.ranks()->Get(R);

@@ -46,7 +46,6 @@ int fail(const llvm::Twine &message) {
 }
 
 /// Prints each diagnostic as one line: `file:line:col: error: message`.
-/// Notes follow on their own lines.
 void installOneLineDiagnostics(MLIRContext &ctx) {
   // A pass failure would otherwise attach the whole failing op as a note.
   ctx.printOpOnDiagnostic(false);
@@ -66,9 +65,9 @@ void installOneLineDiagnostics(MLIRContext &ctx) {
                                                                    : "remark";
       llvm::errs() << where << kind << ": " << message << "\n";
     };
+    // Notes are dropped: every error is one line, and the messages megac
+    // writes carry what they need.
     print(diag.getLocation(), diag.getSeverity(), diag.str());
-    for (Diagnostic &note : diag.getNotes())
-      print(note.getLocation(), note.getSeverity(), note.str());
     return success();
   });
 }
@@ -201,6 +200,12 @@ int runCompile(int argc, char **argv) {
       megac::emitPlan(*module, {seed, modelHash, "megac 0.1"});
   if (failed(plan))
     return 1;
+  // Check the plan as the runtime will before writing it: a plan that the
+  // runtime would refuse is a compiler bug, never a file on disk.
+  megac_rt::LoadedPlan loaded;
+  std::string message = megac_rt::verifyPlanBytes(*plan, loaded);
+  if (!message.empty())
+    return fail("internal error: the emitted plan does not verify: " + message);
   auto out = openOutputFile(output, &error);
   if (!out)
     return fail(error);
@@ -208,11 +213,7 @@ int runCompile(int argc, char **argv) {
   out->keep();
 
   if (!quiet) {
-    // Summarize from the plan itself, as the runtime will see it.
-    megac_rt::LoadedPlan loaded;
-    std::string message = megac_rt::verifyPlanBytes(*plan, loaded);
-    if (!message.empty())
-      return fail("internal error: emitted plan does not verify: " + message);
+    // Summarize from the plan itself, as the runtime sees it.
     const auto *program = loaded.program;
     const auto *rank0 = program->ranks()->Get(0);
     unsigned collectives = 0;

@@ -296,6 +296,10 @@ FailureOr<std::vector<uint8_t>> emitPlan(ModuleOp module,
     vocab = e.getTable().getType().getDimSize(0) * grid.axisSize(axis);
   });
 
+  if (batch > 0 && vocab == 0)
+    return func.emitError("the model takes token inputs but has no "
+                          "megac.embedding to bound their ids");
+
   fb::FlatBufferBuilder fbb(1 << 16);
   std::vector<fb::Offset<mp::RankProgram>> ranks;
   for (int64_t rank = 0; rank < grid.numRanks(); ++rank) {
