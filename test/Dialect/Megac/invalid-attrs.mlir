@@ -113,3 +113,55 @@ func.func @input_c2(%ids: tensor<4x8xf32> {megac.input = "tokens"}) {
 func.func @unknown_arg_attr(%w: tensor<8xf32> {megac.weight = 1 : i64}) {
   return
 }
+
+// -----
+
+// Tests that a sharding on an op must describe its one result.
+func.func @op_sharding_rank(%x: tensor<4x8xf32>) {
+  // expected-error@+1 {{sharding_c2: result sharding rank does not match the result type}}
+  %0 = megac.gelu %x {megac.sharding = #megac.sharding<[_]>} : (tensor<4x8xf32>) -> tensor<4x8xf32>
+  return
+}
+
+// -----
+
+// Tests that megac.sharding on an op must be a sharding attribute.
+func.func @op_sharding_kind(%x: tensor<4x8xf32>) {
+  // expected-error@+1 {{megac.sharding on an op must be a #megac.sharding and the op must have one result}}
+  %0 = megac.gelu %x {megac.sharding = "tp"} : (tensor<4x8xf32>) -> tensor<4x8xf32>
+  return
+}
+
+// -----
+
+// Tests that operand shardings come one per operand.
+func.func @operand_shardings(%x: tensor<4x8xf32>) {
+  // expected-error@+1 {{megac.operand_shardings must hold one #megac.sharding per operand}}
+  %0 = megac.gelu %x {megac.operand_shardings = []} : (tensor<4x8xf32>) -> tensor<4x8xf32>
+  return
+}
+
+// -----
+
+// Tests that unknown megac attributes on ops are rejected.
+func.func @unknown_op_attr(%x: tensor<4x8xf32>) {
+  // expected-error@+1 {{unknown or malformed megac attribute 'megac.shard'}}
+  %0 = megac.gelu %x {megac.shard = 1 : i64} : (tensor<4x8xf32>) -> tensor<4x8xf32>
+  return
+}
+
+// -----
+
+// Tests that an argument sharding must be a #megac.sharding.
+// expected-error@+1 {{megac.sharding must be a #megac.sharding on a ranked tensor argument}}
+func.func @arg_sharding_kind(%w: tensor<8xf32> {megac.sharding = "tp"}) {
+  return
+}
+
+// -----
+
+// Tests that megac.param must be a dictionary.
+// expected-error@+1 {{param_c1: megac.param must be a dictionary}}
+func.func @param_not_dict(%w: tensor<8xf32> {megac.param = "w"}) {
+  return
+}
