@@ -7,6 +7,12 @@ Compares every floating-point tensor the files have in common (or only the
 named ones), prints the relative error ||a-b|| / ||b|| of each, and exits 1
 if any is above --tol, a named tensor is missing, or the shapes differ.
 Integer tensors (tokens, labels) are compared for exact equality.
+
+--abs-floor X: a tensor whose reference norm ||b|| is below X is compared
+by its absolute error ||a-b|| instead (printed as such). Some gradients are
+mathematically zero (the key bias of attention: softmax ignores a shift
+common to all scores), so only rounding noise remains and a relative error
+would compare noise with noise.
 """
 
 import argparse
@@ -24,6 +30,8 @@ def main():
     p.add_argument("--tensor", action="append", default=None,
                    help="compare only this tensor (repeatable)")
     p.add_argument("--tol", type=float, default=1e-5)
+    p.add_argument("--abs-floor", type=float, default=0.0,
+                   help="below this reference norm, compare absolute error")
     args = p.parse_args()
     A, _ = safetensors_np.load(args.a)
     B, _ = safetensors_np.load(args.b)
@@ -48,8 +56,13 @@ def main():
             continue
         a64, b64 = a.astype(np.float64), b.astype(np.float64)
         den = np.linalg.norm(b64.ravel())
-        e = float(np.linalg.norm((a64 - b64).ravel()) / (den if den else 1.0))
-        print(f"{n} {list(a.shape)}: relative L2 error {e:.3e}")
+        diff = float(np.linalg.norm((a64 - b64).ravel()))
+        if den < args.abs_floor:
+            e = diff
+            print(f"{n} {list(a.shape)}: absolute L2 error {e:.3e} (reference norm {den:.1e} below the floor)")
+        else:
+            e = diff / (den if den else 1.0)
+            print(f"{n} {list(a.shape)}: relative L2 error {e:.3e}")
         ok &= e <= args.tol
     if not ok:
         print(f"compare_safetensors.py: FAILED (tolerance {args.tol:g})")

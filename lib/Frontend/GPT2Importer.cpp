@@ -220,10 +220,16 @@ OwningOpRef<ModuleOp> ModelBuilder::build() {
     argAttrs.push_back(paramAttrs(spec));
   }
   auto ids = RankedTensorType::get({D, D}, builder.getI32Type());
+  // Data is split by batch rows over the data-parallel axis `dp` (whole
+  // on grids without it).
+  auto batchSplit = ShardingAttr::get(
+      ctx, {builder.getStringAttr("dp"), builder.getStringAttr("")}, {});
   for (StringRef kind : {"tokens", "labels"}) {
     argTypes.push_back(ids);
-    argAttrs.push_back(builder.getDictionaryAttr(builder.getNamedAttr(
-        MegacDialect::kInputAttrName, builder.getStringAttr(kind))));
+    argAttrs.push_back(builder.getDictionaryAttr(
+        {builder.getNamedAttr(MegacDialect::kInputAttrName,
+                              builder.getStringAttr(kind)),
+         builder.getNamedAttr(MegacDialect::kShardingAttrName, batchSplit)}));
   }
 
   Location loc = NameLoc::get(builder.getStringAttr(config.name));

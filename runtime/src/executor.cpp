@@ -10,7 +10,9 @@
 #include "init.h"
 #include "kernels.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <new>
 
@@ -62,6 +64,26 @@ void Executor::allocate() {
         T.f.assign(size_t(T.numel()), 0.0f);
       else
         T.i.assign(size_t(T.numel()), 0);
+    }
+    // Moments of every adam_w, zero until the first step (or a checkpoint).
+    size_t NI = RP.instrs() ? RP.instrs()->size() : 0;
+    AdamOfInstr.assign(NI, -1);
+    Adam.clear();
+    for (uint32_t I = 0; I < NI; ++I) {
+      const Instr *In = RP.instrs()->Get(I);
+      if (In->op() != op::AdamW)
+        continue;
+      AdamState St;
+      St.instr = I;
+      St.buffer = In->inputs()->Get(0);
+      for (const Param *Pa : *RP.params())
+        if (Pa->buffer() == St.buffer)
+          St.param = Pa->name()->str();
+      St.m.assign(Bufs[St.buffer].f.size(), 0.0f);
+      St.v.assign(Bufs[St.buffer].f.size(), 0.0f);
+      Total += 2 * Bufs[St.buffer].bytes();
+      AdamOfInstr[I] = int32_t(Adam.size());
+      Adam.push_back(std::move(St));
     }
   } catch (const std::bad_alloc &) {
     throw RunError("out of memory allocating the buffers of rank " +
@@ -122,42 +144,63 @@ bool Executor::needsLabels() const {
   return false;
 }
 
-size_t Executor::tokensNeeded() const {
-  return size_t(P.batch() * P.seq()) + (needsLabels() ? 1 : 0);
+int64_t Executor::globalBatch() const {
+  return P.global_batch() > 0 ? P.global_batch() : P.batch();
 }
 
-void Executor::setInputs(const std::vector<int32_t> &Stream) {
-  const size_t N = size_t(P.batch() * P.seq());
+uint64_t Executor::tokensPerStep() const {
+  return uint64_t(globalBatch()) * uint64_t(P.seq());
+}
+
+size_t Executor::tokensNeeded() const {
+  return size_t(tokensPerStep()) + (needsLabels() ? 1 : 0);
+}
+
+void Executor::setInputs(const TokenSource &Stream, uint64_t Pos) {
   if (!RP.inputs())
     return;
+  const int64_t B = P.batch(), S = P.seq();
   for (const Input *In : *RP.inputs()) {
-    size_t Shift = In->kind()->str() == "labels" ? 1 : 0;
-    if (Stream.size() < N + Shift)
+    uint64_t Shift = In->kind()->str() == "labels" ? 1 : 0;
+    uint64_t First = Pos + uint64_t(In->batch_offset() * S) + Shift;
+    if (First + uint64_t(B * S) > Stream.length())
       throw RunError("internal error: token stream too short");
-    std::memcpy(Bufs[In->buffer()].i.data(), Stream.data() + Shift,
-                N * sizeof(int32_t));
+    int32_t *Dst = Bufs[In->buffer()].i.data();
+    for (int64_t I = 0; I < B * S; ++I)
+      Dst[I] = Stream.at(First + uint64_t(I));
   }
 }
 
-RunStats Executor::run(Collectives &C) {
+void Executor::setInputs(const std::vector<int32_t> &Stream) {
+  setInputs(TokenSource::fromTokens(Stream), 0);
+}
+
+uint32_t Executor::forwardEnd() const {
+  uint32_t N = RP.instrs() ? RP.instrs()->size() : 0;
+  return RP.forward_end() >= 0 ? uint32_t(RP.forward_end()) : N;
+}
+
+RunStats Executor::run(Collectives &C, uint32_t End) {
   RunStats Stats;
   auto Start = std::chrono::steady_clock::now();
   if (RP.instrs())
-    for (uint32_t I = 0; I < RP.instrs()->size(); ++I) {
+    for (uint32_t I = 0; I < RP.instrs()->size() && I < End; ++I) {
       const Instr &In = *RP.instrs()->Get(I);
       uint32_t OutId = In.outputs()->Get(0);
-      // An instruction may write one of its own inputs; compute into a
-      // scratch tensor then so kernels never see aliased arguments.
+      // The verifier allows only adam_w to write one of its inputs (in
+      // place, elementwise). Should anything else, compute into a scratch
+      // tensor so kernels never see aliased arguments.
       bool Aliased = false;
-      for (uint32_t X : *In.inputs())
-        Aliased |= X == OutId;
+      if (In.op() != op::AdamW && In.inputs())
+        for (uint32_t X : *In.inputs())
+          Aliased |= X == OutId;
       try {
         if (Aliased) {
           Tensor Tmp = Bufs[OutId];
-          exec(In, C, Tmp);
+          exec(I, In, C, Tmp);
           Bufs[OutId] = std::move(Tmp);
         } else {
-          exec(In, C, Bufs[OutId]);
+          exec(I, In, C, Bufs[OutId]);
         }
       } catch (const RunError &E) {
         std::string Loc = In.loc() ? In.loc()->str() : "";
@@ -175,13 +218,21 @@ RunStats Executor::run(Collectives &C) {
   return Stats;
 }
 
-void Executor::exec(const Instr &In, Collectives &C, Tensor &Y) {
+void Executor::exec(uint32_t Idx, const Instr &In, Collectives &C,
+                    Tensor &Y) {
   auto X = [&](unsigned K) -> const Tensor & {
     return Bufs[In.inputs()->Get(K)];
   };
   auto Int = [&](unsigned K) { return In.ints()->Get(K); };
+  auto Flt = [&](unsigned K) { return In.floats()->Get(K); };
+  auto NumInts = [&]() { return In.ints() ? In.ints()->size() : 0u; };
+  if (In.op() == op::Fill) { // the only opcode without inputs
+    std::fill(Y.f.begin(), Y.f.end(), float(Flt(0)));
+    return;
+  }
   const Tensor &A = X(0);
   const int64_t Last = A.shape.empty() ? 1 : A.shape.back();
+  const int64_t Rows = Last ? A.numel() / Last : 0;
   switch (In.op()) {
   case op::Embedding: {
     const Tensor &Tab = X(0), &Ids = X(1);
@@ -246,9 +297,73 @@ void Executor::exec(const Instr &In, Collectives &C, Tensor &Y) {
                        vec(In.ints()), static_cast<uint32_t *>(Y.data()));
     return;
   case op::CrossEntropy:
-    Y.f[0] = float(kernels::crossEntropy(A.f.data(), A.numel() / Last, Last,
-                                         X(1).i.data()));
+    Y.f[0] = float(kernels::crossEntropy(A.f.data(), Rows, Last,
+                                         X(1).i.data(),
+                                         NumInts() ? double(Int(0)) : 0.0));
     return;
+  case op::LinearWeightGrad: {
+    const Tensor &DY = X(1);
+    const int64_t N = DY.shape.back();
+    kernels::linearWeightGrad(A.f.data(), Rows, Last, DY.f.data(), N,
+                              Int(0) != 0, Y.f.data());
+    return;
+  }
+  case op::GeluGrad:
+    kernels::geluGrad(A.f.data(), X(1).f.data(), A.numel(), Y.f.data());
+    return;
+  case op::LayerNormGrad:
+    kernels::layerNormGrad(A.f.data(), Rows, Last, X(1).f.data(),
+                           X(2).f.data(), Flt(0), Y.f.data());
+    return;
+  case op::Normalize:
+    kernels::normalize(A.f.data(), Rows, Last, Flt(0), Y.f.data());
+    return;
+  case op::AttentionGrad:
+    if (A.numel())
+      kernels::attentionGrad(A.f.data(), X(1).f.data(), X(2).f.data(),
+                             X(3).f.data(), A.shape[0], A.shape[1],
+                             A.shape[2], Int(0), Int(1) != 0, int(Int(2)),
+                             Y.f.data());
+    return;
+  case op::SoftmaxGrad:
+    kernels::softmaxGrad(A.f.data(), X(1).f.data(), Rows, Last, Y.f.data());
+    return;
+  case op::EmbeddingGrad:
+    kernels::embeddingGrad(X(1).i.data(), X(1).numel(), X(2).f.data(),
+                           A.shape[0], A.shape[1], Int(0), Y.f.data());
+    return;
+  case op::PositionEmbeddingGrad:
+    kernels::positionEmbeddingGrad(X(1).f.data(), X(1).shape[0], A.shape[0],
+                                   A.shape[1], Y.f.data());
+    return;
+  case op::CrossEntropyGrad:
+    kernels::crossEntropyGrad(A.f.data(), Rows, Last, X(1).i.data(),
+                              double(X(2).f[0]),
+                              NumInts() ? double(Int(0)) : 0.0, Y.f.data());
+    return;
+  case op::SumLeading: {
+    const int64_t Inner = Y.numel();
+    if (Inner)
+      kernels::sumLeading(A.f.data(), A.numel() / Inner, Inner, Y.f.data());
+    return;
+  }
+  case op::SumSquares:
+    Y.f[0] = float(kernels::sumSquares(A.f.data(), A.numel()));
+    return;
+  case op::ClipCoefficient: {
+    double Norm = std::sqrt(std::max(0.0, double(A.f[0])));
+    Y.f[0] = float(std::min(1.0, Flt(0) / (Norm + 1e-6)));
+    return;
+  }
+  case op::AdamW: {
+    AdamState &St = Adam[size_t(AdamOfInstr[Idx])];
+    kernels::adamw(Y.f.data(), X(1).f.data(), Y.numel(), double(X(2).f[0]),
+                   St.m.data(), St.v.data(), CurStep, CurLr, Flt(0), Flt(1),
+                   Flt(2), Flt(3));
+    return;
+  }
+  case op::Fill:
+    return; // handled above
   case op::AllReduce:
     std::memcpy(Y.f.data(), A.f.data(), Y.bytes());
     C.allReduceSum(In.axis(), Y.f.data(), size_t(Y.numel()));

@@ -10,11 +10,13 @@
 #ifndef MEGAC_RT_EXECUTOR_H
 #define MEGAC_RT_EXECUTOR_H
 
+#include "init.h"
 #include "megac_rt/plan_file.h"
 #include "plan_enums.h"
 #include "safetensors.h"
 
 #include <cstdint>
+#include <climits>
 #include <string>
 #include <vector>
 
@@ -56,6 +58,15 @@ public:
   void allGather(int, const void *Send, size_t Bytes, void *Recv) override;
 };
 
+/// Optimizer state of one adam_w instruction: the first and second moments
+/// of its parameter (zero before the first step).
+struct AdamState {
+  uint32_t instr = 0;  // index of the adam_w instruction
+  uint32_t buffer = 0; // the parameter's buffer
+  std::string param;   // the parameter's name
+  std::vector<float> m, v;
+};
+
 struct RunStats {
   size_t instructions = 0;
   size_t collectives = 0;
@@ -77,22 +88,50 @@ public:
   size_t loadParams(const SafetensorsFile &File, uint64_t Seed);
   /// Whether the plan has a "labels" input (needs one more token).
   bool needsLabels() const;
-  /// Number of tokens setInputs needs: batch * seq (+1 with labels).
+  /// Global batch rows: Program.global_batch, or the local batch if 0.
+  int64_t globalBatch() const;
+  /// Tokens one step consumes from the stream: global batch * seq.
+  uint64_t tokensPerStep() const;
+  /// Number of tokens setInputs needs: global batch * seq (+1 with labels).
   size_t tokensNeeded() const;
-  /// Fills tokens[b,s] = T[b*S+s] and labels[b,s] = T[b*S+s+1].
+  /// Fills this rank's rows of the global batch starting at stream position
+  /// \p Pos: tokens[b,s] = t[Pos + (batch_offset+b)*S + s], labels one
+  /// token later. The caller guarantees Pos + tokensNeeded() <= length.
+  void setInputs(const TokenSource &Stream, uint64_t Pos = 0);
+  /// The same on an in-memory stream starting at position 0.
   void setInputs(const std::vector<int32_t> &Stream);
-  /// Executes the instruction stream once.
-  RunStats run(Collectives &C);
+  /// Sets the optimizer step (1-based, t of AdamW's bias correction) and
+  /// learning rate used by adam_w instructions.
+  void setStep(int64_t Step, double Lr) {
+    CurStep = Step;
+    CurLr = Lr;
+  }
+  int64_t step() const { return CurStep; }
+  /// Executes instructions [0, End) (all by default) once.
+  RunStats run(Collectives &C, uint32_t End = UINT32_MAX);
+  /// Number of instructions of the forward part (forward_end, or all).
+  uint32_t forwardEnd() const;
+  /// Whether the rank has adam_w instructions.
+  bool hasOptimizer() const { return !Adam.empty(); }
 
   const Tensor &buffer(uint32_t Id) const { return Bufs[Id]; }
+  Tensor &mutableBuffer(uint32_t Id) { return Bufs[Id]; }
   const megac::plan::RankProgram &rankProgram() const { return RP; }
+  const megac::plan::Program &program() const { return P; }
+  std::vector<AdamState> &adamStates() { return Adam; }
+  const std::vector<AdamState> &adamStates() const { return Adam; }
 
 private:
   const megac::plan::Program &P;
   const megac::plan::RankProgram &RP;
   std::vector<Tensor> Bufs;
+  std::vector<AdamState> Adam;
+  std::vector<int32_t> AdamOfInstr; // instruction -> index in Adam, or -1
+  int64_t CurStep = 1;
+  double CurLr = 0;
 
-  void exec(const megac::plan::Instr &In, Collectives &C, Tensor &Out);
+  void exec(uint32_t Idx, const megac::plan::Instr &In, Collectives &C,
+            Tensor &Out);
 };
 
 /// "[4x64x512]".

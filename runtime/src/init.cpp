@@ -11,6 +11,7 @@
 #include "rng.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <fstream>
 
@@ -100,8 +101,39 @@ std::vector<int32_t> defaultTokenStream(uint64_t Seed, size_t Count,
   return T;
 }
 
-std::vector<int32_t> readTokenFile(const std::string &Path, size_t Count,
-                                   int64_t Vocab) {
+TokenSource TokenSource::seeded(uint64_t Seed, int64_t Vocab) {
+  TokenSource S;
+  S.Seeded = true;
+  S.Base = splitmix64(Seed);
+  S.Vocab = Vocab > 0 ? Vocab : 1;
+  return S;
+}
+
+TokenSource TokenSource::fromTokens(std::vector<int32_t> Tokens) {
+  TokenSource S;
+  S.T = std::move(Tokens);
+  return S;
+}
+
+int32_t TokenSource::at(uint64_t I) const {
+  if (Seeded)
+    return int32_t(splitmix64(Base + I) % uint64_t(Vocab));
+  return T[size_t(I)];
+}
+
+uint64_t nextDataPosition(uint64_t Pos, uint64_t Stride, uint64_t Length) {
+  if (Length < Stride + 1)
+    return 0;
+  uint64_t M = Length - Stride - 1;
+  if (M == 0)
+    return 0;
+  return (Pos % M + Stride % M) % M;
+}
+
+namespace {
+/// Reads \p Count tokens, or all of them when \p All (then at least Count).
+std::vector<int32_t> readTokens(const std::string &Path, size_t Count,
+                                int64_t Vocab, bool All) {
   std::ifstream F(Path, std::ios::binary | std::ios::ate);
   if (!F)
     throw RunError(Path + ": cannot open token file");
@@ -134,6 +166,11 @@ std::vector<int32_t> readTokenFile(const std::string &Path, size_t Count,
     throw RunError(Path + ": " + Format + " holds " +
                    std::to_string(Available) + " tokens but the plan needs " +
                    std::to_string(Count));
+  if (All) {
+    if (Available > uint64_t(SIZE_MAX / 8))
+      throw RunError(Path + ": token file is too large");
+    Count = size_t(Available);
+  }
   std::vector<uint8_t> Raw(Count * Width);
   F.clear();
   F.seekg(std::streamoff(Start));
@@ -152,6 +189,17 @@ std::vector<int32_t> readTokenFile(const std::string &Path, size_t Count,
     T[I] = int32_t(V);
   }
   return T;
+}
+} // namespace
+
+std::vector<int32_t> readTokenFile(const std::string &Path, size_t Count,
+                                   int64_t Vocab) {
+  return readTokens(Path, Count, Vocab, false);
+}
+
+std::vector<int32_t> readAllTokens(const std::string &Path, size_t MinCount,
+                                   int64_t Vocab) {
+  return readTokens(Path, MinCount, Vocab, true);
 }
 
 } // namespace megac_rt

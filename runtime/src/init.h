@@ -41,6 +41,38 @@ void loadParamSlice(const SafetensorsFile &File, const std::string &Name,
 std::vector<int32_t> defaultTokenStream(uint64_t Seed, size_t Count,
                                         int64_t Vocab);
 
+/// A token stream the "tokens"/"labels" inputs are cut from: either the
+/// seeded default stream (unbounded: element i is defaultTokenStream's t[i])
+/// or tokens held in memory (a token file).
+class TokenSource {
+public:
+  static TokenSource seeded(uint64_t Seed, int64_t Vocab);
+  static TokenSource fromTokens(std::vector<int32_t> Tokens);
+  /// Number of tokens; the seeded stream reports 2^62.
+  uint64_t length() const { return Seeded ? (uint64_t(1) << 62) : T.size(); }
+  int32_t at(uint64_t I) const;
+  bool isSeeded() const { return Seeded; }
+
+private:
+  bool Seeded = false;
+  uint64_t Base = 0;
+  int64_t Vocab = 1;
+  std::vector<int32_t> T;
+};
+
+/// Position of the next global batch in a stream of \p Length tokens, given
+/// this one's \p Pos and \p Stride = global_batch * seq tokens per batch:
+/// p_{k+1} = (p_k + Stride) mod (Length - Stride - 1), i.e. p_k = (k * Stride)
+/// mod (Length - Stride - 1), so that p_k + Stride + 1 <= Length (labels
+/// read one token past the batch). A stream of exactly Stride + 1 tokens
+/// gives position 0 for every step. Requires Length >= Stride + 1.
+uint64_t nextDataPosition(uint64_t Pos, uint64_t Stride, uint64_t Length);
+
+/// Reads every token of a token file (same formats and checks as
+/// readTokenFile); throws RunError when it holds fewer than \p MinCount.
+std::vector<int32_t> readAllTokens(const std::string &Path, size_t MinCount,
+                                   int64_t Vocab);
+
 /// Reads the first \p Count tokens of a nanoGPT-style raw uint16 file, or of
 /// an llm.c .bin file (1024-byte header, magic 20240520; version 1 holds
 /// uint16 tokens, version 2 uint32). Throws RunError "<path>: <what>" for

@@ -158,7 +158,7 @@ void transpose(const uint32_t *X, const std::vector<int64_t> &Shape,
 }
 
 double crossEntropy(const float *Logits, int64_t Rows, int64_t V,
-                    const int32_t *Labels) {
+                    const int32_t *Labels, double Normalizer) {
   double Total = 0;
   for (int64_t R = 0; R < Rows; ++R) {
     const float *L = Logits + R * V;
@@ -173,6 +173,8 @@ double crossEntropy(const float *Logits, int64_t Rows, int64_t V,
       Sum += std::exp(double(L[I]) - Max);
     Total += std::log(Sum) + Max - L[Lab];
   }
+  if (Normalizer > 0)
+    return Total / Normalizer;
   return Rows ? Total / double(Rows) : 0.0;
 }
 
@@ -192,6 +194,239 @@ void embedding(const float *Table, int64_t Rows, int64_t H,
     else
       std::fill(Y + I * H, Y + (I + 1) * H, 0.0f);
   }
+}
+
+//===----------------------------------------------------------------------===//
+// Backward kernels
+//===----------------------------------------------------------------------===//
+
+void linearWeightGrad(const float *X, int64_t M, int64_t K, const float *DY,
+                      int64_t N, bool Transposed, float *DW) {
+  if (K == 0 || N == 0)
+    return;
+  if (M == 0) {
+    std::fill(DW, DW + K * N, 0.0f);
+    return;
+  }
+  if (!Transposed) // [K,N] = X^T DY
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(K), int(N),
+                int(M), 1.0f, X, int(K), DY, int(N), 0.0f, DW, int(N));
+  else // [N,K] = DY^T X
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(N), int(K),
+                int(M), 1.0f, DY, int(N), X, int(K), 0.0f, DW, int(K));
+}
+
+void geluGrad(const float *X, const float *DY, int64_t N, float *DX) {
+  const double C = 0.7978845608028654, A = 0.044715;
+  for (int64_t I = 0; I < N; ++I) {
+    double V = X[I];
+    double T = std::tanh(C * (V + A * V * V * V));
+    double D = 0.5 * (1.0 + T) + 0.5 * V * (1.0 - T * T) * C *
+                                     (1.0 + 3.0 * A * V * V);
+    DX[I] = float(double(DY[I]) * D);
+  }
+}
+
+namespace {
+/// Mean and 1/sqrt(var + eps) of one row, as layerNorm computes them.
+void rowStats(const float *X, int64_t H, double Eps, double &Mean,
+              double &Inv) {
+  Mean = 0;
+  double Var = 0;
+  for (int64_t I = 0; I < H; ++I)
+    Mean += X[I];
+  Mean /= double(H);
+  for (int64_t I = 0; I < H; ++I)
+    Var += (X[I] - Mean) * (X[I] - Mean);
+  Var /= double(H);
+  Inv = 1.0 / std::sqrt(Var + Eps);
+}
+} // namespace
+
+void layerNormGrad(const float *X, int64_t Rows, int64_t H,
+                   const float *Gamma, const float *DY, double Eps,
+                   float *DX) {
+  if (H == 0)
+    return;
+  for (int64_t R = 0; R < Rows; ++R) {
+    const float *Xr = X + R * H, *Dr = DY + R * H;
+    double Mean, Inv;
+    rowStats(Xr, H, Eps, Mean, Inv);
+    double SumG = 0, SumGX = 0;
+    for (int64_t I = 0; I < H; ++I) {
+      double G = double(Dr[I]) * Gamma[I];
+      SumG += G;
+      SumGX += G * (Xr[I] - Mean) * Inv;
+    }
+    SumG /= double(H);
+    SumGX /= double(H);
+    for (int64_t I = 0; I < H; ++I) {
+      double G = double(Dr[I]) * Gamma[I];
+      double Xh = (Xr[I] - Mean) * Inv;
+      DX[R * H + I] = float(Inv * (G - SumG - Xh * SumGX));
+    }
+  }
+}
+
+void normalize(const float *X, int64_t Rows, int64_t H, double Eps,
+               float *Y) {
+  if (H == 0)
+    return;
+  for (int64_t R = 0; R < Rows; ++R) {
+    double Mean, Inv;
+    rowStats(X + R * H, H, Eps, Mean, Inv);
+    for (int64_t I = 0; I < H; ++I)
+      Y[R * H + I] = float((X[R * H + I] - Mean) * Inv);
+  }
+}
+
+void attentionGrad(const float *Q, const float *K, const float *V,
+                   const float *DY, int64_t B, int64_t S, int64_t Hl,
+                   int64_t Heads, bool Causal, int Which, float *DX) {
+  const int64_t Hd = Hl / Heads;
+  const float Scale = float(1.0 / std::sqrt(double(Hd)));
+  std::vector<float> Prob(size_t(S * S)), DP(size_t(S * S));
+  for (int64_t Bi = 0; Bi < B; ++Bi)
+    for (int64_t H = 0; H < Heads; ++H) {
+      const int64_t Base = Bi * S * Hl + H * Hd;
+      // The probabilities exactly as the forward kernel computes them.
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(S), int(S),
+                  int(Hd), Scale, Q + Base, int(Hl), K + Base, int(Hl), 0.0f,
+                  Prob.data(), int(S));
+      for (int64_t I = 0; I < S; ++I) {
+        float *Row = Prob.data() + I * S;
+        int64_t Valid = Causal ? I + 1 : S;
+        softmaxRow(Row, Valid, Row);
+        for (int64_t J = Valid; J < S; ++J)
+          Row[J] = 0.0f;
+      }
+      if (Which == 2) { // dV = P^T dY
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(S), int(Hd),
+                    int(S), 1.0f, Prob.data(), int(S), DY + Base, int(Hl),
+                    0.0f, DX + Base, int(Hl));
+        continue;
+      }
+      // dP = dY V^T, then dScores = P * (dP - rowsum(P * dP)).
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(S), int(S),
+                  int(Hd), 1.0f, DY + Base, int(Hl), V + Base, int(Hl), 0.0f,
+                  DP.data(), int(S));
+      for (int64_t I = 0; I < S; ++I) {
+        const float *P = Prob.data() + I * S;
+        float *D = DP.data() + I * S;
+        double Dot = 0;
+        for (int64_t J = 0; J < S; ++J)
+          Dot += double(P[J]) * D[J];
+        for (int64_t J = 0; J < S; ++J)
+          D[J] = float(double(P[J]) * (double(D[J]) - Dot));
+      }
+      if (Which == 0) // dQ = scale * dScores K
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(S),
+                    int(Hd), int(S), Scale, DP.data(), int(S), K + Base,
+                    int(Hl), 0.0f, DX + Base, int(Hl));
+      else // dK = scale * dScores^T Q
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(S), int(Hd),
+                    int(S), Scale, DP.data(), int(S), Q + Base, int(Hl), 0.0f,
+                    DX + Base, int(Hl));
+    }
+}
+
+void softmaxGrad(const float *Y, const float *DY, int64_t Rows, int64_t Cols,
+                 float *DX) {
+  for (int64_t R = 0; R < Rows; ++R) {
+    const float *Yr = Y + R * Cols, *Dr = DY + R * Cols;
+    double Dot = 0;
+    for (int64_t I = 0; I < Cols; ++I)
+      Dot += double(Yr[I]) * Dr[I];
+    for (int64_t I = 0; I < Cols; ++I)
+      DX[R * Cols + I] = float(double(Yr[I]) * (double(Dr[I]) - Dot));
+  }
+}
+
+void embeddingGrad(const int32_t *Ids, int64_t N, const float *DY,
+                   int64_t Rows, int64_t H, int64_t VocabStart, float *DT) {
+  std::fill(DT, DT + Rows * H, 0.0f);
+  for (int64_t I = 0; I < N; ++I) {
+    int64_t Row = int64_t(Ids[I]) - VocabStart;
+    if (Row < 0 || Row >= Rows)
+      continue;
+    float *D = DT + Row * H;
+    const float *G = DY + I * H;
+    for (int64_t J = 0; J < H; ++J)
+      D[J] += G[J];
+  }
+}
+
+void positionEmbeddingGrad(const float *DY, int64_t S, int64_t P, int64_t H,
+                           float *DT) {
+  std::memcpy(DT, DY, size_t(S * H) * sizeof(float));
+  std::fill(DT + S * H, DT + P * H, 0.0f);
+}
+
+void crossEntropyGrad(const float *Logits, int64_t Rows, int64_t V,
+                      const int32_t *Labels, double DLoss, double Normalizer,
+                      float *DLogits) {
+  const double Scale =
+      DLoss / (Normalizer > 0 ? Normalizer : double(std::max<int64_t>(Rows, 1)));
+  for (int64_t R = 0; R < Rows; ++R) {
+    const float *L = Logits + R * V;
+    float *D = DLogits + R * V;
+    int32_t Lab = Labels[R];
+    if (Lab < 0 || Lab >= V)
+      throw RunError("cross_entropy_grad: label " + std::to_string(Lab) +
+                     " at position " + std::to_string(R) +
+                     " is outside [0, " + std::to_string(V) + ")");
+    float Max = *std::max_element(L, L + V);
+    double Sum = 0;
+    for (int64_t I = 0; I < V; ++I)
+      Sum += std::exp(double(L[I]) - Max);
+    for (int64_t I = 0; I < V; ++I) {
+      double P = std::exp(double(L[I]) - Max) / Sum;
+      D[I] = float((P - (I == Lab ? 1.0 : 0.0)) * Scale);
+    }
+  }
+}
+
+void sumLeading(const float *X, int64_t Outer, int64_t Inner, float *Y) {
+  std::vector<double> Acc(size_t(Inner), 0.0);
+  for (int64_t I = 0; I < Outer; ++I)
+    for (int64_t J = 0; J < Inner; ++J)
+      Acc[size_t(J)] += X[I * Inner + J];
+  for (int64_t J = 0; J < Inner; ++J)
+    Y[J] = float(Acc[size_t(J)]);
+}
+
+double sumSquares(const float *X, int64_t N) {
+  double S = 0;
+  for (int64_t I = 0; I < N; ++I)
+    S += double(X[I]) * X[I];
+  return S;
+}
+
+void adamw(float *Param, const float *Grad, int64_t N, double Coef, float *M,
+           float *V, int64_t Step, double Lr, double Beta1, double Beta2,
+           double Eps, double WeightDecay) {
+  const double Bc1 = 1.0 - std::pow(Beta1, double(Step));
+  const double Bc2 = 1.0 - std::pow(Beta2, double(Step));
+  for (int64_t I = 0; I < N; ++I) {
+    double G = double(Grad[I]) * Coef;
+    M[I] = float(Beta1 * M[I] + (1.0 - Beta1) * G);
+    V[I] = float(Beta2 * V[I] + (1.0 - Beta2) * G * G);
+    double Mhat = M[I] / Bc1, Vhat = V[I] / Bc2;
+    double P = Param[I];
+    Param[I] = float(P - Lr * (Mhat / (std::sqrt(Vhat) + Eps) +
+                               WeightDecay * P));
+  }
+}
+
+double learningRate(double MaxLr, double MinLr, int64_t Warmup, int64_t Total,
+                    int64_t Step) {
+  if (Warmup > 0 && Step <= Warmup)
+    return MaxLr * double(Step) / double(Warmup);
+  if (Step >= Total)
+    return MinLr;
+  double Progress = double(Step - Warmup) / double(Total - Warmup);
+  return MinLr + 0.5 * (MaxLr - MinLr) *
+                     (1.0 + std::cos(3.14159265358979323846 * Progress));
 }
 
 void sliceChunk(const uint8_t *X, int64_t Outer, int64_t Len, int64_t Inner,

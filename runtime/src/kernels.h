@@ -48,16 +48,81 @@ void attention(const float *Q, const float *K, const float *V, int64_t B,
 void transpose(const uint32_t *X, const std::vector<int64_t> &Shape,
                const std::vector<int64_t> &Perm, uint32_t *Y);
 
-/// Mean over \p Rows of logsumexp(logits) - logits[label]. Throws RunError
-/// on a label outside [0, V).
+/// Sum over \p Rows of logsumexp(logits) - logits[label], divided by
+/// \p Normalizer (<= 0: by Rows, i.e. the mean). Throws RunError on a label
+/// outside [0, V).
 double crossEntropy(const float *Logits, int64_t Rows, int64_t V,
-                    const int32_t *Labels);
+                    const int32_t *Labels, double Normalizer = 0);
 
 /// y[i,:] = table[ids[i]-VocabStart,:] for ids within the table's rows,
 /// else 0. Throws RunError for an id outside [0, VocabSize).
 void embedding(const float *Table, int64_t Rows, int64_t H,
                const int32_t *Ids, int64_t N, int64_t VocabStart,
                int64_t VocabSize, float *Y);
+
+//===-- Backward kernels (format version 2) -------------------------------===//
+
+/// dw = x^T dy ([K,N]) for x [M,K], dy [M,N]; with \p Transposed the
+/// transpose dy^T x ([N,K]), the gradient of a linear whose weight was [N,K].
+void linearWeightGrad(const float *X, int64_t M, int64_t K, const float *DY,
+                      int64_t N, bool Transposed, float *DW);
+
+/// dx = dy * gelu'(x) for the tanh-form GeLU.
+void geluGrad(const float *X, const float *DY, int64_t N, float *DX);
+
+/// Input gradient of layerNorm (biased variance) for \p Rows rows of \p H:
+/// dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dy * gamma.
+void layerNormGrad(const float *X, int64_t Rows, int64_t H,
+                   const float *Gamma, const float *DY, double Eps,
+                   float *DX);
+
+/// xhat = (x - mean) / sqrt(var + eps) per row (layerNorm without affine).
+void normalize(const float *X, int64_t Rows, int64_t H, double Eps, float *Y);
+
+/// Gradient of attention() with respect to q (\p Which 0), k (1) or v (2),
+/// recomputing the probabilities; dy and the result are (B,S,Hl).
+void attentionGrad(const float *Q, const float *K, const float *V,
+                   const float *DY, int64_t B, int64_t S, int64_t Hl,
+                   int64_t Heads, bool Causal, int Which, float *DX);
+
+/// dx = y * (dy - sum(dy * y)) per row, y = softmax(x).
+void softmaxGrad(const float *Y, const float *DY, int64_t Rows, int64_t Cols,
+                 float *DX);
+
+/// dtable (Rows,H) = scatter-add of dy rows by ids - VocabStart; ids outside
+/// [VocabStart, VocabStart + Rows) are ignored.
+void embeddingGrad(const int32_t *Ids, int64_t N, const float *DY,
+                   int64_t Rows, int64_t H, int64_t VocabStart, float *DT);
+
+/// dtable (P,H): rows < S are dy (S,H), the rest 0.
+void positionEmbeddingGrad(const float *DY, int64_t S, int64_t P, int64_t H,
+                           float *DT);
+
+/// dlogits = (softmax(logits) - onehot(label)) * DLoss / Normalizer
+/// (<= 0: Rows). Throws RunError on a label outside [0, V).
+void crossEntropyGrad(const float *Logits, int64_t Rows, int64_t V,
+                      const int32_t *Labels, double DLoss, double Normalizer,
+                      float *DLogits);
+
+/// y[j] = sum over i < Outer of x[i*Inner + j].
+void sumLeading(const float *X, int64_t Outer, int64_t Inner, float *Y);
+
+/// Sum of x^2 (double accumulation).
+double sumSquares(const float *X, int64_t N);
+
+/// One AdamW step (t = \p Step, 1-based) on \p N elements, in place on
+/// \p Param, \p M and \p V: g = grad * coef; m = b1 m + (1-b1) g;
+/// v = b2 v + (1-b2) g^2; p -= lr (mhat / (sqrt(vhat) + eps) + wd p) with
+/// mhat = m / (1 - b1^t), vhat = v / (1 - b2^t).
+void adamw(float *Param, const float *Grad, int64_t N, double Coef, float *M,
+           float *V, int64_t Step, double Lr, double Beta1, double Beta2,
+           double Eps, double WeightDecay);
+
+/// Learning rate of step \p Step (1-based): linear warm-up to \p MaxLr over
+/// \p Warmup steps (none if 0), then cosine decay reaching \p MinLr at
+/// \p Total, \p MinLr after.
+double learningRate(double MaxLr, double MinLr, int64_t Warmup, int64_t Total,
+                    int64_t Step);
 
 /// Chunk \p Index of \p Parts along a dimension: views x as
 /// (Outer, Parts*Len, Inner) elements of \p Elem bytes.

@@ -53,7 +53,8 @@ struct InstrDesc {
 struct NamedBuffer {
   std::string name;
   uint32_t buffer = 0;
-  std::string kind; // inputs only
+  std::string kind;        // inputs only
+  int64_t batchOffset = 0; // inputs only
 };
 
 struct RankDesc {
@@ -63,6 +64,7 @@ struct RankDesc {
   std::vector<ParamDesc> params;
   std::vector<NamedBuffer> inputs, outputs;
   std::vector<InstrDesc> instrs;
+  int32_t forwardEnd = -1;
 
   uint32_t addBuffer(DType T, std::vector<int64_t> Shape, std::string Name) {
     buffers.push_back({T, std::move(Shape), std::move(Name)});
@@ -94,6 +96,11 @@ struct ProgramDesc {
   int64_t batch = 1, seq = 1, vocabSize = 1;
   uint64_t seed = 0;
   std::vector<RankDesc> ranks;
+  // Training plans.
+  bool hasTrain = false;
+  double maxLr = 0, minLr = 0;
+  int64_t warmupSteps = 0, totalSteps = 0;
+  int64_t globalBatch = 0;
 };
 
 /// Serializes \p P into the bytes of a finished Program flatbuffer.
@@ -121,7 +128,7 @@ inline std::vector<uint8_t> serializeProgram(const ProgramDesc &P) {
     std::vector<flatbuffers::Offset<fb::Input>> Inputs;
     for (const NamedBuffer &D : R.inputs)
       Inputs.push_back(fb::CreateInputDirect(B, D.name.c_str(), D.buffer,
-                                             D.kind.c_str()));
+                                             D.kind.c_str(), D.batchOffset));
     std::vector<flatbuffers::Offset<fb::Output>> Outputs;
     for (const NamedBuffer &D : R.outputs)
       Outputs.push_back(fb::CreateOutputDirect(B, D.name.c_str(), D.buffer));
@@ -132,11 +139,16 @@ inline std::vector<uint8_t> serializeProgram(const ProgramDesc &P) {
                                              D.loc.c_str()));
     Ranks.push_back(fb::CreateRankProgramDirect(B, R.rank, &R.coords, &Bufs,
                                                 &Params, &Inputs, &Outputs,
-                                                &Instrs));
+                                                &Instrs, R.forwardEnd));
   }
+  flatbuffers::Offset<fb::TrainConfig> Train = 0;
+  if (P.hasTrain)
+    Train = fb::CreateTrainConfig(B, P.maxLr, P.minLr, P.warmupSteps,
+                                  P.totalSteps);
   auto Root = fb::CreateProgramDirect(B, P.modelName.c_str(), P.modelHash,
                                       P.worldSize, &Axes, P.batch, P.seq,
-                                      P.vocabSize, P.seed, &Ranks);
+                                      P.vocabSize, P.seed, &Ranks, Train,
+                                      P.globalBatch);
   B.Finish(Root);
   return std::vector<uint8_t>(B.GetBufferPointer(),
                               B.GetBufferPointer() + B.GetSize());
@@ -291,6 +303,190 @@ inline ProgramDesc buildGpt2Demo(const Gpt2DemoOptions &O) {
                              "loss");
       R.outputs.push_back({"loss", Loss, ""});
     }
+    P.ranks.push_back(std::move(R));
+  }
+  return P;
+}
+
+/// Options of the hand-built training plan.
+struct TrainDemoOptions {
+  int64_t vocab = 16, nEmbd = 32, nFf = 64, nPositions = 16;
+  int64_t batch = 4, seq = 16; // batch = global batch rows
+  uint32_t dp = 1;             // data-parallel degree (= world size)
+  uint64_t seed = 1234;
+  double eps = 1e-5;
+  double maxLr = 1e-2, minLr = 1e-3;
+  int64_t warmup = 5, totalSteps = 50;
+  double clip = 1.0; // 0: no clipping (coefficient = fill 1.0)
+  double beta1 = 0.9, beta2 = 0.95, adamEps = 1e-8, weightDecay = 0.0;
+};
+
+/// A small model trained end to end without the compiler, so that the
+/// runtime's training loop, checkpoints and generation are testable on
+/// their own:
+///
+///   x = wte[tokens] + wpe[:S];  h = layer_norm(x)
+///   r = x + gelu(h @ fc.w + fc.b) @ proj.w;  logits = r @ wte^T (tied)
+///   loss = cross_entropy(logits, labels) normalized by the global tokens
+///
+/// followed by the hand-derived backward pass, optional global-norm
+/// clipping and AdamW on every parameter. With dp > 1 each rank takes
+/// batch/dp rows (batch_offset) and gradients and loss are all-reduced over
+/// the "dp" axis.
+inline ProgramDesc buildTrainDemo(const TrainDemoOptions &O) {
+  ProgramDesc P;
+  P.modelName = "train-demo";
+  // The hash identifies the architecture (shapes), not the data layout.
+  std::string Desc = "train-demo v" + std::to_string(O.vocab) + " h" +
+                     std::to_string(O.nEmbd) + " f" + std::to_string(O.nFf) +
+                     " p" + std::to_string(O.nPositions);
+  uint64_t Hash = 0xcbf29ce484222325ull;
+  for (unsigned char C : Desc)
+    Hash = (Hash ^ C) * 0x100000001b3ull;
+  P.modelHash = Hash;
+  P.worldSize = O.dp;
+  const int64_t Bl = O.batch / int64_t(O.dp);
+  P.batch = Bl;
+  P.seq = O.seq;
+  P.vocabSize = O.vocab;
+  P.seed = O.seed;
+  P.hasTrain = true;
+  P.maxLr = O.maxLr;
+  P.minLr = O.minLr;
+  P.warmupSteps = O.warmup;
+  P.totalSteps = O.totalSteps;
+  P.globalBatch = O.batch;
+  AxisDesc Dp{"dp", O.dp, {{}}};
+  for (uint32_t R = 0; R < O.dp; ++R)
+    Dp.groups[0].push_back(R);
+  P.axes.push_back(Dp);
+
+  const int64_t V = O.vocab, H = O.nEmbd, F = O.nFf, S = O.seq,
+                Pn = O.nPositions;
+  const int64_t Tokens = O.batch * O.seq; // cross-entropy normalizer
+  for (uint32_t C = 0; C < O.dp; ++C) {
+    RankDesc R;
+    R.rank = C;
+    R.coords = {C};
+    std::vector<std::pair<std::string, uint32_t>> Params;
+    auto Param = [&](const std::string &Name, std::vector<int64_t> Shape,
+                     InitKind Init, double Std) {
+      uint32_t Buf = R.addBuffer(dt::F32, Shape, Name);
+      std::vector<int64_t> Zero(Shape.size(), 0);
+      R.params.push_back({Name, Buf, Shape, Zero, Init, Std, "", {}});
+      Params.push_back({Name, Buf});
+      return Buf;
+    };
+    uint32_t Wte = Param("wte.weight", {V, H}, ik::Normal, 0.1);
+    uint32_t Wpe = Param("wpe.weight", {Pn, H}, ik::Normal, 0.1);
+    uint32_t G = Param("ln.weight", {H}, ik::Ones, 0);
+    uint32_t Be = Param("ln.bias", {H}, ik::Zeros, 0);
+    uint32_t Wfc = Param("fc.weight", {H, F}, ik::Normal, 0.1);
+    uint32_t Bfc = Param("fc.bias", {F}, ik::Zeros, 0);
+    uint32_t Wpr = Param("proj.weight", {F, H}, ik::Normal, 0.1);
+    uint32_t Tok = R.addBuffer(dt::I32, {Bl, S}, "tokens");
+    uint32_t Lab = R.addBuffer(dt::I32, {Bl, S}, "labels");
+    R.inputs.push_back({"tokens", Tok, "tokens", int64_t(C) * Bl});
+    R.inputs.push_back({"labels", Lab, "labels", int64_t(C) * Bl});
+
+    // Forward.
+    uint32_t E = R.emit(op::Embedding, {Wte, Tok}, {Bl, S, H}, {0}, {}, -1,
+                        "wte");
+    uint32_t Pe = R.emit(op::PositionEmbedding, {Wpe, Tok}, {S, H}, {}, {},
+                         -1, "wpe");
+    uint32_t X = R.emit(op::Add, {E, Pe}, {Bl, S, H}, {}, {}, -1, "embed");
+    uint32_t Hn = R.emit(op::LayerNorm, {X, G, Be}, {Bl, S, H}, {}, {O.eps},
+                         -1, "ln");
+    uint32_t Fc = R.emit(op::Linear, {Hn, Wfc}, {Bl, S, F}, {0}, {}, -1,
+                         "fc");
+    uint32_t Fb = R.emit(op::Add, {Fc, Bfc}, {Bl, S, F}, {}, {}, -1,
+                         "fc.bias");
+    uint32_t A = R.emit(op::Gelu, {Fb}, {Bl, S, F}, {}, {}, -1, "gelu");
+    uint32_t M = R.emit(op::Linear, {A, Wpr}, {Bl, S, H}, {0}, {}, -1,
+                        "proj");
+    uint32_t Rs = R.emit(op::Add, {X, M}, {Bl, S, H}, {}, {}, -1,
+                         "residual");
+    uint32_t Lg = R.emit(op::Linear, {Rs, Wte}, {Bl, S, V}, {1}, {}, -1,
+                         "lm_head");
+    uint32_t Loss = R.emit(op::CrossEntropy, {Lg, Lab}, {}, {Tokens}, {},
+                           -1, "loss");
+    if (O.dp > 1)
+      Loss = R.emit(op::AllReduce, {Loss}, {}, {}, {}, 0, "loss.reduce");
+    R.outputs.push_back({"logits", Lg, ""});
+    R.outputs.push_back({"loss", Loss, ""});
+    R.forwardEnd = int32_t(R.instrs.size());
+
+    // Backward.
+    uint32_t One = R.emit(op::Fill, {}, {}, {}, {1.0}, -1, "dloss");
+    uint32_t DLg = R.emit(op::CrossEntropyGrad, {Lg, Lab, One}, {Bl, S, V},
+                          {Tokens}, {}, -1, "loss.grad");
+    uint32_t DWte1 = R.emit(op::LinearWeightGrad, {Rs, DLg}, {V, H}, {1}, {},
+                            -1, "lm_head.grad_w");
+    uint32_t DRs = R.emit(op::Linear, {DLg, Wte}, {Bl, S, H}, {0}, {}, -1,
+                          "lm_head.grad_x");
+    uint32_t DWpr = R.emit(op::LinearWeightGrad, {A, DRs}, {F, H}, {0}, {},
+                           -1, "proj.grad_w");
+    uint32_t DA = R.emit(op::Linear, {DRs, Wpr}, {Bl, S, F}, {1}, {}, -1,
+                         "proj.grad_x");
+    uint32_t DFb = R.emit(op::GeluGrad, {Fb, DA}, {Bl, S, F}, {}, {}, -1,
+                          "gelu.grad");
+    uint32_t DBfc = R.emit(op::SumLeading, {DFb}, {F}, {}, {}, -1,
+                           "fc.grad_b");
+    uint32_t DWfc = R.emit(op::LinearWeightGrad, {Hn, DFb}, {H, F}, {0}, {},
+                           -1, "fc.grad_w");
+    uint32_t DHn = R.emit(op::Linear, {DFb, Wfc}, {Bl, S, H}, {1}, {}, -1,
+                          "fc.grad_x");
+    uint32_t DXl = R.emit(op::LayerNormGrad, {X, G, DHn}, {Bl, S, H}, {},
+                          {O.eps}, -1, "ln.grad_x");
+    uint32_t Xh = R.emit(op::Normalize, {X}, {Bl, S, H}, {}, {O.eps}, -1,
+                         "ln.xhat");
+    uint32_t DHx = R.emit(op::Mul, {DHn, Xh}, {Bl, S, H}, {}, {}, -1,
+                          "ln.grad_w_terms");
+    uint32_t DG = R.emit(op::SumLeading, {DHx}, {H}, {}, {}, -1,
+                         "ln.grad_w");
+    uint32_t DBe = R.emit(op::SumLeading, {DHn}, {H}, {}, {}, -1,
+                          "ln.grad_b");
+    uint32_t DX = R.emit(op::Add, {DRs, DXl}, {Bl, S, H}, {}, {}, -1,
+                         "embed.grad");
+    uint32_t DWte2 = R.emit(op::EmbeddingGrad, {Wte, Tok, DX}, {V, H}, {0},
+                            {}, -1, "wte.grad");
+    uint32_t DPos = R.emit(op::SumLeading, {DX}, {S, H}, {}, {}, -1,
+                           "wpe.grad_rows");
+    uint32_t DWpe = R.emit(op::PositionEmbeddingGrad, {Wpe, DPos}, {Pn, H},
+                           {}, {}, -1, "wpe.grad");
+    uint32_t DWte = R.emit(op::Add, {DWte1, DWte2}, {V, H}, {}, {}, -1,
+                           "wte.grad_total");
+    std::vector<uint32_t> Grads = {DWte, DWpe, DG, DBe, DWfc, DBfc, DWpr};
+    for (size_t I = 0; I < Grads.size(); ++I) {
+      if (O.dp > 1)
+        Grads[I] = R.emit(op::AllReduce, {Grads[I]},
+                          R.buffers[Grads[I]].shape, {}, {}, 0,
+                          Params[I].first + ".grad_reduce");
+      R.buffers[Grads[I]].name = "grad/" + Params[I].first;
+    }
+    uint32_t Coef;
+    if (O.clip > 0) {
+      uint32_t Total = 0;
+      for (size_t I = 0; I < Grads.size(); ++I) {
+        uint32_t Sq = R.emit(op::SumSquares, {Grads[I]}, {}, {}, {}, -1,
+                             Params[I].first + ".grad_sq");
+        Total = I ? R.emit(op::Add, {Total, Sq}, {}, {}, {}, -1,
+                           "grad_norm_sq")
+                  : Sq;
+      }
+      Coef = R.emit(op::ClipCoefficient, {Total}, {}, {}, {O.clip}, -1,
+                    "clip");
+    } else {
+      Coef = R.emit(op::Fill, {}, {}, {}, {1.0}, -1, "no_clip");
+    }
+    for (size_t I = 0; I < Grads.size(); ++I)
+      R.instrs.push_back({op::AdamW,
+                          {Params[I].second, Grads[I], Coef},
+                          {Params[I].second},
+                          {},
+                          {O.beta1, O.beta2, O.adamEps, O.weightDecay},
+                          -1,
+                          Params[I].first + ".adamw"});
     P.ranks.push_back(std::move(R));
   }
   return P;

@@ -32,6 +32,23 @@ constexpr OpCode CrossEntropy = OpCode(12);
 constexpr OpCode AllReduce = OpCode(13);
 constexpr OpCode AllGather = OpCode(14);
 constexpr OpCode SliceShard = OpCode(15);
+// Backward and optimizer ops (format version 2).
+constexpr OpCode LinearWeightGrad = OpCode(16);
+constexpr OpCode GeluGrad = OpCode(17);
+constexpr OpCode LayerNormGrad = OpCode(18);
+constexpr OpCode Normalize = OpCode(19);
+constexpr OpCode AttentionGrad = OpCode(20);
+constexpr OpCode SoftmaxGrad = OpCode(21);
+constexpr OpCode EmbeddingGrad = OpCode(22);
+constexpr OpCode PositionEmbeddingGrad = OpCode(23);
+constexpr OpCode CrossEntropyGrad = OpCode(24);
+constexpr OpCode SumLeading = OpCode(25);
+constexpr OpCode SumSquares = OpCode(26);
+constexpr OpCode ClipCoefficient = OpCode(27);
+constexpr OpCode Fill = OpCode(28);
+constexpr OpCode AdamW = OpCode(29);
+/// The highest opcode this runtime knows.
+constexpr OpCode LastOpCode = AdamW;
 } // namespace op
 
 namespace dt {

@@ -17,8 +17,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <array>
 #include <cinttypes>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -191,6 +193,34 @@ const char *opcodeName(OpCode op) {
     return "all_gather";
   case op::SliceShard:
     return "slice_shard";
+  case op::LinearWeightGrad:
+    return "linear_weight_grad";
+  case op::GeluGrad:
+    return "gelu_grad";
+  case op::LayerNormGrad:
+    return "layer_norm_grad";
+  case op::Normalize:
+    return "normalize";
+  case op::AttentionGrad:
+    return "attention_grad";
+  case op::SoftmaxGrad:
+    return "softmax_grad";
+  case op::EmbeddingGrad:
+    return "embedding_grad";
+  case op::PositionEmbeddingGrad:
+    return "position_embedding_grad";
+  case op::CrossEntropyGrad:
+    return "cross_entropy_grad";
+  case op::SumLeading:
+    return "sum_leading";
+  case op::SumSquares:
+    return "sum_squares";
+  case op::ClipCoefficient:
+    return "clip_coefficient";
+  case op::Fill:
+    return "fill";
+  case op::AdamW:
+    return "adam_w";
   }
   return "unknown";
 }
@@ -270,6 +300,25 @@ private:
                   ", " + std::to_string(P.vocab_size()) + ")");
     if (P.seq() > 0 && P.batch() > kMaxElements / P.seq())
       return fail("batch x seq is implausibly large");
+    if (P.global_batch() < 0 ||
+        (P.seq() > 0 && P.global_batch() > kMaxElements / P.seq()))
+      return fail("global batch " + std::to_string(P.global_batch()) +
+                  " is invalid");
+    if (P.global_batch() > 0 && P.global_batch() < P.batch())
+      return fail("global batch " + std::to_string(P.global_batch()) +
+                  " is smaller than the per-rank batch " +
+                  std::to_string(P.batch()));
+    if (const TrainConfig *T = P.train()) {
+      if (!(T->max_lr() >= 0) || !(T->min_lr() >= 0) ||
+          !std::isfinite(T->max_lr()) || !std::isfinite(T->min_lr()))
+        return fail("training config has invalid learning rates (max " +
+                    fmtDouble(T->max_lr()) + ", min " +
+                    fmtDouble(T->min_lr()) + ")");
+      if (T->warmup_steps() < 0 || T->total_steps() < 0)
+        return fail("training config has negative step counts (warmup " +
+                    std::to_string(T->warmup_steps()) + ", total " +
+                    std::to_string(T->total_steps()) + ")");
+    }
     for (uint32_t R = 0; R < NRanks; ++R) {
       const RankProgram *Q = P.ranks()->Get(R);
       if (Q->rank() != R)
@@ -450,15 +499,36 @@ private:
                       listStr(Want) + " (batch, seq), got " +
                       dtypeStr(Types[In->buffer()]) + " " +
                       listStr(Shapes[In->buffer()]));
+        const int64_t GB = P.global_batch() > 0 ? P.global_batch() : P.batch();
+        if (In->batch_offset() < 0 || In->batch_offset() > GB - P.batch())
+          return fail(where() + ": " + What + " has batch offset " +
+                      std::to_string(In->batch_offset()) + ": rows [" +
+                      std::to_string(In->batch_offset()) + ", +" +
+                      std::to_string(P.batch()) +
+                      ") do not fit in the global batch of " +
+                      std::to_string(GB));
         Defined[In->buffer()] = true;
       }
 
-    if (RP->instrs())
-      for (uint32_t I = 0; I < RP->instrs()->size(); ++I) {
-        const Instr *In = RP->instrs()->Get(I);
-        if (!checkInstr(I, *In, Defined))
-          return false;
-      }
+    const uint32_t NInstrs = RP->instrs() ? RP->instrs()->size() : 0;
+    const int32_t FwdEnd = RP->forward_end();
+    if (FwdEnd < -1 || (FwdEnd >= 0 && uint32_t(FwdEnd) > NInstrs))
+      return fail(where() + ": forward_end " + std::to_string(FwdEnd) +
+                  " is outside [-1, " + std::to_string(NInstrs) + "]");
+    AdamParams.clear();
+    // Outputs must be computed by the forward part ([0, forward_end)).
+    std::vector<bool> DefinedFwd;
+    if (FwdEnd == 0)
+      DefinedFwd = Defined;
+    for (uint32_t I = 0; I < NInstrs; ++I) {
+      const Instr *In = RP->instrs()->Get(I);
+      if (!checkInstr(I, *In, Defined))
+        return false;
+      if (FwdEnd >= 0 && I + 1 == uint32_t(FwdEnd))
+        DefinedFwd = Defined;
+    }
+    if (FwdEnd < 0)
+      DefinedFwd = Defined;
 
     if (RP->outputs())
       for (const Output *O : *RP->outputs()) {
@@ -469,8 +539,24 @@ private:
           return fail(where() + ": " + What + " (buffer %" +
                       std::to_string(O->buffer()) +
                       ") is never computed");
+        if (!DefinedFwd[O->buffer()])
+          return fail(where() + ": " + What + " (buffer %" +
+                      std::to_string(O->buffer()) +
+                      ") is not computed before forward_end " +
+                      std::to_string(FwdEnd));
       }
     return true;
+  }
+
+  // Param buffers already updated by an adam_w instruction of this rank.
+  std::vector<uint32_t> AdamParams;
+
+  bool isParamBuffer(uint32_t B) const {
+    if (RP->params())
+      for (const Param *Pa : *RP->params())
+        if (Pa->buffer() == B)
+          return true;
+    return false;
   }
 
   // Per-instruction state used by the opcode checks below.
@@ -550,7 +636,7 @@ private:
   bool checkInstr(uint32_t Idx, const Instr &In, std::vector<bool> &Defined) {
     Pfx = where() + ", instruction " + std::to_string(Idx) + " (" +
           opcodeName(In.op()) + "): ";
-    if (In.op() > op::SliceShard)
+    if (In.op() > op::LastOpCode)
       return fail(where() + ", instruction " + std::to_string(Idx) +
                   ": unknown opcode " + std::to_string(int(In.op())));
     Ins.clear();
@@ -582,6 +668,14 @@ private:
                     " refers to buffer %" + std::to_string(Outs[I]) +
                     " but the rank has " + std::to_string(Shapes.size()) +
                     " buffers");
+    // Only adam_w updates a buffer in place (its output is its input 0);
+    // every other instruction writes a buffer none of its inputs is.
+    if (In.op() != op::AdamW)
+      for (size_t I = 0; I < Outs.size(); ++I)
+        if (std::find(Ins.begin(), Ins.end(), Outs[I]) != Ins.end())
+          return fail(Pfx + "output " + std::to_string(I) + " (%" +
+                      std::to_string(Outs[I]) +
+                      ") is also an input (only adam_w updates in place)");
     if (!checkOp(In))
       return false;
     for (uint32_t O : Outs)
@@ -721,7 +815,8 @@ private:
     case op::CrossEntropy: {
       if (!expectCounts(2, 1) || !expectType(true, 0, dt::F32) ||
           !expectType(true, 1, dt::I32) ||
-          !expectType(false, 0, dt::F32) || !expectRank(true, 0, 2, 64))
+          !expectType(false, 0, dt::F32) || !expectRank(true, 0, 2, 64) ||
+          !checkNormalizer())
         return false;
       Shape Lab(in(0).begin(), in(0).end() - 1);
       if (in(1) != Lab)
@@ -759,8 +854,175 @@ private:
       Want[D] /= G;
       return expectOutShape(Want);
     }
+    case op::LinearWeightGrad: {
+      if (!expectCounts(2, 1) || !allF32() || !expectRank(true, 0, 1, 64) ||
+          !expectRank(true, 1, 1, 64) || !expectInts(1, "transpose_w"))
+        return false;
+      const Shape &X = in(0), &DY = in(1);
+      if (X.size() != DY.size() ||
+          !std::equal(X.begin(), X.end() - 1, DY.begin()))
+        return fail(Pfx + "leading dimensions of x " + listStr(X) +
+                    " and dy " + listStr(DY) + " differ");
+      if (Ints[0] != 0)
+        return expectOutShape({DY.back(), X.back()});
+      return expectOutShape({X.back(), DY.back()});
+    }
+    case op::GeluGrad:
+    case op::SoftmaxGrad: {
+      if (!expectCounts(2, 1) || !allF32() || !expectRank(true, 0, 1, 64))
+        return false;
+      if (in(1) != in(0))
+        return fail(Pfx + "inputs have shapes " + listStr(in(0)) + " and " +
+                    listStr(in(1)) + " (must be equal)");
+      return expectOutShape(in(0));
+    }
+    case op::LayerNormGrad: {
+      if (!expectCounts(3, 1) || !allF32() || !expectRank(true, 0, 1, 64))
+        return false;
+      Shape H = {in(0).back()};
+      if (in(1) != H)
+        return fail(Pfx + "gamma " + listStr(in(1)) + " must have shape " +
+                    listStr(H));
+      if (in(2) != in(0))
+        return fail(Pfx + "dy " + listStr(in(2)) + " must have x's shape " +
+                    listStr(in(0)));
+      if (Floats.size() != 1 || !(Floats[0] > 0))
+        return fail(Pfx + "expects one positive float attribute (epsilon)");
+      return expectOutShape(in(0));
+    }
+    case op::Normalize:
+      if (!expectCounts(1, 1) || !allF32() || !expectRank(true, 0, 1, 64))
+        return false;
+      if (Floats.size() != 1 || !(Floats[0] > 0))
+        return fail(Pfx + "expects one positive float attribute (epsilon)");
+      return expectOutShape(in(0));
+    case op::AttentionGrad: {
+      if (!expectCounts(4, 1) || !allF32() || !expectRank(true, 0, 3, 3) ||
+          !expectInts(3, "num_heads_local, causal, which"))
+        return false;
+      for (size_t I = 1; I < 4; ++I)
+        if (in(I) != in(0))
+          return fail(Pfx + "q, k, v and dy must have the same shape (input " +
+                      std::to_string(I) + " is " + listStr(in(I)) +
+                      ", q is " + listStr(in(0)) + ")");
+      if (Ints[0] <= 0 || in(0)[2] % Ints[0] != 0)
+        return fail(Pfx + "hidden size " + std::to_string(in(0)[2]) +
+                    " is not divisible by " + std::to_string(Ints[0]) +
+                    " heads");
+      if (Ints[2] < 0 || Ints[2] > 2)
+        return fail(Pfx + "which = " + std::to_string(Ints[2]) +
+                    " (expected 0 for q, 1 for k, 2 for v)");
+      return expectOutShape(in(0));
+    }
+    case op::EmbeddingGrad: {
+      if (!expectCounts(3, 1) || !expectType(true, 0, dt::F32) ||
+          !expectType(true, 1, dt::I32) || !expectType(true, 2, dt::F32) ||
+          !expectType(false, 0, dt::F32) || !expectRank(true, 0, 2, 2) ||
+          !expectRank(true, 1, 2, 2) || !expectInts(1, "vocab_start"))
+        return false;
+      if (Ints[0] < 0)
+        return fail(Pfx + "vocab_start " + std::to_string(Ints[0]) +
+                    " is negative");
+      Shape DY = {in(1)[0], in(1)[1], in(0)[1]};
+      if (in(2) != DY)
+        return fail(Pfx + "dy has shape " + listStr(in(2)) + " but ids " +
+                    listStr(in(1)) + " and the table need " + listStr(DY));
+      return expectOutShape(in(0));
+    }
+    case op::PositionEmbeddingGrad: {
+      if (!expectCounts(2, 1) || !allF32() || !expectRank(true, 0, 2, 2) ||
+          !expectRank(true, 1, 2, 2))
+        return false;
+      if (in(1)[1] != in(0)[1] || in(1)[0] > in(0)[0])
+        return fail(Pfx + "dy " + listStr(in(1)) +
+                    " does not fit in the position table " + listStr(in(0)));
+      return expectOutShape(in(0));
+    }
+    case op::CrossEntropyGrad: {
+      if (!expectCounts(3, 1) || !expectType(true, 0, dt::F32) ||
+          !expectType(true, 1, dt::I32) || !expectType(true, 2, dt::F32) ||
+          !expectType(false, 0, dt::F32) || !expectRank(true, 0, 2, 64) ||
+          !expectRank(true, 2, 0, 0) || !checkNormalizer())
+        return false;
+      Shape Lab(in(0).begin(), in(0).end() - 1);
+      if (in(1) != Lab)
+        return fail(Pfx + "labels have shape " + listStr(in(1)) +
+                    " but logits " + listStr(in(0)) + " need " +
+                    listStr(Lab));
+      if (in(0).back() <= 0)
+        return fail(Pfx + "logits have an empty class dimension");
+      return expectOutShape(in(0));
+    }
+    case op::SumLeading: {
+      if (!expectCounts(1, 1) || !allF32())
+        return false;
+      const Shape &X = in(0), &Y = out(0);
+      if (Y.size() > X.size() ||
+          !std::equal(Y.begin(), Y.end(), X.end() - Y.size()))
+        return fail(Pfx + "output shape " + listStr(Y) +
+                    " is not a suffix of the input shape " + listStr(X));
+      return true;
+    }
+    case op::SumSquares:
+      if (!expectCounts(1, 1) || !allF32())
+        return false;
+      return expectOutShape({});
+    case op::ClipCoefficient:
+      if (!expectCounts(1, 1) || !allF32() || !expectRank(true, 0, 0, 0))
+        return false;
+      if (Floats.size() != 1 || !(Floats[0] > 0))
+        return fail(Pfx + "expects one positive float attribute (max_norm)");
+      return expectOutShape({});
+    case op::Fill:
+      if (!expectCounts(0, 1) || !allF32())
+        return false;
+      if (Floats.size() != 1 || !std::isfinite(Floats[0]))
+        return fail(Pfx + "expects one finite float attribute (value)");
+      return true;
+    case op::AdamW: {
+      if (!expectCounts(3, 1) || !allF32() || !expectRank(true, 2, 0, 0))
+        return false;
+      if (Outs[0] != Ins[0])
+        return fail(Pfx + "output %" + std::to_string(Outs[0]) +
+                    " must be the parameter buffer %" +
+                    std::to_string(Ins[0]) + " (updated in place)");
+      if (!isParamBuffer(Ins[0]))
+        return fail(Pfx + "input 0 (%" + std::to_string(Ins[0]) +
+                    ") is not a parameter");
+      if (std::find(AdamParams.begin(), AdamParams.end(), Ins[0]) !=
+          AdamParams.end())
+        return fail(Pfx + "parameter buffer %" + std::to_string(Ins[0]) +
+                    " is already updated by another adam_w");
+      AdamParams.push_back(Ins[0]);
+      if (in(1) != in(0))
+        return fail(Pfx + "gradient " + listStr(in(1)) +
+                    " does not match the parameter " + listStr(in(0)));
+      if (Floats.size() != 4)
+        return fail(Pfx + "expects 4 float attributes (beta1, beta2, "
+                          "epsilon, weight_decay), got " +
+                    std::to_string(Floats.size()));
+      if (!(Floats[0] >= 0 && Floats[0] < 1) ||
+          !(Floats[1] >= 0 && Floats[1] < 1) || !(Floats[2] > 0) ||
+          !(Floats[3] >= 0) || !std::isfinite(Floats[3]))
+        return fail(Pfx + "invalid hyper-parameters (beta1 " +
+                    fmtDouble(Floats[0]) + ", beta2 " + fmtDouble(Floats[1]) +
+                    ", epsilon " + fmtDouble(Floats[2]) + ", weight_decay " +
+                    fmtDouble(Floats[3]) + ")");
+      if (!P.train())
+        return fail(Pfx + "the plan has no training config (Program.train)");
+      return true;
+    }
     }
     return fail(Pfx + "unknown opcode");
+  }
+
+  /// cross_entropy(_grad): no ints (local token count) or one positive
+  /// normalizer.
+  bool checkNormalizer() {
+    if (Ints.size() > 1 || (Ints.size() == 1 && Ints[0] <= 0))
+      return fail(Pfx + "expects no integer attribute or one positive "
+                        "normalizer (token count)");
+    return true;
   }
 
   /// Ranks of one group must issue the same collectives on that axis in the
@@ -774,11 +1036,17 @@ private:
     };
     for (size_t A = 0; A < numAxes(); ++A) {
       std::vector<std::vector<Coll>> Per(P.world_size());
+      // Collectives issued by the forward part [0, forward_end): generation
+      // runs only that part, so it must end at the same collective on every
+      // member of a group.
+      std::vector<size_t> FwdCount(P.world_size(), 0);
       for (uint32_t R = 0; R < P.world_size(); ++R) {
         const RankProgram *Q = P.ranks()->Get(R);
         if (!Q->instrs())
           continue;
         for (uint32_t I = 0; I < Q->instrs()->size(); ++I) {
+          if (Q->forward_end() >= 0 && I == uint32_t(Q->forward_end()))
+            FwdCount[R] = Per[R].size();
           const Instr *In = Q->instrs()->Get(I);
           if (In->op() != op::AllReduce && In->op() != op::AllGather)
             continue;
@@ -791,6 +1059,9 @@ private:
                                                           : -1;
           Per[R].push_back({In->op(), N, Dim, I});
         }
+        if (Q->forward_end() < 0 ||
+            uint32_t(Q->forward_end()) >= Q->instrs()->size())
+          FwdCount[R] = Per[R].size();
       }
       const Axis *Ax = P.axes()->Get(A);
       for (const Group *G : *Ax->groups()) {
@@ -818,6 +1089,11 @@ private:
                           " elements (instruction " +
                           std::to_string(Y[K].Instr) + ") on rank " +
                           std::to_string(R));
+          if (FwdCount[R0] != FwdCount[R])
+            return fail(Who + "rank " + std::to_string(R0) + " issues " +
+                        std::to_string(FwdCount[R0]) +
+                        " before its forward_end, rank " + std::to_string(R) +
+                        " issues " + std::to_string(FwdCount[R]));
         }
       }
     }
@@ -941,9 +1217,41 @@ std::string attrStr(const Instr &In) {
   auto Get = [&](size_t K) {
     return K < I.size() ? std::to_string(I[K]) : std::string("?");
   };
+  auto Eps = [&]() {
+    return In.floats() && In.floats()->size() ? fmtDouble(In.floats()->Get(0))
+                                              : std::string("?");
+  };
   switch (In.op()) {
   case op::Embedding:
+  case op::EmbeddingGrad:
     return "{vocab_start = " + Get(0) + "}";
+  case op::LinearWeightGrad:
+    return "{transpose_w = " + Get(0) + "}";
+  case op::LayerNormGrad:
+  case op::Normalize:
+    return "{epsilon = " + Eps() + "}";
+  case op::AttentionGrad:
+    return "{num_heads = " + Get(0) + ", causal = " + Get(1) +
+           ", which = " + (I.size() > 2 && I[2] >= 0 && I[2] <= 2
+                               ? std::string(1, "qkv"[I[2]])
+                               : Get(2)) +
+           "}";
+  case op::CrossEntropy:
+  case op::CrossEntropyGrad:
+    return I.empty() ? "" : "{normalizer = " + Get(0) + "}";
+  case op::ClipCoefficient:
+    return "{max_norm = " + Eps() + "}";
+  case op::Fill:
+    return "{value = " + Eps() + "}";
+  case op::AdamW: {
+    auto F = [&](unsigned K) {
+      return In.floats() && In.floats()->size() > K
+                 ? fmtDouble(In.floats()->Get(K))
+                 : std::string("?");
+    };
+    return "{beta1 = " + F(0) + ", beta2 = " + F(1) + ", epsilon = " + F(2) +
+           ", weight_decay = " + F(3) + "}";
+  }
   case op::Linear:
     return "{transpose_w = " + Get(0) + "}";
   case op::LayerNorm:
@@ -994,7 +1302,10 @@ void dumpRankText(std::ostringstream &OS, const Program &P,
   auto Count = [](auto *V) { return V ? V->size() : 0u; };
   OS << "rank " << R.rank() << (Coords.empty() ? "" : " (" + Coords + ")")
      << ": " << Count(R.buffers()) << " buffers, " << Count(R.params())
-     << " params, " << Count(R.instrs()) << " instructions\n";
+     << " params, " << Count(R.instrs()) << " instructions";
+  if (R.forward_end() >= 0)
+    OS << " (forward: 0.." << R.forward_end() << ")";
+  OS << "\n";
   if (R.params()) {
     OS << "  params:\n";
     for (const Param *Pa : *R.params()) {
@@ -1016,7 +1327,11 @@ void dumpRankText(std::ostringstream &OS, const Program &P,
     OS << "  inputs:\n";
     for (const Input *In : *R.inputs())
       OS << "    " << str(In->name()) << " %" << In->buffer() << " "
-         << bufStr(R, In->buffer()) << " (" << str(In->kind()) << ")\n";
+         << bufStr(R, In->buffer()) << " (" << str(In->kind()) << ")"
+         << (In->batch_offset() ? ", batch rows from " +
+                                      std::to_string(In->batch_offset())
+                                : std::string())
+         << "\n";
   }
   if (R.outputs()) {
     OS << "  outputs:\n";
@@ -1075,7 +1390,14 @@ std::string dumpPlanText(const LoadedPlan &plan, int rank) {
     OS << "model " << str(P.model_name()) << " (hash " << hex64(P.model_hash())
        << "), world size " << P.world_size() << ", grid " << gridStr(P)
        << ", batch " << P.batch() << ", seq " << P.seq() << ", vocab "
-       << P.vocab_size() << ", seed " << P.seed() << "\n";
+       << P.vocab_size() << ", seed " << P.seed();
+    if (P.global_batch())
+      OS << ", global batch " << P.global_batch();
+    OS << "\n";
+    if (const TrainConfig *T = P.train())
+      OS << "train: lr " << fmtDouble(T->max_lr()) << " -> "
+         << fmtDouble(T->min_lr()) << ", warmup " << T->warmup_steps()
+         << " steps, total " << T->total_steps() << " steps\n";
     if (P.axes())
       for (const Axis *A : *P.axes()) {
         OS << "axis " << str(A->name()) << " (size " << A->size()
@@ -1143,7 +1465,8 @@ nlohmann::json rankJson(const Program &P, const RankProgram &R) {
     for (const Input *In : *R.inputs())
       Inputs.push_back({{"name", str(In->name())},
                         {"buffer", In->buffer()},
-                        {"kind", str(In->kind())}});
+                        {"kind", str(In->kind())},
+                        {"batch_offset", In->batch_offset()}});
   J["inputs"] = Inputs;
   json Outputs = json::array();
   if (R.outputs())
@@ -1184,6 +1507,7 @@ nlohmann::json rankJson(const Program &P, const RankProgram &R) {
       Instrs.push_back(X);
     }
   J["instructions"] = Instrs;
+  J["forward_end"] = R.forward_end();
   return J;
 }
 
@@ -1219,6 +1543,14 @@ std::string dumpPlanJson(const LoadedPlan &plan, int rank) {
     J["seq"] = P.seq();
     J["vocab_size"] = P.vocab_size();
     J["seed"] = P.seed();
+    J["global_batch"] = P.global_batch();
+    if (const TrainConfig *T = P.train())
+      J["train"] = {{"max_lr", T->max_lr()},
+                    {"min_lr", T->min_lr()},
+                    {"warmup_steps", T->warmup_steps()},
+                    {"total_steps", T->total_steps()}};
+    else
+      J["train"] = nullptr;
     json Ranks = json::array();
     for (const RankProgram *R : *P.ranks())
       if (rank < 0 || uint32_t(rank) == R->rank())

@@ -166,9 +166,9 @@ SafetensorsFile::~SafetensorsFile() {
     ::munmap(const_cast<uint8_t *>(Base), Size);
 }
 
-void writeSafetensors(const std::string &Path,
-                      const std::vector<TensorToWrite> &Tensors,
-                      const std::map<std::string, std::string> &Metadata) {
+std::vector<uint8_t>
+safetensorsImage(const std::vector<TensorToWrite> &Tensors,
+                 const std::map<std::string, std::string> &Metadata) {
   nlohmann::json J = nlohmann::json::object();
   uint64_t Off = 0;
   for (const TensorToWrite &T : Tensors) {
@@ -183,19 +183,29 @@ void writeSafetensors(const std::string &Path,
                               nlohmann::json::error_handler_t::replace);
   // Pad with spaces so the data section starts 8-byte aligned.
   Header.append((8 - Header.size() % 8) % 8, ' ');
-  uint8_t Len[8];
+  std::vector<uint8_t> Out;
+  Out.reserve(8 + Header.size() + Off);
   for (int I = 0; I < 8; ++I)
-    Len[I] = uint8_t(uint64_t(Header.size()) >> (8 * I));
+    Out.push_back(uint8_t(uint64_t(Header.size()) >> (8 * I)));
+  Out.insert(Out.end(), Header.begin(), Header.end());
+  for (const TensorToWrite &T : Tensors) {
+    const uint8_t *D = static_cast<const uint8_t *>(T.data);
+    if (T.bytes)
+      Out.insert(Out.end(), D, D + T.bytes);
+  }
+  return Out;
+}
 
+void writeSafetensors(const std::string &Path,
+                      const std::vector<TensorToWrite> &Tensors,
+                      const std::map<std::string, std::string> &Metadata) {
+  std::vector<uint8_t> Image = safetensorsImage(Tensors, Metadata);
   std::string Tmp = Path + ".tmp";
   FILE *F = std::fopen(Tmp.c_str(), "wb");
   if (!F)
     throw RunError(Path + ": cannot create " + Tmp + ": " +
                    std::strerror(errno));
-  bool Ok = std::fwrite(Len, 1, 8, F) == 8 &&
-            std::fwrite(Header.data(), 1, Header.size(), F) == Header.size();
-  for (const TensorToWrite &T : Tensors)
-    Ok = Ok && (T.bytes == 0 || std::fwrite(T.data, 1, T.bytes, F) == T.bytes);
+  bool Ok = std::fwrite(Image.data(), 1, Image.size(), F) == Image.size();
   Ok = (std::fclose(F) == 0) && Ok;
   if (!Ok) {
     std::remove(Tmp.c_str());

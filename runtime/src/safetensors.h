@@ -69,6 +69,12 @@ struct TensorToWrite {
   size_t bytes = 0;
 };
 
+/// The bytes of a safetensors file holding \p Tensors (header padded so
+/// that the data section starts 8-byte aligned).
+std::vector<uint8_t>
+safetensorsImage(const std::vector<TensorToWrite> &Tensors,
+                 const std::map<std::string, std::string> &Metadata);
+
 /// Writes \p Tensors to \p Path via "<Path>.tmp" and a rename, so a reader
 /// never sees a half-written file. Throws RunError "<path>: <what>".
 void writeSafetensors(const std::string &Path,

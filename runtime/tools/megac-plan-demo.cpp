@@ -17,9 +17,11 @@ using namespace megac_rt;
 
 int main(int Argc, char **Argv) {
   builder::Gpt2DemoOptions O;
+  builder::TrainDemoOptions T;
   std::string Out;
-  bool NoLoss = false, Print = false;
-  CLI::App App("Writes a tensor-parallel GPT-2 plan for megac-run tests.",
+  bool NoLoss = false, Print = false, Train = false;
+  CLI::App App("Writes a tensor-parallel GPT-2 plan for megac-run tests, "
+               "or (--train) a small hand-built training plan.",
                "megac-plan-demo");
   App.add_option("-o,--output", Out, "Plan file to write")->required();
   App.add_option("--tp", O.tp, "Tensor-parallel degree (= world size)");
@@ -34,18 +36,51 @@ int main(int Argc, char **Argv) {
   App.add_option("--eps", O.eps, "Layer norm epsilon");
   App.add_flag("--no-loss", NoLoss, "Omit labels and the loss output");
   App.add_flag("--print", Print, "Also print the plan as text");
+  App.add_flag("--train", Train,
+               "Write the training plan (embedding, layer norm, GeLU MLP, "
+               "tied head, backward, clipping, AdamW) instead of GPT-2; uses "
+               "--vocab, --n-embd, --n-positions, --batch (global), --seq, "
+               "--seed, --eps and the options below");
+  App.add_option("--dp", T.dp, "Training plan: data-parallel degree");
+  App.add_option("--n-ff", T.nFf, "Training plan: MLP hidden size");
+  App.add_option("--lr", T.maxLr, "Training plan: peak learning rate");
+  App.add_option("--min-lr", T.minLr, "Training plan: final learning rate");
+  App.add_option("--warmup", T.warmup, "Training plan: warm-up steps");
+  App.add_option("--total-steps", T.totalSteps,
+                 "Training plan: step at which the cosine decay ends");
+  App.add_option("--clip", T.clip,
+                 "Training plan: max gradient norm (0: no clipping)");
+  App.add_option("--weight-decay", T.weightDecay,
+                 "Training plan: AdamW weight decay");
   CLI11_PARSE(App, Argc, Argv);
   O.loss = !NoLoss;
+  if (Train) {
+    T.vocab = App.count("--vocab") ? O.vocab : T.vocab;
+    T.nEmbd = App.count("--n-embd") ? O.nEmbd : T.nEmbd;
+    T.batch = App.count("--batch") ? O.batch : T.batch;
+    T.seq = App.count("--seq") ? O.seq : T.seq;
+    T.nPositions = App.count("--n-positions") ? O.nPositions : T.seq;
+    T.seed = O.seed;
+    T.eps = O.eps;
+    if (T.dp == 0 || T.batch % T.dp || T.seq > T.nPositions || T.vocab <= 0 ||
+        T.nEmbd <= 0 || T.nFf <= 0) {
+      std::fprintf(stderr, "megac-plan-demo: error: dp must divide batch; "
+                           "seq must not exceed n-positions; sizes must be "
+                           "positive\n");
+      return 1;
+    }
+  }
 
-  if (O.tp == 0 || O.vocab % O.tp || O.nEmbd % O.tp || O.nHead % O.tp ||
-      O.nEmbd % O.nHead || O.seq > O.nPositions) {
+  if (!Train && (O.tp == 0 || O.vocab % O.tp || O.nEmbd % O.tp || O.nHead % O.tp ||
+      O.nEmbd % O.nHead || O.seq > O.nPositions)) {
     std::fprintf(stderr, "megac-plan-demo: error: tp must divide vocab, "
                          "n-embd and n-head; n-head must divide n-embd; "
                          "seq must not exceed n-positions\n");
     return 1;
   }
   std::vector<uint8_t> Bytes = builder::buildPlanBytes(
-      builder::buildGpt2Demo(O), "megac-plan-demo 0.1");
+      Train ? builder::buildTrainDemo(T) : builder::buildGpt2Demo(O),
+      "megac-plan-demo 0.1");
   LoadedPlan Plan;
   std::string Err = verifyPlanBytes(Bytes, Plan);
   if (!Err.empty()) {

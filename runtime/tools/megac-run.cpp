@@ -5,18 +5,29 @@
 // (one per grid axis). Rank 0 reports what happened and optionally saves the
 // outputs.
 //
+// Three modes: a forward step (plans without a training config), a training
+// loop (plans with Program.train: --steps, --metrics, sharded checkpoints
+// with --save-checkpoint / --load-checkpoint) and byte-level text generation
+// (--generate, which runs only the forward part [0, forward_end)).
+//
 // Error discipline: all work that can fail on bad input (plan, weights,
 // tokens, memory) happens before the first communication, and the ranks then
 // agree through one MPI_Allreduce whether everyone succeeded. A failure is
 // reported once, as one line, and every rank exits 1, so nothing hangs in a
-// collective waiting for a rank that has already given up.
+// collective waiting for a rank that has already given up. The same holds
+// for checkpoint writes inside the training loop (each is followed by an
+// agreement); a failure inside a step is an internal error and aborts the
+// job (MPI_Abort).
 //
 //===----------------------------------------------------------------------===//
 
+#include "checkpoint.h"
 #include "error.h"
 #include "executor.h"
 #include "init.h"
+#include "kernels.h"
 #include "mpi_comm.h"
+#include "rng.h"
 #include "safetensors.h"
 
 #include "megac_rt/plan_file.h"
@@ -24,14 +35,20 @@
 #include <CLI/CLI.hpp>
 #include <mpi.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <cerrno>
 #include <map>
 #include <memory>
 #include <new>
+#include <numeric>
 #include <sstream>
+#include <unistd.h>
 
 using namespace megac_rt;
 using namespace megac::plan;
@@ -44,7 +61,20 @@ struct Options {
   bool haveSeed = false;
   bool quiet = false;
   std::string backend = "cpu";
+  // Training.
+  int64_t steps = 1;
+  bool haveSteps = false;
+  std::string metrics, saveCheckpoint, loadCheckpoint;
+  int64_t checkpointEvery = 0;
+  // Generation.
+  std::string prompt;
+  bool generate = false;
+  int64_t maxNewTokens = 100;
+  double temperature = 0.8;
+  int64_t topK = 0;
 };
+
+enum class Mode { Forward, Train, Generate };
 
 int WorldRank = 0, WorldSize = 1;
 
@@ -121,7 +151,99 @@ struct Setup {
   std::unique_ptr<Executor> exec;
   uint64_t seed = 0;
   size_t loaded = 0;
+  Mode mode = Mode::Forward;
+  // Training: the token stream, the next batch's position in it, steps
+  // already done (from a checkpoint), the loss buffer, the metrics file.
+  TokenSource stream;
+  uint64_t dataPos = 0;
+  int64_t startStep = 0;
+  uint32_t lossBuf = 0, logitsBuf = 0;
+  std::string resumedFrom;
+  FILE *metrics = nullptr;
+  // Forward plans: the tokens the step read (the global batch + 1).
+  std::vector<int32_t> forwardStream;
+  ~Setup() {
+    if (metrics)
+      std::fclose(metrics);
+  }
 };
+
+const Output *findOutput(const RankProgram &RP, const std::string &Name) {
+  if (RP.outputs())
+    for (const Output *O : *RP.outputs())
+      if (O->name() && O->name()->str() == Name)
+        return O;
+  return nullptr;
+}
+
+bool hasAdamW(const RankProgram &RP) {
+  if (RP.instrs())
+    for (const Instr *In : *RP.instrs())
+      if (In->op() == op::AdamW)
+        return true;
+  return false;
+}
+
+/// Option combinations that make no sense for the plan's mode.
+void checkModeOptions(const Options &O, const Setup &S, const Program &P) {
+  const RankProgram &RP = *P.ranks()->Get(uint32_t(WorldRank));
+  const std::string Plan = O.plan;
+  if (S.mode == Mode::Generate) {
+    if (O.haveSteps || !O.metrics.empty() || !O.saveCheckpoint.empty() ||
+        O.checkpointEvery)
+      throw RunError("--generate cannot be combined with --steps, --metrics "
+                     "or --save-checkpoint");
+    if (!O.saveOutputs.empty())
+      throw RunError("--generate cannot be combined with --save-outputs");
+    if (P.vocab_size() < 256)
+      throw RunError(Plan + ": --generate uses byte-level tokens and needs a "
+                            "vocabulary of at least 256 (the plan has " +
+                     std::to_string(P.vocab_size()) + ")");
+    const Output *L = findOutput(RP, "logits");
+    if (!L)
+      throw RunError(Plan + ": --generate needs a \"logits\" output");
+    std::vector<int64_t> Want = {P.batch(), P.seq(), P.vocab_size()};
+    const Buffer *B = RP.buffers()->Get(L->buffer());
+    if (std::vector<int64_t>(B->shape()->begin(), B->shape()->end()) != Want)
+      throw RunError(Plan + ": --generate needs logits of shape " +
+                     shapeString(Want) + " (batch, seq, vocab)");
+    bool HasTokens = false;
+    if (RP.inputs())
+      for (const Input *In : *RP.inputs())
+        HasTokens |= In->kind()->str() == "tokens";
+    if (!HasTokens)
+      throw RunError(Plan + ": --generate needs a \"tokens\" input");
+    if (RP.forward_end() < 0 && hasAdamW(RP))
+      throw RunError(Plan + ": the plan updates parameters (adam_w) but does "
+                            "not say where its forward part ends "
+                            "(forward_end); refusing to generate with it");
+    if (O.prompt.empty())
+      throw RunError("--generate needs a non-empty prompt");
+    if (int64_t(O.prompt.size()) > P.seq())
+      throw RunError("the prompt has " + std::to_string(O.prompt.size()) +
+                     " bytes but the plan's sequence length is " +
+                     std::to_string(P.seq()));
+    return;
+  }
+  if (S.mode == Mode::Forward) {
+    if (O.haveSteps && O.steps > 1)
+      throw RunError(Plan + " is a forward plan (no training config): "
+                            "--steps " +
+                     std::to_string(O.steps) + " needs a training plan");
+    if (!O.metrics.empty() || !O.saveCheckpoint.empty() || O.checkpointEvery)
+      throw RunError(Plan + " is a forward plan (no training config): "
+                            "--metrics and --save-checkpoint need a training "
+                            "plan");
+    return;
+  }
+  if (!findOutput(RP, "loss"))
+    throw RunError(Plan + ": training plan has no \"loss\" output");
+  if (O.checkpointEvery && O.saveCheckpoint.empty())
+    throw RunError("--checkpoint-every needs --save-checkpoint DIR");
+  if (!O.saveOutputs.empty())
+    throw RunError("--save-outputs is for forward plans; use "
+                   "--save-checkpoint with a training plan");
+}
 
 /// Everything that can fail because of user input, without communication.
 void prepare(const Options &O, Setup &S) {
@@ -137,20 +259,66 @@ void prepare(const Options &O, Setup &S) {
                    gridString(P) + ") but " + std::to_string(WorldSize) +
                    (WorldSize == 1 ? " was" : " were") + " launched" +
                    launcherHint(P.world_size()));
+  S.mode = O.generate ? Mode::Generate
+           : P.train() ? Mode::Train
+                       : Mode::Forward;
+  checkModeOptions(O, S, P);
   S.seed = O.haveSeed ? O.seed : P.seed();
   S.exec = std::make_unique<Executor>(P, uint32_t(WorldRank));
   S.exec->allocate();
-  if (!O.weights.empty()) {
+  const RankProgram &RP = S.exec->rankProgram();
+  if (!O.loadCheckpoint.empty()) {
+    std::string StepDir;
+    CheckpointMeta M = readCheckpointMeta(O.loadCheckpoint, P, StepDir);
+    loadCheckpointShard(StepDir, M, *S.exec, S.mode == Mode::Train);
+    S.resumedFrom = StepDir;
+    if (S.mode == Mode::Train) {
+      S.startStep = M.step;
+      S.dataPos = M.dataPosition;
+      // The default token stream depends on the seed: keep the run's.
+      if (!O.haveSeed)
+        S.seed = M.seed;
+    }
+  } else if (!O.weights.empty()) {
     SafetensorsFile W(O.weights);
     S.loaded = S.exec->loadParams(W, S.seed);
   } else {
     S.exec->initParams(S.seed);
   }
   size_t Need = S.exec->tokensNeeded();
-  std::vector<int32_t> Stream =
-      O.tokens.empty() ? defaultTokenStream(S.seed, Need, P.vocab_size())
-                       : readTokenFile(O.tokens, Need, P.vocab_size());
-  S.exec->setInputs(Stream);
+  if (S.mode == Mode::Forward) {
+    std::vector<int32_t> Stream =
+        O.tokens.empty() ? defaultTokenStream(S.seed, Need, P.vocab_size())
+                         : readTokenFile(O.tokens, Need, P.vocab_size());
+    S.exec->setInputs(Stream);
+    S.forwardStream = std::move(Stream);
+    return;
+  }
+  if (S.mode == Mode::Generate) {
+    S.logitsBuf = findOutput(RP, "logits")->buffer();
+    return;
+  }
+  S.lossBuf = findOutput(RP, "loss")->buffer();
+  S.stream = O.tokens.empty()
+                 ? TokenSource::seeded(S.seed, P.vocab_size())
+                 : TokenSource::fromTokens(
+                       readAllTokens(O.tokens, Need, P.vocab_size()));
+  const uint64_t Stride = S.exec->tokensPerStep();
+  if (S.stream.length() < Stride + 1)
+    throw RunError(O.tokens + ": holds " +
+                   std::to_string(S.stream.length()) +
+                   " tokens but one global batch needs " +
+                   std::to_string(Stride + 1));
+  // A checkpoint's position refers to the stream it was saved with; reduced
+  // modulo this stream's period it is a valid position of any stream.
+  const uint64_t Period = S.stream.length() - Stride - 1;
+  S.dataPos = Period ? S.dataPos % Period : 0;
+  if (!O.metrics.empty() && WorldRank == 0) {
+    S.metrics = std::fopen(O.metrics.c_str(), "w");
+    if (!S.metrics)
+      throw RunError(O.metrics + ": cannot create metrics file: " +
+                     std::strerror(errno));
+  }
 }
 
 std::string outputName(const Output &O, const RankProgram &RP) {
@@ -202,19 +370,306 @@ void saveOutputs(const Options &O, const Setup &S) {
   if (RP.outputs())
     for (const Output *Out : *RP.outputs())
       Add(outputName(*Out, RP), S.exec->buffer(Out->buffer()));
+  // The inputs of the whole global batch (outputs are whole too, so runs on
+  // different grids save the same tensors), cut from the stream as every
+  // rank cuts its rows.
+  std::vector<Tensor> Global;
   if (RP.inputs())
-    for (const Input *In : *RP.inputs())
-      Add(In->kind()->str(), S.exec->buffer(In->buffer()));
+    Global.reserve(RP.inputs()->size());
+  const int64_t G = S.exec->globalBatch(), Seq = S.plan.program->seq();
+  if (RP.inputs())
+    for (const Input *In : *RP.inputs()) {
+      const size_t Shift = In->kind()->str() == "labels" ? 1 : 0;
+      Tensor T;
+      T.dtype = dt::I32;
+      T.shape = {G, Seq};
+      T.i.assign(S.forwardStream.begin() + long(Shift),
+                 S.forwardStream.begin() + long(Shift + size_t(G * Seq)));
+      Global.push_back(std::move(T));
+      Add(In->kind()->str(), Global.back());
+    }
   writeSafetensors(O.saveOutputs, Ts,
                    {{"producer", "megac-run"},
                     {"plan", O.plan},
                     {"seed", std::to_string(S.seed)}});
 }
 
+[[noreturn]] void abortJob(const std::exception &E) {
+  std::fprintf(stderr, "megac-run: error: %s\n", oneLine(E.what()).c_str());
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, 1);
+  std::exit(1);
+}
+
+/// Saves a checkpoint of step \p Step: every rank writes its shard, the
+/// ranks agree, rank 0 gathers the shard sizes and CRCs and writes
+/// meta.json and then `latest`. Returns false (error already printed) if
+/// any rank failed.
+bool saveCheckpoint(const Options &O, Setup &S, int64_t Step) {
+  const Program &P = *S.plan.program;
+  std::string Err;
+  ShardInfo Mine;
+  try {
+    Mine = writeCheckpointShard(O.saveCheckpoint, Step, *S.exec);
+  } catch (const std::exception &E) {
+    Err = E.what();
+  }
+  if (!agree(Err))
+    return false;
+  uint64_t Send[2] = {Mine.bytes, Mine.crc32};
+  std::vector<uint64_t> All(size_t(2 * WorldSize));
+  MPI_Gather(Send, 2, MPI_UINT64_T, All.data(), 2, MPI_UINT64_T, 0,
+             MPI_COMM_WORLD);
+  crashHookAfterShards();
+  if (WorldRank == 0) {
+    CheckpointMeta M;
+    M.step = Step;
+    M.dataPosition = S.dataPos;
+    M.seed = S.seed;
+    M.worldSize = P.world_size();
+    M.grid = planGridString(P);
+    M.modelHash = P.model_hash();
+    for (int R = 0; R < WorldSize; ++R)
+      M.shards.push_back({uint32_t(R), shardFileName(uint32_t(R)),
+                          All[size_t(2 * R)], uint32_t(All[size_t(2 * R + 1)])});
+    try {
+      writeCheckpointMeta(O.saveCheckpoint, M);
+    } catch (const std::exception &E) {
+      Err = E.what();
+    }
+  }
+  return agree(Err);
+}
+
+std::string clockString(double Sec) {
+  if (!(Sec >= 0) || Sec > 1e8)
+    return "?";
+  long long T = (long long)std::llround(Sec);
+  char Buf[48];
+  if (T >= 3600)
+    std::snprintf(Buf, sizeof(Buf), "%lld:%02lld:%02lld", T / 3600,
+                  T / 60 % 60, T % 60);
+  else
+    std::snprintf(Buf, sizeof(Buf), "%lld:%02lld", T / 60, T % 60);
+  return Buf;
+}
+
+int runTraining(const Options &O, Setup &S) {
+  const Program &P = *S.plan.program;
+  const TrainConfig &TC = *P.train();
+  Executor &E = *S.exec;
+  const uint64_t Stride = E.tokensPerStep();
+  const int64_t First = S.startStep + 1, Last = S.startStep + O.steps;
+  if (!S.resumedFrom.empty())
+    info(O, "resuming after step %lld (data position %llu)",
+         (long long)S.startStep, (unsigned long long)S.dataPos);
+  info(O, "training steps %lld..%lld on %s: global batch %lld x seq %lld "
+          "(%llu tokens per step), lr %.3g -> %.3g (warmup %lld, cosine to "
+          "step %lld)",
+       (long long)First, (long long)Last,
+       O.tokens.empty() ? "the seeded token stream"
+                        : (O.tokens + " (" + std::to_string(S.stream.length()) +
+                           " tokens)")
+                              .c_str(),
+       (long long)E.globalBatch(), (long long)P.seq(),
+       (unsigned long long)Stride, TC.max_lr(), TC.min_lr(),
+       (long long)TC.warmup_steps(), (long long)TC.total_steps());
+
+  const bool Tty = WorldRank == 0 && !O.quiet && ::isatty(STDOUT_FILENO);
+  const int64_t Every = std::max<int64_t>(1, O.steps / 20);
+  double TotalSec = 0, FirstLoss = 0, LastLoss = 0;
+  std::unique_ptr<MpiCollectives> Comm;
+  try {
+    Comm = std::make_unique<MpiCollectives>(P, uint32_t(WorldRank));
+  } catch (const std::exception &Ex) {
+    abortJob(Ex);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  for (int64_t T = First; T <= Last; ++T) {
+    auto T0 = std::chrono::steady_clock::now();
+    double Lr = kernels::learningRate(TC.max_lr(), TC.min_lr(),
+                                      TC.warmup_steps(), TC.total_steps(), T);
+    float Loss;
+    try {
+      E.setInputs(S.stream, S.dataPos);
+      E.setStep(T, Lr);
+      E.run(*Comm);
+      Loss = E.buffer(S.lossBuf).f[0];
+    } catch (const std::exception &Ex) {
+      abortJob(Ex);
+    }
+    S.dataPos = nextDataPosition(S.dataPos, Stride, S.stream.length());
+    double Sec = std::chrono::duration<double>(
+                     std::chrono::steady_clock::now() - T0)
+                     .count();
+    TotalSec += Sec;
+    if (T == First)
+      FirstLoss = Loss;
+    LastLoss = Loss;
+    const double TokPerS = Sec > 0 ? double(Stride) / Sec : 0.0;
+    if (S.metrics) {
+      char LossStr[64];
+      if (std::isfinite(Loss))
+        std::snprintf(LossStr, sizeof(LossStr), "%.9g", double(Loss));
+      else
+        std::snprintf(LossStr, sizeof(LossStr), "null");
+      std::fprintf(S.metrics,
+                   "{\"step\": %lld, \"loss\": %s, \"tokens_per_s\": %.1f, "
+                   "\"lr\": %.9g}\n",
+                   (long long)T, LossStr, TokPerS, Lr);
+      std::fflush(S.metrics);
+    }
+    if (WorldRank == 0 && !O.quiet &&
+        (Tty || (T - S.startStep) % Every == 0 || T == Last)) {
+      const int64_t Done = T - S.startStep;
+      const double Eta = TotalSec / double(Done) * double(Last - T);
+      const double MeanTok = double(Stride) * double(Done) / TotalSec;
+      std::printf("%sstep %lld/%lld  loss %.6f  lr %.2e  %.0f tok/s  ETA %s%s",
+                  Tty ? "\r" : "", (long long)T, (long long)Last,
+                  double(Loss), Lr, MeanTok, clockString(Eta).c_str(),
+                  Tty ? (T == Last ? "\n" : "   ") : "\n");
+      std::fflush(stdout);
+    }
+    if (O.checkpointEvery && T % O.checkpointEvery == 0 && T != Last) {
+      if (!saveCheckpoint(O, S, T))
+        return 1;
+      info(O, "saved checkpoint %s/%s", O.saveCheckpoint.c_str(),
+           stepDirName(T).c_str());
+    }
+  }
+  if (!O.saveCheckpoint.empty()) {
+    if (!saveCheckpoint(O, S, Last))
+      return 1;
+    info(O, "saved checkpoint %s/%s", O.saveCheckpoint.c_str(),
+         stepDirName(Last).c_str());
+  }
+  double MaxSec = 0;
+  MPI_Allreduce(&TotalSec, &MaxSec, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  info(O, "trained %lld steps (%lld..%lld): loss %.6f -> %.6f, %.0f tokens/s "
+          "mean, %.2f s",
+       (long long)O.steps, (long long)First, (long long)Last, FirstLoss,
+       LastLoss,
+       MaxSec > 0 ? double(Stride) * double(O.steps) / MaxSec : 0.0, MaxSec);
+  return 0;
+}
+
+/// Prints bytes as text: printable ASCII, newline and tab as they are,
+/// everything else as \xNN.
+std::string escapeBytes(const std::vector<int32_t> &Toks, size_t From) {
+  std::string R;
+  char Buf[8];
+  for (size_t I = From; I < Toks.size(); ++I) {
+    int C = Toks[I];
+    if ((C >= 0x20 && C < 0x7f) || C == '\n' || C == '\t') {
+      R += char(C);
+    } else {
+      std::snprintf(Buf, sizeof(Buf), "\\x%02X", unsigned(C) & 0xFFu);
+      R += Buf;
+    }
+  }
+  return R;
+}
+
+/// Samples a byte from \p Logits (the first 256 entries): greedy at
+/// temperature 0, else softmax(logits / T) over the top K (all if 0), with
+/// the uniform variate \p U in [0, 1).
+int32_t sampleToken(const float *Logits, double Temperature, int64_t TopK,
+                    double U) {
+  const int N = 256;
+  std::vector<int> Idx(N);
+  std::iota(Idx.begin(), Idx.end(), 0);
+  // Most likely first; ties broken by the smaller id, so it is deterministic.
+  std::stable_sort(Idx.begin(), Idx.end(), [&](int A, int B) {
+    return Logits[A] > Logits[B];
+  });
+  if (Temperature <= 0)
+    return Idx[0];
+  int K = (TopK > 0 && TopK < N) ? int(TopK) : N;
+  std::vector<double> W(static_cast<size_t>(K), 0.0);
+  const double Max = Logits[Idx[0]];
+  double Sum = 0;
+  for (int I = 0; I < K; ++I)
+    Sum += W[size_t(I)] = std::exp((double(Logits[Idx[size_t(I)]]) - Max) /
+                                   Temperature);
+  double Target = U * Sum, Acc = 0;
+  for (int I = 0; I < K; ++I) {
+    Acc += W[size_t(I)];
+    if (Target < Acc)
+      return Idx[size_t(I)];
+  }
+  return Idx[size_t(K - 1)];
+}
+
+int runGeneration(const Options &O, Setup &S) {
+  const Program &P = *S.plan.program;
+  Executor &E = *S.exec;
+  const RankProgram &RP = E.rankProgram();
+  const int64_t B = P.batch(), Seq = P.seq(), V = P.vocab_size();
+  std::vector<int32_t> Toks;
+  for (unsigned char C : O.prompt)
+    Toks.push_back(C);
+  const size_t PromptLen = Toks.size();
+  const uint64_t Key = splitmix64(S.seed ^ 0x67656e6572617465ull);
+  std::unique_ptr<MpiCollectives> Comm;
+  try {
+    Comm = std::make_unique<MpiCollectives>(P, uint32_t(WorldRank));
+  } catch (const std::exception &Ex) {
+    abortJob(Ex);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (WorldRank == 0) {
+    std::fputs(escapeBytes(Toks, 0).c_str(), stdout);
+    std::fflush(stdout);
+  }
+  const uint32_t End = E.forwardEnd();
+  auto Start = std::chrono::steady_clock::now();
+  int64_t New = 0;
+  while (New < O.maxNewTokens && int64_t(Toks.size()) < Seq) {
+    const int64_t Len = int64_t(Toks.size());
+    int32_t Next = 0;
+    try {
+      for (const Input *In : *RP.inputs()) {
+        const int64_t Shift = In->kind()->str() == "labels" ? 1 : 0;
+        int32_t *D = E.mutableBuffer(In->buffer()).i.data();
+        for (int64_t Bi = 0; Bi < B; ++Bi)
+          for (int64_t Si = 0; Si < Seq; ++Si)
+            D[Bi * Seq + Si] =
+                Si + Shift < Len ? Toks[size_t(Si + Shift)] : 0;
+      }
+      E.run(*Comm, End);
+      const float *Row =
+          E.buffer(S.logitsBuf).f.data() + size_t((Len - 1) * V);
+      double U = double(splitmix64(Key + uint64_t(New)) >> 11) * 0x1.0p-53;
+      Next = sampleToken(Row, O.temperature, O.topK, U);
+    } catch (const std::exception &Ex) {
+      abortJob(Ex);
+    }
+    // Every rank holds the same logits; rank 0's choice is authoritative.
+    MPI_Bcast(&Next, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    Toks.push_back(Next);
+    ++New;
+    if (WorldRank == 0) {
+      std::fputs(escapeBytes(Toks, Toks.size() - 1).c_str(), stdout);
+      std::fflush(stdout);
+    }
+  }
+  double Sec = std::chrono::duration<double>(
+                   std::chrono::steady_clock::now() - Start)
+                   .count();
+  if (WorldRank == 0)
+    std::fputc('\n', stdout);
+  info(O, "generated %lld tokens in %.2f s%s", (long long)New, Sec,
+       New < O.maxNewTokens ? " (stopped: the sequence is full)" : "");
+  (void)PromptLen;
+  return 0;
+}
+
 int runMain(int Argc, char **Argv) {
   Options O;
   CLI::App App(
-      "Runs one forward step of a megac execution plan (.mgc) on CPUs.\n\n"
+      "Runs a megac execution plan (.mgc) on CPUs: one forward step, a "
+      "training loop (plans compiled with a training config) or text "
+      "generation.\n\n"
       "Each process executes its own rank's instruction stream with fp32 "
       "kernels and exchanges tensors through MPI. Start one process per "
       "rank of the plan's grid:\n"
@@ -226,7 +681,15 @@ int runMain(int Argc, char **Argv) {
       "Parameters are loaded from a HuggingFace safetensors checkpoint "
       "(--weights) or initialized from a seed such that every sharding of a "
       "model starts from the same weights. Inputs are cut from a token "
-      "stream (--tokens or a seeded default).",
+      "stream (--tokens/--data or a seeded default).\n\n"
+      "Training: megac-run plan.mgc --steps N [--data FILE] [--metrics "
+      "FILE.jsonl] [--save-checkpoint DIR [--checkpoint-every K]] "
+      "[--load-checkpoint DIR]. Step k (0-based, counted over the whole run) "
+      "reads the global batch at stream position (k*global_batch*seq) mod "
+      "(length - global_batch*seq - 1).\n"
+      "Generation: megac-run plan.mgc --generate \"prompt\" "
+      "[--max-new-tokens N] [--temperature T] [--top-k K] "
+      "[--load-checkpoint DIR].",
       "megac-run");
   App.add_option("plan", O.plan, "Plan file written by megac (.mgc)")
       ->required();
@@ -237,15 +700,56 @@ int runMain(int Argc, char **Argv) {
                  "labels[b,s] = t[b*seq+s+1]. Default: a deterministic "
                  "stream derived from the seed")
       ->option_text("FILE");
-  App.add_option("--weights", O.weights,
+  auto *WeightsOpt = App.add_option("--weights", O.weights,
                  "HuggingFace safetensors checkpoint (F32, F16 or BF16). "
                  "Each rank reads its slice of every parameter; names may "
                  "carry a \"transformer.\" prefix. Default: seeded init")
       ->option_text("FILE.safetensors");
   App.add_option("--save-outputs", O.saveOutputs,
                  "Write the plan outputs plus the \"tokens\"/\"labels\" "
-                 "inputs (rank 0's copies) as safetensors")
+                 "inputs of the whole global batch as safetensors")
       ->option_text("FILE.safetensors");
+  App.add_option("--data", O.tokens,
+                 "Training data: a token file as for --tokens (e.g. from "
+                 "utils/prepare_text.py), cut into global batches")
+      ->option_text("FILE");
+  auto *StepsOpt =
+      App.add_option("--steps", O.steps,
+                     "Training steps to run (training plans; default 1). "
+                     "After --load-checkpoint they continue the saved run")
+          ->check(CLI::Range(int64_t(1), int64_t(1) << 40))
+          ->option_text("N");
+  App.add_option("--metrics", O.metrics,
+                 "Write one JSON object per step: {\"step\", \"loss\", "
+                 "\"tokens_per_s\", \"lr\"}")
+      ->option_text("FILE.jsonl");
+  App.add_option("--save-checkpoint", O.saveCheckpoint,
+                 "Save a sharded checkpoint (DIR/step-NNNNNNNN/, DIR/latest) "
+                 "at the end of training")
+      ->option_text("DIR");
+  App.add_option("--checkpoint-every", O.checkpointEvery,
+                 "Also save every K steps")
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 40))
+      ->option_text("K");
+  auto *LoadOpt =
+      App.add_option("--load-checkpoint", O.loadCheckpoint,
+                     "Load parameters (and optimizer state) from DIR/latest "
+                     "or a step directory and resume after its step")
+          ->option_text("DIR");
+  auto *GenOpt = App.add_option("--generate", O.prompt,
+                                "Generate text from this prompt (byte-level "
+                                "tokens; needs vocab >= 256)")
+                     ->option_text("PROMPT");
+  App.add_option("--max-new-tokens", O.maxNewTokens,
+                 "Tokens to generate (default 100; stops earlier when the "
+                 "sequence is full)")
+      ->check(CLI::Range(int64_t(0), int64_t(1) << 40));
+  App.add_option("--temperature", O.temperature,
+                 "Sampling temperature (default 0.8; 0 = greedy)")
+      ->check(CLI::Range(0.0, 1e6));
+  App.add_option("--top-k", O.topK,
+                 "Sample among the K most likely tokens (default 0 = all)")
+      ->check(CLI::Range(int64_t(0), int64_t(1) << 40));
   auto *SeedOpt = App.add_option("--seed", O.seed,
                                  "Seed for parameter init and the default "
                                  "token stream (default: the plan's seed)");
@@ -275,6 +779,14 @@ int runMain(int Argc, char **Argv) {
     return 1;
   }
   O.haveSeed = SeedOpt->count() > 0;
+  O.haveSteps = StepsOpt->count() > 0;
+  O.generate = GenOpt->count() > 0;
+  if (WeightsOpt->count() && LoadOpt->count()) {
+    if (WorldRank == 0)
+      std::fprintf(stderr, "megac-run: error: --weights and "
+                           "--load-checkpoint exclude each other\n");
+    return 1;
+  }
 
   // Phase 1: local work that may fail on bad input, then agreement.
   Setup S;
@@ -308,7 +820,10 @@ int runMain(int Argc, char **Argv) {
   unsigned long long Elems = S.exec->paramElements(), MaxElems = 0;
   MPI_Allreduce(&Elems, &MaxElems, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX,
                 MPI_COMM_WORLD);
-  if (O.weights.empty()) {
+  if (!S.resumedFrom.empty()) {
+    info(O, "parameters: %s elements per rank (loaded from checkpoint %s)",
+         humanCount(MaxElems).c_str(), S.resumedFrom.c_str());
+  } else if (O.weights.empty()) {
     info(O, "parameters: %s elements per rank (initialized from seed %llu)",
          humanCount(MaxElems).c_str(), (unsigned long long)S.seed);
   } else {
@@ -323,6 +838,11 @@ int runMain(int Argc, char **Argv) {
     info(O, "parameters: %s elements per rank (loaded from %s%s)",
          humanCount(MaxElems).c_str(), O.weights.c_str(), Extra.c_str());
   }
+
+  if (S.mode == Mode::Train)
+    return runTraining(O, S);
+  if (S.mode == Mode::Generate)
+    return runGeneration(O, S);
 
   // Phase 2: communication. Inputs are validated, so a failure here is an
   // internal error; abort the whole job rather than leave peers waiting.

@@ -144,6 +144,40 @@ int runCompile(int argc, char **argv) {
       cl::value_desc("file"), cl::cat(category));
   static cl::opt<bool> quiet("quiet", cl::desc("Print nothing on success"),
                              cl::cat(category));
+  static cl::OptionCategory trainCategory(
+      "megac compile training options (with --train)");
+  static cl::opt<bool> train(
+      "train",
+      cl::desc("Compile a training step: forward, backward (autodiff) and "
+               "AdamW updates with global-norm clipping"),
+      cl::cat(trainCategory));
+  static cl::opt<bool> gradients(
+      "gradients",
+      cl::desc("Compile forward and backward only: the plan outputs every "
+               "parameter's gradient as grad:<name> (to inspect or check "
+               "them)"),
+      cl::cat(trainCategory));
+  static cl::opt<double> lr("lr", cl::desc("Peak learning rate"),
+                            cl::init(6e-4), cl::cat(trainCategory));
+  static cl::opt<double> minLr(
+      "min-lr", cl::desc("Learning rate at the end of the cosine decay"),
+      cl::init(6e-5), cl::cat(trainCategory));
+  static cl::opt<int64_t> warmup("warmup-steps",
+                                 cl::desc("Linear warm-up steps"),
+                                 cl::init(10), cl::cat(trainCategory));
+  static cl::opt<int64_t> totalSteps(
+      "total-steps", cl::desc("Step at which the cosine decay ends"),
+      cl::init(1000), cl::cat(trainCategory));
+  static cl::opt<double> weightDecay(
+      "weight-decay", cl::desc("AdamW weight decay (matrices only)"),
+      cl::init(0.1), cl::cat(trainCategory));
+  static cl::opt<double> maxGradNorm(
+      "max-grad-norm", cl::desc("Global gradient-norm clipping (0: off)"),
+      cl::init(1.0), cl::cat(trainCategory));
+  static cl::opt<double> beta1("beta1", cl::desc("AdamW beta1"), cl::init(0.9),
+                               cl::cat(trainCategory));
+  static cl::opt<double> beta2("beta2", cl::desc("AdamW beta2"),
+                               cl::init(0.95), cl::cat(trainCategory));
   registerMLIRContextCLOptions();
   registerPassManagerCLOptions();
   registerAsmPrinterCLOptions();
@@ -155,7 +189,9 @@ int runCompile(int argc, char **argv) {
       "megac compile: partition a megac model over a device grid and write "
       "an execution plan.\n\n"
       "  megac compile model.mlir --mesh tp=4 -o model.mgc\n"
-      "  mpirun -np 4 megac-run model.mgc\n");
+      "  mpirun -np 4 megac-run model.mgc\n"
+      "  megac compile model.mlir --train --mesh dp=2,tp=2 -o train.mgc\n"
+      "  mpirun -np 4 megac-run train.mgc --steps 100 --data tokens.bin\n");
 
   auto start = std::chrono::steady_clock::now();
   DialectRegistry registry;
@@ -185,7 +221,23 @@ int runCompile(int argc, char **argv) {
     instrumentation->write("input", module->getOperation());
     pm.addInstrumentation(std::move(instrumentation));
   }
-  megac::buildPartitionPipeline(pm, {mesh, batch, seq});
+  megac::PartitionOptions options;
+  options.mesh = mesh;
+  options.batch = batch;
+  options.seq = seq;
+  options.train = train;
+  options.gradients = gradients;
+  if (train && gradients)
+    return fail("--train and --gradients exclude each other");
+  options.optimizer.lr = lr;
+  options.optimizer.minLr = minLr;
+  options.optimizer.warmupSteps = warmup;
+  options.optimizer.totalSteps = totalSteps;
+  options.optimizer.weightDecay = weightDecay;
+  options.optimizer.maxGradNorm = maxGradNorm;
+  options.optimizer.beta1 = beta1;
+  options.optimizer.beta2 = beta2;
+  megac::buildPartitionPipeline(pm, options);
   if (failed(pm.run(*module)))
     return 1;
 

@@ -16,6 +16,7 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/TypeSwitch.h"
 
 using namespace mlir;
@@ -67,7 +68,14 @@ public:
       if (failed(addArgument(func, arg)))
         return failure();
     }
+    llvm::DenseSet<Operation *> forwardOps = collectForwardOps(body);
+    int32_t forwardEnd = -1;
+    bool training = false;
     for (Operation &op : body) {
+      if (isa<AdamWOp>(op))
+        training = true;
+      if (forwardOps.contains(&op))
+        forwardEnd = static_cast<int32_t>(instrs.size()) + 1;
       if (auto ret = dyn_cast<func::ReturnOp>(op)) {
         for (auto [i, value] : llvm::enumerate(ret.getOperands())) {
           auto name = func.getResultAttrOfType<StringAttr>(
@@ -79,12 +87,52 @@ public:
         }
         continue;
       }
-      if (failed(addBuffer(op.getResult(0), op.getName().stripDialect())) ||
-          failed(addInstruction(&op)))
+      // An AdamW update writes its parameter's own buffer.
+      if (auto adamw = dyn_cast<AdamWOp>(op)) {
+        if (!isa<BlockArgument>(adamw.getParam()))
+          return adamw.emitOpError("internal error: the update must apply "
+                                   "to a parameter argument directly");
+        buffers[adamw.getResult()] = buffers.lookup(adamw.getParam());
+      } else if (failed(addBuffer(op.getResult(0),
+                                  op.getName().stripDialect()))) {
+        return failure();
+      }
+      if (failed(addInstruction(&op)))
         return failure();
     }
     return mp::CreateRankProgramDirect(fbb, rank, &coords, &bufferOffsets,
-                                       &params, &inputs, &outputs, &instrs);
+                                       &params, &inputs, &outputs, &instrs,
+                                       training ? forwardEnd : -1);
+  }
+
+  /// Ops the returned values depend on: the forward pass of a training step
+  /// (the backward pass and the updates come after all of them).
+  static llvm::DenseSet<Operation *> collectForwardOps(Block &body) {
+    llvm::DenseSet<Operation *> seen;
+    SmallVector<Value> worklist(body.getTerminator()->getOperands());
+    while (!worklist.empty()) {
+      Operation *op = worklist.pop_back_val().getDefiningOp();
+      if (!op || !seen.insert(op).second)
+        continue;
+      llvm::append_range(worklist, op->getOperands());
+    }
+    return seen;
+  }
+
+  /// Global token count of a [B, S, ...] value: its local rows and
+  /// positions times the axes that split them.
+  int64_t globalTokens(Value value) {
+    auto type = cast<RankedTensorType>(value.getType());
+    ShardingAttr sharding = getShardingOrReplicated(value);
+    return type.getDimSize(0) * grid.axisSize(sharding.getDimAxis(0)) *
+           type.getDimSize(1) * grid.axisSize(sharding.getDimAxis(1));
+  }
+
+  /// First vocabulary row this rank holds of `table` (split on dim 0).
+  int64_t vocabStart(Value table) {
+    int64_t index = grid.axisIndex(getShardingOrReplicated(table).getDimAxis(0));
+    int64_t rows = cast<RankedTensorType>(table.getType()).getDimSize(0);
+    return index < 0 ? 0 : coords[index] * rows;
   }
 
 private:
@@ -113,9 +161,14 @@ private:
     uint32_t buffer = buffers.lookup(arg);
     if (auto kind = func.getArgAttrOfType<StringAttr>(
             index, MegacDialect::kInputAttrName)) {
-      inputs.push_back(mp::CreateInputDirect(fbb, kind.getValue().str().c_str(),
-                                             buffer,
-                                             kind.getValue().str().c_str()));
+      // Rows of the global batch this rank holds (data parallelism).
+      int64_t axisIndex =
+          grid.axisIndex(getShardingOrReplicated(arg).getDimAxis(0));
+      int64_t rows = cast<RankedTensorType>(arg.getType()).getDimSize(0);
+      int64_t batchOffset = axisIndex < 0 ? 0 : coords[axisIndex] * rows;
+      inputs.push_back(mp::CreateInputDirect(
+          fbb, kind.getValue().str().c_str(), buffer,
+          kind.getValue().str().c_str(), batchOffset));
       return success();
     }
     auto spec =
@@ -174,12 +227,7 @@ private:
     llvm::TypeSwitch<Operation *>(op)
         .Case<EmbeddingOp>([&](EmbeddingOp e) {
           code = mp::OpCode_Embedding;
-          // This rank's rows start at its coordinate times the local rows.
-          StringRef vocabAxis =
-              getShardingOrReplicated(e.getTable()).getDimAxis(0);
-          int64_t index = grid.axisIndex(vocabAxis);
-          int64_t rows = e.getTable().getType().getDimSize(0);
-          ints = {index < 0 ? 0 : coords[index] * rows};
+          ints = {vocabStart(e.getTable())};
         })
         .Case<PositionEmbeddingOp>(
             [&](auto) { code = mp::OpCode_PositionEmbedding; })
@@ -205,7 +253,55 @@ private:
           code = mp::OpCode_Transpose;
           ints = toVector(t.getPermutation());
         })
-        .Case<CrossEntropyOp>([&](auto) { code = mp::OpCode_CrossEntropy; })
+        .Case<CrossEntropyOp>([&](CrossEntropyOp c) {
+          code = mp::OpCode_CrossEntropy;
+          ints = {globalTokens(c.getLogits())};
+        })
+        .Case<LinearWeightGradOp>([&](LinearWeightGradOp l) {
+          code = mp::OpCode_LinearWeightGrad;
+          ints = {l.getTransposeWeight() ? 1 : 0};
+        })
+        .Case<GeluGradOp>([&](auto) { code = mp::OpCode_GeluGrad; })
+        .Case<LayerNormGradOp>([&](LayerNormGradOp l) {
+          code = mp::OpCode_LayerNormGrad;
+          floats = {l.getEpsilon().convertToDouble()};
+        })
+        .Case<NormalizeOp>([&](NormalizeOp n) {
+          code = mp::OpCode_Normalize;
+          floats = {n.getEpsilon().convertToDouble()};
+        })
+        .Case<AttentionGradOp>([&](AttentionGradOp a) {
+          code = mp::OpCode_AttentionGrad;
+          ints = {static_cast<int64_t>(a.getNumHeads()), a.getCausal() ? 1 : 0,
+                  static_cast<int64_t>(a.getOperand())};
+        })
+        .Case<SoftmaxGradOp>([&](auto) { code = mp::OpCode_SoftmaxGrad; })
+        .Case<EmbeddingGradOp>([&](EmbeddingGradOp e) {
+          code = mp::OpCode_EmbeddingGrad;
+          ints = {vocabStart(e.getTable())};
+        })
+        .Case<PositionEmbeddingGradOp>(
+            [&](auto) { code = mp::OpCode_PositionEmbeddingGrad; })
+        .Case<CrossEntropyGradOp>([&](CrossEntropyGradOp c) {
+          code = mp::OpCode_CrossEntropyGrad;
+          ints = {globalTokens(c.getLogits())};
+        })
+        .Case<SumLeadingOp>([&](auto) { code = mp::OpCode_SumLeading; })
+        .Case<SumSquaresOp>([&](auto) { code = mp::OpCode_SumSquares; })
+        .Case<ClipCoefficientOp>([&](ClipCoefficientOp c) {
+          code = mp::OpCode_ClipCoefficient;
+          floats = {c.getMaxNorm().convertToDouble()};
+        })
+        .Case<FillOp>([&](FillOp f) {
+          code = mp::OpCode_Fill;
+          floats = {f.getValue().convertToDouble()};
+        })
+        .Case<AdamWOp>([&](AdamWOp a) {
+          code = mp::OpCode_AdamW;
+          floats = {a.getBeta1().convertToDouble(), a.getBeta2().convertToDouble(),
+                    a.getEpsilon().convertToDouble(),
+                    a.getWeightDecay().convertToDouble()};
+        })
         .Case<AllReduceOp>([&](AllReduceOp c) {
           code = mp::OpCode_AllReduce;
           result = resolveAxis(c.getAxis(), axis);
@@ -284,12 +380,14 @@ FailureOr<std::vector<uint8_t>> emitPlan(ModuleOp module,
   func::FuncOp func = funcs.front();
   Grid grid{getMesh(module)};
 
-  int64_t batch = 0, seq = 0, vocab = 0;
+  int64_t batch = 0, seq = 0, vocab = 0, globalBatch = 0;
   for (BlockArgument arg : func.getArguments())
     if (func.getArgAttr(arg.getArgNumber(), MegacDialect::kInputAttrName)) {
       auto type = cast<RankedTensorType>(arg.getType());
       batch = type.getDimSize(0);
       seq = type.getDimSize(1);
+      globalBatch =
+          batch * grid.axisSize(getShardingOrReplicated(arg).getDimAxis(0));
     }
   func.walk([&](EmbeddingOp e) {
     StringRef axis = getShardingOrReplicated(e.getTable()).getDimAxis(0);
@@ -313,9 +411,17 @@ FailureOr<std::vector<uint8_t>> emitPlan(ModuleOp module,
   std::string modelName = "model";
   if (auto name = module->getAttrOfType<StringAttr>(MegacDialect::kModelAttrName))
     modelName = name.getValue().str();
+  fb::Offset<mp::TrainConfig> train;
+  if (auto config =
+          module->getAttrOfType<DictionaryAttr>(MegacDialect::kTrainAttrName))
+    train = mp::CreateTrainConfig(
+        fbb, config.getAs<FloatAttr>("max_lr").getValueAsDouble(),
+        config.getAs<FloatAttr>("min_lr").getValueAsDouble(),
+        config.getAs<IntegerAttr>("warmup_steps").getInt(),
+        config.getAs<IntegerAttr>("total_steps").getInt());
   auto program = mp::CreateProgramDirect(
       fbb, modelName.c_str(), options.modelHash, grid.numRanks(), &axes, batch,
-      seq, vocab, options.seed, &ranks);
+      seq, vocab, options.seed, &ranks, train, globalBatch);
   fbb.Finish(program);
   return megac_rt::wrapProgram(fbb.GetBufferPointer(), fbb.GetSize(),
                                options.producer);

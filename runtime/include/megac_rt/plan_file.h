@@ -21,7 +21,9 @@
 namespace megac_rt {
 
 /// Version written into every plan; the runtime refuses any other.
-constexpr uint32_t kPlanFormatVersion = 1;
+/// Version 2 added the backward/optimizer opcodes 16..29, Input.batch_offset,
+/// RankProgram.forward_end, Program.train and Program.global_batch.
+constexpr uint32_t kPlanFormatVersion = 2;
 
 /// CRC-32 (IEEE 802.3, reflected, as zlib computes it).
 uint32_t crc32(const uint8_t *data, size_t size);

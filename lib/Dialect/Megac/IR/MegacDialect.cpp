@@ -313,6 +313,24 @@ LogicalResult MegacDialect::verifyOperationAttribute(Operation *op,
     return success();
   if (name == kLocalizedAttrName && isa<UnitAttr>(value))
     return success();
+  if (name == kReduceResultAttrName) {
+    auto axes = dyn_cast<ArrayAttr>(value);
+    if (!axes || op->getNumResults() != 1 ||
+        !llvm::all_of(axes, [](Attribute a) { return isa<StringAttr>(a); }))
+      return op->emitOpError("megac.reduce_result must list grid axes (as "
+                             "strings) on a one-result op");
+    return success();
+  }
+  if (name == kTrainAttrName) {
+    auto dict = dyn_cast<DictionaryAttr>(value);
+    if (!dict || !isa<ModuleOp>(op) || !dict.getAs<FloatAttr>("max_lr") ||
+        !dict.getAs<FloatAttr>("min_lr") ||
+        !dict.getAs<IntegerAttr>("warmup_steps") ||
+        !dict.getAs<IntegerAttr>("total_steps"))
+      return op->emitOpError("megac.train must be a dictionary {max_lr, "
+                             "min_lr, warmup_steps, total_steps} on a module");
+    return success();
+  }
   return op->emitOpError("unknown or malformed megac attribute '")
          << name << "'";
 }

@@ -8,53 +8,17 @@
 //===----------------------------------------------------------------------===//
 
 #include "megac/Dialect/Megac/IR/MegacOps.h"
+#include "OpUtils.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinTypes.h"
 
 using namespace mlir;
 using namespace megac;
+using namespace megac::detail;
 
 #define GET_OP_CLASSES
 #include "megac/Dialect/Megac/IR/MegacOps.cpp.inc"
-
-//===----------------------------------------------------------------------===//
-// Shape helpers
-//===----------------------------------------------------------------------===//
-
-static RankedTensorType tensorTypeOf(Value v) {
-  return cast<RankedTensorType>(v.getType());
-}
-
-/// True when two sizes may be equal (either is dynamic, or they match).
-static bool sizesAgree(int64_t a, int64_t b) {
-  return ShapedType::isDynamic(a) || ShapedType::isDynamic(b) || a == b;
-}
-
-/// Of two agreeing sizes, the static one if any.
-static int64_t mergeSizes(int64_t a, int64_t b) {
-  return ShapedType::isDynamic(a) ? b : a;
-}
-
-static std::string shapeString(RankedTensorType type) {
-  std::string s = "[";
-  llvm::raw_string_ostream os(s);
-  llvm::interleave(
-      type.getShape(), os,
-      [&](int64_t d) {
-        if (ShapedType::isDynamic(d))
-          os << "?";
-        else
-          os << d;
-      },
-      "x");
-  os << "]";
-  return s;
-}
-
-static Type f32Tensor(MLIRContext *ctx, ArrayRef<int64_t> shape) {
-  return RankedTensorType::get(shape, Float32Type::get(ctx));
-}
 
 //===----------------------------------------------------------------------===//
 // Type inference (and verification)
@@ -352,27 +316,6 @@ LogicalResult SliceShardOp::verify() {
 // Sharding rules
 //===----------------------------------------------------------------------===//
 
-static ShardingFactor factor(FactorKind kind, ArrayRef<int64_t> operandDims,
-                             int64_t resultDim, StringRef name = "") {
-  ShardingFactor f;
-  f.kind = kind;
-  f.operandDims.assign(operandDims.begin(), operandDims.end());
-  f.resultDim = resultDim;
-  f.name = name.str();
-  return f;
-}
-
-/// One parallel factor per dimension of every (same-shaped) operand.
-static ShardingRule elementwiseRule(int64_t rank, unsigned numOperands,
-                                    PartialPolicy partial) {
-  ShardingRule rule;
-  rule.partial = partial;
-  for (int64_t d = 0; d < rank; ++d)
-    rule.factors.push_back(factor(FactorKind::Parallel,
-                                  SmallVector<int64_t>(numOperands, d), d));
-  return rule;
-}
-
 /// lhs [..., X], rhs a suffix of lhs: rhs dim j is lhs dim j + offset.
 static ShardingRule broadcastRule(Value lhs, Value rhs, PartialPolicy partial) {
   int64_t rank = tensorTypeOf(lhs).getRank();
@@ -506,10 +449,14 @@ ShardingRule TransposeOp::getShardingRule() {
 }
 
 ShardingRule CrossEntropyOp::getShardingRule() {
+  // The loss is a sum over tokens divided by the global token count (the
+  // plan carries the count), so tokens split over an axis give a partial
+  // sum over it. The vocabulary must be whole: the vocab-parallel form
+  // needs max/sum reductions of per-token scalars, which is still to come.
   ShardingRule rule;
   rule.factors = {
-      factor(FactorKind::Whole, {0, 0}, -1, "batch"),
-      factor(FactorKind::Whole, {1, 1}, -1, "sequence"),
+      factor(FactorKind::Reduction, {0, 0}, -1, "batch"),
+      factor(FactorKind::Reduction, {1, 1}, -1, "sequence"),
       factor(FactorKind::Whole, {2, -1}, -1, "vocabulary"),
   };
   return rule;

@@ -64,6 +64,39 @@ Value reshard(OpBuilder &builder, Location loc, Value value, ShardingAttr from,
 
 struct InsertCollectivesPass
     : public megac::impl::InsertCollectivesPassBase<InsertCollectivesPass> {
+  /// An op marked megac.reduce_result produces partial sums that every user
+  /// sees summed: the all-reduces go right after it and take over its uses.
+  /// The op's own sharding becomes the raw (partial) one.
+  static void reduceResultEagerly(Operation *op) {
+    auto axes =
+        op->getAttrOfType<ArrayAttr>(MegacDialect::kReduceResultAttrName);
+    if (!axes)
+      return;
+    Value result = op->getResult(0);
+    ShardingAttr visible = getShardingOrReplicated(result);
+    SmallVector<StringAttr> partial(visible.getPartial());
+    for (Attribute axis : axes)
+      partial.push_back(cast<StringAttr>(axis));
+    ShardingAttr raw =
+        ShardingAttr::get(op->getContext(), visible.getDims(), partial);
+    OpBuilder builder(op->getContext());
+    builder.setInsertionPointAfter(op);
+    Value reduced = reshard(builder, op->getLoc(), result, raw, visible);
+    result.replaceAllUsesExcept(reduced, reduced.getDefiningOp() == nullptr
+                                             ? nullptr
+                                             : firstOfChain(result));
+    setSharding(result, raw);
+    op->removeAttr(MegacDialect::kReduceResultAttrName);
+  }
+
+  /// The first op of the reduction chain reading `value`.
+  static Operation *firstOfChain(Value value) {
+    for (Operation *user : value.getUsers())
+      if (isa<AllReduceOp>(user))
+        return user;
+    return nullptr;
+  }
+
   void runOnOperation() override {
     for (auto func : getOperation().getOps<func::FuncOp>()) {
       if (func.isExternal())
@@ -74,6 +107,7 @@ struct InsertCollectivesPass
       for (Operation &op : func.getBody().front())
         ops.push_back(&op);
       for (Operation *op : ops) {
+        reduceResultEagerly(op);
         auto required = op->getAttrOfType<ArrayAttr>(
             MegacDialect::kOperandShardingsAttrName);
         if (!required)

@@ -46,11 +46,16 @@ struct LocalizeShapesPass
       for (Operation &op : body) {
         for (Value result : op.getResults())
           localize(result);
-        if (auto attention = dyn_cast<AttentionOp>(op)) {
+        // Attention and its gradient count only their local heads.
+        auto localHeads = [&](auto attention) {
           ShardingAttr sharding = getShardingOrReplicated(attention.getResult());
           int64_t size = getAxisSizeOrOne(mesh, sharding.getDimAxis(2));
           attention.setNumHeads(attention.getNumHeads() / size);
-        }
+        };
+        if (auto attention = dyn_cast<AttentionOp>(op))
+          localHeads(attention);
+        if (auto attentionGrad = dyn_cast<AttentionGradOp>(op))
+          localHeads(attentionGrad);
       }
       func.setFunctionType(FunctionType::get(
           func.getContext(), body.getArgumentTypes(),

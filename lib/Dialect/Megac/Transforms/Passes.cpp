@@ -13,6 +13,10 @@ void buildPartitionPipeline(OpPassManager &pm, const PartitionOptions &options) 
     pm.addPass(createSetMeshPass(SetMeshPassOptions{options.mesh}));
   pm.addPass(createSpecializeShapesPass(
       SpecializeShapesPassOptions{options.batch, options.seq}));
+  if (options.train || options.gradients)
+    pm.addPass(createAutodiffPass());
+  if (options.train)
+    pm.addPass(createApplyOptimizerPass(options.optimizer));
   pm.addPass(createPropagateShardingPass());
   pm.addPass(createInsertCollectivesPass());
   pm.addPass(createLocalizeShapesPass());
@@ -27,6 +31,9 @@ struct PartitionPipelineOptions
                         llvm::cl::init(0)};
   Option<int64_t> seq{*this, "seq", llvm::cl::desc("Sequence length"),
                       llvm::cl::init(0)};
+  Option<bool> train{*this, "train",
+                     llvm::cl::desc("Build a training step (default AdamW)"),
+                     llvm::cl::init(false)};
 };
 } // namespace
 
@@ -36,8 +43,12 @@ void registerMegacPassesAndPipelines() {
       "megac-partition-pipeline",
       "From a model on global shapes to per-rank IR with collectives",
       [](OpPassManager &pm, const PartitionPipelineOptions &opts) {
-        buildPartitionPipeline(pm, PartitionOptions{opts.mesh, opts.batch,
-                                                    opts.seq});
+        PartitionOptions options;
+        options.mesh = opts.mesh;
+        options.batch = opts.batch;
+        options.seq = opts.seq;
+        options.train = opts.train;
+        buildPartitionPipeline(pm, options);
       });
 }
 

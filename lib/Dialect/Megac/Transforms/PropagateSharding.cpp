@@ -88,7 +88,7 @@ public:
         continue;
       for (unsigned i = 0; i < numOperands; ++i) {
         int64_t dim = factor.operandDims[i];
-        if (dim < 0)
+        if (dim < 0 || (factor.sourceOperand >= 0 && factor.sourceOperand != i))
           continue;
         StringRef axis = current[i].getDimAxis(dim);
         if (axis.empty() || used.contains(axis))
@@ -167,9 +167,56 @@ public:
         resultDims[factor.resultDim] = StringAttr::get(ctx, factorAxis[index]);
     operation->setAttr(MegacDialect::kOperandShardingsAttrName,
                        ArrayAttr::get(ctx, required));
+    // Partial axes chosen for eager reduction are summed right after the op
+    // (megac-insert-collectives places the all-reduce); users see the sum.
+    SmallVector<Attribute> reduced;
+    for (StringRef axis : eager.lookup(operation)) {
+      auto it = llvm::find_if(resultPartial, [&](StringAttr a) {
+        return a.getValue() == axis;
+      });
+      if (it == resultPartial.end())
+        continue;
+      reduced.push_back(*it);
+      resultPartial.erase(it);
+    }
+    if (reduced.empty())
+      operation->removeAttr(MegacDialect::kReduceResultAttrName);
+    else
+      operation->setAttr(MegacDialect::kReduceResultAttrName,
+                         ArrayAttr::get(ctx, reduced));
     setSharding(operation->getResult(0),
                 ShardingAttr::get(ctx, resultDims, resultPartial));
     return success();
+  }
+
+  /// Partial axes of op results that some user needs summed: reducing them
+  /// once where they are produced serves every user, where deferring would
+  /// cost one more all-reduce per user that could have kept them partial
+  /// (the LayerNorm gain gradient reading the same partial output gradient
+  /// as the input gradient, say). Returns true if the set grew.
+  bool growEagerReductions(func::FuncOp func) {
+    bool grew = false;
+    for (Operation &op : func.getBody().front()) {
+      if (op.getNumResults() != 1)
+        continue;
+      ShardingAttr sharding = getSharding(op.getResult(0));
+      if (!sharding || sharding.getPartial().empty())
+        continue;
+      for (OpOperand &use : op.getResult(0).getUses()) {
+        auto required = use.getOwner()->getAttrOfType<ArrayAttr>(
+            MegacDialect::kOperandShardingsAttrName);
+        if (!required)
+          continue;
+        auto want = cast<ShardingAttr>(required[use.getOperandNumber()]);
+        for (StringAttr axis : sharding.getPartial())
+          if (!want.isPartialOn(axis.getValue()) &&
+              !llvm::is_contained(eager[&op], axis.getValue())) {
+            eager[&op].push_back(axis.getValue());
+            grew = true;
+          }
+      }
+    }
+    return grew;
   }
 
   /// Function results must be whole on every rank.
@@ -184,6 +231,7 @@ public:
 
 private:
   MeshAttr mesh;
+  llvm::DenseMap<Operation *, SmallVector<StringRef>> eager;
 };
 
 struct PropagateShardingPass
@@ -193,25 +241,34 @@ struct PropagateShardingPass
     for (auto func : getOperation().getOps<func::FuncOp>()) {
       if (func.isExternal())
         continue;
-      for (BlockArgument arg : func.getArguments())
-        if (failed(propagator.seedArgument(func, arg)))
+      // Propagate, then reduce eagerly where a sum is needed anyway, and
+      // propagate again until that set is stable (it only grows, and at
+      // most by every partial result, so this ends).
+      do {
+        if (failed(propagateOnce(propagator, func)))
           return signalPassFailure();
-      for (Operation &op : func.getBody().front()) {
-        if (auto ret = dyn_cast<func::ReturnOp>(op)) {
-          propagator.requireWholeResults(ret);
-          continue;
-        }
-        auto ruled = dyn_cast<ShardingRuleOpInterface>(op);
-        if (!ruled || op.getNumResults() != 1) {
-          op.emitOpError("has no sharding rule; megac cannot partition it "
-                         "(collectives are inserted by the compiler, not "
-                         "written in models)");
-          return signalPassFailure();
-        }
-        if (failed(propagator.propagate(ruled)))
-          return signalPassFailure();
-      }
+      } while (propagator.growEagerReductions(func));
     }
+  }
+
+  LogicalResult propagateOnce(Propagator &propagator, func::FuncOp func) {
+    for (BlockArgument arg : func.getArguments())
+      if (failed(propagator.seedArgument(func, arg)))
+        return failure();
+    for (Operation &op : func.getBody().front()) {
+      if (auto ret = dyn_cast<func::ReturnOp>(op)) {
+        propagator.requireWholeResults(ret);
+        continue;
+      }
+      auto ruled = dyn_cast<ShardingRuleOpInterface>(op);
+      if (!ruled || op.getNumResults() != 1)
+        return op.emitOpError("has no sharding rule; megac cannot partition "
+                              "it (collectives are inserted by the compiler, "
+                              "not written in models)");
+      if (failed(propagator.propagate(ruled)))
+        return failure();
+    }
+    return success();
   }
 };
 } // namespace

@@ -16,10 +16,12 @@ module attributes {megac.mesh = #megac.mesh<tp = 2>} {
     %1 = megac.add %0, %b1 : (tensor<4x64xf32>, tensor<64xf32>) -> tensor<4x64xf32>
     // CHECK: megac.gelu {{.*}}megac.sharding = #megac.sharding<[_, tp]>
     %2 = megac.gelu %1 : (tensor<4x64xf32>) -> tensor<4x64xf32>
-    // CHECK: megac.linear {{.*}}megac.sharding = #megac.sharding<[_, _], partial = [tp]>
+    // The product is a partial sum that its only user needs whole: it is
+    // reduced right where it is produced (megac.reduce_result), so users
+    // see it whole.
+    // CHECK: megac.linear {{.*}}megac.reduce_result = ["tp"], megac.sharding = #megac.sharding<[_, _]>
     %3 = megac.linear %2, %w2 : (tensor<4x64xf32>, tensor<64x16xf32>) -> tensor<4x16xf32>
-    // The sum needs both operands partial or both whole: the partial one is
-    // required whole (an all-reduce), the bias as it is.
+    // The sum needs both operands partial or both whole: both are whole.
     // CHECK: megac.add {{.*}}megac.operand_shardings = [#megac.sharding<[_, _]>, #megac.sharding<[_]>], megac.sharding = #megac.sharding<[_, _]>
     %4 = megac.add %3, %b2 : (tensor<4x16xf32>, tensor<16xf32>) -> tensor<4x16xf32>
     // CHECK: return {megac.operand_shardings = [#megac.sharding<[_, _]>]}
@@ -42,7 +44,9 @@ module attributes {megac.mesh = #megac.mesh<tp = 4>} {
     %1 = megac.linear %0, %v : (tensor<8x16xf32>, tensor<16x16xf32>) -> tensor<8x16xf32>
     // CHECK: megac.mul {{.*}}megac.sharding = #megac.sharding<[_, _], partial = [tp]>
     %2 = megac.mul %1, %s : (tensor<8x16xf32>, tensor<16xf32>) -> tensor<8x16xf32>
-    // CHECK: megac.add {{.*}}megac.sharding = #megac.sharding<[_, _], partial = [tp]>
+    // The sum of partials is still partial; its only user needs it whole,
+    // so the one reduction happens right after it.
+    // CHECK: megac.add {{.*}}megac.operand_shardings = [#megac.sharding<[_, _], partial = [tp]>, #megac.sharding<[_, _], partial = [tp]>], megac.reduce_result = ["tp"], megac.sharding = #megac.sharding<[_, _]>
     %3 = megac.add %2, %0 : (tensor<8x16xf32>, tensor<8x16xf32>) -> tensor<8x16xf32>
     // CHECK: megac.gelu {{.*}}megac.operand_shardings = [#megac.sharding<[_, _]>], megac.sharding = #megac.sharding<[_, _]>
     %4 = megac.gelu %3 : (tensor<8x16xf32>) -> tensor<8x16xf32>
@@ -53,12 +57,13 @@ module attributes {megac.mesh = #megac.mesh<tp = 4>} {
 // -----
 
 // Tests the vocabulary-parallel embedding: a split vocabulary makes the
-// lookup a partial sum; the whole position embedding forces its reduction.
+// lookup a partial sum; the whole position embedding needs it summed, so it
+// is reduced where it is produced.
 module attributes {megac.mesh = #megac.mesh<tp = 2>} {
   // CHECK-LABEL: func.func @embedding
   func.func @embedding(%wte: tensor<512x32xf32> {megac.sharding = #megac.sharding<[tp, _]>},
                        %wpe: tensor<64x32xf32>, %ids: tensor<2x16xi32>) -> tensor<2x16x32xf32> {
-    // CHECK: megac.embedding {{.*}}megac.operand_shardings = [#megac.sharding<[tp, _]>, #megac.sharding<[_, _]>], megac.sharding = #megac.sharding<[_, _, _], partial = [tp]>
+    // CHECK: megac.embedding {{.*}}megac.operand_shardings = [#megac.sharding<[tp, _]>, #megac.sharding<[_, _]>], megac.reduce_result = ["tp"], megac.sharding = #megac.sharding<[_, _, _]>
     %0 = megac.embedding %wte, %ids : (tensor<512x32xf32>, tensor<2x16xi32>) -> tensor<2x16x32xf32>
     %1 = megac.position_embedding %wpe, %ids : (tensor<64x32xf32>, tensor<2x16xi32>) -> tensor<16x32xf32>
     // CHECK: megac.add {{.*}}megac.operand_shardings = [#megac.sharding<[_, _, _]>, #megac.sharding<[_, _]>]
@@ -111,5 +116,26 @@ module attributes {megac.mesh = #megac.mesh<dp = 2, tp = 2>} {
     // CHECK: megac.add {{.*}}megac.operand_shardings = [#megac.sharding<[dp, _]>, #megac.sharding<[dp, _]>], megac.sharding = #megac.sharding<[dp, _]>
     %0 = megac.add %a, %b : (tensor<8x16xf32>, tensor<8x16xf32>) -> tensor<8x16xf32>
     return %0 : tensor<8x16xf32>
+  }
+}
+
+// -----
+
+// Tests eager reduction: a partial value with one user that needs it whole
+// (GeLU) and one that could keep it partial (the scaling) is reduced once,
+// where it is produced, and both users read the sum; deferring would cost a
+// second all-reduce for the scaled copy.
+module attributes {megac.mesh = #megac.mesh<tp = 2>} {
+  // CHECK-LABEL: func.func @eager
+  func.func @eager(%x: tensor<8x32xf32> {megac.sharding = #megac.sharding<[_, tp]>},
+                   %w: tensor<32x16xf32> {megac.sharding = #megac.sharding<[tp, _]>},
+                   %s: tensor<16xf32>) -> (tensor<8x16xf32>, tensor<8x16xf32>) {
+    // CHECK: megac.linear {{.*}}megac.reduce_result = ["tp"], megac.sharding = #megac.sharding<[_, _]>
+    %0 = megac.linear %x, %w : (tensor<8x32xf32>, tensor<32x16xf32>) -> tensor<8x16xf32>
+    // CHECK: megac.gelu {{.*}}megac.sharding = #megac.sharding<[_, _]>
+    %1 = megac.gelu %0 : (tensor<8x16xf32>) -> tensor<8x16xf32>
+    // CHECK: megac.mul {{.*}}megac.operand_shardings = [#megac.sharding<[_, _]>, #megac.sharding<[_]>], megac.sharding = #megac.sharding<[_, _]>
+    %2 = megac.mul %0, %s : (tensor<8x16xf32>, tensor<16xf32>) -> tensor<8x16xf32>
+    return %1, %2 : tensor<8x16xf32>, tensor<8x16xf32>
   }
 }

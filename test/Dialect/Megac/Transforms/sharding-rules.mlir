@@ -18,9 +18,10 @@ module attributes {megac.mesh = #megac.mesh<dp = 2, tp = 2>} {
   // CHECK-LABEL: func.func @batched_matmul
   func.func @batched_matmul(%a: tensor<4x8x16xf32> {megac.sharding = #megac.sharding<[dp, _, tp]>},
                             %b: tensor<4x16x8xf32>) -> tensor<4x8x8xf32> {
-    // Batch split passes through; the split K makes the result partial and
-    // the whole rhs is required split on K to match.
-    // CHECK: megac.matmul {{.*}}megac.operand_shardings = [#megac.sharding<[dp, _, tp]>, #megac.sharding<[dp, tp, _]>], megac.sharding = #megac.sharding<[dp, _, _], partial = [tp]>
+    // Batch split passes through; the split K makes the result partial
+    // (summed right away: the function returns it) and the whole rhs is
+    // required split on K to match.
+    // CHECK: megac.matmul {{.*}}megac.operand_shardings = [#megac.sharding<[dp, _, tp]>, #megac.sharding<[dp, tp, _]>], megac.reduce_result = ["tp"], megac.sharding = #megac.sharding<[dp, _, _]>
     %0 = megac.matmul %a, %b : (tensor<4x8x16xf32>, tensor<4x16x8xf32>) -> tensor<4x8x8xf32>
     return %0 : tensor<4x8x8xf32>
   }
@@ -41,9 +42,10 @@ module attributes {megac.mesh = #megac.mesh<dp = 2, tp = 2>} {
     // A batch-split ids tensor does not split the position embedding.
     // CHECK: megac.position_embedding {{.*}}megac.sharding = #megac.sharding<[_, _]>
     %0 = megac.position_embedding %wpe, %ids : (tensor<32x16xf32>, tensor<4x8xi32>) -> tensor<8x16xf32>
-    // The loss needs whole logits and labels (its vocab-parallel form comes
-    // with training).
-    // CHECK: megac.cross_entropy {{.*}}megac.operand_shardings = [#megac.sharding<[_, _, _]>, #megac.sharding<[_, _]>]
+    // The loss sums over tokens (divided by the global count): split rows
+    // make it a partial sum; the vocabulary must be whole (its
+    // vocab-parallel form is still to come).
+    // CHECK: megac.cross_entropy {{.*}}megac.operand_shardings = [#megac.sharding<[dp, _, _]>, #megac.sharding<[dp, _]>], megac.reduce_result = ["dp"], megac.sharding = #megac.sharding<[]>
     %1 = megac.cross_entropy %logits, %ids : (tensor<4x8x64xf32>, tensor<4x8xi32>) -> tensor<f32>
     return %1 : tensor<f32>
   }

@@ -25,4 +25,20 @@ def Megac_ShardingRuleOpInterface : OpInterface<"ShardingRuleOpInterface"> {
   ];
 }
 
+def Megac_DifferentiableOpInterface : OpInterface<"DifferentiableOpInterface"> {
+  let cppNamespace = "::megac";
+  let description = [{
+    Reverse-mode autodiff: given the gradient of the op's result, builds the
+    gradients of its operands (a null value for operands without one, such
+    as token ids) with `builder`, right after the op's position in the
+    backward pass.
+  }];
+  let methods = [
+    InterfaceMethod<"Builds the operand gradients (vector-Jacobian product).",
+      "::llvm::LogicalResult", "buildVJP",
+      (ins "::mlir::OpBuilder &":$builder, "::mlir::Value":$resultGrad,
+           "::llvm::SmallVectorImpl<::mlir::Value> &":$operandGrads)>,
+  ];
+}
+
 #endif // MEGAC_DIALECT_MEGAC_IR_MEGACINTERFACES_TD

@@ -17,15 +17,17 @@ include "mlir/Interfaces/SideEffectInterfaces.td"
 include "mlir/IR/BuiltinAttributes.td"
 
 def Megac_F32Tensor : RankedTensorOf<[F32]>;
+def Megac_Differentiable
+    : DeclareOpInterfaceMethods<Megac_DifferentiableOpInterface>;
 def Megac_I32Tensor : RankedTensorOf<[I32]>;
 
 class Megac_Op<string mnemonic, list<Trait> traits = []>
-    : Op<Megac_Dialect, mnemonic, !listconcat([Pure], traits)>;
+    : Op<Megac_Dialect, mnemonic, traits>;
 
 // A model op: its result type follows from its operands, and it has a
-// sharding rule.
-class Megac_ModelOp<string mnemonic, list<Trait> traits = []>
-    : Megac_Op<mnemonic, !listconcat(traits, [
+// sharding rule. Pure unless it says otherwise.
+class Megac_ModelOp<string mnemonic, list<Trait> traits = [], bit pure = 1>
+    : Megac_Op<mnemonic, !listconcat(traits, !if(pure, [Pure], []), [
         InferTypeOpAdaptor,
         DeclareOpInterfaceMethods<Megac_ShardingRuleOpInterface>])> {
   let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
@@ -60,7 +62,7 @@ class Megac_ModelOp<string mnemonic, list<Trait> traits = []>
 // Embeddings
 //===----------------------------------------------------------------------===//
 
-def Megac_EmbeddingOp : Megac_ModelOp<"embedding"> {
+def Megac_EmbeddingOp : Megac_ModelOp<"embedding", [Megac_Differentiable]> {
   let summary = "Token embedding lookup";
   let description = [{
     `result[b, s, :] = table[ids[b, s], :]`. When the table's vocabulary
@@ -79,7 +81,7 @@ def Megac_EmbeddingOp : Megac_ModelOp<"embedding"> {
   let results = (outs Megac_F32Tensor:$result);
 }
 
-def Megac_PositionEmbeddingOp : Megac_ModelOp<"position_embedding"> {
+def Megac_PositionEmbeddingOp : Megac_ModelOp<"position_embedding", [Megac_Differentiable]> {
   let summary = "Learned absolute position embedding for positions 0..S-1";
   let description = [{
     `result[s, :] = table[s, :]` for `s < S`, where `S` is the sequence
@@ -101,7 +103,7 @@ def Megac_PositionEmbeddingOp : Megac_ModelOp<"position_embedding"> {
 // Contractions
 //===----------------------------------------------------------------------===//
 
-def Megac_LinearOp : Megac_ModelOp<"linear"> {
+def Megac_LinearOp : Megac_ModelOp<"linear", [Megac_Differentiable]> {
   let summary = "Product of an activation with a weight matrix";
   let description = [{
     `result[..., n] = sum_k input[..., k] * weight[k, n]`; with
@@ -122,7 +124,7 @@ def Megac_LinearOp : Megac_ModelOp<"linear"> {
   let results = (outs Megac_F32Tensor:$result);
 }
 
-def Megac_MatMulOp : Megac_ModelOp<"matmul"> {
+def Megac_MatMulOp : Megac_ModelOp<"matmul", [Megac_Differentiable]> {
   let summary = "Batched matrix product";
   let description = [{
     `result[..., m, n] = sum_k lhs[..., m, k] * rhs[..., k, n]`.
@@ -144,7 +146,7 @@ def Megac_MatMulOp : Megac_ModelOp<"matmul"> {
 //===----------------------------------------------------------------------===//
 
 class Megac_BroadcastBinaryOp<string mnemonic, string label>
-    : Megac_ModelOp<mnemonic> {
+    : Megac_ModelOp<mnemonic, [Megac_Differentiable]> {
   let arguments = (ins Megac_F32Tensor:$lhs, Megac_F32Tensor:$rhs);
   let results = (outs Megac_F32Tensor:$result);
   string ruleText = [{
@@ -176,7 +178,7 @@ def Megac_MulOp : Megac_BroadcastBinaryOp<"mul", "mul"> {
   }] # ruleText;
 }
 
-def Megac_GeluOp : Megac_ModelOp<"gelu"> {
+def Megac_GeluOp : Megac_ModelOp<"gelu", [Megac_Differentiable]> {
   let summary = "GeLU, tanh approximation";
   let description = [{
     `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`, as GPT-2 uses.
@@ -189,7 +191,7 @@ def Megac_GeluOp : Megac_ModelOp<"gelu"> {
   let results = (outs Megac_F32Tensor:$result);
 }
 
-def Megac_SoftmaxOp : Megac_ModelOp<"softmax"> {
+def Megac_SoftmaxOp : Megac_ModelOp<"softmax", [Megac_Differentiable]> {
   let summary = "Softmax over the last dimension";
   let description = [{
     ```mlir
@@ -206,7 +208,7 @@ def Megac_SoftmaxOp : Megac_ModelOp<"softmax"> {
 // Normalization and attention
 //===----------------------------------------------------------------------===//
 
-def Megac_LayerNormOp : Megac_ModelOp<"layer_norm"> {
+def Megac_LayerNormOp : Megac_ModelOp<"layer_norm", [Megac_Differentiable]> {
   let summary = "Layer normalization over the last dimension";
   let description = [{
     `(x - mean) / sqrt(var + epsilon) * gamma + beta`, with the biased
@@ -227,7 +229,7 @@ def Megac_LayerNormOp : Megac_ModelOp<"layer_norm"> {
   let results = (outs Megac_F32Tensor:$result);
 }
 
-def Megac_AttentionOp : Megac_ModelOp<"attention"> {
+def Megac_AttentionOp : Megac_ModelOp<"attention", [Megac_Differentiable]> {
   let summary = "Multi-head scaled dot-product attention as one op";
   let description = [{
     `q`, `k`, `v` are `[B, S, H]` with heads laid out contiguously along `H`
@@ -255,7 +257,7 @@ def Megac_AttentionOp : Megac_ModelOp<"attention"> {
 // Layout
 //===----------------------------------------------------------------------===//
 
-def Megac_ReshapeOp : Megac_ModelOp<"reshape"> {
+def Megac_ReshapeOp : Megac_ModelOp<"reshape", [Megac_Differentiable]> {
   let summary = "Reinterpret a tensor with a new static shape";
   let description = [{
     ```mlir
@@ -269,7 +271,7 @@ def Megac_ReshapeOp : Megac_ModelOp<"reshape"> {
   let results = (outs Megac_F32Tensor:$result);
 }
 
-def Megac_TransposeOp : Megac_ModelOp<"transpose"> {
+def Megac_TransposeOp : Megac_ModelOp<"transpose", [Megac_Differentiable]> {
   let summary = "Permute dimensions";
   let description = [{
     `result` dimension `i` is input dimension `permutation[i]`.
@@ -290,7 +292,7 @@ def Megac_TransposeOp : Megac_ModelOp<"transpose"> {
 // Loss
 //===----------------------------------------------------------------------===//
 
-def Megac_CrossEntropyOp : Megac_ModelOp<"cross_entropy"> {
+def Megac_CrossEntropyOp : Megac_ModelOp<"cross_entropy", [Megac_Differentiable]> {
   let summary = "Mean token cross-entropy of logits against labels";
   let description = [{
     `mean over (b, s) of logsumexp(logits[b, s, :]) - logits[b, s, labels[b, s]]`.
@@ -308,10 +310,270 @@ def Megac_CrossEntropyOp : Megac_ModelOp<"cross_entropy"> {
 }
 
 //===----------------------------------------------------------------------===//
+// Backward ops (created by megac-autodiff)
+//===----------------------------------------------------------------------===//
+
+def Megac_LinearWeightGradOp : Megac_ModelOp<"linear_weight_grad"> {
+  let summary = "Weight gradient of megac.linear";
+  let description = [{
+    `result = sum over leading dims of input^T * output_grad`: `[K, N]`, or
+    `[N, K]` with `transpose_weight` (the layout of the forward weight).
+    Splitting the leading (token) dimensions makes the result a partial sum,
+    which is how data parallelism's gradient reduction arises.
+
+    ```mlir
+    %dw = megac.linear_weight_grad %x, %dy
+        : (tensor<4x64x128xf32>, tensor<4x64x512xf32>) -> tensor<128x512xf32>
+    ```
+
+    Rules: `linear_weight_grad_c1` input and output_grad have the same rank
+    >= 1 and the same leading dimensions.
+  }];
+  let arguments = (ins Megac_F32Tensor:$input, Megac_F32Tensor:$output_grad,
+                       UnitAttr:$transpose_weight);
+  let results = (outs Megac_F32Tensor:$result);
+}
+
+def Megac_GeluGradOp : Megac_ModelOp<"gelu_grad"> {
+  let summary = "Input gradient of megac.gelu";
+  let description = [{
+    `result = output_grad * gelu'(input)` for the tanh form.
+
+    ```mlir
+    %dx = megac.gelu_grad %x, %dy
+        : (tensor<4x512xf32>, tensor<4x512xf32>) -> tensor<4x512xf32>
+    ```
+
+    Rules: `gelu_grad_c1` both operands have one shape.
+  }];
+  let arguments = (ins Megac_F32Tensor:$input, Megac_F32Tensor:$output_grad);
+  let results = (outs Megac_F32Tensor:$result);
+}
+
+def Megac_NormalizeOp : Megac_ModelOp<"normalize"> {
+  let summary = "Layer normalization without scale and shift";
+  let description = [{
+    `(x - mean) / sqrt(var + epsilon)` over the last dimension; the
+    backward pass of LayerNorm uses it for the gradient of gamma.
+
+    ```mlir
+    %xhat = megac.normalize %x {epsilon = 1.0e-05 : f64}
+        : (tensor<4x128xf32>) -> tensor<4x128xf32>
+    ```
+
+    Rules: `normalize_c1` the input has rank >= 1.
+  }];
+  let arguments = (ins Megac_F32Tensor:$input,
+                       DefaultValuedAttr<F64Attr, "1.0e-5">:$epsilon);
+  let results = (outs Megac_F32Tensor:$result);
+}
+
+def Megac_LayerNormGradOp : Megac_ModelOp<"layer_norm_grad"> {
+  let summary = "Input gradient of megac.layer_norm";
+  let description = [{
+    ```mlir
+    %dx = megac.layer_norm_grad %x, %gamma, %dy {epsilon = 1.0e-05 : f64}
+        : (tensor<4x128xf32>, tensor<128xf32>, tensor<4x128xf32>) -> tensor<4x128xf32>
+    ```
+
+    Rules: `layer_norm_grad_c1` gamma is a vector of the input's last
+    dimension and output_grad has the input's shape.
+  }];
+  let arguments = (ins Megac_F32Tensor:$input, Megac_F32Tensor:$gamma,
+                       Megac_F32Tensor:$output_grad,
+                       DefaultValuedAttr<F64Attr, "1.0e-5">:$epsilon);
+  let results = (outs Megac_F32Tensor:$result);
+}
+
+def Megac_AttentionGradOp : Megac_ModelOp<"attention_grad"> {
+  let summary = "Gradient of megac.attention for one of its operands";
+  let description = [{
+    Recomputes the attention probabilities and returns the gradient for the
+    query (`operand = 0`), key (1) or value (2).
+
+    ```mlir
+    %dq = megac.attention_grad %q, %k, %v, %dy {num_heads = 4 : i64, operand = 0 : i64}
+        : (tensor<4x64x128xf32>, tensor<4x64x128xf32>, tensor<4x64x128xf32>,
+           tensor<4x64x128xf32>) -> tensor<4x64x128xf32>
+    ```
+
+    Rules: `attention_grad_c1` all four operands are rank-3 of one shape;
+    `attention_grad_c2` num_heads is positive and divides H;
+    `attention_grad_c3` operand is 0, 1 or 2.
+  }];
+  let arguments = (ins Megac_F32Tensor:$query, Megac_F32Tensor:$key,
+                       Megac_F32Tensor:$value, Megac_F32Tensor:$output_grad,
+                       I64Attr:$num_heads,
+                       DefaultValuedAttr<BoolAttr, "true">:$causal,
+                       I64Attr:$operand);
+  let results = (outs Megac_F32Tensor:$result);
+}
+
+def Megac_SoftmaxGradOp : Megac_ModelOp<"softmax_grad"> {
+  let summary = "Input gradient of megac.softmax, from its output";
+  let description = [{
+    `result = output * (output_grad - sum(output_grad * output))` over the
+    last dimension.
+
+    ```mlir
+    %dx = megac.softmax_grad %y, %dy
+        : (tensor<4x512xf32>, tensor<4x512xf32>) -> tensor<4x512xf32>
+    ```
+
+    Rules: `softmax_grad_c1` both operands have one shape of rank >= 1.
+  }];
+  let arguments = (ins Megac_F32Tensor:$output, Megac_F32Tensor:$output_grad);
+  let results = (outs Megac_F32Tensor:$result);
+}
+
+def Megac_EmbeddingGradOp : Megac_ModelOp<"embedding_grad"> {
+  let summary = "Table gradient of megac.embedding";
+  let description = [{
+    Scatter-adds each token's output gradient into its table row. The table
+    operand supplies the shape and the vocabulary split only.
+
+    ```mlir
+    %dt = megac.embedding_grad %wte, %ids, %dy
+        : (tensor<512x128xf32>, tensor<4x64xi32>, tensor<4x64x128xf32>) -> tensor<512x128xf32>
+    ```
+
+    Rules: `embedding_grad_c1` table `[V, H]`, ids `[B, S]`, output_grad
+    `[B, S, H]`.
+  }];
+  let arguments = (ins Megac_F32Tensor:$table, Megac_I32Tensor:$ids,
+                       Megac_F32Tensor:$output_grad);
+  let results = (outs Megac_F32Tensor:$result);
+}
+
+def Megac_PositionEmbeddingGradOp : Megac_ModelOp<"position_embedding_grad"> {
+  let summary = "Table gradient of megac.position_embedding";
+  let description = [{
+    Rows below the sequence length are the output gradient, the rest zero.
+
+    ```mlir
+    %dt = megac.position_embedding_grad %wpe, %dy
+        : (tensor<128x128xf32>, tensor<64x128xf32>) -> tensor<128x128xf32>
+    ```
+
+    Rules: `position_embedding_grad_c1` table `[P, H]` and output_grad
+    `[S, H]` with `S <= P`.
+  }];
+  let arguments = (ins Megac_F32Tensor:$table, Megac_F32Tensor:$output_grad);
+  let results = (outs Megac_F32Tensor:$result);
+}
+
+def Megac_CrossEntropyGradOp : Megac_ModelOp<"cross_entropy_grad"> {
+  let summary = "Logits gradient of megac.cross_entropy";
+  let description = [{
+    `(softmax(logits) - onehot(labels)) * loss_grad / (number of tokens)`.
+
+    ```mlir
+    %dl = megac.cross_entropy_grad %logits, %labels, %dloss
+        : (tensor<4x64x512xf32>, tensor<4x64xi32>, tensor<f32>) -> tensor<4x64x512xf32>
+    ```
+
+    Rules: `cross_entropy_grad_c1` logits `[B, S, V]`, labels `[B, S]`,
+    loss_grad a scalar.
+  }];
+  let arguments = (ins Megac_F32Tensor:$logits, Megac_I32Tensor:$labels,
+                       Megac_F32Tensor:$loss_grad);
+  let results = (outs Megac_F32Tensor:$result);
+}
+
+def Megac_SumLeadingOp : Megac_ModelOp<"sum_leading"> {
+  let summary = "Sum over leading dimensions, keeping the trailing ones";
+  let description = [{
+    The gradient of a broadcast operand: sums all but the last `keep`
+    dimensions.
+
+    ```mlir
+    %db = megac.sum_leading %dy {keep = 1 : i64}
+        : (tensor<4x64x512xf32>) -> tensor<512xf32>
+    ```
+
+    Rules: `sum_leading_c1` 0 <= keep <= the input's rank.
+  }];
+  let arguments = (ins Megac_F32Tensor:$input, I64Attr:$keep);
+  let results = (outs Megac_F32Tensor:$result);
+}
+
+def Megac_SumSquaresOp : Megac_ModelOp<"sum_squares"> {
+  let summary = "Sum of squared elements (for gradient norms)";
+  let description = [{
+    ```mlir
+    %s = megac.sum_squares %g : (tensor<128x512xf32>) -> tensor<f32>
+    ```
+  }];
+  let arguments = (ins Megac_F32Tensor:$input);
+  let results = (outs Megac_F32Tensor:$result);
+}
+
+def Megac_ClipCoefficientOp : Megac_ModelOp<"clip_coefficient"> {
+  let summary = "Gradient scale for global-norm clipping";
+  let description = [{
+    `min(1, max_norm / (sqrt(total) + 1e-6))` for the total sum of squared
+    gradients `total`.
+
+    ```mlir
+    %c = megac.clip_coefficient %total {max_norm = 1.0 : f64}
+        : (tensor<f32>) -> tensor<f32>
+    ```
+
+    Rules: `clip_coefficient_c1` total is a scalar; `clip_coefficient_c2`
+    max_norm is positive.
+  }];
+  let arguments = (ins Megac_F32Tensor:$total, F64Attr:$max_norm);
+  let results = (outs Megac_F32Tensor:$result);
+}
+
+def Megac_FillOp : Megac_ModelOp<"fill"> {
+  let summary = "A tensor of one value";
+  let description = [{
+    ```mlir
+    %one = megac.fill {shape = array<i64>, value = 1.0 : f64} : () -> tensor<f32>
+    ```
+
+    Rules: `fill_c1` the shape has no negative size.
+  }];
+  let arguments = (ins DenseI64ArrayAttr:$shape, F64Attr:$value);
+  let results = (outs Megac_F32Tensor:$result);
+}
+
+//===----------------------------------------------------------------------===//
+// Optimizer (created by megac-apply-optimizer)
+//===----------------------------------------------------------------------===//
+
+def Megac_AdamWOp : Megac_ModelOp<"adamw", [MemoryEffects<[MemWrite]>],
+                                  /*pure=*/0> {
+  let summary = "AdamW update of a parameter, in place";
+  let description = [{
+    Updates `param` with `grad * coefficient` (the clipping scale); the
+    result is the updated parameter and occupies the parameter's storage.
+    The moments and the learning rate (the plan's schedule at the current
+    step) are runtime state. Weight decay is decoupled.
+
+    ```mlir
+    %p2 = megac.adamw %p, %g, %c {beta1 = 0.9 : f64, beta2 = 0.95 : f64,
+                                  epsilon = 1.0e-08 : f64, weight_decay = 0.1 : f64}
+        : (tensor<128x512xf32>, tensor<128x512xf32>, tensor<f32>) -> tensor<128x512xf32>
+    ```
+
+    Rules: `adamw_c1` grad has the parameter's shape; `adamw_c2` the
+    coefficient is a scalar; `adamw_c3` the betas lie in [0, 1) and epsilon
+    and weight decay are not negative.
+  }];
+  let arguments = (ins Megac_F32Tensor:$param, Megac_F32Tensor:$grad,
+                       Megac_F32Tensor:$coefficient,
+                       F64Attr:$beta1, F64Attr:$beta2, F64Attr:$epsilon,
+                       F64Attr:$weight_decay);
+  let results = (outs Megac_F32Tensor:$result);
+}
+
+//===----------------------------------------------------------------------===//
 // Collectives (inserted by megac-insert-collectives)
 //===----------------------------------------------------------------------===//
 
-class Megac_CollectiveOp<string mnemonic> : Megac_Op<mnemonic> {
+class Megac_CollectiveOp<string mnemonic> : Megac_Op<mnemonic, [Pure]> {
   let assemblyFormat =
       "$input attr-dict `:` functional-type(operands, results)";
 }

@@ -50,6 +50,9 @@ struct ShardingFactor {
   int64_t blocks = 0;
   /// Word used in diagnostics ("heads", "vocabulary").
   std::string name;
+  /// When >= 0, only this operand may choose the factor's axis; the others
+  /// follow it (an in-place update must keep its target's layout).
+  int64_t sourceOperand = -1;
 };
 
 struct ShardingRule {

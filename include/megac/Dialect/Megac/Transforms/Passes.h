@@ -24,10 +24,17 @@ struct PartitionOptions {
   std::string mesh;
   int64_t batch = 0;
   int64_t seq = 0;
+  /// Build a training step (autodiff + AdamW) instead of the forward pass.
+  bool train = false;
+  /// Append the backward pass only: parameter gradients become outputs
+  /// named grad:<parameter> (for checking them; no update).
+  bool gradients = false;
+  ApplyOptimizerPassOptions optimizer;
 };
 
-/// set-mesh, specialize-shapes, propagate-sharding, insert-collectives,
-/// localize-shapes: from a model to per-rank IR.
+/// set-mesh, specialize-shapes, [autodiff, apply-optimizer,]
+/// propagate-sharding, insert-collectives, localize-shapes: from a model to
+/// per-rank IR.
 void buildPartitionPipeline(mlir::OpPassManager &pm,
                             const PartitionOptions &options);
 

@@ -79,4 +79,48 @@ def LocalizeShapesPass : Pass<"megac-localize-shapes", "mlir::ModuleOp"> {
   }];
 }
 
+def AutodiffPass : Pass<"megac-autodiff", "mlir::ModuleOp"> {
+  let summary = "Append the backward pass: gradients of the loss";
+  let description = [{
+    Reverse-mode differentiation of the model function on global shapes.
+    Starting from d(loss)/d(loss) = 1 (the scalar result named `loss`), it
+    walks the ops backwards, asks each for its vector-Jacobian product
+    (DifferentiableOpInterface) and sums the contributions reaching a value
+    in the order they arrive. The gradient of every parameter becomes an
+    extra result named `grad:<parameter>` (zeros for unused parameters).
+    The backward ops are ordinary megac ops: sharding propagation and
+    collective insertion treat them like the forward pass.
+  }];
+}
+
+def ApplyOptimizerPass : Pass<"megac-apply-optimizer", "mlir::ModuleOp"> {
+  let summary = "Turn gradient results into in-place AdamW updates";
+  let description = [{
+    Consumes the `grad:<parameter>` results of megac-autodiff: optionally
+    computes the global gradient norm (sum of squares over all gradients;
+    tensor-parallel ones first, so their partial sums meet one all-reduce)
+    and its clipping coefficient, then updates every parameter with
+    `megac.adamw` (weight decay on parameters of rank >= 2 only, not on
+    biases and LayerNorm gains) and removes the gradient results. The
+    learning-rate schedule is stored on the module as `megac.train` for the
+    plan.
+  }];
+  let options = [
+    Option<"lr", "lr", "double", /*default=*/"6.0e-4", "Peak learning rate">,
+    Option<"minLr", "min-lr", "double", /*default=*/"6.0e-5",
+           "Learning rate at the end of the cosine decay">,
+    Option<"warmupSteps", "warmup-steps", "int64_t", /*default=*/"10",
+           "Linear warm-up steps">,
+    Option<"totalSteps", "total-steps", "int64_t", /*default=*/"1000",
+           "Step at which the cosine decay reaches min-lr">,
+    Option<"beta1", "beta1", "double", /*default=*/"0.9", "AdamW beta1">,
+    Option<"beta2", "beta2", "double", /*default=*/"0.95", "AdamW beta2">,
+    Option<"epsilon", "epsilon", "double", /*default=*/"1.0e-8", "AdamW epsilon">,
+    Option<"weightDecay", "weight-decay", "double", /*default=*/"0.1",
+           "Decoupled weight decay for matrices">,
+    Option<"maxGradNorm", "max-grad-norm", "double", /*default=*/"1.0",
+           "Global gradient-norm clipping threshold (0: off)">,
+  ];
+}
+
 #endif // MEGAC_DIALECT_MEGAC_TRANSFORMS_PASSES_TD

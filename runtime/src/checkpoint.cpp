@@ -1,0 +1,401 @@
+//===- checkpoint.cpp - Sharded, atomic training checkpoints --------------===//
+//
+// See checkpoint.h. Loading trusts nothing: meta.json is parsed defensively,
+// each shard's size and CRC-32 are checked before its header is parsed, and
+// every tensor's dtype, shape and recorded slice must match the plan.
+//
+//===----------------------------------------------------------------------===//
+
+#include "checkpoint.h"
+#include "error.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cerrno>
+#include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fcntl.h>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <sys/stat.h>
+#include <unistd.h>
+
+using namespace megac::plan;
+using nlohmann::json;
+
+namespace megac_rt {
+
+namespace {
+
+std::vector<int64_t> vec(const flatbuffers::Vector<int64_t> *V) {
+  return V ? std::vector<int64_t>(V->begin(), V->end())
+           : std::vector<int64_t>();
+}
+
+std::string listStr(const std::vector<int64_t> &S) {
+  std::string R = "[";
+  for (size_t I = 0; I < S.size(); ++I)
+    R += (I ? "," : "") + std::to_string(S[I]);
+  return R + "]";
+}
+
+std::string hex64(uint64_t V) {
+  char Buf[32];
+  std::snprintf(Buf, sizeof(Buf), "0x%016" PRIx64, V);
+  return Buf;
+}
+
+std::string stripSlashes(std::string D) {
+  while (D.size() > 1 && D.back() == '/')
+    D.pop_back();
+  return D;
+}
+
+std::string join(const std::string &Dir, const std::string &Name) {
+  return Dir.empty() ? Name : stripSlashes(Dir) + "/" + Name;
+}
+
+std::string parentOf(const std::string &Path) {
+  size_t P = Path.rfind('/');
+  if (P == std::string::npos)
+    return ".";
+  return P == 0 ? "/" : Path.substr(0, P);
+}
+
+void fsyncDir(const std::string &Dir) {
+  int Fd = ::open(Dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (Fd < 0)
+    throw RunError(Dir + ": cannot open directory to sync it: " +
+                   std::strerror(errno));
+  int Rc = ::fsync(Fd);
+  int E = errno;
+  ::close(Fd);
+  // Some file systems refuse fsync on directories; that is not an error.
+  if (Rc != 0 && E != EINVAL && E != EROFS)
+    throw RunError(Dir + ": cannot sync directory: " + std::strerror(E));
+}
+
+void makeDirs(const std::string &Dir) {
+  std::error_code EC;
+  std::filesystem::create_directories(Dir, EC);
+  if (EC)
+    throw RunError(Dir + ": cannot create checkpoint directory: " +
+                   EC.message());
+  if (!std::filesystem::is_directory(Dir, EC))
+    throw RunError(Dir + ": not a directory");
+}
+
+std::vector<uint8_t> readWhole(const std::string &Path, bool &Missing) {
+  Missing = false;
+  std::ifstream F(Path, std::ios::binary | std::ios::ate);
+  if (!F) {
+    Missing = true;
+    return {};
+  }
+  std::streamoff Size = F.tellg();
+  if (Size < 0)
+    throw RunError(Path + ": cannot determine the file size");
+  std::vector<uint8_t> B(static_cast<size_t>(Size));
+  F.seekg(0);
+  if (Size && !F.read(reinterpret_cast<char *>(B.data()), Size))
+    throw RunError(Path + ": read error");
+  return B;
+}
+
+/// The __metadata__ value describing where a local tensor sits.
+std::string sliceJson(const std::vector<int64_t> &Global,
+                      const std::vector<int64_t> &Offset) {
+  return json{{"global_shape", Global}, {"offset", Offset}}.dump();
+}
+
+const Param *paramNamed(const RankProgram &RP, const std::string &Name) {
+  if (RP.params())
+    for (const Param *Pa : *RP.params())
+      if (Pa->name() && Pa->name()->str() == Name)
+        return Pa;
+  return nullptr;
+}
+
+} // namespace
+
+std::string stepDirName(int64_t Step) {
+  char Buf[32];
+  std::snprintf(Buf, sizeof(Buf), "step-%08lld", (long long)Step);
+  return Buf;
+}
+
+std::string shardFileName(uint32_t Rank) {
+  char Buf[48];
+  std::snprintf(Buf, sizeof(Buf), "rank-%05u.safetensors", Rank);
+  return Buf;
+}
+
+std::string planGridString(const Program &P) {
+  if (!P.axes() || P.axes()->size() == 0)
+    return "single";
+  std::string R;
+  for (const Axis *A : *P.axes())
+    R += (R.empty() ? "" : " x ") + A->name()->str() + "=" +
+         std::to_string(A->size());
+  return R;
+}
+
+void writeFileAtomic(const std::string &Path, const void *Data, size_t Size) {
+  const std::string Tmp = Path + ".tmp";
+  int Fd = ::open(Tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (Fd < 0)
+    throw RunError(Path + ": cannot create " + Tmp + ": " +
+                   std::strerror(errno));
+  const uint8_t *P = static_cast<const uint8_t *>(Data);
+  size_t Left = Size;
+  while (Left) {
+    ssize_t N = ::write(Fd, P, Left);
+    if (N < 0 && errno == EINTR)
+      continue;
+    if (N <= 0) {
+      int E = errno;
+      ::close(Fd);
+      ::unlink(Tmp.c_str());
+      throw RunError(Path + ": error writing " + Tmp + ": " +
+                     std::strerror(E));
+    }
+    P += N;
+    Left -= size_t(N);
+  }
+  if (::fsync(Fd) != 0 || ::close(Fd) != 0) {
+    int E = errno;
+    ::unlink(Tmp.c_str());
+    throw RunError(Path + ": cannot sync " + Tmp + ": " + std::strerror(E));
+  }
+  if (::rename(Tmp.c_str(), Path.c_str()) != 0) {
+    int E = errno;
+    ::unlink(Tmp.c_str());
+    throw RunError(Path + ": cannot rename " + Tmp + ": " + std::strerror(E));
+  }
+  fsyncDir(parentOf(Path));
+}
+
+ShardInfo writeCheckpointShard(const std::string &Dir, int64_t Step,
+                               const Executor &E) {
+  const RankProgram &RP = E.rankProgram();
+  const std::string StepDir = join(Dir, stepDirName(Step));
+  makeDirs(StepDir);
+  fsyncDir(stripSlashes(Dir));
+
+  std::vector<TensorToWrite> Ts;
+  std::map<std::string, std::string> Meta;
+  Meta["format"] = "megac-checkpoint-shard 1";
+  Meta["step"] = std::to_string(Step);
+  Meta["rank"] = std::to_string(RP.rank());
+  if (RP.params())
+    for (const Param *Pa : *RP.params()) {
+      const Tensor &T = E.buffer(Pa->buffer());
+      std::string Name = "param/" + Pa->name()->str();
+      Ts.push_back({Name, "F32", T.shape, T.data(), T.bytes()});
+      Meta[Name] = sliceJson(vec(Pa->global_shape()), vec(Pa->offset()));
+    }
+  for (const AdamState &St : E.adamStates()) {
+    const Param *Pa = paramNamed(RP, St.param);
+    const Tensor &T = E.buffer(St.buffer);
+    std::string Slice = sliceJson(vec(Pa->global_shape()), vec(Pa->offset()));
+    for (int K = 0; K < 2; ++K) {
+      std::string Name = (K ? "adam_v/" : "adam_m/") + St.param;
+      const std::vector<float> &D = K ? St.v : St.m;
+      Ts.push_back({Name, "F32", T.shape, D.data(), D.size() * sizeof(float)});
+      Meta[Name] = Slice;
+    }
+  }
+  std::vector<uint8_t> Image = safetensorsImage(Ts, Meta);
+  ShardInfo Info;
+  Info.rank = RP.rank();
+  Info.file = shardFileName(RP.rank());
+  Info.bytes = Image.size();
+  Info.crc32 = crc32(Image.data(), Image.size());
+  writeFileAtomic(join(StepDir, Info.file), Image.data(), Image.size());
+  return Info;
+}
+
+void crashHookAfterShards() {
+  const char *V = std::getenv("MEGAC_TEST_CRASH_IN_SAVE");
+  if (V && std::strcmp(V, "after-shards") == 0) {
+    std::fflush(stdout);
+    std::fflush(stderr);
+    ::_exit(9);
+  }
+}
+
+void writeCheckpointMeta(const std::string &Dir, const CheckpointMeta &M) {
+  const std::string StepName = stepDirName(M.step);
+  json Shards = json::array();
+  for (const ShardInfo &S : M.shards)
+    Shards.push_back({{"rank", S.rank},
+                      {"file", S.file},
+                      {"bytes", S.bytes},
+                      {"crc32", S.crc32}});
+  json J = {{"format", 1},
+            {"step", M.step},
+            {"data_position", M.dataPosition},
+            {"seed", M.seed},
+            {"world_size", M.worldSize},
+            {"grid", M.grid},
+            {"model_hash", M.modelHash},
+            {"shards", Shards}};
+  std::string Text = J.dump(2) + "\n";
+  writeFileAtomic(join(join(Dir, StepName), "meta.json"), Text.data(),
+                  Text.size());
+  std::string Latest = StepName + "\n";
+  writeFileAtomic(join(Dir, "latest"), Latest.data(), Latest.size());
+}
+
+CheckpointMeta readCheckpointMeta(const std::string &DirIn, const Program &P,
+                                  std::string &StepDir) {
+  const std::string Dir = stripSlashes(DirIn);
+  struct stat St;
+  if (::stat(Dir.c_str(), &St) != 0 || !S_ISDIR(St.st_mode))
+    throw RunError(Dir + ": checkpoint directory does not exist");
+  bool Missing;
+  std::vector<uint8_t> Latest = readWhole(join(Dir, "latest"), Missing);
+  if (!Missing) {
+    std::string Name(Latest.begin(), Latest.end());
+    while (!Name.empty() && (Name.back() == '\n' || Name.back() == '\r' ||
+                             Name.back() == ' '))
+      Name.pop_back();
+    bool Ok = Name.size() == 13 && Name.compare(0, 5, "step-") == 0;
+    for (size_t I = 5; Ok && I < Name.size(); ++I)
+      Ok = Name[I] >= '0' && Name[I] <= '9';
+    if (!Ok)
+      throw RunError(join(Dir, "latest") +
+                     ": does not name a step directory (step-NNNNNNNN)");
+    StepDir = join(Dir, Name);
+  } else {
+    StepDir = Dir;
+  }
+  const std::string MetaPath = join(StepDir, "meta.json");
+  std::vector<uint8_t> Text = readWhole(MetaPath, Missing);
+  if (Missing)
+    throw RunError(Missing && StepDir == Dir
+                       ? Dir + ": not a checkpoint (no latest file and no "
+                               "meta.json)"
+                       : MetaPath + ": missing (incomplete checkpoint)");
+  json J = json::parse(Text.begin(), Text.end(), nullptr, false);
+  if (J.is_discarded() || !J.is_object())
+    throw RunError(MetaPath + ": not valid JSON");
+  CheckpointMeta M;
+  try {
+    if (J.at("format").get<int>() != 1)
+      throw RunError(MetaPath + ": checkpoint format " +
+                     J.at("format").dump() + " is not supported (expected 1)");
+    M.step = J.at("step").get<int64_t>();
+    M.dataPosition = J.at("data_position").get<uint64_t>();
+    M.seed = J.at("seed").get<uint64_t>();
+    M.worldSize = J.at("world_size").get<uint32_t>();
+    M.grid = J.at("grid").get<std::string>();
+    M.modelHash = J.at("model_hash").get<uint64_t>();
+    for (const json &S : J.at("shards")) {
+      ShardInfo I;
+      I.rank = S.at("rank").get<uint32_t>();
+      I.file = S.at("file").get<std::string>();
+      I.bytes = S.at("bytes").get<uint64_t>();
+      I.crc32 = S.at("crc32").get<uint32_t>();
+      M.shards.push_back(I);
+    }
+  } catch (const RunError &) {
+    throw;
+  } catch (const std::exception &) {
+    throw RunError(MetaPath + ": missing or malformed fields");
+  }
+  if (M.step < 0)
+    throw RunError(MetaPath + ": negative step");
+  if (M.worldSize != P.world_size())
+    throw RunError(MetaPath + ": checkpoint was saved by " +
+                   std::to_string(M.worldSize) + " ranks but the plan has " +
+                   std::to_string(P.world_size()) +
+                   " (use utils/merge_checkpoint.py to compare across grids)");
+  if (M.grid != planGridString(P))
+    throw RunError(MetaPath + ": checkpoint grid " + M.grid +
+                   " does not match the plan's grid " + planGridString(P));
+  if (M.modelHash != P.model_hash())
+    throw RunError(MetaPath + ": checkpoint is for model hash " +
+                   hex64(M.modelHash) + " but the plan's model hash is " +
+                   hex64(P.model_hash()));
+  if (M.shards.size() != M.worldSize)
+    throw RunError(MetaPath + ": lists " + std::to_string(M.shards.size()) +
+                   " shards for " + std::to_string(M.worldSize) + " ranks");
+  for (size_t R = 0; R < M.shards.size(); ++R)
+    if (M.shards[R].rank != R || M.shards[R].file != shardFileName(uint32_t(R)))
+      throw RunError(MetaPath + ": shard entry " + std::to_string(R) +
+                     " is not " + shardFileName(uint32_t(R)));
+  return M;
+}
+
+void loadCheckpointShard(const std::string &StepDir, const CheckpointMeta &M,
+                         Executor &E, bool WithMoments) {
+  const RankProgram &RP = E.rankProgram();
+  const ShardInfo &Info = M.shards.at(RP.rank());
+  const std::string Path = join(StepDir, Info.file);
+  const std::string Shard = "checkpoint shard " + Path;
+  bool Missing;
+  std::vector<uint8_t> Bytes = readWhole(Path, Missing);
+  if (Missing)
+    throw RunError(Shard + " is missing");
+  if (Bytes.size() != Info.bytes)
+    throw RunError(Shard + " is corrupted (size " +
+                   std::to_string(Bytes.size()) + " bytes, expected " +
+                   std::to_string(Info.bytes) + ")");
+  if (crc32(Bytes.data(), Bytes.size()) != Info.crc32)
+    throw RunError(Shard + " is corrupted (crc32 mismatch)");
+  SafetensorsHeader H;
+  try {
+    H = parseSafetensors(Bytes.data(), Bytes.size());
+  } catch (const std::exception &Ex) {
+    throw RunError(Shard + ": " + Ex.what());
+  }
+  // The __metadata__ block, for the recorded slice of each tensor.
+  json Meta = json::object();
+  {
+    uint64_t N = 0;
+    for (int I = 7; I >= 0; --I)
+      N = (N << 8) | Bytes[size_t(I)];
+    json Hdr = json::parse(Bytes.begin() + 8, Bytes.begin() + 8 + long(N),
+                           nullptr, false);
+    if (Hdr.is_object() && Hdr.contains("__metadata__") &&
+        Hdr["__metadata__"].is_object())
+      Meta = Hdr["__metadata__"];
+  }
+  auto Load = [&](const std::string &Name, const Param &Pa, float *Dst,
+                  const std::vector<int64_t> &Shape) {
+    const TensorInfo *T = H.find(Name);
+    if (!T)
+      throw RunError(Shard + " has no tensor " + Name);
+    if (T->dtype != "F32" || T->shape != Shape)
+      throw RunError(Shard + ": tensor " + Name + " is " + T->dtype + " " +
+                     listStr(T->shape) + " but the plan needs F32 " +
+                     listStr(Shape));
+    std::string Want = sliceJson(vec(Pa.global_shape()), vec(Pa.offset()));
+    if (Meta.contains(Name) && Meta[Name].is_string() &&
+        json::parse(Meta[Name].get<std::string>(), nullptr, false) !=
+            json::parse(Want))
+      throw RunError(Shard + ": tensor " + Name + " is the slice " +
+                     Meta[Name].get<std::string>() +
+                     " but the plan's parameter is " + Want);
+    std::memcpy(Dst, Bytes.data() + H.dataStart + T->begin,
+                size_t(T->end - T->begin));
+  };
+  if (RP.params())
+    for (const Param *Pa : *RP.params()) {
+      Tensor &T = E.mutableBuffer(Pa->buffer());
+      Load("param/" + Pa->name()->str(), *Pa, T.f.data(), T.shape);
+    }
+  if (WithMoments)
+    for (AdamState &St : E.adamStates()) {
+      const Param *Pa = paramNamed(RP, St.param);
+      const std::vector<int64_t> &Shape = E.buffer(St.buffer).shape;
+      Load("adam_m/" + St.param, *Pa, St.m.data(), Shape);
+      Load("adam_v/" + St.param, *Pa, St.v.data(), Shape);
+    }
+}
+
+} // namespace megac_rt

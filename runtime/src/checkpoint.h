@@ -1,0 +1,91 @@
+//===- checkpoint.h - Sharded, atomic training checkpoints ----*- C++ -*-===//
+//
+// A checkpoint of a training run is a directory
+//
+//   DIR/step-00000040/rank-00000.safetensors   one shard per rank
+//   DIR/step-00000040/meta.json                written after every shard
+//   DIR/latest                                 "step-00000040", written last
+//
+// Each shard holds the rank's parameter slices ("param/<name>") and the
+// AdamW moments ("adam_m/<name>", "adam_v/<name>"); its __metadata__ maps
+// every tensor to a JSON string {"global_shape": [...], "offset": [...]}
+// so utils/merge_checkpoint.py can rebuild whole tensors. Every file is
+// written to a temporary name, fsync'ed, renamed and its directory
+// fsync'ed, and `latest` moves only after meta.json (which lists each
+// shard's size and CRC-32) is durable: a crash at any point leaves `latest`
+// naming the previous complete checkpoint.
+//
+// Nothing here communicates: megac-run gathers the shard descriptions
+// (size, CRC) to rank 0 and calls writeCheckpointMeta there.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MEGAC_RT_CHECKPOINT_H
+#define MEGAC_RT_CHECKPOINT_H
+
+#include "executor.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace megac_rt {
+
+struct ShardInfo {
+  uint32_t rank = 0;
+  std::string file; // relative to the step directory
+  uint64_t bytes = 0;
+  uint32_t crc32 = 0;
+};
+
+struct CheckpointMeta {
+  int64_t step = 0;          // optimizer steps completed
+  uint64_t dataPosition = 0; // stream position of the next step's batch
+  uint64_t seed = 0;
+  uint32_t worldSize = 0;
+  std::string grid;
+  uint64_t modelHash = 0;
+  std::vector<ShardInfo> shards;
+};
+
+/// "step-00000040".
+std::string stepDirName(int64_t Step);
+/// "rank-00003.safetensors".
+std::string shardFileName(uint32_t Rank);
+/// "tp=2 x dp=2", or "single" for a grid without axes.
+std::string planGridString(const megac::plan::Program &P);
+
+/// Writes \p Path atomically: temporary file, fsync, rename, fsync of the
+/// directory. Throws RunError "<path>: <what>".
+void writeFileAtomic(const std::string &Path, const void *Data, size_t Size);
+
+/// Writes this rank's shard into \p Dir/step-<Step>/ (creating both
+/// directories) and returns its description. Throws RunError.
+ShardInfo writeCheckpointShard(const std::string &Dir, int64_t Step,
+                               const Executor &E);
+
+/// Test hook: MEGAC_TEST_CRASH_IN_SAVE=after-shards makes the process
+/// _exit(9) where megac-run calls this (after the shards, before meta.json).
+void crashHookAfterShards();
+
+/// Writes meta.json into the step directory, then replaces \p Dir/latest.
+/// Call once (rank 0) after every shard is written. Throws RunError.
+void writeCheckpointMeta(const std::string &Dir, const CheckpointMeta &M);
+
+/// Resolves \p Dir (a checkpoint directory with `latest`, or a step
+/// directory) into \p StepDir, reads its meta.json and checks it against
+/// the plan (world size, grid, model hash). Throws RunError with a one-line
+/// message naming the file.
+CheckpointMeta readCheckpointMeta(const std::string &Dir,
+                                  const megac::plan::Program &P,
+                                  std::string &StepDir);
+
+/// Loads this rank's shard of \p StepDir after checking its size and CRC-32
+/// against \p M: every parameter, and with \p WithMoments the moments of
+/// every adam_w. Throws RunError (a corrupted shard is named).
+void loadCheckpointShard(const std::string &StepDir, const CheckpointMeta &M,
+                         Executor &E, bool WithMoments);
+
+} // namespace megac_rt
+
+#endif // MEGAC_RT_CHECKPOINT_H

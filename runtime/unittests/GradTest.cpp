@@ -1,0 +1,240 @@
+//===- GradTest.cpp - Backward kernels against finite differences ---------===//
+//
+// Each backward kernel is checked against central finite differences of the
+// corresponding *forward* kernel: for a fixed random cotangent dy, the
+// scalar L(x) = sum(forward(x) * dy) is accumulated in double from the float
+// forward outputs, and (L(x + h e_i) - L(x - h e_i)) / (2h) must match the
+// backward kernel's i-th entry. The step is h = 1e-2 (the exact float
+// difference of the perturbed inputs is the denominator): the forward
+// kernels round their outputs to float, which puts ~1e-7 of noise into L,
+// i.e. ~1e-4 into a difference quotient with h = 1e-3, whereas with 1e-2
+// both that noise and the O(h^2) truncation error stay near 1e-5. The
+// tolerance is relative 1e-3 of max(|fd|, 5% of the largest gradient entry)
+// plus 1e-5 absolute.
+//
+//===----------------------------------------------------------------------===//
+
+#include "error.h"
+#include "kernels.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
+
+using namespace megac_rt;
+using namespace megac_rt::kernels;
+
+namespace {
+
+/// Deterministic pseudo-random values in [-Scale, Scale].
+std::vector<float> rnd(size_t N, uint32_t Seed, float Scale = 1.0f) {
+  std::vector<float> V(N);
+  uint32_t S = Seed * 2654435761u + 12345u;
+  for (size_t I = 0; I < N; ++I) {
+    S = S * 1664525u + 1013904223u;
+    V[I] = Scale * (float(S >> 8) / float(1 << 24) * 2.0f - 1.0f);
+  }
+  return V;
+}
+
+double dot(const std::vector<float> &A, const std::vector<float> &B) {
+  double S = 0;
+  for (size_t I = 0; I < A.size(); ++I)
+    S += double(A[I]) * B[I];
+  return S;
+}
+
+using LossFn = std::function<double(const std::vector<float> &)>;
+
+/// Compares \p Grad with central differences of \p L at \p X.
+void expectMatchesFD(const std::string &What, const std::vector<float> &X,
+                     const LossFn &L, const std::vector<float> &Grad,
+                     double H = 1e-2, double Rel = 1e-3) {
+  ASSERT_EQ(Grad.size(), X.size()) << What;
+  std::vector<double> FD(X.size());
+  double MaxAbs = 0;
+  for (size_t I = 0; I < X.size(); ++I) {
+    std::vector<float> Xp = X, Xm = X;
+    Xp[I] = float(double(X[I]) + H);
+    Xm[I] = float(double(X[I]) - H);
+    FD[I] = (L(Xp) - L(Xm)) / (double(Xp[I]) - double(Xm[I]));
+    MaxAbs = std::max(MaxAbs, std::fabs(FD[I]));
+  }
+  ASSERT_GT(MaxAbs, 1e-3) << What << ": degenerate test (zero gradient)";
+  for (size_t I = 0; I < X.size(); ++I) {
+    double Tol = Rel * std::max(std::fabs(FD[I]), 0.05 * MaxAbs) + 1e-5;
+    ASSERT_NEAR(Grad[I], FD[I], Tol) << What << ", element " << I;
+  }
+}
+
+TEST(Grad, LinearWeightBothLayouts) {
+  const int64_t M = 6, K = 5, N = 4; // x [2,3,K] flattened to [6,K]
+  auto X = rnd(M * K, 1), DY = rnd(M * N, 2);
+  for (bool T : {false, true}) {
+    auto W = rnd(K * N, 3); // [K,N] or [N,K]
+    LossFn L = [&](const std::vector<float> &Wv) {
+      std::vector<float> Y(M * N);
+      linear(X.data(), M, K, Wv.data(), N, T, Y.data());
+      return dot(Y, DY);
+    };
+    std::vector<float> DW(K * N);
+    linearWeightGrad(X.data(), M, K, DY.data(), N, T, DW.data());
+    expectMatchesFD(T ? "linear_weight_grad [N,K]" : "linear_weight_grad [K,N]",
+                    W, L, DW);
+  }
+}
+
+TEST(Grad, Gelu) {
+  const int64_t N = 40;
+  auto X = rnd(N, 4, 3.0f), DY = rnd(N, 5);
+  LossFn L = [&](const std::vector<float> &Xv) {
+    std::vector<float> Y(N);
+    gelu(Xv.data(), N, Y.data());
+    return dot(Y, DY);
+  };
+  std::vector<float> DX(N);
+  geluGrad(X.data(), DY.data(), N, DX.data());
+  expectMatchesFD("gelu_grad", X, L, DX);
+}
+
+TEST(Grad, LayerNormInputAndAffine) {
+  const int64_t R = 3, H = 8;
+  auto X = rnd(R * H, 6, 2.0f), G = rnd(H, 7), B = rnd(H, 8), DY = rnd(R * H, 9);
+  for (float &V : G)
+    V += 1.5f;
+  const double Eps = 1e-5;
+  auto Fwd = [&](const std::vector<float> &Xv, const std::vector<float> &Gv,
+                 const std::vector<float> &Bv) {
+    std::vector<float> Y(R * H);
+    layerNorm(Xv.data(), R, H, Gv.data(), Bv.data(), Eps, Y.data());
+    return dot(Y, DY);
+  };
+  std::vector<float> DX(R * H);
+  layerNormGrad(X.data(), R, H, G.data(), DY.data(), Eps, DX.data());
+  expectMatchesFD("layer_norm_grad", X,
+                  [&](const std::vector<float> &Xv) { return Fwd(Xv, G, B); },
+                  DX);
+  // dgamma = sum over rows of dy * normalize(x); dbeta = sum of dy.
+  std::vector<float> Xh(R * H), Prod(R * H), DG(H), DB(H);
+  normalize(X.data(), R, H, Eps, Xh.data());
+  for (int64_t I = 0; I < R * H; ++I)
+    Prod[size_t(I)] = DY[size_t(I)] * Xh[size_t(I)];
+  sumLeading(Prod.data(), R, H, DG.data());
+  sumLeading(DY.data(), R, H, DB.data());
+  expectMatchesFD("layer_norm gamma (normalize + sum_leading)", G,
+                  [&](const std::vector<float> &Gv) { return Fwd(X, Gv, B); },
+                  DG);
+  expectMatchesFD("layer_norm beta (sum_leading)", B,
+                  [&](const std::vector<float> &Bv) { return Fwd(X, G, Bv); },
+                  DB);
+}
+
+TEST(Grad, AttentionQKVCausalAndNot) {
+  const int64_t B = 2, S = 4, Hl = 6, Heads = 2, N = B * S * Hl;
+  auto Q = rnd(N, 10), K = rnd(N, 11), V = rnd(N, 12), DY = rnd(N, 13);
+  for (bool Causal : {true, false})
+    for (int Which = 0; Which < 3; ++Which) {
+      LossFn L = [&](const std::vector<float> &Xv) {
+        const std::vector<float> &Qv = Which == 0 ? Xv : Q;
+        const std::vector<float> &Kv = Which == 1 ? Xv : K;
+        const std::vector<float> &Vv = Which == 2 ? Xv : V;
+        std::vector<float> Y(N);
+        attention(Qv.data(), Kv.data(), Vv.data(), B, S, Hl, Heads, Causal,
+                  Y.data());
+        return dot(Y, DY);
+      };
+      std::vector<float> D(N);
+      attentionGrad(Q.data(), K.data(), V.data(), DY.data(), B, S, Hl, Heads,
+                    Causal, Which, D.data());
+      const std::vector<float> &X = Which == 0 ? Q : Which == 1 ? K : V;
+      expectMatchesFD(std::string("attention_grad ") + "qkv"[Which] +
+                          (Causal ? " causal" : " full"),
+                      X, L, D);
+    }
+}
+
+TEST(Grad, Softmax) {
+  const int64_t R = 3, C = 7;
+  auto X = rnd(R * C, 14, 2.0f), DY = rnd(R * C, 15);
+  LossFn L = [&](const std::vector<float> &Xv) {
+    std::vector<float> Y(R * C);
+    softmax(Xv.data(), R, C, Y.data());
+    return dot(Y, DY);
+  };
+  std::vector<float> Y(R * C), DX(R * C);
+  softmax(X.data(), R, C, Y.data());
+  softmaxGrad(Y.data(), DY.data(), R, C, DX.data());
+  expectMatchesFD("softmax_grad", X, L, DX);
+}
+
+TEST(Grad, CrossEntropyWithNormalizer) {
+  const int64_t R = 4, V = 9;
+  auto X = rnd(R * V, 16, 2.0f);
+  std::vector<int32_t> Lab = {3, 0, 8, 5};
+  const double DLoss = 1.7, Norm = 10; // e.g. the global token count
+  LossFn L = [&](const std::vector<float> &Xv) {
+    return DLoss * crossEntropy(Xv.data(), R, V, Lab.data(), Norm);
+  };
+  std::vector<float> DX(R * V);
+  crossEntropyGrad(X.data(), R, V, Lab.data(), DLoss, Norm, DX.data());
+  expectMatchesFD("cross_entropy_grad", X, L, DX);
+  // Normalizer semantics: sum / normalizer; none = the local mean.
+  double Sum = crossEntropy(X.data(), R, V, Lab.data(), 1.0);
+  EXPECT_NEAR(crossEntropy(X.data(), R, V, Lab.data()), Sum / R, 1e-12);
+  EXPECT_NEAR(crossEntropy(X.data(), R, V, Lab.data(), Norm), Sum / Norm,
+              1e-12);
+  Lab[1] = 9;
+  EXPECT_THROW(crossEntropyGrad(X.data(), R, V, Lab.data(), 1, 0, DX.data()),
+               RunError);
+}
+
+TEST(Grad, EmbeddingWithVocabShard) {
+  // This rank holds vocabulary rows [4, 7); ids elsewhere contribute nothing.
+  const int64_t Rows = 3, H = 2, VocabStart = 4, Vocab = 10;
+  std::vector<int32_t> Ids = {4, 1, 6, 4, 9, 5};
+  const int64_t N = int64_t(Ids.size());
+  auto T = rnd(Rows * H, 17), DY = rnd(N * H, 18);
+  LossFn L = [&](const std::vector<float> &Tv) {
+    std::vector<float> Y(N * H);
+    embedding(Tv.data(), Rows, H, Ids.data(), N, VocabStart, Vocab, Y.data());
+    return dot(Y, DY);
+  };
+  std::vector<float> DT(Rows * H, 42.0f);
+  embeddingGrad(Ids.data(), N, DY.data(), Rows, H, VocabStart, DT.data());
+  expectMatchesFD("embedding_grad", T, L, DT);
+  // Row 0 (id 4) gathers positions 0 and 3.
+  EXPECT_FLOAT_EQ(DT[0], DY[0] + DY[6]);
+}
+
+TEST(Grad, PositionEmbedding) {
+  const int64_t P = 5, S = 3, H = 2;
+  auto T = rnd(P * H, 19), DY = rnd(S * H, 20);
+  LossFn L = [&](const std::vector<float> &Tv) {
+    return dot(std::vector<float>(Tv.begin(), Tv.begin() + S * H), DY);
+  };
+  std::vector<float> DT(P * H, 7.0f);
+  positionEmbeddingGrad(DY.data(), S, P, H, DT.data());
+  expectMatchesFD("position_embedding_grad", T, L, DT);
+}
+
+TEST(Grad, Reductions) {
+  std::vector<float> X = {1, 2, 3, 4, 5, 6}, Y(3);
+  sumLeading(X.data(), 2, 3, Y.data());
+  EXPECT_EQ(Y, (std::vector<float>{5, 7, 9}));
+  EXPECT_DOUBLE_EQ(sumSquares(X.data(), 6), 91.0);
+  // d/dx sum(x^2) = 2x, checked the same way as the other kernels.
+  auto Z = rnd(5, 21);
+  std::vector<float> G(5);
+  for (size_t I = 0; I < 5; ++I)
+    G[I] = 2 * Z[I];
+  expectMatchesFD("sum_squares", Z,
+                  [](const std::vector<float> &V) {
+                    return sumSquares(V.data(), int64_t(V.size()));
+                  },
+                  G);
+}
+
+} // namespace
