@@ -9,6 +9,7 @@ PACKAGES=(
   libflatbuffers-dev flatbuffers-compiler
   libopenmpi-dev openmpi-bin libopenblas-dev
   nlohmann-json3-dev libcli11-dev libgtest-dev
+  jargon-text  # the built-in training corpus (the Jargon File, public domain)
 )
 
 missing=()

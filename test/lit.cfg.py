@@ -49,5 +49,11 @@ nvidia_smi = shutil.which("nvidia-smi")
 if nvidia_smi and subprocess.run([nvidia_smi, "-L"], capture_output=True).returncode == 0:
     config.available_features.add("cuda")
 
+# The built-in training corpus (scripts/setup.sh installs jargon-text).
+jargon = "/usr/share/doc/jargon-text/jargon.txt.gz"
+if os.path.exists(jargon):
+    config.available_features.add("jargon")
+    config.substitutions.append(("%jargon", jargon))
+
 if shutil.which("mlir-opt", path=config.llvm_tools_dir):
     config.available_features.add("mlir-opt")

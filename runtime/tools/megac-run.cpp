@@ -202,9 +202,15 @@ void checkModeOptions(const Options &O, const Setup &S, const Program &P) {
     const Output *L = findOutput(RP, "logits");
     if (!L)
       throw RunError(Plan + ": --generate needs a \"logits\" output");
+    // Outputs are whole on every rank: under data parallelism the logits
+    // hold the global batch. Every row holds the prompt, row 0 is read.
     std::vector<int64_t> Want = {P.batch(), P.seq(), P.vocab_size()};
+    std::vector<int64_t> WantGlobal = {
+        std::max<int64_t>(P.global_batch(), P.batch()), P.seq(),
+        P.vocab_size()};
     const Buffer *B = RP.buffers()->Get(L->buffer());
-    if (std::vector<int64_t>(B->shape()->begin(), B->shape()->end()) != Want)
+    std::vector<int64_t> Have(B->shape()->begin(), B->shape()->end());
+    if (Have != Want && Have != WantGlobal)
       throw RunError(Plan + ": --generate needs logits of shape " +
                      shapeString(Want) + " (batch, seq, vocab)");
     bool HasTokens = false;
@@ -475,7 +481,13 @@ int runTraining(const Options &O, Setup &S) {
        (unsigned long long)Stride, TC.max_lr(), TC.min_lr(),
        (long long)TC.warmup_steps(), (long long)TC.total_steps());
 
-  const bool Tty = WorldRank == 0 && !O.quiet && ::isatty(STDOUT_FILENO);
+  // Redraw the progress line in place only on a terminal of our own: a
+  // launcher (mpirun, srun) hands its ranks a pseudo-terminal even when its
+  // own output goes to a file or a pipe, so under one print lines instead.
+  const bool Launched = std::getenv("OMPI_COMM_WORLD_SIZE") ||
+                        std::getenv("PMI_SIZE") || std::getenv("SLURM_NTASKS");
+  const bool Tty =
+      WorldRank == 0 && !O.quiet && !Launched && ::isatty(STDOUT_FILENO);
   const int64_t Every = std::max<int64_t>(1, O.steps / 20);
   double TotalSec = 0, FirstLoss = 0, LastLoss = 0;
   std::unique_ptr<MpiCollectives> Comm;
