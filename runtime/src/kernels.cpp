@@ -98,6 +98,23 @@ void softmaxRow(const float *X, int64_t N, float *Y) {
   for (int64_t I = 0; I < N; ++I)
     Y[I] *= Inv;
 }
+
+/// P = softmax(scale * Q_h K_h^T) of one head, rows masked causally (masked
+/// entries 0). The head's columns are strided by Hl. Shared by the forward
+/// and backward kernels so the backward pass sees the forward's numbers.
+void attentionProbabilities(const float *Qh, const float *Kh, int64_t S,
+                            int64_t Hl, int64_t Hd, float Scale, bool Causal,
+                            float *P) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(S), int(S), int(Hd),
+              Scale, Qh, int(Hl), Kh, int(Hl), 0.0f, P, int(S));
+  for (int64_t I = 0; I < S; ++I) {
+    float *Row = P + I * S;
+    int64_t Valid = Causal ? I + 1 : S;
+    softmaxRow(Row, Valid, Row);
+    for (int64_t J = Valid; J < S; ++J)
+      Row[J] = 0.0f;
+  }
+}
 } // namespace
 
 void softmax(const float *X, int64_t Rows, int64_t Cols, float *Y) {
@@ -113,17 +130,8 @@ void attention(const float *Q, const float *K, const float *V, int64_t B,
   for (int64_t Bi = 0; Bi < B; ++Bi)
     for (int64_t H = 0; H < Heads; ++H) {
       const int64_t Base = Bi * S * Hl + H * Hd;
-      // Scores = scale * Q_h K_h^T; the head's columns are strided by Hl.
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(S), int(S),
-                  int(Hd), Scale, Q + Base, int(Hl), K + Base, int(Hl), 0.0f,
-                  Scores.data(), int(S));
-      for (int64_t I = 0; I < S; ++I) {
-        float *Row = Scores.data() + I * S;
-        int64_t Valid = Causal ? I + 1 : S;
-        softmaxRow(Row, Valid, Row);
-        for (int64_t J = Valid; J < S; ++J)
-          Row[J] = 0.0f;
-      }
+      attentionProbabilities(Q + Base, K + Base, S, Hl, Hd, Scale, Causal,
+                             Scores.data());
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(S), int(Hd),
                   int(S), 1.0f, Scores.data(), int(S), V + Base, int(Hl), 0.0f,
                   Y + Base, int(Hl));
@@ -290,16 +298,8 @@ void attentionGrad(const float *Q, const float *K, const float *V,
     for (int64_t H = 0; H < Heads; ++H) {
       const int64_t Base = Bi * S * Hl + H * Hd;
       // The probabilities exactly as the forward kernel computes them.
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(S), int(S),
-                  int(Hd), Scale, Q + Base, int(Hl), K + Base, int(Hl), 0.0f,
-                  Prob.data(), int(S));
-      for (int64_t I = 0; I < S; ++I) {
-        float *Row = Prob.data() + I * S;
-        int64_t Valid = Causal ? I + 1 : S;
-        softmaxRow(Row, Valid, Row);
-        for (int64_t J = Valid; J < S; ++J)
-          Row[J] = 0.0f;
-      }
+      attentionProbabilities(Q + Base, K + Base, S, Hl, Hd, Scale, Causal,
+                             Prob.data());
       if (Which == 2) { // dV = P^T dY
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(S), int(Hd),
                     int(S), 1.0f, Prob.data(), int(S), DY + Base, int(Hl),
