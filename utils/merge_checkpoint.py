@@ -9,7 +9,9 @@ Every shard's size and CRC-32 are checked against meta.json; then each
 tensor ("param/<name>", "adam_m/<name>", "adam_v/<name>") is reassembled
 from the slices the ranks hold, using the global shape and offset recorded
 in each shard's __metadata__. Slices held by several ranks (replicated
-parameters) must agree bit for bit; every element must be covered.
+parameters) must agree bit for bit; every element must be covered. Under
+ZeRO-1 each dp rank holds only its part of every moment (the adam_w's
+param_offset), and the parts are reassembled the same way.
 
 The output holds the tensors sorted by name and metadata that does not
 depend on the grid, so checkpoints of the same model trained on different

@@ -111,14 +111,6 @@ std::string sliceJson(const std::vector<int64_t> &Global,
   return json{{"global_shape", Global}, {"offset", Offset}}.dump();
 }
 
-const Param *paramNamed(const RankProgram &RP, const std::string &Name) {
-  if (RP.params())
-    for (const Param *Pa : *RP.params())
-      if (Pa->name() && Pa->name()->str() == Name)
-        return Pa;
-  return nullptr;
-}
-
 } // namespace
 
 std::string stepDirName(int64_t Step) {
@@ -197,10 +189,12 @@ ShardInfo writeCheckpointShard(const std::string &Dir, int64_t Step,
       Ts.push_back({Name, "F32", T.shape, T.data(), T.bytes()});
       Meta[Name] = sliceJson(vec(Pa->global_shape()), vec(Pa->offset()));
     }
+  // Moments cover what their adam_w updates: the parameter's local slice,
+  // or under ZeRO this rank's part of it (param_offset), so a dp group
+  // holds each moment once.
   for (const AdamState &St : E.adamStates()) {
-    const Param *Pa = paramNamed(RP, St.param);
     const Tensor &T = E.buffer(St.buffer);
-    std::string Slice = sliceJson(vec(Pa->global_shape()), vec(Pa->offset()));
+    std::string Slice = sliceJson(St.globalShape, St.offset);
     for (int K = 0; K < 2; ++K) {
       std::string Name = (K ? "adam_v/" : "adam_m/") + St.param;
       const std::vector<float> &D = K ? St.v : St.m;
@@ -365,7 +359,9 @@ void loadCheckpointShard(const std::string &StepDir, const CheckpointMeta &M,
         Hdr["__metadata__"].is_object())
       Meta = Hdr["__metadata__"];
   }
-  auto Load = [&](const std::string &Name, const Param &Pa, float *Dst,
+  auto Load = [&](const std::string &Name,
+                  const std::vector<int64_t> &Global,
+                  const std::vector<int64_t> &Offset, float *Dst,
                   const std::vector<int64_t> &Shape) {
     const TensorInfo *T = H.find(Name);
     if (!T)
@@ -374,27 +370,29 @@ void loadCheckpointShard(const std::string &StepDir, const CheckpointMeta &M,
       throw RunError(Shard + ": tensor " + Name + " is " + T->dtype + " " +
                      listStr(T->shape) + " but the plan needs F32 " +
                      listStr(Shape));
-    std::string Want = sliceJson(vec(Pa.global_shape()), vec(Pa.offset()));
+    std::string Want = sliceJson(Global, Offset);
     if (Meta.contains(Name) && Meta[Name].is_string() &&
         json::parse(Meta[Name].get<std::string>(), nullptr, false) !=
             json::parse(Want))
       throw RunError(Shard + ": tensor " + Name + " is the slice " +
                      Meta[Name].get<std::string>() +
-                     " but the plan's parameter is " + Want);
+                     " but the plan needs " + Want);
     std::memcpy(Dst, Bytes.data() + H.dataStart + T->begin,
                 size_t(T->end - T->begin));
   };
   if (RP.params())
     for (const Param *Pa : *RP.params()) {
       Tensor &T = E.mutableBuffer(Pa->buffer());
-      Load("param/" + Pa->name()->str(), *Pa, T.f.data(), T.shape);
+      Load("param/" + Pa->name()->str(), vec(Pa->global_shape()),
+           vec(Pa->offset()), T.f.data(), T.shape);
     }
   if (WithMoments)
     for (AdamState &St : E.adamStates()) {
-      const Param *Pa = paramNamed(RP, St.param);
       const std::vector<int64_t> &Shape = E.buffer(St.buffer).shape;
-      Load("adam_m/" + St.param, *Pa, St.m.data(), Shape);
-      Load("adam_v/" + St.param, *Pa, St.v.data(), Shape);
+      Load("adam_m/" + St.param, St.globalShape, St.offset, St.m.data(),
+           Shape);
+      Load("adam_v/" + St.param, St.globalShape, St.offset, St.v.data(),
+           Shape);
     }
 }
 

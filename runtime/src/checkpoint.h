@@ -7,7 +7,9 @@
 //   DIR/latest                                 "step-00000040", written last
 //
 // Each shard holds the rank's parameter slices ("param/<name>") and the
-// AdamW moments ("adam_m/<name>", "adam_v/<name>"); its __metadata__ maps
+// AdamW moments ("adam_m/<name>", "adam_v/<name>": of the parameter's local
+// slice, or under ZeRO of the part this rank updates, placed by the
+// adam_w's param_offset); its __metadata__ maps
 // every tensor to a JSON string {"global_shape": [...], "offset": [...]}
 // so utils/merge_checkpoint.py can rebuild whole tensors. Every file is
 // written to a temporary name, fsync'ed, renamed and its directory

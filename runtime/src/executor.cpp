@@ -27,6 +27,11 @@ void LocalCollectives::allGather(int, const void *Send, size_t Bytes,
   std::memcpy(Recv, Send, Bytes);
 }
 
+void LocalCollectives::reduceScatterSum(int, const float *Send, float *Recv,
+                                        size_t N) {
+  std::memcpy(Recv, Send, N * sizeof(float));
+}
+
 int64_t Tensor::numel() const {
   int64_t N = 1;
   for (int64_t D : shape)
@@ -76,9 +81,16 @@ void Executor::allocate() {
       AdamState St;
       St.instr = I;
       St.buffer = In->inputs()->Get(0);
+      // The verifier guarantees the parameter exists (named, or input 0).
+      std::string Named = In->param_name() ? In->param_name()->str() : "";
       for (const Param *Pa : *RP.params())
-        if (Pa->buffer() == St.buffer)
+        if (Named.empty() ? Pa->buffer() == St.buffer
+                          : Pa->name()->str() == Named) {
           St.param = Pa->name()->str();
+          St.globalShape = vec(Pa->global_shape());
+          St.offset = Named.empty() ? vec(Pa->offset())
+                                    : vec(In->param_offset());
+        }
       St.m.assign(Bufs[St.buffer].f.size(), 0.0f);
       St.v.assign(Bufs[St.buffer].f.size(), 0.0f);
       Total += 2 * Bufs[St.buffer].bytes();
@@ -209,7 +221,8 @@ RunStats Executor::run(Collectives &C, uint32_t End) {
                        (Loc.empty() ? "" : " at " + Loc) + "): " + E.what());
       }
       ++Stats.instructions;
-      if (In.op() == op::AllReduce || In.op() == op::AllGather)
+      if (In.op() == op::AllReduce || In.op() == op::AllGather ||
+          In.op() == op::ReduceScatter)
         ++Stats.collectives;
     }
   Stats.seconds = std::chrono::duration<double>(
@@ -364,6 +377,34 @@ void Executor::exec(uint32_t Idx, const Instr &In, Collectives &C,
   }
   case op::Fill:
     return; // handled above
+  case op::Assign:
+    std::memcpy(Y.f.data(), A.f.data(), Y.bytes());
+    return;
+  case op::ReduceScatter: {
+    // Member k receives chunk k along dim D of the sum. MPI's reduce-scatter
+    // hands out contiguous blocks, so unless D = 0 the chunks are first
+    // laid out one after another (the inverse of all_gather's concat).
+    const int64_t D = Int(0);
+    const int64_t G = P.axes()->Get(In.axis())->size();
+    int64_t Outer = 1, Inner = 1;
+    for (int64_t K = 0; K < D; ++K)
+      Outer *= A.shape[size_t(K)];
+    for (size_t K = size_t(D) + 1; K < A.shape.size(); ++K)
+      Inner *= A.shape[K];
+    const size_t N = size_t(Y.numel());
+    if (Outer == 1) {
+      C.reduceScatterSum(In.axis(), A.f.data(), Y.f.data(), N);
+      return;
+    }
+    std::vector<float> Send(size_t(A.numel()));
+    for (int64_t K = 0; K < G; ++K)
+      kernels::sliceChunk(reinterpret_cast<const uint8_t *>(A.f.data()),
+                          Outer, Y.shape[size_t(D)], Inner, G, K, 4,
+                          reinterpret_cast<uint8_t *>(Send.data() +
+                                                      size_t(K) * N));
+    C.reduceScatterSum(In.axis(), Send.data(), Y.f.data(), N);
+    return;
+  }
   case op::AllReduce:
     std::memcpy(Y.f.data(), A.f.data(), Y.bytes());
     C.allReduceSum(In.axis(), Y.f.data(), size_t(Y.numel()));

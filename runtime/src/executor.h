@@ -49,6 +49,11 @@ public:
   /// order (Recv holds group size * Bytes).
   virtual void allGather(int Axis, const void *Send, size_t Bytes,
                          void *Recv) = 0;
+  /// Sums every member's \p Send (group size * \p N floats, member k's
+  /// chunk at k * N) and leaves chunk (this member's position) of the sum
+  /// in \p Recv (\p N floats).
+  virtual void reduceScatterSum(int Axis, const float *Send, float *Recv,
+                                size_t N) = 0;
 };
 
 /// Collectives for a plan whose groups all have one member.
@@ -56,14 +61,20 @@ class LocalCollectives : public Collectives {
 public:
   void allReduceSum(int, float *, size_t) override {}
   void allGather(int, const void *Send, size_t Bytes, void *Recv) override;
+  void reduceScatterSum(int, const float *Send, float *Recv,
+                        size_t N) override;
 };
 
 /// Optimizer state of one adam_w instruction: the first and second moments
-/// of its parameter (zero before the first step).
+/// of the values it updates (zero before the first step). Those are the
+/// rank's slice of a parameter (its buffer) or, under ZeRO, a slice of that
+/// slice (Instr.param_name / param_offset); globalShape and offset place
+/// them in the whole parameter, as the checkpoint records them.
 struct AdamState {
   uint32_t instr = 0;  // index of the adam_w instruction
-  uint32_t buffer = 0; // the parameter's buffer
+  uint32_t buffer = 0; // the buffer it updates (input 0)
   std::string param;   // the parameter's name
+  std::vector<int64_t> globalShape, offset;
   std::vector<float> m, v;
 };
 

@@ -1,8 +1,8 @@
 //===- mpi_comm.cpp - MPI implementation of Collectives -------------------===//
 //
 // Counts are passed to MPI as int; buffers above INT_MAX elements are sent
-// in pieces (all-reduce) or as a contiguous derived type (all-gather) so a
-// large tensor never overflows MPI's count argument.
+// in pieces (all-reduce, reduce-scatter) or as a contiguous derived type
+// (all-gather) so a large tensor never overflows MPI's count argument.
 //
 //===----------------------------------------------------------------------===//
 
@@ -11,6 +11,8 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstring>
+#include <vector>
 
 using namespace megac::plan;
 
@@ -64,6 +66,33 @@ void MpiCollectives::allGather(int Axis, const void *Send, size_t Bytes,
     MPI_Type_free(&T);
   if (Rc != MPI_SUCCESS)
     throw RunError("MPI_Allgather failed");
+}
+
+void MpiCollectives::reduceScatterSum(int Axis, const float *Send,
+                                      float *Recv, size_t N) {
+  MPI_Comm C = Comms[size_t(Axis)];
+  if (N <= size_t(INT_MAX)) {
+    if (MPI_Reduce_scatter_block(Send, Recv, int(N), MPI_FLOAT, MPI_SUM, C) !=
+        MPI_SUCCESS)
+      throw RunError("MPI_Reduce_scatter_block failed");
+    return;
+  }
+  // Per-member chunks above INT_MAX floats: scatter them piece by piece,
+  // staging piece [Begin, Begin + Count) of every member's chunk.
+  int G = 1;
+  MPI_Comm_size(C, &G);
+  std::vector<float> Stage;
+  for (size_t Begin = 0; Begin < N;) {
+    size_t Count = std::min<size_t>(N - Begin, INT_MAX);
+    Stage.resize(Count * size_t(G));
+    for (int K = 0; K < G; ++K)
+      std::memcpy(Stage.data() + size_t(K) * Count,
+                  Send + size_t(K) * N + Begin, Count * sizeof(float));
+    if (MPI_Reduce_scatter_block(Stage.data(), Recv + Begin, int(Count),
+                                 MPI_FLOAT, MPI_SUM, C) != MPI_SUCCESS)
+      throw RunError("MPI_Reduce_scatter_block failed");
+    Begin += Count;
+  }
 }
 
 } // namespace megac_rt

@@ -28,6 +28,8 @@ public:
   void allReduceSum(int Axis, float *Data, size_t N) override;
   void allGather(int Axis, const void *Send, size_t Bytes,
                  void *Recv) override;
+  void reduceScatterSum(int Axis, const float *Send, float *Recv,
+                        size_t N) override;
 
 private:
   std::vector<MPI_Comm> Comms;

@@ -42,12 +42,27 @@ struct ParamDesc {
 };
 
 struct InstrDesc {
+  InstrDesc() = default;
+  InstrDesc(OpCode Op, std::vector<uint32_t> Inputs,
+            std::vector<uint32_t> Outputs, std::vector<int64_t> Ints = {},
+            std::vector<double> Floats = {}, int32_t Axis = -1,
+            std::string Loc = "", std::string ParamName = "",
+            std::vector<int64_t> ParamOffset = {})
+      : op(Op), inputs(std::move(Inputs)), outputs(std::move(Outputs)),
+        ints(std::move(Ints)), floats(std::move(Floats)), axis(Axis),
+        loc(std::move(Loc)), paramName(std::move(ParamName)),
+        paramOffset(std::move(ParamOffset)) {}
+
   OpCode op = op::Add;
   std::vector<uint32_t> inputs, outputs;
   std::vector<int64_t> ints;
   std::vector<double> floats;
   int32_t axis = -1;
   std::string loc;
+  // adam_w only (format 3): the parameter input 0 holds a slice of, and
+  // where that slice starts; empty: input 0 is the parameter itself.
+  std::string paramName;
+  std::vector<int64_t> paramOffset;
 };
 
 struct NamedBuffer {
@@ -134,9 +149,10 @@ inline std::vector<uint8_t> serializeProgram(const ProgramDesc &P) {
       Outputs.push_back(fb::CreateOutputDirect(B, D.name.c_str(), D.buffer));
     std::vector<flatbuffers::Offset<fb::Instr>> Instrs;
     for (const InstrDesc &D : R.instrs)
-      Instrs.push_back(fb::CreateInstrDirect(B, D.op, &D.inputs, &D.outputs,
-                                             &D.ints, &D.floats, D.axis,
-                                             D.loc.c_str()));
+      Instrs.push_back(fb::CreateInstrDirect(
+          B, D.op, &D.inputs, &D.outputs, &D.ints, &D.floats, D.axis,
+          D.loc.c_str(), D.paramName.empty() ? nullptr : D.paramName.c_str(),
+          D.paramOffset.empty() ? nullptr : &D.paramOffset));
     Ranks.push_back(fb::CreateRankProgramDirect(B, R.rank, &R.coords, &Bufs,
                                                 &Params, &Inputs, &Outputs,
                                                 &Instrs, R.forwardEnd));
@@ -319,6 +335,11 @@ struct TrainDemoOptions {
   int64_t warmup = 5, totalSteps = 50;
   double clip = 1.0; // 0: no clipping (coefficient = fill 1.0)
   double beta1 = 0.9, beta2 = 0.95, adamEps = 1e-8, weightDecay = 0.0;
+  // ZeRO stage 1: gradients are reduce-scattered along dim 0 over "dp",
+  // each rank updates its dim-0 slice of every parameter (moments for that
+  // slice only) and the slices are all-gathered back into the parameters.
+  // Every parameter's dim 0 must be divisible by dp.
+  bool zero = false;
 };
 
 /// A small model trained end to end without the compiler, so that the
@@ -332,7 +353,14 @@ struct TrainDemoOptions {
 /// followed by the hand-derived backward pass, optional global-norm
 /// clipping and AdamW on every parameter. With dp > 1 each rank takes
 /// batch/dp rows (batch_offset) and gradients and loss are all-reduced over
-/// the "dp" axis.
+/// the "dp" axis. With `zero`, the optimizer follows ZeRO stage 1 instead:
+///
+///   g_shard = reduce_scatter(g, dim 0)          (instead of all_reduce)
+///   p_shard = slice_shard(p, dim 0)
+///   adam_w(p_shard, g_shard, coef) {param_name = p, param_offset = shard}
+///   p = assign(all_gather(p_shard, dim 0))
+///
+/// and the clipping norm sums the shards' squares and all-reduces the total.
 inline ProgramDesc buildTrainDemo(const TrainDemoOptions &O) {
   ProgramDesc P;
   P.modelName = "train-demo";
@@ -457,11 +485,18 @@ inline ProgramDesc buildTrainDemo(const TrainDemoOptions &O) {
     uint32_t DWte = R.emit(op::Add, {DWte1, DWte2}, {V, H}, {}, {}, -1,
                            "wte.grad_total");
     std::vector<uint32_t> Grads = {DWte, DWpe, DG, DBe, DWfc, DBfc, DWpr};
+    const int64_t Dp = int64_t(O.dp);
     for (size_t I = 0; I < Grads.size(); ++I) {
-      if (O.dp > 1)
+      if (O.zero) {
+        std::vector<int64_t> Shard = R.buffers[Grads[I]].shape;
+        Shard[0] /= Dp;
+        Grads[I] = R.emit(op::ReduceScatter, {Grads[I]}, Shard, {0}, {}, 0,
+                          Params[I].first + ".grad_scatter");
+      } else if (O.dp > 1) {
         Grads[I] = R.emit(op::AllReduce, {Grads[I]},
                           R.buffers[Grads[I]].shape, {}, {}, 0,
                           Params[I].first + ".grad_reduce");
+      }
       R.buffers[Grads[I]].name = "grad/" + Params[I].first;
     }
     uint32_t Coef;
@@ -474,19 +509,90 @@ inline ProgramDesc buildTrainDemo(const TrainDemoOptions &O) {
                            "grad_norm_sq")
                   : Sq;
       }
+      // Under ZeRO each rank holds the squares of its gradient shards only.
+      if (O.zero && O.dp > 1)
+        Total = R.emit(op::AllReduce, {Total}, {}, {}, {}, 0,
+                       "grad_norm_sq.reduce");
       Coef = R.emit(op::ClipCoefficient, {Total}, {}, {}, {O.clip}, -1,
                     "clip");
     } else {
       Coef = R.emit(op::Fill, {}, {}, {}, {1.0}, -1, "no_clip");
     }
-    for (size_t I = 0; I < Grads.size(); ++I)
-      R.instrs.push_back({op::AdamW,
-                          {Params[I].second, Grads[I], Coef},
-                          {Params[I].second},
-                          {},
-                          {O.beta1, O.beta2, O.adamEps, O.weightDecay},
-                          -1,
-                          Params[I].first + ".adamw"});
+    const std::vector<double> Hyper = {O.beta1, O.beta2, O.adamEps,
+                                       O.weightDecay};
+    for (size_t I = 0; I < Grads.size(); ++I) {
+      const std::string &Name = Params[I].first;
+      const uint32_t Buf = Params[I].second;
+      if (!O.zero) {
+        R.instrs.push_back({op::AdamW, {Buf, Grads[I], Coef}, {Buf}, {},
+                            Hyper, -1, Name + ".adamw"});
+        continue;
+      }
+      std::vector<int64_t> Full = R.buffers[Buf].shape, Shard = Full;
+      Shard[0] /= Dp;
+      std::vector<int64_t> Off(Full.size(), 0);
+      Off[0] = int64_t(C) * Shard[0];
+      uint32_t Sl = R.emit(op::SliceShard, {Buf}, Shard, {0}, {}, 0,
+                           Name + ".shard");
+      R.instrs.push_back({op::AdamW, {Sl, Grads[I], Coef}, {Sl}, {}, Hyper,
+                          -1, Name + ".adamw", Name, Off});
+      uint32_t G = R.emit(op::AllGather, {Sl}, Full, {0}, {}, 0,
+                          Name + ".gather");
+      R.instrs.push_back({op::Assign, {G}, {Buf}, {}, {}, -1,
+                          Name + ".assign"});
+    }
+    P.ranks.push_back(std::move(R));
+  }
+  return P;
+}
+
+/// A forward plan that exercises the collectives on a group of \p World
+/// ranks (axis "x"): every rank holds the same parameter "x" of shape
+/// [2W, 4W, 6W] (seeded normal, std 1) and contributes y = x * (rank + 1),
+/// so the group's sum is x * W(W+1)/2. For each dim d it computes
+/// rs<d> = reduce_scatter(y, d) and ag<d> = all_gather(rs<d>, d) (= the
+/// whole sum), and assigns ag1 into a second parameter "z" (zeros). Outputs:
+/// x, rs0..rs2 (rank 0's chunks), ag0..ag2, z.
+inline ProgramDesc buildCollectiveTest(uint32_t World, uint64_t Seed = 1) {
+  ProgramDesc P;
+  P.modelName = "collective-test";
+  P.modelHash = 0x636f6c6cull;
+  P.worldSize = World;
+  P.batch = P.seq = P.vocabSize = 1;
+  P.seed = Seed;
+  AxisDesc X{"x", World, {{}}};
+  for (uint32_t R = 0; R < World; ++R)
+    X.groups[0].push_back(R);
+  P.axes.push_back(X);
+  const int64_t W = World;
+  const std::vector<int64_t> Shape = {2 * W, 4 * W, 6 * W};
+  for (uint32_t C = 0; C < World; ++C) {
+    RankDesc R;
+    R.rank = C;
+    R.coords = {C};
+    uint32_t Px = R.addBuffer(dt::F32, Shape, "x");
+    R.params.push_back({"x", Px, Shape, {0, 0, 0}, ik::Normal, 1.0, "", {}});
+    uint32_t Pz = R.addBuffer(dt::F32, Shape, "z");
+    R.params.push_back({"z", Pz, Shape, {0, 0, 0}, ik::Zeros, 0.0, "", {}});
+    uint32_t F = R.emit(op::Fill, {}, Shape, {}, {double(C + 1)}, -1,
+                        "rank_factor");
+    uint32_t Y = R.emit(op::Mul, {Px, F}, Shape, {}, {}, -1, "y");
+    R.outputs.push_back({"x", Px, ""});
+    uint32_t Ag1 = 0;
+    for (int64_t D = 0; D < 3; ++D) {
+      std::vector<int64_t> Chunk = Shape;
+      Chunk[size_t(D)] /= W;
+      std::string Ds = std::to_string(D);
+      uint32_t Rs = R.emit(op::ReduceScatter, {Y}, Chunk, {D}, {}, 0,
+                           "rs" + Ds);
+      uint32_t Ag = R.emit(op::AllGather, {Rs}, Shape, {D}, {}, 0, "ag" + Ds);
+      R.outputs.push_back({"rs" + Ds, Rs, ""});
+      R.outputs.push_back({"ag" + Ds, Ag, ""});
+      if (D == 1)
+        Ag1 = Ag;
+    }
+    R.instrs.push_back({op::Assign, {Ag1}, {Pz}, {}, {}, -1, "assign_z"});
+    R.outputs.push_back({"z", Pz, ""});
     P.ranks.push_back(std::move(R));
   }
   return P;

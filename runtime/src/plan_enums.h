@@ -47,8 +47,11 @@ constexpr OpCode SumSquares = OpCode(26);
 constexpr OpCode ClipCoefficient = OpCode(27);
 constexpr OpCode Fill = OpCode(28);
 constexpr OpCode AdamW = OpCode(29);
+// ZeRO (format version 3).
+constexpr OpCode ReduceScatter = OpCode(30);
+constexpr OpCode Assign = OpCode(31);
 /// The highest opcode this runtime knows.
-constexpr OpCode LastOpCode = AdamW;
+constexpr OpCode LastOpCode = Assign;
 } // namespace op
 
 namespace dt {

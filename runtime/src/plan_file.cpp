@@ -154,7 +154,49 @@ const Group *groupOf(const Program &P, unsigned AxisIdx, uint32_t Rank) {
 
 bool isCollective(OpCode Op) {
   return Op == op::AllReduce || Op == op::AllGather ||
-         Op == op::SliceShard;
+         Op == op::SliceShard || Op == op::ReduceScatter;
+}
+
+/// Whether \p Op communicates (SliceShard only reads the coordinate).
+bool communicates(OpCode Op) {
+  return Op == op::AllReduce || Op == op::AllGather ||
+         Op == op::ReduceScatter;
+}
+
+const Param *paramOfBuffer(const RankProgram &R, uint32_t B) {
+  if (R.params())
+    for (const Param *Pa : *R.params())
+      if (Pa->buffer() == B)
+        return Pa;
+  return nullptr;
+}
+
+const Param *paramNamed(const RankProgram &R, const std::string &Name) {
+  if (R.params())
+    for (const Param *Pa : *R.params())
+      if (str(Pa->name()) == Name)
+        return Pa;
+  return nullptr;
+}
+
+/// The parameter an adam_w updates (a slice of) and the slice's offset in
+/// it: Instr.param_name/param_offset, or, when param_name is empty, input
+/// 0's own parameter. False if neither is available.
+bool adamParam(const RankProgram &R, const Instr &In, std::string &Name,
+               Shape &Off) {
+  Name = str(In.param_name());
+  if (!Name.empty()) {
+    Off = toShape(In.param_offset());
+    return true;
+  }
+  if (!In.inputs() || In.inputs()->size() == 0)
+    return false;
+  const Param *Pa = paramOfBuffer(R, In.inputs()->Get(0));
+  if (!Pa)
+    return false;
+  Name = str(Pa->name());
+  Off = toShape(Pa->offset());
+  return true;
 }
 
 } // namespace
@@ -221,6 +263,10 @@ const char *opcodeName(OpCode op) {
     return "fill";
   case op::AdamW:
     return "adam_w";
+  case op::ReduceScatter:
+    return "reduce_scatter";
+  case op::Assign:
+    return "assign";
   }
   return "unknown";
 }
@@ -516,6 +562,7 @@ private:
       return fail(where() + ": forward_end " + std::to_string(FwdEnd) +
                   " is outside [-1, " + std::to_string(NInstrs) + "]");
     AdamParams.clear();
+    AdamNames.clear();
     // Outputs must be computed by the forward part ([0, forward_end)).
     std::vector<bool> DefinedFwd;
     if (FwdEnd == 0)
@@ -548,15 +595,13 @@ private:
     return true;
   }
 
-  // Param buffers already updated by an adam_w instruction of this rank.
+  // Buffers already updated by an adam_w instruction of this rank, and the
+  // parameter names those instructions update (each at most once).
   std::vector<uint32_t> AdamParams;
+  std::vector<std::string> AdamNames;
 
   bool isParamBuffer(uint32_t B) const {
-    if (RP->params())
-      for (const Param *Pa : *RP->params())
-        if (Pa->buffer() == B)
-          return true;
-    return false;
+    return paramOfBuffer(*RP, B) != nullptr;
   }
 
   // Per-instruction state used by the opcode checks below.
@@ -676,6 +721,14 @@ private:
           return fail(Pfx + "output " + std::to_string(I) + " (%" +
                       std::to_string(Outs[I]) +
                       ") is also an input (only adam_w updates in place)");
+    // Parameters change only through adam_w (in place) and assign.
+    if (In.op() != op::AdamW && In.op() != op::Assign)
+      for (size_t I = 0; I < Outs.size(); ++I)
+        if (isParamBuffer(Outs[I]))
+          return fail(Pfx + "output " + std::to_string(I) + " (%" +
+                      std::to_string(Outs[I]) + ") is the parameter " +
+                      str(paramOfBuffer(*RP, Outs[I])->name()) +
+                      " (only adam_w and assign write parameters)");
     if (!checkOp(In))
       return false;
     for (uint32_t O : Outs)
@@ -985,15 +1038,9 @@ private:
       if (Outs[0] != Ins[0])
         return fail(Pfx + "output %" + std::to_string(Outs[0]) +
                     " must be the parameter buffer %" +
-                    std::to_string(Ins[0]) + " (updated in place)");
-      if (!isParamBuffer(Ins[0]))
-        return fail(Pfx + "input 0 (%" + std::to_string(Ins[0]) +
-                    ") is not a parameter");
-      if (std::find(AdamParams.begin(), AdamParams.end(), Ins[0]) !=
-          AdamParams.end())
-        return fail(Pfx + "parameter buffer %" + std::to_string(Ins[0]) +
-                    " is already updated by another adam_w");
-      AdamParams.push_back(Ins[0]);
+                    std::to_string(Ins[0]) + " (input 0, updated in place)");
+      if (!checkAdamParam(In))
+        return false;
       if (in(1) != in(0))
         return fail(Pfx + "gradient " + listStr(in(1)) +
                     " does not match the parameter " + listStr(in(0)));
@@ -1012,8 +1059,90 @@ private:
         return fail(Pfx + "the plan has no training config (Program.train)");
       return true;
     }
+    case op::ReduceScatter: {
+      int64_t G, D;
+      if (!expectCounts(1, 1) || !allF32() || !checkAxis(In, G) ||
+          !checkDim(in(0), D))
+        return false;
+      if (in(0)[D] % G != 0)
+        return fail(Pfx + "dimension " + std::to_string(D) + " of " +
+                    listStr(in(0)) + " is not divisible by the group size " +
+                    std::to_string(G));
+      Shape Want = in(0);
+      Want[D] /= G;
+      return expectOutShape(Want);
+    }
+    case op::Assign: {
+      if (!expectCounts(1, 1) || !allF32())
+        return false;
+      if (!isParamBuffer(Outs[0]))
+        return fail(Pfx + "output %" + std::to_string(Outs[0]) +
+                    " is not a parameter (assign writes a parameter's "
+                    "buffer)");
+      if (in(0) != out(0))
+        return fail(Pfx + "source " + listStr(in(0)) +
+                    " does not match the parameter " +
+                    str(paramOfBuffer(*RP, Outs[0])->name()) + " " +
+                    listStr(out(0)));
+      return true;
+    }
     }
     return fail(Pfx + "unknown opcode");
+  }
+
+  /// adam_w's input 0 is a parameter (param_name empty, or naming that same
+  /// parameter at its own offset) or a slice of the parameter named by
+  /// param_name starting at param_offset (ZeRO). Each parameter name and
+  /// each buffer is updated by at most one adam_w.
+  bool checkAdamParam(const Instr &In) {
+    const Param *Own = paramOfBuffer(*RP, Ins[0]);
+    std::string Name = str(In.param_name());
+    Shape Off = toShape(In.param_offset());
+    if (Name.empty()) {
+      if (!Off.empty())
+        return fail(Pfx + "has param_offset " + listStr(Off) +
+                    " but no param_name");
+      if (!Own)
+        return fail(Pfx + "input 0 (%" + std::to_string(Ins[0]) +
+                    ") is not a parameter (an update of a slice of one "
+                    "needs param_name)");
+      Name = str(Own->name());
+    } else {
+      const Param *Named = paramNamed(*RP, Name);
+      if (!Named)
+        return fail(Pfx + "param_name " + Name +
+                    " is not a parameter of this rank");
+      if (Own && Own != Named)
+        return fail(Pfx + "input 0 (%" + std::to_string(Ins[0]) +
+                    ") is the parameter " + str(Own->name()) +
+                    " but param_name says " + Name);
+      Shape Global = toShape(Named->global_shape());
+      if (Off.size() != Global.size() || in(0).size() != Global.size())
+        return fail(Pfx + "param_offset " + listStr(Off) + " and input 0 " +
+                    listStr(in(0)) + " must have the rank of " + Name +
+                    "'s global shape " + listStr(Global));
+      for (size_t D = 0; D < Global.size(); ++D)
+        if (Off[D] < 0 || Off[D] > Global[D] - in(0)[D])
+          return fail(Pfx + "slice " + listStr(in(0)) + " at param_offset " +
+                      listStr(Off) + " does not fit in " + Name +
+                      "'s global shape " + listStr(Global));
+      if (Own && Off != toShape(Own->offset()))
+        return fail(Pfx + "param_offset " + listStr(Off) +
+                    " differs from the offset " +
+                    listStr(toShape(Own->offset())) + " of the parameter " +
+                    Name + " it updates");
+    }
+    if (std::find(AdamNames.begin(), AdamNames.end(), Name) !=
+        AdamNames.end())
+      return fail(Pfx + "parameter " + Name +
+                  " is already updated by another adam_w");
+    if (std::find(AdamParams.begin(), AdamParams.end(), Ins[0]) !=
+        AdamParams.end())
+      return fail(Pfx + "buffer %" + std::to_string(Ins[0]) +
+                  " is already updated by another adam_w");
+    AdamNames.push_back(Name);
+    AdamParams.push_back(Ins[0]);
+    return true;
   }
 
   /// cross_entropy(_grad): no ints (local token count) or one positive
@@ -1023,6 +1152,11 @@ private:
       return fail(Pfx + "expects no integer attribute or one positive "
                         "normalizer (token count)");
     return true;
+  }
+
+  static std::string dimStr(OpCode Op, int64_t Dim) {
+    return Op == op::AllReduce ? std::string()
+                               : " along dim " + std::to_string(Dim);
   }
 
   /// Ranks of one group must issue the same collectives on that axis in the
@@ -1048,7 +1182,7 @@ private:
           if (Q->forward_end() >= 0 && I == uint32_t(Q->forward_end()))
             FwdCount[R] = Per[R].size();
           const Instr *In = Q->instrs()->Get(I);
-          if (In->op() != op::AllReduce && In->op() != op::AllGather)
+          if (!communicates(In->op()))
             continue;
           if (In->axis() != int64_t(A))
             continue;
@@ -1078,15 +1212,15 @@ private:
                         std::to_string(Y.size()));
           for (size_t K = 0; K < X.size(); ++K)
             if (X[K].Op != Y[K].Op || X[K].Elems != Y[K].Elems ||
-                (X[K].Op == op::AllGather && X[K].Dim != Y[K].Dim))
+                (X[K].Op != op::AllReduce && X[K].Dim != Y[K].Dim))
               return fail(Who + "collective " + std::to_string(K) + " is " +
                           opcodeName(X[K].Op) + " of " +
-                          std::to_string(X[K].Elems) +
-                          " elements (instruction " +
+                          std::to_string(X[K].Elems) + " elements" +
+                          dimStr(X[K].Op, X[K].Dim) + " (instruction " +
                           std::to_string(X[K].Instr) + ") on rank " +
                           std::to_string(R0) + " but " + opcodeName(Y[K].Op) +
-                          " of " + std::to_string(Y[K].Elems) +
-                          " elements (instruction " +
+                          " of " + std::to_string(Y[K].Elems) + " elements" +
+                          dimStr(Y[K].Op, Y[K].Dim) + " (instruction " +
                           std::to_string(Y[K].Instr) + ") on rank " +
                           std::to_string(R));
           if (FwdCount[R0] != FwdCount[R])
@@ -1210,7 +1344,7 @@ std::string initStr(const Param &Pa) {
 }
 
 /// Attribute text for the instruction line, e.g. "{vocab_start = 0}".
-std::string attrStr(const Instr &In) {
+std::string attrStr(const RankProgram &R, const Instr &In) {
   std::vector<int64_t> I;
   if (In.ints())
     I.assign(In.ints()->begin(), In.ints()->end());
@@ -1249,8 +1383,13 @@ std::string attrStr(const Instr &In) {
                  ? fmtDouble(In.floats()->Get(K))
                  : std::string("?");
     };
+    std::string Name;
+    Shape Off;
+    std::string Param = adamParam(R, In, Name, Off)
+                            ? ", param = " + Name + " @ " + listStr(Off)
+                            : std::string();
     return "{beta1 = " + F(0) + ", beta2 = " + F(1) + ", epsilon = " + F(2) +
-           ", weight_decay = " + F(3) + "}";
+           ", weight_decay = " + F(3) + Param + "}";
   }
   case op::Linear:
     return "{transpose_w = " + Get(0) + "}";
@@ -1266,6 +1405,7 @@ std::string attrStr(const Instr &In) {
     return "{perm = " + listStr(I) + "}";
   case op::AllGather:
   case op::SliceShard:
+  case op::ReduceScatter:
     return "{dim = " + Get(0) + "}";
   default:
     return "";
@@ -1356,7 +1496,7 @@ void dumpRankText(std::ostringstream &OS, const Program &P,
       if (isCollective(In->op()) && In->axis() >= 0)
         OS << " over " << str(P.axes()->Get(In->axis())->name()) << " group "
            << groupStr(groupOf(P, In->axis(), R.rank()));
-      std::string Attrs = attrStr(*In);
+      std::string Attrs = attrStr(R, *In);
       if (!Attrs.empty())
         OS << " " << Attrs;
       if (!Outs.empty()) {
@@ -1504,6 +1644,15 @@ nlohmann::json rankJson(const Program &P, const RankProgram &R) {
       }
       X["group"] = G;
       X["loc"] = str(In->loc());
+      if (In->op() == op::AdamW) {
+        // The effective values: from the param input 0 is when not set.
+        std::string Name;
+        Shape Off;
+        if (adamParam(R, *In, Name, Off)) {
+          X["param_name"] = Name;
+          X["param_offset"] = Off;
+        }
+      }
       Instrs.push_back(X);
     }
   J["instructions"] = Instrs;

@@ -20,6 +20,7 @@ int main(int Argc, char **Argv) {
   builder::TrainDemoOptions T;
   std::string Out;
   bool NoLoss = false, Print = false, Train = false;
+  uint32_t CollectiveTest = 0;
   CLI::App App("Writes a tensor-parallel GPT-2 plan for megac-run tests, "
                "or (--train) a small hand-built training plan.",
                "megac-plan-demo");
@@ -52,6 +53,14 @@ int main(int Argc, char **Argv) {
                  "Training plan: max gradient norm (0: no clipping)");
   App.add_option("--weight-decay", T.weightDecay,
                  "Training plan: AdamW weight decay");
+  App.add_flag("--zero", T.zero,
+               "Training plan: ZeRO stage 1 over dp (reduce-scattered "
+               "gradients, each rank updates its dim-0 slice of every "
+               "parameter, all-gather + assign)");
+  App.add_option("--collective-test", CollectiveTest,
+                 "Write instead a forward plan for N ranks that checks "
+                 "reduce_scatter / all_gather / assign (see "
+                 "buildCollectiveTest in plan_builder.h)");
   CLI11_PARSE(App, Argc, Argv);
   O.loss = !NoLoss;
   if (Train) {
@@ -62,6 +71,13 @@ int main(int Argc, char **Argv) {
     T.nPositions = App.count("--n-positions") ? O.nPositions : T.seq;
     T.seed = O.seed;
     T.eps = O.eps;
+    const int64_t Dp = T.dp ? int64_t(T.dp) : 1;
+    if (T.zero && (T.vocab % Dp || T.nPositions % Dp || T.nEmbd % Dp ||
+                   T.nFf % Dp)) {
+      std::fprintf(stderr, "megac-plan-demo: error: --zero needs dp to "
+                           "divide vocab, n-positions, n-embd and n-ff\n");
+      return 1;
+    }
     if (T.dp == 0 || T.batch % T.dp || T.seq > T.nPositions || T.vocab <= 0 ||
         T.nEmbd <= 0 || T.nFf <= 0) {
       std::fprintf(stderr, "megac-plan-demo: error: dp must divide batch; "
@@ -71,7 +87,7 @@ int main(int Argc, char **Argv) {
     }
   }
 
-  if (!Train && (O.tp == 0 || O.vocab % O.tp || O.nEmbd % O.tp || O.nHead % O.tp ||
+  if (!Train && !CollectiveTest && (O.tp == 0 || O.vocab % O.tp || O.nEmbd % O.tp || O.nHead % O.tp ||
       O.nEmbd % O.nHead || O.seq > O.nPositions)) {
     std::fprintf(stderr, "megac-plan-demo: error: tp must divide vocab, "
                          "n-embd and n-head; n-head must divide n-embd; "
@@ -79,7 +95,9 @@ int main(int Argc, char **Argv) {
     return 1;
   }
   std::vector<uint8_t> Bytes = builder::buildPlanBytes(
-      Train ? builder::buildTrainDemo(T) : builder::buildGpt2Demo(O),
+      CollectiveTest ? builder::buildCollectiveTest(CollectiveTest, O.seed)
+      : Train        ? builder::buildTrainDemo(T)
+                     : builder::buildGpt2Demo(O),
       "megac-plan-demo 0.1");
   LoadedPlan Plan;
   std::string Err = verifyPlanBytes(Bytes, Plan);

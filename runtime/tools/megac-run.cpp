@@ -176,10 +176,11 @@ const Output *findOutput(const RankProgram &RP, const std::string &Name) {
   return nullptr;
 }
 
-bool hasAdamW(const RankProgram &RP) {
+/// Whether the rank writes parameters (adam_w, or assign under ZeRO).
+bool updatesParams(const RankProgram &RP) {
   if (RP.instrs())
     for (const Instr *In : *RP.instrs())
-      if (In->op() == op::AdamW)
+      if (In->op() == op::AdamW || In->op() == op::Assign)
         return true;
   return false;
 }
@@ -219,7 +220,7 @@ void checkModeOptions(const Options &O, const Setup &S, const Program &P) {
         HasTokens |= In->kind()->str() == "tokens";
     if (!HasTokens)
       throw RunError(Plan + ": --generate needs a \"tokens\" input");
-    if (RP.forward_end() < 0 && hasAdamW(RP))
+    if (RP.forward_end() < 0 && updatesParams(RP))
       throw RunError(Plan + ": the plan updates parameters (adam_w) but does "
                             "not say where its forward part ends "
                             "(forward_end); refusing to generate with it");

@@ -16,10 +16,12 @@
 #include "plan_builder.h"
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -344,4 +346,380 @@ TEST(Executor, ClipCoefficientAndFill) {
   EXPECT_FLOAT_EQ(E.buffer(C2).f[0], 1.0f);
 }
 
+//===----------------------------------------------------------------------===//
+// ZeRO stage 1 (format 3): reduce_scatter, assign, adam_w on a slice
+//===----------------------------------------------------------------------===//
+
+/// Index of the instruction whose loc is \p Loc on rank \p R.
+size_t instrAt(const ProgramDesc &P, uint32_t R, const std::string &Loc) {
+  const auto &Is = P.ranks[R].instrs;
+  for (size_t I = 0; I < Is.size(); ++I)
+    if (Is[I].loc == Loc)
+      return I;
+  ADD_FAILURE() << "no instruction " << Loc;
+  return 0;
+}
+
+TrainDemoOptions zeroOptions(uint32_t Dp) {
+  TrainDemoOptions O;
+  O.dp = Dp;
+  O.zero = true;
+  return O;
+}
+
+TEST(Verifier, ZeroAdamWOnAParameterSlice) {
+  ProgramDesc P = buildTrainDemo(zeroOptions(2));
+  ASSERT_EQ(verify(P), "");
+  const size_t Wte = instrAt(P, 1, "wte.weight.adamw");
+  EXPECT_EQ(P.ranks[1].instrs[Wte].paramName, "wte.weight");
+  EXPECT_EQ(P.ranks[1].instrs[Wte].paramOffset,
+            (std::vector<int64_t>{8, 0}));
+
+  // A slice without param_name is not a parameter.
+  ProgramDesc Q = P;
+  Q.ranks[1].instrs[Wte].paramName.clear();
+  Q.ranks[1].instrs[Wte].paramOffset.clear();
+  EXPECT_NE(verify(Q).find("is not a parameter (an update of a slice of one "
+                           "needs param_name)"),
+            std::string::npos)
+      << verify(Q);
+  // param_offset without param_name.
+  Q = P;
+  Q.ranks[1].instrs[Wte].paramName.clear();
+  EXPECT_NE(verify(Q).find("has param_offset [8,0] but no param_name"),
+            std::string::npos)
+      << verify(Q);
+  // An unknown parameter.
+  Q = P;
+  Q.ranks[1].instrs[Wte].paramName = "nope.weight";
+  EXPECT_NE(verify(Q).find("param_name nope.weight is not a parameter of "
+                           "this rank"),
+            std::string::npos)
+      << verify(Q);
+  // The slice must lie inside the parameter, with its rank.
+  Q = P;
+  Q.ranks[1].instrs[Wte].paramOffset = {9, 0};
+  EXPECT_NE(verify(Q).find("rank 1, instruction " + std::to_string(Wte) +
+                           " (adam_w): slice [8,32] at param_offset [9,0] "
+                           "does not fit in wte.weight's global shape "
+                           "[16,32]"),
+            std::string::npos)
+      << verify(Q);
+  Q = P;
+  Q.ranks[1].instrs[Wte].paramOffset = {8};
+  EXPECT_NE(verify(Q).find("must have the rank of wte.weight's global shape"),
+            std::string::npos)
+      << verify(Q);
+  // Each parameter is updated by one adam_w: ln.bias's slice has the shape
+  // of ln.weight's, so naming ln.weight there is only caught as a duplicate.
+  Q = P;
+  Q.ranks[0].instrs[instrAt(Q, 0, "ln.bias.adamw")].paramName = "ln.weight";
+  EXPECT_NE(verify(Q).find("parameter ln.weight is already updated by "
+                           "another adam_w"),
+            std::string::npos)
+      << verify(Q);
+  // Moments are shaped like the slice: the gradient must match it.
+  Q = P;
+  Q.ranks[1].instrs[Wte].inputs[1] =
+      Q.ranks[1].instrs[instrAt(Q, 1, "wte.weight.grad_scatter")].inputs[0];
+  EXPECT_NE(verify(Q).find("gradient [16,32] does not match the parameter "
+                           "[8,32]"),
+            std::string::npos)
+      << verify(Q);
+}
+
+TEST(Verifier, AdamWOnAWholeParameterMayNameIt) {
+  ProgramDesc P = buildTrainDemo(TrainDemoOptions());
+  InstrDesc &Adam = P.ranks[0].instrs.back();
+  ASSERT_EQ(Adam.loc, "proj.weight.adamw");
+  Adam.paramName = "proj.weight";
+  Adam.paramOffset = {0, 0};
+  EXPECT_EQ(verify(P), "");
+  ProgramDesc Q = P;
+  Q.ranks[0].instrs.back().paramName = "fc.weight";
+  EXPECT_NE(verify(Q).find("is the parameter proj.weight but param_name says "
+                           "fc.weight"),
+            std::string::npos)
+      << verify(Q);
+  // A parameter that is a slice [0, 64) of a [128, 32] whole: the offset
+  // must be its own.
+  Q = P;
+  Q.ranks[0].params.back().globalShape = {128, 32};
+  EXPECT_EQ(verify(Q), "");
+  Q.ranks[0].instrs.back().paramOffset = {64, 0};
+  EXPECT_NE(verify(Q).find("param_offset [64,0] differs from the offset "
+                           "[0,0] of the parameter proj.weight"),
+            std::string::npos)
+      << verify(Q);
+  // Without param_name the name is input 0's: a second adam_w of the same
+  // parameter is a duplicate.
+  Q = P;
+  InstrDesc Twice = Q.ranks[0].instrs[Q.ranks[0].instrs.size() - 2];
+  ASSERT_EQ(Twice.loc, "fc.bias.adamw");
+  Q.ranks[0].instrs.push_back(Twice);
+  EXPECT_NE(verify(Q).find("parameter fc.bias is already updated by another "
+                           "adam_w"),
+            std::string::npos)
+      << verify(Q);
+}
+
+TEST(Verifier, AssignWritesOnlyParameters) {
+  ProgramDesc P = buildTrainDemo(zeroOptions(2));
+  ASSERT_EQ(verify(P), "");
+  const size_t A = instrAt(P, 0, "fc.weight.assign");
+  // Into a buffer that is not a parameter.
+  ProgramDesc Q = P;
+  RankDesc &R = Q.ranks[0];
+  uint32_t Fresh = R.addBuffer(dt::F32, {32, 64}, "not_a_param");
+  R.instrs[A].outputs = {Fresh};
+  EXPECT_NE(verify(Q).find("rank 0, instruction " + std::to_string(A) +
+                           " (assign): output %" + std::to_string(Fresh) +
+                           " is not a parameter (assign writes a "
+                           "parameter's buffer)"),
+            std::string::npos)
+      << verify(Q);
+  // A source of another shape (the slice instead of the gathered whole).
+  Q = P;
+  const size_t S = instrAt(Q, 0, "fc.weight.shard");
+  Q.ranks[0].instrs[A].inputs = Q.ranks[0].instrs[S].outputs;
+  EXPECT_NE(verify(Q).find("source [16,64] does not match the parameter "
+                           "fc.weight [32,64]"),
+            std::string::npos)
+      << verify(Q);
+  // Its own source.
+  Q = P;
+  Q.ranks[0].instrs[A].inputs = Q.ranks[0].instrs[A].outputs;
+  EXPECT_NE(verify(Q).find("is also an input"), std::string::npos)
+      << verify(Q);
+  // Other opcodes may not write parameters.
+  Q = P;
+  const size_t G = instrAt(Q, 0, "fc.weight.gather");
+  Q.ranks[0].instrs[G].outputs = Q.ranks[0].instrs[A].outputs;
+  EXPECT_NE(verify(Q).find("(all_gather): output 0 (%4) is the parameter "
+                           "fc.weight (only adam_w and assign write "
+                           "parameters)"),
+            std::string::npos)
+      << verify(Q);
+}
+
+TEST(Verifier, ReduceScatterShapesTypesAndAgreement) {
+  ProgramDesc P = buildCollectiveTest(2);
+  ASSERT_EQ(verify(P), "");
+  auto &Rs1 = P.ranks[0].instrs[4]; // reduce_scatter along dim 1
+  ASSERT_EQ(Rs1.op, op::ReduceScatter);
+  ASSERT_EQ(Rs1.ints, (std::vector<int64_t>{1}));
+  // Output shape: dim 1 divided by the group size, the others kept.
+  ProgramDesc Q = P;
+  Q.ranks[0].buffers[Q.ranks[0].instrs[4].outputs[0]].shape = {2, 8, 12};
+  EXPECT_EQ(verify(Q), "rank 0, instruction 4 (reduce_scatter): output has "
+                       "shape [2,8,12] but the inputs imply [4,4,12]");
+  // The dimension must exist and divide by the group size.
+  Q = P;
+  Q.ranks[0].instrs[4].ints = {3};
+  EXPECT_EQ(verify(Q), "rank 0, instruction 4 (reduce_scatter): dim 3 is out "
+                       "of range for shape [4,8,12]");
+  Q = P;
+  for (auto &R : Q.ranks) {
+    for (uint32_t B : {R.instrs[0].outputs[0], R.instrs[1].outputs[0], 0u, 1u})
+      R.buffers[B].shape = {5, 8, 12};
+    for (auto &Pa : R.params)
+      Pa.globalShape = {5, 8, 12};
+  }
+  EXPECT_EQ(verify(Q), "rank 0, instruction 2 (reduce_scatter): dimension 0 "
+                       "of [5,8,12] is not divisible by the group size 2");
+  // f32 only.
+  Q = P;
+  uint32_t Ids = Q.ranks[0].addBuffer(dt::I32, {4, 8}, "ids");
+  Q.ranks[0].inputs.push_back({"ids", Ids, "tokens"});
+  Q.batch = 4;
+  Q.seq = 8;
+  Q.ranks[0].instrs[4].inputs = {Ids};
+  EXPECT_EQ(verify(Q), "rank 0, instruction 4 (reduce_scatter): input 0 is "
+                       "i32, expected f32");
+  // Members of a group must scatter the same sizes along the same dims.
+  Q = P;
+  Q.ranks[1].instrs[4].ints = {2};
+  Q.ranks[1].buffers[Q.ranks[1].instrs[4].outputs[0]].shape = {4, 8, 6};
+  Q.ranks[1].instrs[5].ints = {2};
+  EXPECT_EQ(verify(Q), "ranks 0 and 1 disagree on their x collectives: "
+                       "collective 2 is reduce_scatter of 384 elements along "
+                       "dim 1 (instruction 4) on rank 0 but reduce_scatter "
+                       "of 384 elements along dim 2 (instruction 4) on rank "
+                       "1");
+  Q = P;
+  Q.ranks[1].instrs[2].op = op::AllReduce;
+  Q.ranks[1].instrs[2].ints = {};
+  Q.ranks[1].buffers[Q.ranks[1].instrs[2].outputs[0]].shape = {4, 8, 12};
+  Q.ranks[1].instrs[3].ints = {1};
+  Q.ranks[1].buffers[Q.ranks[1].instrs[3].outputs[0]].shape = {4, 16, 12};
+  Q.ranks[1].outputs.erase(Q.ranks[1].outputs.begin() + 1,
+                           Q.ranks[1].outputs.begin() + 3);
+  EXPECT_NE(verify(Q).find("collective 0 is reduce_scatter of 384 elements "
+                           "along dim 0 (instruction 2) on rank 0 but "
+                           "all_reduce of 384 elements (instruction 2)"),
+            std::string::npos)
+      << verify(Q);
+}
+
+/// Collectives of member \p Coord of a two-member group whose other member
+/// contributes the same values: the sum is twice this member's data.
+class TwinCollectives : public Collectives {
+public:
+  explicit TwinCollectives(int Coord) : Coord(Coord) {}
+  void allReduceSum(int, float *Data, size_t N) override {
+    for (size_t I = 0; I < N; ++I)
+      Data[I] *= 2;
+  }
+  void allGather(int, const void *Send, size_t Bytes, void *Recv) override {
+    std::memcpy(static_cast<char *>(Recv), Send, Bytes);
+    std::memcpy(static_cast<char *>(Recv) + Bytes, Send, Bytes);
+  }
+  void reduceScatterSum(int, const float *Send, float *Recv,
+                        size_t N) override {
+    for (size_t I = 0; I < N; ++I)
+      Recv[I] = 2 * Send[size_t(Coord) * N + I];
+  }
+
+private:
+  int Coord;
+};
+
+TEST(Executor, ReduceScatterTakesThisMembersChunkAlongEachDim) {
+  LoadedPlan L;
+  ASSERT_EQ(verifyPlanBytes(buildPlanBytes(buildCollectiveTest(2)), L), "");
+  for (uint32_t Rank : {0u, 1u}) {
+    Executor E(*L.program, Rank);
+    E.allocate();
+    E.initParams(3);
+    TwinCollectives C{int(Rank)};
+    E.run(C);
+    const Tensor &X = E.buffer(0);
+    const float F = float(Rank + 1) * 2; // this rank's y, twice
+    for (int D = 0; D < 3; ++D) {
+      const Tensor &Rs = E.buffer(E.rankProgram().instrs()->Get(2 + 2 * D)
+                                      ->outputs()->Get(0));
+      ASSERT_EQ(Rs.shape[size_t(D)] * 2, X.shape[size_t(D)]);
+      for (int64_t I = 0; I < Rs.shape[0]; ++I)
+        for (int64_t J = 0; J < Rs.shape[1]; ++J)
+          for (int64_t K = 0; K < Rs.shape[2]; ++K) {
+            int64_t Idx[3] = {I, J, K};
+            Idx[D] += Rank * Rs.shape[size_t(D)];
+            float Want =
+                X.f[size_t((Idx[0] * X.shape[1] + Idx[1]) * X.shape[2] +
+                           Idx[2])] *
+                F;
+            ASSERT_EQ(Rs.f[size_t((I * Rs.shape[1] + J) * Rs.shape[2] + K)],
+                      Want)
+                << "rank " << Rank << " dim " << D << " at " << I << "," << J
+                << "," << K;
+          }
+    }
+  }
+}
+
+TEST(Zero, SingleRankZeroPlanTrainsLikeThePlainOne) {
+  // With a group of one, slice/scatter/gather are identities: the ZeRO
+  // pattern must then give the plain plan's parameters and moments exactly.
+  TrainDemoOptions O;
+  LoadedPlan Plain, Zero;
+  ASSERT_EQ(verifyPlanBytes(buildPlanBytes(buildTrainDemo(O)), Plain), "");
+  O.zero = true;
+  ASSERT_EQ(verifyPlanBytes(buildPlanBytes(buildTrainDemo(O)), Zero), "");
+  std::vector<int32_t> Data(400);
+  for (size_t I = 0; I < Data.size(); ++I)
+    Data[I] = int32_t((I * 5 + I / 7) % size_t(O.vocab));
+  TokenSource S = TokenSource::fromTokens(Data);
+  Executor A(*Plain.program, 0), B(*Zero.program, 0);
+  A.allocate();
+  B.allocate();
+  A.initParams(9);
+  B.initParams(9);
+  uint64_t PosA = 0, PosB = 0;
+  std::vector<float> LA, LB;
+  trainSteps(A, S, PosA, 1, 5, LA);
+  trainSteps(B, S, PosB, 1, 5, LB);
+  EXPECT_EQ(LA, LB);
+  for (const auto *Pa : *Plain.program->ranks()->Get(0)->params())
+    EXPECT_EQ(A.buffer(Pa->buffer()).f, B.buffer(Pa->buffer()).f)
+        << Pa->name()->str();
+  ASSERT_EQ(A.adamStates().size(), B.adamStates().size());
+  for (size_t I = 0; I < A.adamStates().size(); ++I) {
+    EXPECT_EQ(A.adamStates()[I].param, B.adamStates()[I].param);
+    EXPECT_EQ(A.adamStates()[I].m, B.adamStates()[I].m);
+    EXPECT_EQ(A.adamStates()[I].v, B.adamStates()[I].v);
+  }
+}
+
+TEST(Zero, MomentsCoverTheRanksSliceAndRoundTrip) {
+  LoadedPlan L;
+  ASSERT_EQ(verifyPlanBytes(buildPlanBytes(buildTrainDemo(zeroOptions(2))), L),
+            "");
+  Executor E(*L.program, 1);
+  E.allocate();
+  E.initParams(4);
+  ASSERT_EQ(E.adamStates().size(), 7u);
+  const AdamState &Wte = E.adamStates()[0];
+  EXPECT_EQ(Wte.param, "wte.weight");
+  EXPECT_EQ(Wte.globalShape, (std::vector<int64_t>{16, 32}));
+  EXPECT_EQ(Wte.offset, (std::vector<int64_t>{8, 0}));
+  EXPECT_EQ(Wte.m.size(), 8u * 32u);
+  for (AdamState &St : E.adamStates())
+    for (size_t I = 0; I < St.m.size(); ++I) {
+      St.m[I] = float(I) * 0.5f;
+      St.v[I] = float(I) * 0.25f;
+    }
+
+  TempDir Dir;
+  ShardInfo Shard = writeCheckpointShard(Dir.Path, 3, E);
+  SafetensorsFile F(Dir.Path + "/step-00000003/" + Shard.file);
+  const TensorInfo *M = F.header().find("adam_m/wte.weight");
+  ASSERT_NE(M, nullptr);
+  EXPECT_EQ(M->shape, (std::vector<int64_t>{8, 32}));
+  EXPECT_EQ(F.header().find("param/wte.weight")->shape,
+            (std::vector<int64_t>{16, 32}));
+  {
+    std::ifstream In(Dir.Path + "/step-00000003/" + Shard.file,
+                     std::ios::binary);
+    uint64_t N = 0;
+    In.read(reinterpret_cast<char *>(&N), 8);
+    std::string Hdr(N, ' ');
+    In.read(&Hdr[0], std::streamsize(N));
+    nlohmann::json Meta = nlohmann::json::parse(Hdr)["__metadata__"];
+    EXPECT_EQ(nlohmann::json::parse(Meta["adam_v/wte.weight"].get<std::string>()),
+              nlohmann::json::parse(
+                  R"({"global_shape":[16,32],"offset":[8,0]})"));
+  }
+
+  // Loading matches the moments back by name and slice.
+  CheckpointMeta Meta;
+  Meta.step = 3;
+  Meta.worldSize = 2;
+  Meta.grid = planGridString(*L.program);
+  Meta.modelHash = L.program->model_hash();
+  Meta.shards = {Shard, Shard};
+  Meta.shards[0].rank = 0;
+  Meta.shards[0].file = shardFileName(0);
+  Executor R(*L.program, 1);
+  R.allocate();
+  loadCheckpointShard(Dir.Path + "/step-00000003", Meta, R, true);
+  for (size_t I = 0; I < R.adamStates().size(); ++I) {
+    EXPECT_EQ(R.adamStates()[I].m, E.adamStates()[I].m);
+    EXPECT_EQ(R.adamStates()[I].v, E.adamStates()[I].v);
+  }
+  // Rank 0's plan wants the slice at [0,0]: this shard does not fit it.
+  Executor R0(*L.program, 0);
+  R0.allocate();
+  Meta.shards[0] = Shard;
+  try {
+    loadCheckpointShard(Dir.Path + "/step-00000003", Meta, R0, true);
+    FAIL() << "a moment of another slice was accepted";
+  } catch (const RunError &Ex) {
+    EXPECT_NE(std::string(Ex.what()).find(
+                  "tensor adam_m/wte.weight is the slice "),
+              std::string::npos)
+        << Ex.what();
+  }
+}
+
 } // namespace
+

@@ -174,6 +174,11 @@ int runCompile(int argc, char **argv) {
   static cl::opt<double> maxGradNorm(
       "max-grad-norm", cl::desc("Global gradient-norm clipping (0: off)"),
       cl::init(1.0), cl::cat(trainCategory));
+  static cl::opt<int64_t> zero(
+      "zero",
+      cl::desc("ZeRO stage: 1 shards the AdamW state over the dp axis "
+               "(gradients reduce-scattered, updated slices all-gathered)"),
+      cl::init(0), cl::cat(trainCategory));
   static cl::opt<double> beta1("beta1", cl::desc("AdamW beta1"), cl::init(0.9),
                                cl::cat(trainCategory));
   static cl::opt<double> beta2("beta2", cl::desc("AdamW beta2"),
@@ -237,6 +242,7 @@ int runCompile(int argc, char **argv) {
   options.optimizer.maxGradNorm = maxGradNorm;
   options.optimizer.beta1 = beta1;
   options.optimizer.beta2 = beta2;
+  options.optimizer.zeroStage = zero;
   megac::buildPartitionPipeline(pm, options);
   if (failed(pm.run(*module)))
     return 1;

@@ -87,12 +87,21 @@ public:
         }
         continue;
       }
-      // An AdamW update writes its parameter's own buffer.
+      // A sharding constraint is only an annotation: the collectives that
+      // realize it are already in place, its result is its operand.
+      if (auto constraint = dyn_cast<ShardingConstraintOp>(op)) {
+        buffers[constraint.getResult()] = buffers.lookup(constraint.getInput());
+        continue;
+      }
+      // AdamW writes the storage it updates (the parameter, or under ZeRO
+      // this rank's slice of it); assign writes the parameter's.
       if (auto adamw = dyn_cast<AdamWOp>(op)) {
-        if (!isa<BlockArgument>(adamw.getParam()))
-          return adamw.emitOpError("internal error: the update must apply "
-                                   "to a parameter argument directly");
         buffers[adamw.getResult()] = buffers.lookup(adamw.getParam());
+      } else if (auto assign = dyn_cast<AssignOp>(op)) {
+        if (!isa<BlockArgument>(assign.getParam()))
+          return assign.emitOpError("internal error: must assign to a "
+                                    "parameter argument directly");
+        buffers[assign.getResult()] = buffers.lookup(assign.getParam());
       } else if (failed(addBuffer(op.getResult(0),
                                   op.getName().stripDialect()))) {
         return failure();
@@ -206,6 +215,35 @@ private:
     return success();
   }
 
+  /// The parameter an AdamW update applies to, through the constraints and
+  /// slices of ZeRO, and where the updated slice starts in it.
+  LogicalResult describeUpdatedParameter(AdamWOp adamw, std::string &name,
+                                         std::vector<int64_t> &offset) {
+    Value value = adamw.getParam();
+    while (Operation *def = value.getDefiningOp()) {
+      if (!isa<ShardingConstraintOp, SliceShardOp>(def))
+        return adamw.emitOpError("internal error: the update must apply to a "
+                                 "parameter or a slice of one");
+      value = def->getOperand(0);
+    }
+    auto arg = cast<BlockArgument>(value);
+    auto func = cast<func::FuncOp>(arg.getOwner()->getParentOp());
+    name = func.getArgAttrOfType<DictionaryAttr>(arg.getArgNumber(),
+                                                 MegacDialect::kParamAttrName)
+               .getAs<StringAttr>("name")
+               .getValue()
+               .str();
+    // The slice's offset follows from its sharding and local shape.
+    auto type = cast<RankedTensorType>(adamw.getParam().getType());
+    ShardingAttr sharding = getShardingOrReplicated(adamw.getParam());
+    offset.clear();
+    for (int64_t d = 0; d < type.getRank(); ++d) {
+      int64_t index = grid.axisIndex(sharding.getDimAxis(d));
+      offset.push_back(index < 0 ? 0 : coords[index] * type.getDimSize(d));
+    }
+    return success();
+  }
+
   LogicalResult addInstruction(Operation *op) {
     // A collective's axis, by index into the grid; it must exist.
     auto resolveAxis = [&](StringRef name, int32_t &index) -> LogicalResult {
@@ -218,9 +256,14 @@ private:
     std::vector<uint32_t> in;
     for (Value operand : op->getOperands())
       in.push_back(buffers.lookup(operand));
+    // An assignment reads only its value; the parameter is its output.
+    if (auto assign = dyn_cast<AssignOp>(op))
+      in = {buffers.lookup(assign.getValue())};
     std::vector<uint32_t> out = {buffers.lookup(op->getResult(0))};
     std::vector<int64_t> ints;
     std::vector<double> floats;
+    std::string paramName;
+    std::vector<int64_t> paramOffset;
     int32_t axis = -1;
     mp::OpCode code;
     LogicalResult result = success();
@@ -301,6 +344,13 @@ private:
           floats = {a.getBeta1().convertToDouble(), a.getBeta2().convertToDouble(),
                     a.getEpsilon().convertToDouble(),
                     a.getWeightDecay().convertToDouble()};
+          result = describeUpdatedParameter(a, paramName, paramOffset);
+        })
+        .Case<AssignOp>([&](auto) { code = mp::OpCode_Assign; })
+        .Case<ReduceScatterOp>([&](ReduceScatterOp c) {
+          code = mp::OpCode_ReduceScatter;
+          ints = {static_cast<int64_t>(c.getDim())};
+          result = resolveAxis(c.getAxis(), axis);
         })
         .Case<AllReduceOp>([&](AllReduceOp c) {
           code = mp::OpCode_AllReduce;
@@ -322,8 +372,10 @@ private:
     if (failed(result))
       return failure();
     std::string loc = locationString(op);
-    instrs.push_back(mp::CreateInstrDirect(fbb, code, &in, &out, &ints,
-                                           &floats, axis, loc.c_str()));
+    instrs.push_back(mp::CreateInstrDirect(
+        fbb, code, &in, &out, &ints, &floats, axis, loc.c_str(),
+        paramName.empty() ? nullptr : paramName.c_str(),
+        paramName.empty() ? nullptr : &paramOffset));
     return success();
   }
 

@@ -23,7 +23,9 @@ namespace megac_rt {
 /// Version written into every plan; the runtime refuses any other.
 /// Version 2 added the backward/optimizer opcodes 16..29, Input.batch_offset,
 /// RankProgram.forward_end, Program.train and Program.global_batch.
-constexpr uint32_t kPlanFormatVersion = 2;
+/// Version 3 added ZeRO-1: the opcodes ReduceScatter (30) and Assign (31)
+/// and Instr.param_name / Instr.param_offset (AdamW on a parameter slice).
+constexpr uint32_t kPlanFormatVersion = 3;
 
 /// CRC-32 (IEEE 802.3, reflected, as zlib computes it).
 uint32_t crc32(const uint8_t *data, size_t size);

@@ -240,3 +240,39 @@ func.func @slice_shard_c2(%x: tensor<4x128xf32>) {
   %0 = megac.slice_shard %x {axis = "tp", dim = 1 : i64} : (tensor<4x128xf32>) -> tensor<2x64xf32>
   return
 }
+
+// -----
+
+// Tests sharding_constraint_c1: one entry per dimension, nothing partial.
+func.func @sharding_constraint_c1(%x: tensor<4x8xf32>) {
+  // expected-error@+1 {{sharding_constraint_c1: the sharding needs one entry per dimension of [4x8] and no partial axis}}
+  %0 = megac.sharding_constraint %x {sharding = #megac.sharding<[dp]>} : (tensor<4x8xf32>) -> tensor<4x8xf32>
+  return
+}
+
+// -----
+
+// Tests assign_c1: the value must have the parameter's shape.
+func.func @assign_c1(%p: tensor<4x8xf32>, %v: tensor<4x4xf32>) {
+  // expected-error@+1 {{assign_c1: the value must have the parameter's shape [4x8]}}
+  %0 = megac.assign %p, %v : (tensor<4x8xf32>, tensor<4x4xf32>) -> tensor<4x8xf32>
+  return
+}
+
+// -----
+
+// Tests reduce_scatter_c1: the scattered dimension must exist.
+func.func @reduce_scatter_c1(%x: tensor<4x8xf32>) {
+  // expected-error@+1 {{reduce_scatter_c1: dim 3 is not a dimension of the input}}
+  %0 = megac.reduce_scatter %x {axis = "dp", dim = 3 : i64} : (tensor<4x8xf32>) -> tensor<4x8xf32>
+  return
+}
+
+// -----
+
+// Tests reduce_scatter_c2: scattering may not grow a dimension.
+func.func @reduce_scatter_c2(%x: tensor<4x8xf32>) {
+  // expected-error@+1 {{reduce_scatter_c2: [4x8] -> [8x8] changes more than dimension 0 or resizes it the wrong way}}
+  %0 = megac.reduce_scatter %x {axis = "dp", dim = 0 : i64} : (tensor<4x8xf32>) -> tensor<8x8xf32>
+  return
+}

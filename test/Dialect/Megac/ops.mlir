@@ -59,3 +59,16 @@ func.func @collectives(%x: tensor<4x64x256xf32>) -> tensor<4x64x256xf32> {
   %s = megac.slice_shard %g {axis = "tp", dim = 2 : i64} : (tensor<4x64x512xf32>) -> tensor<4x64x256xf32>
   return %s : tensor<4x64x256xf32>
 }
+
+// Tests the ZeRO ops' syntax: a sharding constraint, a reduce-scatter (on
+// per-rank shapes) and an assignment to a parameter.
+// CHECK-LABEL: func.func @zero_ops
+func.func @zero_ops(%p: tensor<128x64xf32>, %g: tensor<128x64xf32>) -> tensor<128x64xf32> {
+  // CHECK: megac.sharding_constraint %{{.*}} {sharding = #megac.sharding<[dp, _]>}
+  %c = megac.sharding_constraint %g {sharding = #megac.sharding<[dp, _]>} : (tensor<128x64xf32>) -> tensor<128x64xf32>
+  // CHECK: megac.reduce_scatter %{{.*}} {axis = "dp", dim = 0 : i64} : (tensor<128x64xf32>) -> tensor<64x64xf32>
+  %r = megac.reduce_scatter %c {axis = "dp", dim = 0 : i64} : (tensor<128x64xf32>) -> tensor<64x64xf32>
+  // CHECK: megac.assign %{{.*}}, %{{.*}} : (tensor<128x64xf32>, tensor<128x64xf32>) -> tensor<128x64xf32>
+  %a = megac.assign %p, %c : (tensor<128x64xf32>, tensor<128x64xf32>) -> tensor<128x64xf32>
+  return %a : tensor<128x64xf32>
+}

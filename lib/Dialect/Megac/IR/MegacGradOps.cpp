@@ -235,9 +235,52 @@ LogicalResult AdamWOp::inferReturnTypes(MLIRContext *,
   return success();
 }
 
+LogicalResult ShardingConstraintOp::inferReturnTypes(
+    MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
+    SmallVectorImpl<Type> &types) {
+  auto input = tensorTypeOf(adaptor.getInput());
+  ShardingAttr sharding = adaptor.getSharding();
+  if (static_cast<int64_t>(sharding.getDims().size()) != input.getRank() ||
+      !sharding.getPartial().empty())
+    return emitOptionalError(loc, "sharding_constraint_c1: the sharding needs "
+                                  "one entry per dimension of ",
+                             shapeString(input), " and no partial axis");
+  types.push_back(input);
+  return success();
+}
+
+LogicalResult AssignOp::inferReturnTypes(MLIRContext *,
+                                         std::optional<Location> loc,
+                                         Adaptor adaptor,
+                                         SmallVectorImpl<Type> &types) {
+  auto param = tensorTypeOf(adaptor.getParam());
+  if (!shapesAgree(param, tensorTypeOf(adaptor.getValue())))
+    return emitOptionalError(loc, "assign_c1: the value must have the "
+                                  "parameter's shape ",
+                             shapeString(param));
+  types.push_back(param);
+  return success();
+}
+
 //===----------------------------------------------------------------------===//
 // Sharding rules
 //===----------------------------------------------------------------------===//
+
+ShardingRule ShardingConstraintOp::getShardingRule() {
+  // Never consulted: megac-propagate-sharding takes the op's attribute.
+  return elementwiseRule(tensorTypeOf(getInput()).getRank(), 1,
+                         PartialPolicy::None);
+}
+
+ShardingRule AssignOp::getShardingRule() {
+  // The parameter keeps its layout; the value must arrive in it.
+  ShardingRule rule;
+  for (int64_t d = 0; d < tensorTypeOf(getParam()).getRank(); ++d) {
+    rule.factors.push_back(factor(FactorKind::Parallel, {d, d}, d));
+    rule.factors.back().sourceOperand = 0;
+  }
+  return rule;
+}
 
 ShardingRule LinearWeightGradOp::getShardingRule() {
   int64_t rank = tensorTypeOf(getInput()).getRank();

@@ -308,6 +308,11 @@ LogicalResult AllGatherOp::verify() {
   return verifyResizeAlongDim(*this, "all_gather", getDim(), /*grows=*/true);
 }
 
+LogicalResult ReduceScatterOp::verify() {
+  return verifyResizeAlongDim(*this, "reduce_scatter", getDim(),
+                              /*grows=*/false);
+}
+
 LogicalResult SliceShardOp::verify() {
   return verifyResizeAlongDim(*this, "slice_shard", getDim(), /*grows=*/false);
 }

@@ -1,14 +1,14 @@
 //===- ApplyOptimizer.cpp - Gradients to AdamW updates --------------------===//
 //
 // Turns the `grad:<name>` results of megac-autodiff into in-place AdamW
-// updates with global-norm clipping. The norm sums squared gradients of
-// sharded parameters first: their squares are partial sums over the
-// sharding axis and add up without communication, so one all-reduce
-// completes them before the replicated parameters' squares are added.
+// updates with global-norm clipping. The norm sums squared gradients split
+// the same way first: their squares are partial sums over the same axes and
+// add up without communication, so one all-reduce per group completes them.
 //
 //===----------------------------------------------------------------------===//
 
 #include "megac/Dialect/Megac/IR/MegacOps.h"
+#include "megac/Dialect/Megac/IR/ShardingUtils.h"
 #include "megac/Dialect/Megac/Transforms/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -62,35 +62,70 @@ struct ApplyOptimizerPass
 
     OpBuilder b(ret);
     Location loc = ret.getLoc();
+    // ZeRO-1: gradients are reduce-scattered first, so the norm below and
+    // the updates read this rank's slices.
+    SmallVector<ShardingAttr> sliced;
+    for (auto &[param, grad] : updates) {
+      sliced.push_back(zeroSharding(func, param));
+      if (sliced.back())
+        grad = ShardingConstraintOp::create(b, loc, grad, sliced.back());
+    }
     Value coefficient;
     if (maxGradNorm > 0) {
-      // Sharded parameters' squares first (see the file comment).
+      // Squares of gradients split the same way are partial sums over the
+      // same axes and add up without communication: sum each such group
+      // first (tensor-parallel split? ZeRO slice?), then the group totals.
       auto isSharded = [&](BlockArgument arg) {
         return static_cast<bool>(func.getArgAttr(
             arg.getArgNumber(), MegacDialect::kShardingAttrName));
       };
-      SmallVector<std::pair<BlockArgument, Value>> ordered;
-      for (bool sharded : {true, false})
-        for (auto &update : updates)
-          if (isSharded(update.first) == sharded)
-            ordered.push_back(update);
       Value total;
-      for (auto &[param, grad] : ordered) {
-        Value squares = SumSquaresOp::create(b, loc, grad);
-        total = total ? Value(AddOp::create(b, loc, total, squares)) : squares;
-      }
+      for (bool tensorParallel : {true, false})
+        for (bool zeroSliced : {true, false}) {
+          Value group;
+          for (auto [index, update] : llvm::enumerate(updates)) {
+            if (isSharded(update.first) != tensorParallel ||
+                static_cast<bool>(sliced[index]) != zeroSliced)
+              continue;
+            Value squares = SumSquaresOp::create(b, loc, update.second);
+            group = group ? Value(AddOp::create(b, loc, group, squares))
+                          : squares;
+          }
+          if (group)
+            total = total ? Value(AddOp::create(b, loc, total, group)) : group;
+        }
       coefficient = ClipCoefficientOp::create(b, loc, total,
                                               b.getF64FloatAttr(maxGradNorm));
     } else {
       coefficient = FillOp::create(b, loc, b.getDenseI64ArrayAttr({}), b.getF64FloatAttr(1.0));
     }
-    for (auto &[param, grad] : updates) {
+    for (auto [index, update] : llvm::enumerate(updates)) {
+      auto [param, grad] = update;
       // Decay matrices only, as GPT-2/Megatron recipes do.
       bool decay = cast<RankedTensorType>(param.getType()).getRank() >= 2;
-      AdamWOp::create(b, loc, param, grad, coefficient,
-                      b.getF64FloatAttr(beta1), b.getF64FloatAttr(beta2),
-                      b.getF64FloatAttr(epsilon),
-                      b.getF64FloatAttr(decay ? weightDecay : 0.0));
+      auto adamw = [&](Value target, Value gradient) {
+        return AdamWOp::create(b, loc, target, gradient, coefficient,
+                               b.getF64FloatAttr(beta1),
+                               b.getF64FloatAttr(beta2),
+                               b.getF64FloatAttr(epsilon),
+                               b.getF64FloatAttr(decay ? weightDecay : 0.0));
+      };
+      if (!sliced[index]) {
+        adamw(param, grad);
+        continue;
+      }
+      // ZeRO-1: update this rank's slice (its moments are a slice too),
+      // gather the slices and write them back.
+      auto whole = func.getArgAttrOfType<ShardingAttr>(
+          param.getArgNumber(), MegacDialect::kShardingAttrName);
+      if (!whole)
+        whole = ShardingAttr::getReplicated(
+            &getContext(), cast<RankedTensorType>(param.getType()).getRank());
+      Value paramSlice =
+          ShardingConstraintOp::create(b, loc, param, sliced[index]);
+      Value updated = adamw(paramSlice, grad);
+      Value gathered = ShardingConstraintOp::create(b, loc, updated, whole);
+      AssignOp::create(b, loc, param, gathered);
     }
     func::ReturnOp::create(b, loc, kept);
     ret.erase();
@@ -111,7 +146,41 @@ struct ApplyOptimizerPass
     return success();
   }
 
+  /// The sharding that slices `param` over the ZeRO axis (its own sharding
+  /// plus the axis on the first dimension that is free and divisible), or
+  /// null when ZeRO is off, the grid has no such axis, or no dimension fits.
+  ShardingAttr zeroSharding(func::FuncOp func, BlockArgument param) {
+    if (zeroStage < 1)
+      return {};
+    MeshAttr mesh = getMesh(getOperation());
+    int64_t size = getAxisSizeOrOne(mesh, zeroAxis);
+    if (size <= 1)
+      return {};
+    auto type = cast<RankedTensorType>(param.getType());
+    auto given = func.getArgAttrOfType<ShardingAttr>(
+        param.getArgNumber(), MegacDialect::kShardingAttrName);
+    SmallVector<StringAttr> dims;
+    for (int64_t d = 0; d < type.getRank(); ++d) {
+      StringRef axis = given ? given.getDimAxis(d) : "";
+      // Axes the grid does not have leave the dimension whole.
+      dims.push_back(StringAttr::get(
+          &getContext(), getAxisSizeOrOne(mesh, axis) > 1 ? axis : ""));
+    }
+    for (int64_t d = 0; d < type.getRank(); ++d) {
+      if (dims[d].getValue().empty() && type.getDimSize(d) % size == 0) {
+        dims[d] = StringAttr::get(&getContext(), zeroAxis);
+        return ShardingAttr::get(&getContext(), dims, {});
+      }
+    }
+    return {};
+  }
+
   void runOnOperation() override {
+    if (zeroStage < 0 || zeroStage > 1) {
+      getOperation().emitError("zero-stage must be 0 or 1 (stages 2 and 3 "
+                               "are not implemented)");
+      return signalPassFailure();
+    }
     if (lr <= 0 || minLr < 0 || minLr > lr || warmupSteps < 0 ||
         totalSteps <= 0) {
       getOperation().emitError("invalid learning-rate schedule: need 0 <= "

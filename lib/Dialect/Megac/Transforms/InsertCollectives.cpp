@@ -40,6 +40,19 @@ Value reshard(OpBuilder &builder, Location loc, Value value, ShardingAttr from,
     if (to.isPartialOn(axis.getValue()))
       continue;
     llvm::erase(partial, axis);
+    // Summed and then split over the same axis along a whole dimension: a
+    // reduce-scatter moves half the bytes of an all-reduce and slices free.
+    auto target = llvm::find(to.getDims(), axis);
+    if (target != to.getDims().end()) {
+      int64_t d = target - to.getDims().begin();
+      if (dims[d].getValue().empty()) {
+        dims[d] = axis;
+        value = record(ReduceScatterOp::create(
+            builder, loc, value.getType(), value, axis,
+            builder.getI64IntegerAttr(d)));
+        continue;
+      }
+    }
     value = record(AllReduceOp::create(builder, loc, value.getType(), value,
                                                axis));
   }

@@ -70,8 +70,33 @@ public:
     return success();
   }
 
+  /// A sharding constraint requires and produces its attribute's sharding
+  /// (axes the grid lacks dropped, divisibility checked).
+  LogicalResult constrain(ShardingConstraintOp op) {
+    MLIRContext *ctx = op.getContext();
+    auto type = cast<RankedTensorType>(op.getInput().getType());
+    SmallVector<StringAttr> dims;
+    for (int64_t d = 0; d < type.getRank(); ++d) {
+      StringRef axis = op.getSharding().getDimAxis(d);
+      int64_t size = getAxisSizeOrOne(mesh, axis);
+      if (size > 1 && !type.isDynamicDim(d) && type.getDimSize(d) % size != 0)
+        return op.emitOpError()
+               << "dimension " << d << " (size " << type.getDimSize(d)
+               << ") is not divisible by grid axis '" << axis << "' (size "
+               << size << ")";
+      dims.push_back(StringAttr::get(ctx, size > 1 ? axis : ""));
+    }
+    auto sharding = ShardingAttr::get(ctx, dims, {});
+    op->setAttr(MegacDialect::kOperandShardingsAttrName,
+                ArrayAttr::get(ctx, {sharding}));
+    setSharding(op.getResult(), sharding);
+    return success();
+  }
+
   /// Decides the op's operand and result shardings from its rule.
   LogicalResult propagate(ShardingRuleOpInterface op) {
+    if (auto constraint = dyn_cast<ShardingConstraintOp>(op.getOperation()))
+      return constrain(constraint);
     Operation *operation = op.getOperation();
     MLIRContext *ctx = operation->getContext();
     ShardingRule rule = op.getShardingRule();
@@ -122,10 +147,16 @@ public:
                return used.contains(a.getValue());
              });
     };
+    // Partial axes are a set: [dp, tp] and [tp, dp] are the same state.
+    auto samePartial = [](ShardingAttr a, ShardingAttr b) {
+      return a.getPartial().size() == b.getPartial().size() &&
+             llvm::all_of(a.getPartial(), [&](StringAttr axis) {
+               return b.isPartialOn(axis.getValue());
+             });
+    };
     if (rule.partial == PartialPolicy::AllOperands && numOperands > 0 &&
         llvm::all_of(current, [&](ShardingAttr s) {
-          return partialUsable(s) &&
-                 s.getPartial() == current.front().getPartial();
+          return partialUsable(s) && samePartial(s, current.front());
         })) {
       for (unsigned i = 0; i < numOperands; ++i)
         keepPartial[i].assign(current[i].getPartial().begin(),
@@ -210,6 +241,9 @@ public:
         auto want = cast<ShardingAttr>(required[use.getOperandNumber()]);
         for (StringAttr axis : sharding.getPartial())
           if (!want.isPartialOn(axis.getValue()) &&
+              // A user splitting a dimension over the axis wants a
+              // reduce-scatter, which an early all-reduce would preclude.
+              !llvm::is_contained(want.getDims(), axis) &&
               !llvm::is_contained(eager[&op], axis.getValue())) {
             eager[&op].push_back(axis.getValue());
             grew = true;

@@ -60,3 +60,20 @@ module attributes {megac.mesh = #megac.mesh<tp = 2>} {
     return %0 : tensor<4x16xf32>
   }
 }
+
+// -----
+
+// Tests that a partial sum required split over the same axis becomes one
+// reduce-scatter (half the traffic of an all-reduce, no slice after it).
+module attributes {megac.mesh = #megac.mesh<dp = 2>} {
+  // CHECK-LABEL: func.func @reduce_scatter
+  func.func @reduce_scatter(%g: tensor<8x16xf32>) -> tensor<8x16xf32> {
+    %0 = megac.gelu %g {megac.operand_shardings = [#megac.sharding<[_, _]>], megac.sharding = #megac.sharding<[_, _], partial = [dp]>} : (tensor<8x16xf32>) -> tensor<8x16xf32>
+    // CHECK: %[[P:.*]] = megac.gelu
+    // CHECK-NEXT: %[[S:.*]] = megac.reduce_scatter %[[P]] {axis = "dp", dim = 0 : i64, megac.sharding = #megac.sharding<[dp, _]>}
+    // CHECK-NEXT: megac.sharding_constraint %[[S]]
+    // CHECK-NOT: megac.all_reduce
+    %1 = megac.sharding_constraint %0 {sharding = #megac.sharding<[dp, _]>, megac.operand_shardings = [#megac.sharding<[dp, _]>], megac.sharding = #megac.sharding<[dp, _]>} : (tensor<8x16xf32>) -> tensor<8x16xf32>
+    return %1 : tensor<8x16xf32>
+  }
+}

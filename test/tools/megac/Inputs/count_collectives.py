@@ -5,7 +5,7 @@ import collections
 import re
 import sys
 
-pattern = re.compile(r" = (all_reduce|all_gather|slice_shard) %\d+ over (\w+) group \[[\d ]+\].* : (\[[\dx]*\]) ")
+pattern = re.compile(r" = (all_reduce|all_gather|reduce_scatter|slice_shard) %\d+ over (\w+) group \[[\d ]+\].* : (\[[\dx]*\]) ")
 counts = collections.Counter()
 for line in sys.stdin:
     match = pattern.search(line)

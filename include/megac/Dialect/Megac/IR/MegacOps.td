@@ -11,6 +11,7 @@
 #define MEGAC_DIALECT_MEGAC_IR_MEGACOPS_TD
 
 include "megac/Dialect/Megac/IR/MegacBase.td"
+include "megac/Dialect/Megac/IR/MegacAttrs.td"
 include "megac/Dialect/Megac/IR/MegacInterfaces.td"
 include "mlir/Interfaces/InferTypeOpInterface.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
@@ -569,6 +570,45 @@ def Megac_AdamWOp : Megac_ModelOp<"adamw", [MemoryEffects<[MemWrite]>],
   let results = (outs Megac_F32Tensor:$result);
 }
 
+def Megac_ShardingConstraintOp : Megac_ModelOp<"sharding_constraint"> {
+  let summary = "Identity that pins its value to a sharding";
+  let description = [{
+    Its operand is required in `sharding` and its result has it; the
+    collectives that get there are inserted like any other. Axes the grid
+    lacks (or has with size 1) are dropped. megac-apply-optimizer uses it for
+    ZeRO: gradients reduce-scattered over `dp`, updated slices gathered back.
+
+    ```mlir
+    %g2 = megac.sharding_constraint %g {sharding = #megac.sharding<[dp, tp]>}
+        : (tensor<128x512xf32>) -> tensor<128x512xf32>
+    ```
+
+    Rules: `sharding_constraint_c1` the sharding has one entry per dimension
+    and no partial axis.
+  }];
+  let arguments = (ins Megac_F32Tensor:$input, Megac_ShardingAttr:$sharding);
+  let results = (outs Megac_F32Tensor:$result);
+}
+
+def Megac_AssignOp : Megac_ModelOp<"assign", [MemoryEffects<[MemWrite]>],
+                                   /*pure=*/0> {
+  let summary = "Overwrite a parameter's storage with a value";
+  let description = [{
+    The result is the parameter's new value and occupies its storage (like
+    megac.adamw). Under ZeRO, the updated slices gathered over `dp` are
+    assigned back to the whole parameter.
+
+    ```mlir
+    %p2 = megac.assign %p, %updated
+        : (tensor<128x512xf32>, tensor<128x512xf32>) -> tensor<128x512xf32>
+    ```
+
+    Rules: `assign_c1` the value has the parameter's shape.
+  }];
+  let arguments = (ins Megac_F32Tensor:$param, Megac_F32Tensor:$value);
+  let results = (outs Megac_F32Tensor:$result);
+}
+
 //===----------------------------------------------------------------------===//
 // Collectives (inserted by megac-insert-collectives)
 //===----------------------------------------------------------------------===//
@@ -592,6 +632,28 @@ def Megac_AllReduceOp : Megac_CollectiveOp<"all_reduce"> {
     Rules: `all_reduce_c1` the result type equals the input type.
   }];
   let arguments = (ins Megac_F32Tensor:$input, StrAttr:$axis);
+  let results = (outs Megac_F32Tensor:$result);
+  let hasVerifier = 1;
+}
+
+def Megac_ReduceScatterOp : Megac_CollectiveOp<"reduce_scatter"> {
+  let summary = "Sum over a grid axis, each rank keeping its chunk";
+  let description = [{
+    Turns a value that is partial over `axis` into its sum split along `dim`
+    over the same axis: the bytes of an all-reduce, half the traffic. Before
+    partitioning the types are equal; afterwards the dimension is divided by
+    the axis size.
+
+    ```mlir
+    %y = megac.reduce_scatter %x {axis = "dp", dim = 0 : i64}
+        : (tensor<128x512xf32>) -> tensor<64x512xf32>
+    ```
+
+    Rules: `reduce_scatter_c1` `dim` is a dimension of the input;
+    `reduce_scatter_c2` the other dimensions are unchanged and the scattered
+    one does not grow.
+  }];
+  let arguments = (ins Megac_F32Tensor:$input, StrAttr:$axis, I64Attr:$dim);
   let results = (outs Megac_F32Tensor:$result);
   let hasVerifier = 1;
 }

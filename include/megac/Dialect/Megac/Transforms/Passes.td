@@ -104,6 +104,13 @@ def ApplyOptimizerPass : Pass<"megac-apply-optimizer", "mlir::ModuleOp"> {
     biases and LayerNorm gains) and removes the gradient results. The
     learning-rate schedule is stored on the module as `megac.train` for the
     plan.
+
+    With `zero-stage=1` each parameter that has a dimension free of other
+    splits and divisible by the `zero-axis` size is updated in slices:
+    sharding constraints make its gradient reduce-scattered and the
+    parameter sliced over that axis, megac.adamw updates the slice (so its
+    moments are sharded too), and the updated slices are gathered and
+    assigned back (megac.assign). Other parameters are updated whole.
   }];
   let options = [
     Option<"lr", "lr", "double", /*default=*/"6.0e-4", "Peak learning rate">,
@@ -120,6 +127,11 @@ def ApplyOptimizerPass : Pass<"megac-apply-optimizer", "mlir::ModuleOp"> {
            "Decoupled weight decay for matrices">,
     Option<"maxGradNorm", "max-grad-norm", "double", /*default=*/"1.0",
            "Global gradient-norm clipping threshold (0: off)">,
+    Option<"zeroStage", "zero-stage", "int64_t", /*default=*/"0",
+           "1: shard the optimizer state over the data-parallel axis "
+           "(ZeRO stage 1)">,
+    Option<"zeroAxis", "zero-axis", "std::string", /*default=*/"\"dp\"",
+           "The data-parallel axis that ZeRO shards over">,
   ];
 }
 
