@@ -78,6 +78,19 @@ llvm::Expected<GPT2Config> parseGPT2Config(llvm::StringRef text) {
       return fail("'initializer_range' must be a positive number");
     config.initStd = *value;
   }
+  auto getRate = [&](llvm::StringRef name, double &out) -> llvm::Error {
+    if (const llvm::json::Value *value = object->get(name)) {
+      std::optional<double> rate = value->getAsNumber();
+      if (!rate || !(*rate >= 0.0 && *rate < 1.0))
+        return fail("'" + name + "' must be a number in [0, 1)");
+      out = *rate;
+    }
+    return llvm::Error::success();
+  };
+  if (auto err = getRate("embd_pdrop", config.embeddingDropout))
+    return std::move(err);
+  if (auto err = getRate("resid_pdrop", config.residualDropout))
+    return std::move(err);
   if (auto tied = object->getBoolean("tie_word_embeddings"))
     config.tieEmbeddings = *tied;
   if (auto name = object->getString("_name_or_path"))
@@ -254,6 +267,13 @@ OwningOpRef<ModuleOp> ModelBuilder::build() {
     return NameLoc::get(builder.getStringAttr(name));
   };
   auto eps = builder.getF64FloatAttr(config.layerNormEpsilon);
+  int64_t streams = 0;
+  auto dropout = [&](Location l, Value x, double rate) -> Value {
+    if (rate <= 0.0)
+      return x;
+    return DropoutOp::create(builder, l, x, builder.getF64FloatAttr(rate),
+                             builder.getI64IntegerAttr(streams++));
+  };
   auto dense = [&](Location l, Value x, unsigned w, unsigned b) -> Value {
     Value y = LinearOp::create(builder, l, x, arg(w), /*transpose=*/false);
     return AddOp::create(builder, l, y, arg(b));
@@ -264,8 +284,10 @@ OwningOpRef<ModuleOp> ModelBuilder::build() {
   Value tokenEmbedding = EmbeddingOp::create(builder, at("wte"), arg(wte), tokens);
   Value positionEmbedding =
       PositionEmbeddingOp::create(builder, at("wpe"), arg(wpe), tokens);
-  Value x = AddOp::create(builder, at("embeddings"), tokenEmbedding,
-                          positionEmbedding);
+  Value x = dropout(at("embeddings.dropout"),
+                    AddOp::create(builder, at("embeddings"), tokenEmbedding,
+                                  positionEmbedding),
+                    config.embeddingDropout);
   for (auto [l, layer] : llvm::enumerate(layers)) {
     std::string p = "h." + std::to_string(l) + ".";
     Value a = LayerNormOp::create(builder, at(p + "ln_1"), x, arg(layer.ln1w),
@@ -275,14 +297,20 @@ OwningOpRef<ModuleOp> ModelBuilder::build() {
     Value v = dense(at(p + "attn.v"), a, layer.v, layer.vb);
     Value attn = AttentionOp::create(builder, at(p + "attn"), q, k, v,
                                      config.numHeads, /*causal=*/true);
-    x = AddOp::create(builder, at(p + "residual_1"), x,
-                      dense(at(p + "attn.c_proj"), attn, layer.proj, layer.projb));
+    x = AddOp::create(
+        builder, at(p + "residual_1"), x,
+        dropout(at(p + "attn.dropout"),
+                dense(at(p + "attn.c_proj"), attn, layer.proj, layer.projb),
+                config.residualDropout));
     Value m = LayerNormOp::create(builder, at(p + "ln_2"), x, arg(layer.ln2w),
                                   arg(layer.ln2b), eps);
     Value h = GeluOp::create(builder, at(p + "mlp.gelu"),
                              dense(at(p + "mlp.c_fc"), m, layer.fc, layer.fcb));
-    x = AddOp::create(builder, at(p + "residual_2"), x,
-                      dense(at(p + "mlp.c_proj"), h, layer.out, layer.outb));
+    x = AddOp::create(
+        builder, at(p + "residual_2"), x,
+        dropout(at(p + "mlp.dropout"),
+                dense(at(p + "mlp.c_proj"), h, layer.out, layer.outb),
+                config.residualDropout));
   }
   Value f = LayerNormOp::create(builder, at("ln_f"), x, arg(lnfw), arg(lnfb), eps);
   Value logits = LinearOp::create(builder, at("lm_head"), f, arg(lmHead),

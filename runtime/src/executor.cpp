@@ -52,7 +52,7 @@ static std::vector<int64_t> vec(const flatbuffers::Vector<int64_t> *V) {
 }
 
 Executor::Executor(const Program &P, uint32_t Rank)
-    : P(P), RP(*P.ranks()->Get(Rank)) {}
+    : P(P), RP(*P.ranks()->Get(Rank)), RunSeed(P.seed()) {}
 
 void Executor::allocate() {
   size_t N = RP.buffers() ? RP.buffers()->size() : 0;
@@ -380,6 +380,24 @@ void Executor::exec(uint32_t Idx, const Instr &In, Collectives &C,
   case op::Assign:
     std::memcpy(Y.f.data(), A.f.data(), Y.bytes());
     return;
+  case op::Dropout: {
+    // ints: stream, r, global_shape (r), offset (r); floats: rate. Training
+    // steps key the mask with t (1-based); a plain forward run uses step 1;
+    // generation (inference) skips dropout.
+    if (Inference) {
+      std::memcpy(Y.f.data(), A.f.data(), Y.bytes());
+      return;
+    }
+    const size_t R = size_t(Int(1));
+    std::vector<int64_t> Global(R), Offset(R);
+    for (size_t D = 0; D < R; ++D) {
+      Global[D] = Int(unsigned(2 + D));
+      Offset[D] = Int(unsigned(2 + R + D));
+    }
+    kernels::dropout(A.f.data(), A.shape, Global, Offset, Flt(0), RunSeed,
+                     uint64_t(Int(0)), uint64_t(CurStep), Y.f.data());
+    return;
+  }
   case op::ReduceScatter: {
     // Member k receives chunk k along dim D of the sum. MPI's reduce-scatter
     // hands out contiguous blocks, so unless D = 0 the chunks are first

@@ -118,6 +118,14 @@ public:
     CurLr = Lr;
   }
   int64_t step() const { return CurStep; }
+  /// Seed of the run (--seed or the plan's; the plan's by default): keys the
+  /// dropout masks together with each dropout's stream and the step.
+  void setSeed(uint64_t Seed) { RunSeed = Seed; }
+  uint64_t seed() const { return RunSeed; }
+  /// Inference (generation): dropout is the identity. Off by default, when
+  /// dropout uses step() (1 unless a training loop sets it).
+  void setInference(bool On) { Inference = On; }
+  bool inference() const { return Inference; }
   /// Executes instructions [0, End) (all by default) once.
   RunStats run(Collectives &C, uint32_t End = UINT32_MAX);
   /// Number of instructions of the forward part (forward_end, or all).
@@ -140,6 +148,8 @@ private:
   std::vector<int32_t> AdamOfInstr; // instruction -> index in Adam, or -1
   int64_t CurStep = 1;
   double CurLr = 0;
+  uint64_t RunSeed = 0;
+  bool Inference = false;
 
   void exec(uint32_t Idx, const megac::plan::Instr &In, Collectives &C,
             Tensor &Out);

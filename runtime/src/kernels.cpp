@@ -10,6 +10,8 @@
 
 #include "kernels.h"
 #include "error.h"
+#include "init.h"
+#include "rng.h"
 
 #include <cblas.h>
 
@@ -444,6 +446,28 @@ void concatChunks(const uint8_t *Chunks, int64_t Outer, int64_t Len,
     for (int64_t O = 0; O < Outer; ++O)
       std::memcpy(Y + (O * Parts + P) * Row, Chunks + P * Chunk + O * Row,
                   Row);
+}
+
+void dropout(const float *X, const std::vector<int64_t> &Local,
+             const std::vector<int64_t> &Global,
+             const std::vector<int64_t> &Offset, double Rate, uint64_t Seed,
+             uint64_t Stream, uint64_t Step, float *Y) {
+  int64_t N = 1;
+  for (int64_t D : Local)
+    N *= D;
+  if (!(Rate > 0)) { // every u >= 0 and the scale is 1: the identity
+    if (X != Y)
+      std::copy(X, X + N, Y);
+    return;
+  }
+  const uint64_t Key = dropoutKey(Seed, Stream, Step);
+  const double Scale = 1.0 / (1.0 - Rate);
+  forEachRun(Local, Offset, Global, [&](int64_t L, int64_t G, int64_t Len) {
+    for (int64_t J = 0; J < Len; ++J)
+      Y[L + J] = dropoutUniform(Key, uint64_t(G + J)) >= Rate
+                     ? float(double(X[L + J]) * Scale)
+                     : 0.0f;
+  });
 }
 
 } // namespace kernels

@@ -135,6 +135,24 @@ void sliceChunk(const uint8_t *X, int64_t Outer, int64_t Len, int64_t Inner,
 void concatChunks(const uint8_t *Chunks, int64_t Outer, int64_t Len,
                   int64_t Inner, int64_t Parts, size_t Elem, uint8_t *Y);
 
+//===-- Dropout (format version 4) -----------------------------------------===//
+
+/// Dropout of the block \p X (shape \p Local) of a \p Global-shaped tensor,
+/// the block starting at \p Offset. Element g of the global tensor (flat,
+/// row-major over \p Global) is kept iff
+///   u = (splitmix64(K + g) >> 11) * 2^-53  >=  Rate,
+///   K = splitmix64(splitmix64(splitmix64(Seed ^ 0x64726f706f757421)
+///                             + Stream) + Step)
+/// (rng.h: dropoutKey, dropoutUniform; u and Rate compared as doubles);
+/// a kept element becomes float(double(x) * (1.0 / (1.0 - Rate))), a dropped
+/// one +0.0. The mask depends only on (Seed, Stream, Step, g), so any
+/// blocking of the tensor gives the same result, and applying the same
+/// dropout to dy is its gradient. Rate 0 copies x. Y may be X.
+void dropout(const float *X, const std::vector<int64_t> &Local,
+             const std::vector<int64_t> &Global,
+             const std::vector<int64_t> &Offset, double Rate, uint64_t Seed,
+             uint64_t Stream, uint64_t Step, float *Y);
+
 } // namespace kernels
 } // namespace megac_rt
 

@@ -598,6 +598,71 @@ inline ProgramDesc buildCollectiveTest(uint32_t World, uint64_t Seed = 1) {
   return P;
 }
 
+/// ints of a dropout (format 4) of the block at \p Offset of a \p Global
+/// tensor: [stream, r, global_shape..., offset...].
+inline std::vector<int64_t> dropoutInts(int64_t Stream,
+                                        const std::vector<int64_t> &Global,
+                                        const std::vector<int64_t> &Offset) {
+  std::vector<int64_t> I = {Stream, int64_t(Global.size())};
+  I.insert(I.end(), Global.begin(), Global.end());
+  I.insert(I.end(), Offset.begin(), Offset.end());
+  return I;
+}
+
+/// Shape of the tensor buildDropoutTest drops out (divisible by 1, 2, 4, 8).
+inline std::vector<int64_t> dropoutTestShape() { return {8, 16, 24}; }
+
+/// A forward plan that checks that dropout masks do not depend on the
+/// sharding, on a group of \p World ranks (axis "x"; World must divide
+/// every dim of dropoutTestShape()). Every rank holds the whole parameter
+/// "x" (seeded normal, std 1). For each dim d it takes its block
+/// slice_shard(x, d), applies dropout (rate \p Rate, stream 7) with the
+/// block's offset in x, and all-gathers the blocks along d into y<d>; so
+/// y0, y1 and y2 must all equal the dropout of the whole x, bit for bit,
+/// and equal the single-rank plan's. "w" is the dropout of the whole x
+/// with stream 8 (a different mask). Outputs: x, y0, y1, y2, w.
+inline ProgramDesc buildDropoutTest(uint32_t World, uint64_t Seed = 1,
+                                    double Rate = 0.25) {
+  ProgramDesc P;
+  P.modelName = "dropout-test";
+  P.modelHash = 0x64726f70ull;
+  P.worldSize = World;
+  P.batch = P.seq = P.vocabSize = 1;
+  P.seed = Seed;
+  AxisDesc X{"x", World, {{}}};
+  for (uint32_t R = 0; R < World; ++R)
+    X.groups[0].push_back(R);
+  P.axes.push_back(X);
+  const std::vector<int64_t> Shape = dropoutTestShape();
+  const std::vector<int64_t> Zero(Shape.size(), 0);
+  for (uint32_t C = 0; C < World; ++C) {
+    RankDesc R;
+    R.rank = C;
+    R.coords = {C};
+    uint32_t Px = R.addBuffer(dt::F32, Shape, "x");
+    R.params.push_back({"x", Px, Shape, Zero, ik::Normal, 1.0, "", {}});
+    R.outputs.push_back({"x", Px, ""});
+    for (int64_t D = 0; D < 3; ++D) {
+      std::vector<int64_t> Block = Shape, Off = Zero;
+      Block[size_t(D)] /= int64_t(World);
+      Off[size_t(D)] = int64_t(C) * Block[size_t(D)];
+      std::string Ds = std::to_string(D);
+      uint32_t Xb = R.emit(op::SliceShard, {Px}, Block, {D}, {}, 0,
+                           "x_block" + Ds);
+      uint32_t Yb = R.emit(op::Dropout, {Xb}, Block,
+                           dropoutInts(7, Shape, Off), {Rate}, -1,
+                           "dropout" + Ds);
+      uint32_t Y = R.emit(op::AllGather, {Yb}, Shape, {D}, {}, 0, "y" + Ds);
+      R.outputs.push_back({"y" + Ds, Y, ""});
+    }
+    uint32_t W = R.emit(op::Dropout, {Px}, Shape, dropoutInts(8, Shape, Zero),
+                        {Rate}, -1, "w");
+    R.outputs.push_back({"w", W, ""});
+    P.ranks.push_back(std::move(R));
+  }
+  return P;
+}
+
 } // namespace builder
 } // namespace megac_rt
 

@@ -50,8 +50,10 @@ constexpr OpCode AdamW = OpCode(29);
 // ZeRO (format version 3).
 constexpr OpCode ReduceScatter = OpCode(30);
 constexpr OpCode Assign = OpCode(31);
+// Dropout (format version 4).
+constexpr OpCode Dropout = OpCode(32);
 /// The highest opcode this runtime knows.
-constexpr OpCode LastOpCode = Assign;
+constexpr OpCode LastOpCode = Dropout;
 } // namespace op
 
 namespace dt {

@@ -267,6 +267,8 @@ const char *opcodeName(OpCode op) {
     return "reduce_scatter";
   case op::Assign:
     return "assign";
+  case op::Dropout:
+    return "dropout";
   }
   return "unknown";
 }
@@ -1072,6 +1074,8 @@ private:
       Want[D] /= G;
       return expectOutShape(Want);
     }
+    case op::Dropout:
+      return checkDropout();
     case op::Assign: {
       if (!expectCounts(1, 1) || !allF32())
         return false;
@@ -1143,6 +1147,39 @@ private:
     AdamNames.push_back(Name);
     AdamParams.push_back(Ins[0]);
     return true;
+  }
+
+  /// dropout: x -> x's shape (f32); floats [rate], 0 <= rate < 1; ints
+  /// [stream, r, global_shape (r), offset (r)] with r = rank of x and the
+  /// block x at offset inside global_shape.
+  bool checkDropout() {
+    if (!expectCounts(1, 1) || !allF32())
+      return false;
+    const Shape &X = in(0);
+    const size_t R = X.size();
+    if (Ints.size() != 2 + 2 * R || Ints[1] != int64_t(R))
+      return fail(Pfx + "expects " + std::to_string(2 + 2 * R) +
+                  " integer attributes (stream, r = " + std::to_string(R) +
+                  " = the rank of input 0 " + listStr(X) +
+                  ", global_shape, offset), got " + listStr(Ints));
+    Shape Global(Ints.begin() + 2, Ints.begin() + 2 + long(R));
+    Shape Off(Ints.begin() + 2 + long(R), Ints.end());
+    int64_t N = 1;
+    for (size_t D = 0; D < R; ++D) {
+      if (Global[D] < 0 || (Global[D] != 0 && N > kMaxElements / Global[D]))
+        return fail(Pfx + "invalid global shape " + listStr(Global));
+      N *= Global[D];
+    }
+    for (size_t D = 0; D < R; ++D)
+      if (Off[D] < 0 || Off[D] > Global[D] - X[D])
+        return fail(Pfx + "block " + listStr(X) + " at offset " +
+                    listStr(Off) + " does not fit in the global shape " +
+                    listStr(Global));
+    if (Floats.size() != 1 || !(Floats[0] >= 0 && Floats[0] < 1))
+      return fail(Pfx + "expects one float attribute (rate) in [0, 1)" +
+                  (Floats.size() == 1 ? ", got " + fmtDouble(Floats[0])
+                                      : std::string()));
+    return expectOutShape(X);
   }
 
   /// cross_entropy(_grad): no ints (local token count) or one positive
@@ -1377,6 +1414,8 @@ std::string attrStr(const RankProgram &R, const Instr &In) {
     return "{max_norm = " + Eps() + "}";
   case op::Fill:
     return "{value = " + Eps() + "}";
+  case op::Dropout:
+    return "{rate = " + Eps() + ", stream = " + Get(0) + "}";
   case op::AdamW: {
     auto F = [&](unsigned K) {
       return In.floats() && In.floats()->size() > K
@@ -1651,6 +1690,19 @@ nlohmann::json rankJson(const Program &P, const RankProgram &R) {
         if (adamParam(R, *In, Name, Off)) {
           X["param_name"] = Name;
           X["param_offset"] = Off;
+        }
+      }
+      if (In->op() == op::Dropout && In->ints() && In->ints()->size() >= 2 &&
+          In->floats() && In->floats()->size() == 1) {
+        // The attributes by name (the verifier checked their layout).
+        const size_t Rk = size_t(In->ints()->Get(1));
+        if (In->ints()->size() == 2 + 2 * Rk) {
+          X["rate"] = In->floats()->Get(0);
+          X["stream"] = In->ints()->Get(0);
+          X["global_shape"] = Shape(In->ints()->begin() + 2,
+                                    In->ints()->begin() + 2 + long(Rk));
+          X["offset"] = Shape(In->ints()->begin() + 2 + long(Rk),
+                              In->ints()->end());
         }
       }
       Instrs.push_back(X);

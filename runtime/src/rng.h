@@ -1,9 +1,11 @@
-//===- rng.h - Counter-based random numbers for parameter init -*- C++ -*-===//
+//===- rng.h - Counter-based random numbers (init, dropout) ----*- C++ -*-===//
 //
 // Parameters are initialized from a stateless generator indexed by the
 // element's position in the *global* (unsharded) tensor. Any rank can
 // therefore produce exactly its own slice, and a sharded run starts from
 // bit-identical weights to the single-rank run of the same model and seed.
+// Dropout masks are built the same way (format version 4), so a sharded
+// dropout drops exactly the elements the unsharded one drops.
 //
 //===----------------------------------------------------------------------===//
 
@@ -49,6 +51,26 @@ inline double normalAt(uint64_t Key, uint64_t G) {
   double U1 = unitOpenClosed(splitmix64(Key + 2 * G));
   double U2 = unitOpenClosed(splitmix64(Key + 2 * G + 1));
   return std::sqrt(-2.0 * std::log(U1)) * std::cos(6.283185307179586 * U2);
+}
+
+/// Tag mixed into the seed of dropout keys ("dropout!" in ASCII), so that
+/// the dropout streams are unrelated to the token stream and generation's
+/// sampler, which start from splitmix64(seed) and splitmix64(seed ^ tag).
+constexpr uint64_t kDropoutTag = 0x64726f706f757421ull;
+
+/// Key of the dropout mask of (\p Seed, \p Stream, \p Step):
+///   splitmix64(splitmix64(splitmix64(Seed ^ kDropoutTag) + Stream) + Step)
+/// (64-bit wrap-around arithmetic; Stream is the plan's int64 taken modulo
+/// 2^64).
+inline uint64_t dropoutKey(uint64_t Seed, uint64_t Stream, uint64_t Step) {
+  return splitmix64(splitmix64(splitmix64(Seed ^ kDropoutTag) + Stream) +
+                    Step);
+}
+
+/// Uniform in [0, 1) of global element \p G of the mask with key \p Key:
+/// the top 53 bits of splitmix64(Key + G) times 2^-53 (exact in a double).
+inline double dropoutUniform(uint64_t Key, uint64_t G) {
+  return double(splitmix64(Key + G) >> 11) * 0x1.0p-53;
 }
 
 } // namespace megac_rt

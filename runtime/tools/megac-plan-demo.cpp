@@ -20,7 +20,8 @@ int main(int Argc, char **Argv) {
   builder::TrainDemoOptions T;
   std::string Out;
   bool NoLoss = false, Print = false, Train = false;
-  uint32_t CollectiveTest = 0;
+  uint32_t CollectiveTest = 0, DropoutTest = 0;
+  double DropoutRate = 0.25;
   CLI::App App("Writes a tensor-parallel GPT-2 plan for megac-run tests, "
                "or (--train) a small hand-built training plan.",
                "megac-plan-demo");
@@ -61,7 +62,24 @@ int main(int Argc, char **Argv) {
                  "Write instead a forward plan for N ranks that checks "
                  "reduce_scatter / all_gather / assign (see "
                  "buildCollectiveTest in plan_builder.h)");
+  App.add_option("--dropout-test", DropoutTest,
+                 "Write instead a forward plan for N ranks (N dividing 8) "
+                 "that applies dropout to each rank's block of a tensor "
+                 "and gathers the blocks (see buildDropoutTest in "
+                 "plan_builder.h)");
+  App.add_option("--dropout-rate", DropoutRate,
+                 "Dropout test plan: the rate (default 0.25)");
   CLI11_PARSE(App, Argc, Argv);
+  if (DropoutTest) {
+    bool Divides = true;
+    for (int64_t D : builder::dropoutTestShape())
+      Divides &= D % int64_t(DropoutTest) == 0;
+    if (!Divides || !(DropoutRate >= 0 && DropoutRate < 1)) {
+      std::fprintf(stderr, "megac-plan-demo: error: --dropout-test needs N "
+                           "dividing 8 and 0 <= --dropout-rate < 1\n");
+      return 1;
+    }
+  }
   O.loss = !NoLoss;
   if (Train) {
     T.vocab = App.count("--vocab") ? O.vocab : T.vocab;
@@ -87,7 +105,7 @@ int main(int Argc, char **Argv) {
     }
   }
 
-  if (!Train && !CollectiveTest && (O.tp == 0 || O.vocab % O.tp || O.nEmbd % O.tp || O.nHead % O.tp ||
+  if (!Train && !CollectiveTest && !DropoutTest && (O.tp == 0 || O.vocab % O.tp || O.nEmbd % O.tp || O.nHead % O.tp ||
       O.nEmbd % O.nHead || O.seq > O.nPositions)) {
     std::fprintf(stderr, "megac-plan-demo: error: tp must divide vocab, "
                          "n-embd and n-head; n-head must divide n-embd; "
@@ -96,6 +114,8 @@ int main(int Argc, char **Argv) {
   }
   std::vector<uint8_t> Bytes = builder::buildPlanBytes(
       CollectiveTest ? builder::buildCollectiveTest(CollectiveTest, O.seed)
+      : DropoutTest  ? builder::buildDropoutTest(DropoutTest, O.seed,
+                                                 DropoutRate)
       : Train        ? builder::buildTrainDemo(T)
                      : builder::buildGpt2Demo(O),
       "megac-plan-demo 0.1");

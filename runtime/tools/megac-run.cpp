@@ -292,6 +292,12 @@ void prepare(const Options &O, Setup &S) {
   } else {
     S.exec->initParams(S.seed);
   }
+  // Dropout masks are keyed by the run's seed (after a checkpoint's, so a
+  // resumed run draws the masks the uninterrupted one would have) and the
+  // step: 1 for a forward run, t in the training loop; generation is
+  // inference, where dropout is the identity.
+  S.exec->setSeed(S.seed);
+  S.exec->setInference(S.mode == Mode::Generate);
   size_t Need = S.exec->tokensNeeded();
   if (S.mode == Mode::Forward) {
     std::vector<int32_t> Stream =
@@ -764,8 +770,9 @@ int runMain(int Argc, char **Argv) {
                  "Sample among the K most likely tokens (default 0 = all)")
       ->check(CLI::Range(int64_t(0), int64_t(1) << 40));
   auto *SeedOpt = App.add_option("--seed", O.seed,
-                                 "Seed for parameter init and the default "
-                                 "token stream (default: the plan's seed)");
+                                 "Seed for parameter init, the default "
+                                 "token stream and dropout masks (default: "
+                                 "the plan's seed)");
   App.add_flag("--quiet,-q", O.quiet, "Print nothing but errors");
   App.add_option("--backend", O.backend, "Execution backend")
       ->check(CLI::IsMember({"cpu"}))

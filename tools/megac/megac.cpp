@@ -313,6 +313,12 @@ int runImport(int argc, char **argv) {
       "no-tensor-parallel",
       cl::desc("Leave weights unannotated (everything replicated)"),
       cl::cat(category));
+  static cl::opt<double> dropout(
+      "dropout",
+      cl::desc("Dropout rate after the embeddings and on the residual "
+               "branches (overrides embd_pdrop and resid_pdrop; training "
+               "only)"),
+      cl::init(-1.0), cl::cat(category));
   static cl::opt<std::string> output("o", cl::desc("Output file (default: -)"),
                                      cl::value_desc("file"), cl::init("-"),
                                      cl::cat(category));
@@ -336,6 +342,11 @@ int runImport(int argc, char **argv) {
     parsed = *result;
   }
   parsed.tensorParallel = !noTP;
+  if (dropout >= 0.0) {
+    if (dropout >= 1.0)
+      return fail("--dropout must lie in [0, 1)");
+    parsed.embeddingDropout = parsed.residualDropout = dropout;
+  }
   DialectRegistry registry;
   megac::registerAllDialects(registry);
   MLIRContext ctx(registry);

@@ -30,6 +30,11 @@ struct GPT2Config {
   bool tieEmbeddings = true;
   /// Annotate weights with Megatron tensor-parallel shardings on axis "tp".
   bool tensorParallel = true;
+  /// Dropout after the embeddings (embd_pdrop) and on the two residual
+  /// branches of each block (resid_pdrop); 0 emits none. Attention
+  /// probabilities are not dropped (attention is one fused op).
+  double embeddingDropout = 0.0;
+  double residualDropout = 0.0;
 };
 
 /// Parses a HuggingFace GPT-2 config (also accepts the generic names

@@ -347,6 +347,22 @@ private:
           result = describeUpdatedParameter(a, paramName, paramOffset);
         })
         .Case<AssignOp>([&](auto) { code = mp::OpCode_Assign; })
+        .Case<DropoutOp>([&](DropoutOp d) {
+          // The mask is drawn by global position: the plan says where this
+          // rank's block sits in the whole tensor.
+          code = mp::OpCode_Dropout;
+          floats = {d.getRate().convertToDouble()};
+          auto type = cast<RankedTensorType>(d.getResult().getType());
+          ShardingAttr sharding = getShardingOrReplicated(d.getResult());
+          ints = {static_cast<int64_t>(d.getStream()), type.getRank()};
+          for (int64_t dim = 0; dim < type.getRank(); ++dim)
+            ints.push_back(type.getDimSize(dim) *
+                           grid.axisSize(sharding.getDimAxis(dim)));
+          for (int64_t dim = 0; dim < type.getRank(); ++dim) {
+            int64_t index = grid.axisIndex(sharding.getDimAxis(dim));
+            ints.push_back(index < 0 ? 0 : coords[index] * type.getDimSize(dim));
+          }
+        })
         .Case<ReduceScatterOp>([&](ReduceScatterOp c) {
           code = mp::OpCode_ReduceScatter;
           ints = {static_cast<int64_t>(c.getDim())};

@@ -276,3 +276,12 @@ func.func @reduce_scatter_c2(%x: tensor<4x8xf32>) {
   %0 = megac.reduce_scatter %x {axis = "dp", dim = 0 : i64} : (tensor<4x8xf32>) -> tensor<8x8xf32>
   return
 }
+
+// -----
+
+// Tests dropout_c1: the rate lies in [0, 1).
+func.func @dropout_c1(%x: tensor<4x8xf32>) {
+  // expected-error@+1 {{dropout_c1: rate = 1.000000e+00 must lie in [0, 1)}}
+  %0 = megac.dropout %x {rate = 1.0 : f64, stream = 0 : i64} : (tensor<4x8xf32>) -> tensor<4x8xf32>
+  return
+}

@@ -72,3 +72,11 @@ func.func @zero_ops(%p: tensor<128x64xf32>, %g: tensor<128x64xf32>) -> tensor<12
   %a = megac.assign %p, %c : (tensor<128x64xf32>, tensor<128x64xf32>) -> tensor<128x64xf32>
   return %a : tensor<128x64xf32>
 }
+
+// Tests dropout's syntax.
+// CHECK-LABEL: func.func @dropout
+func.func @dropout(%x: tensor<4x64xf32>) -> tensor<4x64xf32> {
+  // CHECK: megac.dropout %{{.*}} {rate = 1.000000e-01 : f64, stream = 3 : i64}
+  %0 = megac.dropout %x {rate = 0.1 : f64, stream = 3 : i64} : (tensor<4x64xf32>) -> tensor<4x64xf32>
+  return %0 : tensor<4x64xf32>
+}

@@ -154,6 +154,18 @@ LogicalResult GeluOp::inferReturnTypes(MLIRContext *, std::optional<Location>,
   return success();
 }
 
+LogicalResult DropoutOp::inferReturnTypes(MLIRContext *,
+                                          std::optional<Location> loc,
+                                          Adaptor adaptor,
+                                          SmallVectorImpl<Type> &types) {
+  double rate = adaptor.getRate().convertToDouble();
+  if (!(rate >= 0.0 && rate < 1.0))
+    return emitOptionalError(loc, "dropout_c1: rate = ", rate,
+                             " must lie in [0, 1)");
+  types.push_back(adaptor.getInput().getType());
+  return success();
+}
+
 LogicalResult SoftmaxOp::inferReturnTypes(MLIRContext *,
                                           std::optional<Location> loc,
                                           Adaptor adaptor,
@@ -396,6 +408,13 @@ ShardingRule MulOp::getShardingRule() {
 ShardingRule GeluOp::getShardingRule() {
   return elementwiseRule(tensorTypeOf(getInput()).getRank(), 1,
                          PartialPolicy::None);
+}
+
+ShardingRule DropoutOp::getShardingRule() {
+  // Scaling by a mask that every layout draws alike is linear: partial sums
+  // may pass through.
+  return elementwiseRule(tensorTypeOf(getInput()).getRank(), 1,
+                         PartialPolicy::AllOperands);
 }
 
 ShardingRule SoftmaxOp::getShardingRule() {

@@ -138,3 +138,12 @@ LogicalResult CrossEntropyOp::buildVJP(OpBuilder &b, Value dy,
            Value()});
   return success();
 }
+
+LogicalResult DropoutOp::buildVJP(OpBuilder &b, Value dy,
+                                  SmallVectorImpl<Value> &grads) {
+  // The mask depends on the stream, step and global position only: the same
+  // dropout of the output gradient applies the forward pass's mask.
+  grads.assign({DropoutOp::create(b, getLoc(), dy, getRateAttr(),
+                                  getStreamAttr())});
+  return success();
+}

@@ -13,6 +13,9 @@ void buildPartitionPipeline(OpPassManager &pm, const PartitionOptions &options) 
     pm.addPass(createSetMeshPass(SetMeshPassOptions{options.mesh}));
   pm.addPass(createSpecializeShapesPass(
       SpecializeShapesPassOptions{options.batch, options.seq}));
+  // Dropout is a training-time transformation; inference plans drop it.
+  if (!options.train && !options.gradients)
+    pm.addPass(createDisableDropoutPass());
   if (options.train || options.gradients)
     pm.addPass(createAutodiffPass());
   if (options.train)

@@ -254,6 +254,33 @@ def Megac_AttentionOp : Megac_ModelOp<"attention", [Megac_Differentiable]> {
   let results = (outs Megac_F32Tensor:$result);
 }
 
+def Megac_DropoutOp : Megac_ModelOp<"dropout", [Megac_Differentiable]> {
+  let summary = "Dropout with a mask that depends on global positions only";
+  let description = [{
+    Keeps each element with probability `1 - rate` and scales it by
+    `1 / (1 - rate)`. Whether element `g` (its flat index in the whole,
+    unsharded tensor) is kept is a counter-based random function of the run's
+    seed, `stream`, the training step and `g`, so:
+    - ranks holding the same elements (a tensor whole over a tensor-parallel
+      group) draw the same mask and ranks holding different ones draw
+      different masks: Megatron's RNG rules without per-region streams;
+    - every grid draws the same mask: a sharded run reproduces one rank;
+    - the gradient is the same dropout (same stream) of the output gradient.
+
+    Training only: `megac compile` without `--train` or `--gradients`
+    removes dropout (megac-disable-dropout).
+
+    ```mlir
+    %y = megac.dropout %x {rate = 0.1 : f64, stream = 3 : i64}
+        : (tensor<4x64x128xf32>) -> tensor<4x64x128xf32>
+    ```
+
+    Rules: `dropout_c1` the rate lies in [0, 1).
+  }];
+  let arguments = (ins Megac_F32Tensor:$input, F64Attr:$rate, I64Attr:$stream);
+  let results = (outs Megac_F32Tensor:$result);
+}
+
 //===----------------------------------------------------------------------===//
 // Layout
 //===----------------------------------------------------------------------===//

@@ -135,4 +135,12 @@ def ApplyOptimizerPass : Pass<"megac-apply-optimizer", "mlir::ModuleOp"> {
   ];
 }
 
+def DisableDropoutPass : Pass<"megac-disable-dropout", "mlir::ModuleOp"> {
+  let summary = "Remove dropout (inference)";
+  let description = [{
+    Replaces every megac.dropout by its input. `megac compile` runs it for
+    forward (inference) plans; training and gradient plans keep dropout.
+  }];
+}
+
 #endif // MEGAC_DIALECT_MEGAC_TRANSFORMS_PASSES_TD
