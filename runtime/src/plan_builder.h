@@ -546,6 +546,22 @@ inline ProgramDesc buildTrainDemo(const TrainDemoOptions &O) {
   return P;
 }
 
+/// A program for collective tests: `World` ranks on one axis "x", no data.
+inline ProgramDesc singleAxisProgram(const std::string &Name, uint64_t Hash,
+                                     uint32_t World, uint64_t Seed) {
+  ProgramDesc P;
+  P.modelName = Name;
+  P.modelHash = Hash;
+  P.worldSize = World;
+  P.batch = P.seq = P.vocabSize = 1;
+  P.seed = Seed;
+  AxisDesc X{"x", World, {{}}};
+  for (uint32_t R = 0; R < World; ++R)
+    X.groups[0].push_back(R);
+  P.axes.push_back(X);
+  return P;
+}
+
 /// A forward plan that exercises the collectives on a group of \p World
 /// ranks (axis "x"): every rank holds the same parameter "x" of shape
 /// [2W, 4W, 6W] (seeded normal, std 1) and contributes y = x * (rank + 1),
@@ -554,16 +570,8 @@ inline ProgramDesc buildTrainDemo(const TrainDemoOptions &O) {
 /// whole sum), and assigns ag1 into a second parameter "z" (zeros). Outputs:
 /// x, rs0..rs2 (rank 0's chunks), ag0..ag2, z.
 inline ProgramDesc buildCollectiveTest(uint32_t World, uint64_t Seed = 1) {
-  ProgramDesc P;
-  P.modelName = "collective-test";
-  P.modelHash = 0x636f6c6cull;
-  P.worldSize = World;
-  P.batch = P.seq = P.vocabSize = 1;
-  P.seed = Seed;
-  AxisDesc X{"x", World, {{}}};
-  for (uint32_t R = 0; R < World; ++R)
-    X.groups[0].push_back(R);
-  P.axes.push_back(X);
+  ProgramDesc P =
+      singleAxisProgram("collective-test", 0x636f6c6cull, World, Seed);
   const int64_t W = World;
   const std::vector<int64_t> Shape = {2 * W, 4 * W, 6 * W};
   for (uint32_t C = 0; C < World; ++C) {
@@ -623,16 +631,7 @@ inline std::vector<int64_t> dropoutTestShape() { return {8, 16, 24}; }
 /// with stream 8 (a different mask). Outputs: x, y0, y1, y2, w.
 inline ProgramDesc buildDropoutTest(uint32_t World, uint64_t Seed = 1,
                                     double Rate = 0.25) {
-  ProgramDesc P;
-  P.modelName = "dropout-test";
-  P.modelHash = 0x64726f70ull;
-  P.worldSize = World;
-  P.batch = P.seq = P.vocabSize = 1;
-  P.seed = Seed;
-  AxisDesc X{"x", World, {{}}};
-  for (uint32_t R = 0; R < World; ++R)
-    X.groups[0].push_back(R);
-  P.axes.push_back(X);
+  ProgramDesc P = singleAxisProgram("dropout-test", 0x64726f70ull, World, Seed);
   const std::vector<int64_t> Shape = dropoutTestShape();
   const std::vector<int64_t> Zero(Shape.size(), 0);
   for (uint32_t C = 0; C < World; ++C) {

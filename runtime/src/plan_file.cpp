@@ -656,6 +656,17 @@ private:
     }
     return true;
   }
+  /// The output is the input divided along dim D by the group size G
+  /// (slice_shard keeps a chunk, reduce_scatter a summed chunk).
+  bool expectSplitAlong(int64_t D, int64_t G) {
+    if (in(0)[D] % G != 0)
+      return fail(Pfx + "dimension " + std::to_string(D) + " of " +
+                  listStr(in(0)) + " is not divisible by the group size " +
+                  std::to_string(G));
+    Shape Want = in(0);
+    Want[D] /= G;
+    return expectOutShape(Want);
+  }
   bool expectOutShape(const Shape &Want) {
     if (out(0) != Want)
       return fail(Pfx + "output has shape " + listStr(out(0)) +
@@ -901,13 +912,7 @@ private:
         Want[D] *= G;
         return expectOutShape(Want);
       }
-      if (in(0)[D] % G != 0)
-        return fail(Pfx + "dimension " + std::to_string(D) + " of " +
-                    listStr(in(0)) + " is not divisible by the group size " +
-                    std::to_string(G));
-      Shape Want = in(0);
-      Want[D] /= G;
-      return expectOutShape(Want);
+      return expectSplitAlong(D, G);
     }
     case op::LinearWeightGrad: {
       if (!expectCounts(2, 1) || !allF32() || !expectRank(true, 0, 1, 64) ||
@@ -1066,13 +1071,7 @@ private:
       if (!expectCounts(1, 1) || !allF32() || !checkAxis(In, G) ||
           !checkDim(in(0), D))
         return false;
-      if (in(0)[D] % G != 0)
-        return fail(Pfx + "dimension " + std::to_string(D) + " of " +
-                    listStr(in(0)) + " is not divisible by the group size " +
-                    std::to_string(G));
-      Shape Want = in(0);
-      Want[D] /= G;
-      return expectOutShape(Want);
+      return expectSplitAlong(D, G);
     }
     case op::Dropout:
       return checkDropout();
