@@ -4,6 +4,10 @@
 # layers, to check that compile time stays linear in depth.
 #   bench/compile_time.sh [MESH]      (default tp=8)
 set -euo pipefail
+# Debian's python3 (setup.sh installs python3-numpy for it), not whatever
+# python3 comes first on PATH.
+PY=/usr/bin/python3
+[[ -x $PY ]] || PY=python3
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BIN="${MEGAC_BUILD_DIR:-$ROOT/build}/bin"
 MESH="${1:-tp=8}"
@@ -19,10 +23,10 @@ for L in 24 48 96; do
     /usr/bin/time -f "%e %M" -o "$TMP/time" "$BIN/megac" compile "$TMP/m.mlir" \
       --mesh "$MESH" --batch 1 --seq 2048 -o "$TMP/m.mgc" --quiet
     read -r secs rss < "$TMP/time"
-    ms=$(python3 -c "print(round($secs * 1000))")
+    ms=$("$PY" -c "print(round($secs * 1000))")
     if [[ -z "$best" || $ms -lt $best ]]; then best=$ms; best_rss=$rss; fi
   done
   kib=$(( $(stat -c %s "$TMP/m.mgc") / 1024 ))
   printf '%-7s %-8s %12s %14s %12s %14s\n' "$L" "$MESH" "$best" "$((best_rss / 1024))" "$kib" \
-    "$(python3 -c "print(round($best / $L, 2))")"
+    "$("$PY" -c "print(round($best / $L, 2))")"
 done

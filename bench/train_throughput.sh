@@ -6,6 +6,10 @@
 # absolute numbers are those of this machine.
 #   bench/train_throughput.sh [STEPS]      (default 30)
 set -euo pipefail
+# Debian's python3 (setup.sh installs python3-numpy for it), not whatever
+# python3 comes first on PATH.
+PY=/usr/bin/python3
+[[ -x $PY ]] || PY=python3
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BIN="${MEGAC_BUILD_DIR:-$ROOT/build}/bin"
 STEPS="${1:-30}"
@@ -16,7 +20,7 @@ export OPENBLAS_NUM_THREADS=1
 
 echo '{"n_layer": 4, "n_embd": 128, "n_head": 4, "vocab_size": 256, "n_positions": 128}' > "$TMP/c.json"
 "$BIN/megac" import --hf-config "$TMP/c.json" -o "$TMP/m.mlir"
-python3 -c "import numpy as np; np.random.default_rng(0).integers(0, 256, 200000, dtype=np.uint16).tofile('$TMP/d.bin')"
+"$PY" -c "import numpy as np; np.random.default_rng(0).integers(0, 256, 200000, dtype=np.uint16).tofile('$TMP/d.bin')"
 
 printf '%-12s %6s %14s %12s %16s\n' grid ranks "tokens/s" "vs 1 rank" "peak RSS MiB/rank"
 base=""
@@ -24,20 +28,20 @@ for MESH in none tp=2 dp=2 tp=4 dp=2,tp=2 dp=4; do
   MESH_ARGS=(); RANKS=1
   if [[ $MESH != none ]]; then
     MESH_ARGS=(--mesh "$MESH")
-    RANKS=$(python3 -c "import math; print(math.prod(int(p.split('=')[1]) for p in '$MESH'.split(',')))")
+    RANKS=$("$PY" -c "import math; print(math.prod(int(p.split('=')[1]) for p in '$MESH'.split(',')))")
   fi
   "$BIN/megac" compile "$TMP/m.mlir" --train "${MESH_ARGS[@]}" --batch 16 --seq 128 \
     -o "$TMP/p.mgc" --quiet
   /usr/bin/time -f "%M" -o "$TMP/rss" mpirun --oversubscribe -np "$RANKS" \
     "$BIN/megac-run" "$TMP/p.mgc" --steps "$STEPS" --data "$TMP/d.bin" \
     --metrics "$TMP/m.jsonl" -q
-  tps=$(python3 -c "
+  tps=$("$PY" -c "
 import json
 r = [json.loads(l)['tokens_per_s'] for l in open('$TMP/m.jsonl')][3:]
 print(round(sum(r) / len(r)))")
   [[ -z "$base" ]] && base=$tps
   rss=$(( $(cat "$TMP/rss") / 1024 ))
   printf '%-12s %6s %14s %12s %16s\n' "$MESH" "$RANKS" "$tps" \
-    "$(python3 -c "print(f'{$tps / $base:.2f}x')")" "$rss"
+    "$("$PY" -c "print(f'{$tps / $base:.2f}x')")" "$rss"
 done
 echo "(tokens/s: mean over steps 4..$STEPS; peak RSS: the largest rank, from /usr/bin/time on mpirun's children)"

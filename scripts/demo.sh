@@ -13,6 +13,10 @@
 # MEGAC_DEMO_TP: tensor-parallel degree of steps 2-4 (1, 2 or 4);
 # MEGAC_DEMO_STEPS: training steps (default 400).
 set -euo pipefail
+# Debian's python3 (setup.sh installs python3-numpy for it), not whatever
+# python3 comes first on PATH.
+PY=/usr/bin/python3
+[[ -x $PY ]] || PY=python3
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${MEGAC_BUILD_DIR:-$ROOT/build}"
 TP="${MEGAC_DEMO_TP:-4}"
@@ -50,11 +54,11 @@ mpirun --oversubscribe -np "$TP" megac-run "$OUT/gpt2-tiny.tp$TP.mgc" \
   --save-outputs "$OUT/out.tp$TP.safetensors"
 
 step "tp=$TP against 1 rank"
-python3 "$ROOT/utils/compare_safetensors.py" "$OUT/out.tp1.safetensors" \
+"$PY" "$ROOT/utils/compare_safetensors.py" "$OUT/out.tp1.safetensors" \
   "$OUT/out.tp$TP.safetensors" --tol 1e-5
 
 step "training data: the Jargon File, byte level"
-python3 "$ROOT/utils/prepare_text.py" /usr/share/doc/jargon-text/jargon.txt.gz \
+"$PY" "$ROOT/utils/prepare_text.py" /usr/share/doc/jargon-text/jargon.txt.gz \
   -o "$OUT/jargon.bin" --val-fraction 0.1 --val-out "$OUT/jargon-val.bin"
 
 step "megac compile --train (byte-level GPT-2, 4 layers, hidden 128; grid dp=2,tp=2)"
@@ -71,7 +75,7 @@ rm -rf "$OUT/checkpoints"
 mpirun --oversubscribe -np 4 megac-run "$OUT/gpt2-bytes.train.mgc" --steps "$STEPS" \
   --data "$OUT/jargon.bin" --metrics "$OUT/metrics.jsonl" \
   --save-checkpoint "$OUT/checkpoints"
-python3 - "$OUT/metrics.jsonl" <<'PY'
+"$PY" - "$OUT/metrics.jsonl" <<'PY'
 import json, sys
 losses = [json.loads(line)["loss"] for line in open(sys.argv[1])]
 tail = sum(losses[-20:]) / len(losses[-20:])
