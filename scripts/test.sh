@@ -15,5 +15,7 @@ LIT="$(llvm-config-22 --bindir)/lit"
 status=0
 "$LIT" -v --xunit-xml-output "$BUILD/test-results.xml" \
   "$BUILD/test" "$BUILD/test/Unit" || status=$?
-/usr/bin/python3 "$ROOT/utils/lit_summary.py" 2>/dev/null || python3 "$ROOT/utils/lit_summary.py" "$BUILD/test-results.xml"
+PY=/usr/bin/python3
+[[ -x $PY ]] || PY=python3
+"$PY" "$ROOT/utils/lit_summary.py" "$BUILD/test-results.xml"
 exit $status
