@@ -125,16 +125,6 @@ std::string shardFileName(uint32_t Rank) {
   return Buf;
 }
 
-std::string planGridString(const Program &P) {
-  if (!P.axes() || P.axes()->size() == 0)
-    return "single";
-  std::string R;
-  for (const Axis *A : *P.axes())
-    R += (R.empty() ? "" : " x ") + A->name()->str() + "=" +
-         std::to_string(A->size());
-  return R;
-}
-
 void writeFileAtomic(const std::string &Path, const void *Data, size_t Size) {
   const std::string Tmp = Path + ".tmp";
   int Fd = ::open(Tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -308,9 +298,9 @@ CheckpointMeta readCheckpointMeta(const std::string &DirIn, const Program &P,
                    std::to_string(M.worldSize) + " ranks but the plan has " +
                    std::to_string(P.world_size()) +
                    " (use utils/merge_checkpoint.py to compare across grids)");
-  if (M.grid != planGridString(P))
+  if (M.grid != gridString(P))
     throw RunError(MetaPath + ": checkpoint grid " + M.grid +
-                   " does not match the plan's grid " + planGridString(P));
+                   " does not match the plan's grid " + gridString(P));
   if (M.modelHash != P.model_hash())
     throw RunError(MetaPath + ": checkpoint is for model hash " +
                    hex64(M.modelHash) + " but the plan's model hash is " +

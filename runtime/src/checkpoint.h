@@ -54,8 +54,6 @@ struct CheckpointMeta {
 std::string stepDirName(int64_t Step);
 /// "rank-00003.safetensors".
 std::string shardFileName(uint32_t Rank);
-/// "tp=2 x dp=2", or "single" for a grid without axes.
-std::string planGridString(const megac::plan::Program &P);
 
 /// Writes \p Path atomically: temporary file, fsync, rename, fsync of the
 /// directory. Throws RunError "<path>: <what>".

@@ -117,6 +117,30 @@ void attentionProbabilities(const float *Qh, const float *Kh, int64_t S,
       Row[J] = 0.0f;
   }
 }
+
+/// Max and sum of exp(x - max) of one row of logits, as the loss and its
+/// gradient both need them (the gradient must see the loss's softmax).
+struct RowSoftmax {
+  float Max;
+  double Sum;
+};
+RowSoftmax rowSoftmax(const float *L, int64_t V) {
+  RowSoftmax Row{*std::max_element(L, L + V), 0.0};
+  for (int64_t I = 0; I < V; ++I)
+    Row.Sum += std::exp(double(L[I]) - Row.Max);
+  return Row;
+}
+
+/// Labels[R], checked to be a class of a V-way softmax.
+int32_t checkedLabel(const char *Op, const int32_t *Labels, int64_t R,
+                     int64_t V) {
+  int32_t Lab = Labels[R];
+  if (Lab < 0 || Lab >= V)
+    throw RunError(std::string(Op) + ": label " + std::to_string(Lab) +
+                   " at position " + std::to_string(R) + " is outside [0, " +
+                   std::to_string(V) + ")");
+  return Lab;
+}
 } // namespace
 
 void softmax(const float *X, int64_t Rows, int64_t Cols, float *Y) {
@@ -172,16 +196,9 @@ double crossEntropy(const float *Logits, int64_t Rows, int64_t V,
   double Total = 0;
   for (int64_t R = 0; R < Rows; ++R) {
     const float *L = Logits + R * V;
-    int32_t Lab = Labels[R];
-    if (Lab < 0 || Lab >= V)
-      throw RunError("cross_entropy: label " + std::to_string(Lab) +
-                     " at position " + std::to_string(R) +
-                     " is outside [0, " + std::to_string(V) + ")");
-    float Max = *std::max_element(L, L + V);
-    double Sum = 0;
-    for (int64_t I = 0; I < V; ++I)
-      Sum += std::exp(double(L[I]) - Max);
-    Total += std::log(Sum) + Max - L[Lab];
+    int32_t Lab = checkedLabel("cross_entropy", Labels, R, V);
+    RowSoftmax Row = rowSoftmax(L, V);
+    Total += std::log(Row.Sum) + Row.Max - L[Lab];
   }
   if (Normalizer > 0)
     return Total / Normalizer;
@@ -372,17 +389,10 @@ void crossEntropyGrad(const float *Logits, int64_t Rows, int64_t V,
   for (int64_t R = 0; R < Rows; ++R) {
     const float *L = Logits + R * V;
     float *D = DLogits + R * V;
-    int32_t Lab = Labels[R];
-    if (Lab < 0 || Lab >= V)
-      throw RunError("cross_entropy_grad: label " + std::to_string(Lab) +
-                     " at position " + std::to_string(R) +
-                     " is outside [0, " + std::to_string(V) + ")");
-    float Max = *std::max_element(L, L + V);
-    double Sum = 0;
-    for (int64_t I = 0; I < V; ++I)
-      Sum += std::exp(double(L[I]) - Max);
+    int32_t Lab = checkedLabel("cross_entropy_grad", Labels, R, V);
+    RowSoftmax Row = rowSoftmax(L, V);
     for (int64_t I = 0; I < V; ++I) {
-      double P = std::exp(double(L[I]) - Max) / Sum;
+      double P = std::exp(double(L[I]) - Row.Max) / Row.Sum;
       D[I] = float((P - (I == Lab ? 1.0 : 0.0)) * Scale);
     }
   }

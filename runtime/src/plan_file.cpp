@@ -122,17 +122,6 @@ std::string str(const flatbuffers::String *S) {
   return S ? S->str() : std::string();
 }
 
-std::string gridStr(const Program &P) {
-  if (!P.axes() || P.axes()->size() == 0)
-    return "single";
-  std::string R;
-  for (const Axis *A : *P.axes()) {
-    if (!R.empty())
-      R += " x ";
-    R += str(A->name()) + "=" + std::to_string(A->size());
-  }
-  return R;
-}
 
 std::string fmtDouble(double D) {
   char Buf[64];
@@ -200,6 +189,18 @@ bool adamParam(const RankProgram &R, const Instr &In, std::string &Name,
 }
 
 } // namespace
+
+std::string gridString(const Program &P) {
+  if (!P.axes() || P.axes()->size() == 0)
+    return "single";
+  std::string R;
+  for (const Axis *A : *P.axes()) {
+    if (!R.empty())
+      R += " x ";
+    R += str(A->name()) + "=" + std::to_string(A->size());
+  }
+  return R;
+}
 
 const char *opcodeName(OpCode op) {
   switch (op) {
@@ -327,7 +328,7 @@ private:
       return fail("world size is 0");
     if (Product != P.world_size())
       return fail("world size " + std::to_string(P.world_size()) +
-                  " does not match the grid " + gridStr(P) + " (" +
+                  " does not match the grid " + gridString(P) + " (" +
                   std::to_string(Product) + " ranks)");
     size_t NRanks = P.ranks() ? P.ranks()->size() : 0;
     if (NRanks != P.world_size())
@@ -656,6 +657,12 @@ private:
     }
     return true;
   }
+  /// Exactly one float attribute, positive (an epsilon, a max norm).
+  bool expectPositiveFloat(const char *Name) {
+    if (Floats.size() != 1 || !(Floats[0] > 0))
+      return fail(Pfx + "expects one positive float attribute (" + Name + ")");
+    return true;
+  }
   /// The output is the input divided along dim D by the group size G
   /// (slice_shard keeps a chunk, reduce_scatter a summed chunk).
   bool expectSplitAlong(int64_t D, int64_t G) {
@@ -826,9 +833,7 @@ private:
       if (in(1) != H || in(2) != H)
         return fail(Pfx + "gamma " + listStr(in(1)) + " and beta " +
                     listStr(in(2)) + " must both have shape " + listStr(H));
-      if (Floats.size() != 1 || !(Floats[0] > 0))
-        return fail(Pfx + "expects one positive float attribute (epsilon)");
-      return expectOutShape(in(0));
+      return expectPositiveFloat("epsilon") && expectOutShape(in(0));
     }
     case op::Attention: {
       if (!expectCounts(3, 1) || !allF32() || !expectRank(true, 0, 3, 3) ||
@@ -946,16 +951,12 @@ private:
       if (in(2) != in(0))
         return fail(Pfx + "dy " + listStr(in(2)) + " must have x's shape " +
                     listStr(in(0)));
-      if (Floats.size() != 1 || !(Floats[0] > 0))
-        return fail(Pfx + "expects one positive float attribute (epsilon)");
-      return expectOutShape(in(0));
+      return expectPositiveFloat("epsilon") && expectOutShape(in(0));
     }
     case op::Normalize:
       if (!expectCounts(1, 1) || !allF32() || !expectRank(true, 0, 1, 64))
         return false;
-      if (Floats.size() != 1 || !(Floats[0] > 0))
-        return fail(Pfx + "expects one positive float attribute (epsilon)");
-      return expectOutShape(in(0));
+      return expectPositiveFloat("epsilon") && expectOutShape(in(0));
     case op::AttentionGrad: {
       if (!expectCounts(4, 1) || !allF32() || !expectRank(true, 0, 3, 3) ||
           !expectInts(3, "num_heads_local, causal, which"))
@@ -1030,9 +1031,7 @@ private:
     case op::ClipCoefficient:
       if (!expectCounts(1, 1) || !allF32() || !expectRank(true, 0, 0, 0))
         return false;
-      if (Floats.size() != 1 || !(Floats[0] > 0))
-        return fail(Pfx + "expects one positive float attribute (max_norm)");
-      return expectOutShape({});
+      return expectPositiveFloat("max_norm") && expectOutShape({});
     case op::Fill:
       if (!expectCounts(0, 1) || !allF32())
         return false;
@@ -1566,7 +1565,7 @@ std::string dumpPlanText(const LoadedPlan &plan, int rank) {
     OS << "megac plan (format " << plan.plan->format_version()
        << ", producer \"" << str(plan.plan->producer()) << "\")\n";
     OS << "model " << str(P.model_name()) << " (hash " << hex64(P.model_hash())
-       << "), world size " << P.world_size() << ", grid " << gridStr(P)
+       << "), world size " << P.world_size() << ", grid " << gridString(P)
        << ", batch " << P.batch() << ", seq " << P.seq() << ", vocab "
        << P.vocab_size() << ", seed " << P.seed();
     if (P.global_batch())

@@ -109,16 +109,6 @@ void info(const Options &O, const char *Fmt, ...) {
   va_end(Ap);
 }
 
-std::string gridString(const Program &P) {
-  if (!P.axes() || P.axes()->size() == 0)
-    return "single";
-  std::string R;
-  for (const Axis *A : *P.axes())
-    R += (R.empty() ? "" : " x ") + A->name()->str() + "=" +
-         std::to_string(A->size());
-  return R;
-}
-
 std::string humanCount(uint64_t N) {
   char Buf[64];
   if (N < 10000)
@@ -414,6 +404,20 @@ void saveOutputs(const Options &O, const Setup &S) {
   std::exit(1);
 }
 
+/// Builds this rank's per-axis communicators and waits for every rank, so
+/// that no rank starts a step while another is still setting up.
+std::unique_ptr<MpiCollectives> joinCollectives(const Program &P,
+                                                int WorldRank) {
+  std::unique_ptr<MpiCollectives> Comm;
+  try {
+    Comm = std::make_unique<MpiCollectives>(P, uint32_t(WorldRank));
+  } catch (const std::exception &Ex) {
+    abortJob(Ex);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  return Comm;
+}
+
 /// Saves a checkpoint of step \p Step: every rank writes its shard, the
 /// ranks agree, rank 0 gathers the shard sizes and CRCs and writes
 /// meta.json and then `latest`. Returns false (error already printed) if
@@ -440,7 +444,7 @@ bool saveCheckpoint(const Options &O, Setup &S, int64_t Step) {
     M.dataPosition = S.dataPos;
     M.seed = S.seed;
     M.worldSize = P.world_size();
-    M.grid = planGridString(P);
+    M.grid = gridString(P);
     M.modelHash = P.model_hash();
     for (int R = 0; R < WorldSize; ++R)
       M.shards.push_back({uint32_t(R), shardFileName(uint32_t(R)),
@@ -497,13 +501,7 @@ int runTraining(const Options &O, Setup &S) {
       WorldRank == 0 && !O.quiet && !Launched && ::isatty(STDOUT_FILENO);
   const int64_t Every = std::max<int64_t>(1, O.steps / 20);
   double TotalSec = 0, FirstLoss = 0, LastLoss = 0;
-  std::unique_ptr<MpiCollectives> Comm;
-  try {
-    Comm = std::make_unique<MpiCollectives>(P, uint32_t(WorldRank));
-  } catch (const std::exception &Ex) {
-    abortJob(Ex);
-  }
-  MPI_Barrier(MPI_COMM_WORLD);
+  std::unique_ptr<MpiCollectives> Comm = joinCollectives(P, WorldRank);
   for (int64_t T = First; T <= Last; ++T) {
     auto T0 = std::chrono::steady_clock::now();
     double Lr = kernels::learningRate(TC.max_lr(), TC.min_lr(),
@@ -629,13 +627,7 @@ int runGeneration(const Options &O, Setup &S) {
     Toks.push_back(C);
   const size_t PromptLen = Toks.size();
   const uint64_t Key = splitmix64(S.seed ^ 0x67656e6572617465ull);
-  std::unique_ptr<MpiCollectives> Comm;
-  try {
-    Comm = std::make_unique<MpiCollectives>(P, uint32_t(WorldRank));
-  } catch (const std::exception &Ex) {
-    abortJob(Ex);
-  }
-  MPI_Barrier(MPI_COMM_WORLD);
+  std::unique_ptr<MpiCollectives> Comm = joinCollectives(P, WorldRank);
   if (WorldRank == 0) {
     std::fputs(escapeBytes(Toks, 0).c_str(), stdout);
     std::fflush(stdout);

@@ -261,7 +261,7 @@ TEST(Checkpoint, RoundTripIsBitExactAndDetectsCorruption) {
   M.dataPosition = PosB;
   M.seed = 5;
   M.worldSize = 1;
-  M.grid = planGridString(P);
+  M.grid = gridString(P);
   M.modelHash = P.model_hash();
   M.shards = {Shard};
   writeCheckpointMeta(Dir.Path, M);
@@ -694,7 +694,7 @@ TEST(Zero, MomentsCoverTheRanksSliceAndRoundTrip) {
   CheckpointMeta Meta;
   Meta.step = 3;
   Meta.worldSize = 2;
-  Meta.grid = planGridString(*L.program);
+  Meta.grid = gridString(*L.program);
   Meta.modelHash = L.program->model_hash();
   Meta.shards = {Shard, Shard};
   Meta.shards[0].rank = 0;

@@ -59,6 +59,9 @@ std::string dumpPlanText(const LoadedPlan &plan, int rank = -1);
 /// "inputs", "outputs", "instructions": [...]}]}. `rank` < 0 keeps all ranks.
 std::string dumpPlanJson(const LoadedPlan &plan, int rank = -1);
 
+/// The grid as printed everywhere: "dp=2 x tp=2", or "single".
+std::string gridString(const megac::plan::Program &program);
+
 /// Lower-case name of an opcode as printed by the dumps ("all_reduce").
 const char *opcodeName(megac::plan::OpCode op);
 
