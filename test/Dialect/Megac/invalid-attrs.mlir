@@ -165,3 +165,18 @@ func.func @arg_sharding_kind(%w: tensor<8xf32> {megac.sharding = "tp"}) {
 func.func @param_not_dict(%w: tensor<8xf32> {megac.param = "w"}) {
   return
 }
+
+// -----
+
+// Tests that megac.train is the schedule dictionary on a module.
+// expected-error@+1 {{megac.train must be a dictionary {max_lr, min_lr, warmup_steps, total_steps} on a module}}
+module attributes {megac.train = {max_lr = 1.0e-3 : f64}} {}
+
+// -----
+
+// Tests that megac.reduce_result lists grid axes.
+func.func @reduce_result(%x: tensor<4x8xf32>) {
+  // expected-error@+1 {{megac.reduce_result must list grid axes (as strings) on a one-result op}}
+  %0 = megac.gelu %x {megac.reduce_result = [1 : i64]} : (tensor<4x8xf32>) -> tensor<4x8xf32>
+  return
+}
