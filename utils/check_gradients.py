@@ -9,10 +9,16 @@ directional derivative (L(w + eps d) - L(w - eps d)) / (2 eps) must equal
 tensor has, so fp32 rounding of the loss stays small against it.
 
   check_gradients.py --plan P.mgc --weights W.safetensors --n-embd 128 \
-      [--params NAME ...] [--eps 0.05] [--tol 0.02] [--megac-run PATH]
+      [--params NAME ...] [--eps 0.05] [--tol 0.02] [--megac-run PATH] \
+      [--launcher "mpirun -np 2"]
+
+A plan for several ranks runs under --launcher (its words precede
+megac-run), so the partitioned backward pass (the vocabulary-parallel
+cross-entropy, say) is checked the same way.
 """
 import argparse
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -43,7 +49,7 @@ def hf_location(name, hidden):
 
 
 def run_loss(megac_run, plan, weights, out):
-    subprocess.run([megac_run, plan, "--weights", weights, "--save-outputs", out, "-q"],
+    subprocess.run(megac_run + [plan, "--weights", weights, "--save-outputs", out, "-q"],
                    check=True)
     tensors, _ = safetensors_np.load(out)
     return tensors
@@ -58,11 +64,14 @@ def main():
     parser.add_argument("--eps", type=float, default=0.05)
     parser.add_argument("--tol", type=float, default=0.02)
     parser.add_argument("--megac-run", default="megac-run")
+    parser.add_argument("--launcher", default="",
+                        help="command words that start megac-run on the plan's ranks")
     args = parser.parse_args()
+    megac_run = shlex.split(args.launcher) + [args.megac_run]
 
     weights, meta = safetensors_np.load(args.weights)
     with tempfile.TemporaryDirectory() as tmp:
-        base = run_loss(args.megac_run, args.plan, args.weights,
+        base = run_loss(megac_run, args.plan, args.weights,
                         os.path.join(tmp, "base.st"))
         worst = 0.0
         for name in args.params:
@@ -81,7 +90,7 @@ def main():
                 perturbed[hf] = tensor.astype(np.float32)
                 path = os.path.join(tmp, "w.st")
                 safetensors_np.save(path, perturbed)
-                out = run_loss(args.megac_run, args.plan, path, os.path.join(tmp, "o.st"))
+                out = run_loss(megac_run, args.plan, path, os.path.join(tmp, "o.st"))
                 losses.append(float(out["loss"]))
             fd = (losses[0] - losses[1]) / (2 * args.eps)
             err = abs(fd - norm) / norm

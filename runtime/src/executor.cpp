@@ -246,6 +246,11 @@ void Executor::exec(uint32_t Idx, const Instr &In, Collectives &C,
   const Tensor &A = X(0);
   const int64_t Last = A.shape.empty() ? 1 : A.shape.back();
   const int64_t Rows = Last ? A.numel() / Last : 0;
+  // Labels are checked against the model's vocabulary; a plan without one
+  // (hand-built, no inputs) is checked against the block itself.
+  auto VocabSize = [&](int64_t Start) {
+    return P.vocab_size() > 0 ? P.vocab_size() : Start + Last;
+  };
   switch (In.op()) {
   case op::Embedding: {
     const Tensor &Tab = X(0), &Ids = X(1);
@@ -349,7 +354,24 @@ void Executor::exec(uint32_t Idx, const Instr &In, Collectives &C,
     kernels::positionEmbeddingGrad(X(1).f.data(), X(1).shape[0], A.shape[0],
                                    A.shape[1], Y.f.data());
     return;
+  case op::CrossEntropyStats:
+    kernels::crossEntropyStats(A.f.data(), Rows, Last, X(1).i.data(), Int(0),
+                               VocabSize(Int(0)), Y.shape.back() / 3,
+                               Y.f.data());
+    return;
+  case op::CrossEntropyFromStats:
+    Y.f[0] = float(kernels::crossEntropyFromStats(
+        A.f.data(), Rows, Last / 3, NumInts() ? double(Int(0)) : 0.0));
+    return;
   case op::CrossEntropyGrad:
+    if (In.inputs()->size() == 4) {
+      const Tensor &St = X(3);
+      kernels::crossEntropyGradFromStats(
+          A.f.data(), Rows, Last, X(1).i.data(), St.f.data(),
+          St.shape.back() / 3, Int(1), VocabSize(Int(1)), double(X(2).f[0]),
+          double(Int(0)), Y.f.data());
+      return;
+    }
     kernels::crossEntropyGrad(A.f.data(), Rows, Last, X(1).i.data(),
                               double(X(2).f[0]),
                               NumInts() ? double(Int(0)) : 0.0, Y.f.data());

@@ -205,6 +205,53 @@ double crossEntropy(const float *Logits, int64_t Rows, int64_t V,
   return Rows ? Total / double(Rows) : 0.0;
 }
 
+namespace {
+/// log sum_v exp(logit_v) of one token from its blocks' statistics.
+double logSumExpOfBlocks(const float *St, int64_t Blocks) {
+  float Max = St[0];
+  for (int64_t K = 1; K < Blocks; ++K)
+    Max = std::max(Max, St[3 * K]);
+  double Sum = 0;
+  for (int64_t K = 0; K < Blocks; ++K)
+    Sum += double(St[3 * K + 1]) * std::exp(double(St[3 * K]) - Max);
+  return std::log(Sum) + Max;
+}
+} // namespace
+
+void crossEntropyStats(const float *Logits, int64_t Rows, int64_t V,
+                       const int32_t *Labels, int64_t VocabStart,
+                       int64_t VocabSize, int64_t Blocks, float *Stats) {
+  const int64_t Width = V / Blocks;
+  for (int64_t R = 0; R < Rows; ++R) {
+    const int32_t Lab =
+        checkedLabel("cross_entropy_stats", Labels, R, VocabSize);
+    for (int64_t K = 0; K < Blocks; ++K) {
+      const float *L = Logits + R * V + K * Width;
+      RowSoftmax Block = rowSoftmax(L, Width);
+      const int64_t Local = Lab - VocabStart - K * Width;
+      float *St = Stats + (R * Blocks + K) * 3;
+      St[0] = Block.Max;
+      St[1] = float(Block.Sum);
+      St[2] = Local >= 0 && Local < Width ? L[Local] : 0.0f;
+    }
+  }
+}
+
+double crossEntropyFromStats(const float *Stats, int64_t Rows, int64_t Blocks,
+                             double Normalizer) {
+  double Total = 0;
+  for (int64_t R = 0; R < Rows; ++R) {
+    const float *St = Stats + R * Blocks * 3;
+    double Target = 0;
+    for (int64_t K = 0; K < Blocks; ++K)
+      Target += St[3 * K + 2];
+    Total += logSumExpOfBlocks(St, Blocks) - Target;
+  }
+  if (Normalizer > 0)
+    return Total / Normalizer;
+  return Rows ? Total / double(Rows) : 0.0;
+}
+
 void embedding(const float *Table, int64_t Rows, int64_t H,
                const int32_t *Ids, int64_t N, int64_t VocabStart,
                int64_t VocabSize, float *Y) {
@@ -394,6 +441,26 @@ void crossEntropyGrad(const float *Logits, int64_t Rows, int64_t V,
     for (int64_t I = 0; I < V; ++I) {
       double P = std::exp(double(L[I]) - Row.Max) / Row.Sum;
       D[I] = float((P - (I == Lab ? 1.0 : 0.0)) * Scale);
+    }
+  }
+}
+
+void crossEntropyGradFromStats(const float *Logits, int64_t Rows, int64_t V,
+                               const int32_t *Labels, const float *Stats,
+                               int64_t Blocks, int64_t VocabStart,
+                               int64_t VocabSize, double DLoss,
+                               double Normalizer, float *DLogits) {
+  const double Scale =
+      DLoss / (Normalizer > 0 ? Normalizer : double(std::max<int64_t>(Rows, 1)));
+  for (int64_t R = 0; R < Rows; ++R) {
+    const float *L = Logits + R * V;
+    float *D = DLogits + R * V;
+    const int64_t Local =
+        checkedLabel("cross_entropy_grad", Labels, R, VocabSize) - VocabStart;
+    const double Lse = logSumExpOfBlocks(Stats + R * Blocks * 3, Blocks);
+    for (int64_t I = 0; I < V; ++I) {
+      double P = std::exp(double(L[I]) - Lse);
+      D[I] = float((P - (I == Local ? 1.0 : 0.0)) * Scale);
     }
   }
 }

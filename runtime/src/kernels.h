@@ -54,6 +54,21 @@ void transpose(const uint32_t *X, const std::vector<int64_t> &Shape,
 double crossEntropy(const float *Logits, int64_t Rows, int64_t V,
                     const int32_t *Labels, double Normalizer = 0);
 
+/// Vocabulary-parallel cross-entropy, part 1. Logits (Rows, V) hold the
+/// vocabulary ids VocabStart .. VocabStart+V-1 in \p Blocks equal blocks;
+/// for block k, Stats[r, 3k .. 3k+2] = (max logit m, sum exp(logit - m),
+/// the label's logit if the label is in the block else 0). Throws RunError
+/// on a label outside [0, VocabSize).
+void crossEntropyStats(const float *Logits, int64_t Rows, int64_t V,
+                       const int32_t *Labels, int64_t VocabStart,
+                       int64_t VocabSize, int64_t Blocks, float *Stats);
+
+/// Part 2: the loss from all blocks' statistics (Rows, 3 Blocks): per token
+/// logsumexp - label logit, summed and divided by \p Normalizer (<= 0:
+/// Rows). Equals crossEntropy of the logits the statistics came from.
+double crossEntropyFromStats(const float *Stats, int64_t Rows, int64_t Blocks,
+                             double Normalizer);
+
 /// y[i,:] = table[ids[i]-VocabStart,:] for ids within the table's rows,
 /// else 0. Throws RunError for an id outside [0, VocabSize).
 void embedding(const float *Table, int64_t Rows, int64_t H,
@@ -103,6 +118,15 @@ void positionEmbeddingGrad(const float *DY, int64_t S, int64_t P, int64_t H,
 void crossEntropyGrad(const float *Logits, int64_t Rows, int64_t V,
                       const int32_t *Labels, double DLoss, double Normalizer,
                       float *DLogits);
+
+/// The same for one vocabulary block (ids VocabStart .. VocabStart+V-1):
+/// the softmax normalizer comes from all blocks' statistics \p Stats
+/// (Rows, 3 Blocks), and labels outside the block contribute no one-hot.
+void crossEntropyGradFromStats(const float *Logits, int64_t Rows, int64_t V,
+                               const int32_t *Labels, const float *Stats,
+                               int64_t Blocks, int64_t VocabStart,
+                               int64_t VocabSize, double DLoss,
+                               double Normalizer, float *DLogits);
 
 /// y[j] = sum over i < Outer of x[i*Inner + j].
 void sumLeading(const float *X, int64_t Outer, int64_t Inner, float *Y);

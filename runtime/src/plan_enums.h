@@ -52,8 +52,11 @@ constexpr OpCode ReduceScatter = OpCode(30);
 constexpr OpCode Assign = OpCode(31);
 // Dropout (format version 4).
 constexpr OpCode Dropout = OpCode(32);
+// Vocabulary-parallel cross-entropy (format version 5).
+constexpr OpCode CrossEntropyStats = OpCode(33);
+constexpr OpCode CrossEntropyFromStats = OpCode(34);
 /// The highest opcode this runtime knows.
-constexpr OpCode LastOpCode = Dropout;
+constexpr OpCode LastOpCode = CrossEntropyFromStats;
 } // namespace op
 
 namespace dt {

@@ -254,6 +254,10 @@ const char *opcodeName(OpCode op) {
     return "position_embedding_grad";
   case op::CrossEntropyGrad:
     return "cross_entropy_grad";
+  case op::CrossEntropyStats:
+    return "cross_entropy_stats";
+  case op::CrossEntropyFromStats:
+    return "cross_entropy_from_stats";
   case op::SumLeading:
     return "sum_leading";
   case op::SumSquares:
@@ -1000,10 +1004,16 @@ private:
       return expectOutShape(in(0));
     }
     case op::CrossEntropyGrad: {
-      if (!expectCounts(3, 1) || !expectType(true, 0, dt::F32) ||
-          !expectType(true, 1, dt::I32) || !expectType(true, 2, dt::F32) ||
-          !expectType(false, 0, dt::F32) || !expectRank(true, 0, 2, 64) ||
-          !expectRank(true, 2, 0, 0) || !checkNormalizer())
+      // With a fourth input (the statistics of all vocabulary blocks) the
+      // logits are one block, and ints[1] says where it starts.
+      const bool FromStats = Ins.size() == 4;
+      if (!expectCounts(FromStats ? 4 : 3, 1) ||
+          !expectType(true, 0, dt::F32) || !expectType(true, 1, dt::I32) ||
+          !expectType(true, 2, dt::F32) || !expectType(false, 0, dt::F32) ||
+          !expectRank(true, 0, 2, 64) || !expectRank(true, 2, 0, 0))
+        return false;
+      if (FromStats ? !checkStats(3, in(1)) || !checkVocabBlock()
+                    : !checkNormalizer())
         return false;
       Shape Lab(in(0).begin(), in(0).end() - 1);
       if (in(1) != Lab)
@@ -1014,6 +1024,35 @@ private:
         return fail(Pfx + "logits have an empty class dimension");
       return expectOutShape(in(0));
     }
+    case op::CrossEntropyStats: {
+      if (!expectCounts(2, 1) || !expectType(true, 0, dt::F32) ||
+          !expectType(true, 1, dt::I32) || !expectType(false, 0, dt::F32) ||
+          !expectRank(true, 0, 2, 64) || !expectInts(1, "vocab_start"))
+        return false;
+      if (Ints[0] < 0)
+        return fail(Pfx + "vocab_start " + std::to_string(Ints[0]) +
+                    " is negative");
+      Shape Lab(in(0).begin(), in(0).end() - 1);
+      if (in(1) != Lab)
+        return fail(Pfx + "labels have shape " + listStr(in(1)) +
+                    " but logits " + listStr(in(0)) + " need " +
+                    listStr(Lab));
+      const Shape &Y = out(0);
+      const int64_t V = in(0).back();
+      if (Y.empty() || Y.back() <= 0 || Y.back() % 3 != 0 || V <= 0 ||
+          V % (Y.back() / 3) != 0)
+        return fail(Pfx + "output " + listStr(Y) + " must hold 3 numbers per "
+                    "block for a number of blocks dividing the " +
+                    std::to_string(V) + " logits");
+      Shape Want = Lab;
+      Want.push_back(Y.back());
+      return expectOutShape(Want);
+    }
+    case op::CrossEntropyFromStats:
+      if (!expectCounts(1, 1) || !allF32() || !checkNormalizer() ||
+          !checkStats(0, Shape(in(0).begin(), in(0).end() - (in(0).empty() ? 0 : 1))))
+        return false;
+      return expectOutShape({});
     case op::SumLeading: {
       if (!expectCounts(1, 1) || !allF32())
         return false;
@@ -1178,6 +1217,27 @@ private:
                   (Floats.size() == 1 ? ", got " + fmtDouble(Floats[0])
                                       : std::string()));
     return expectOutShape(X);
+  }
+
+  /// Input I holds cross-entropy statistics: [tokens..., 3n], n >= 1.
+  bool checkStats(size_t I, const Shape &Tokens) {
+    const Shape &St = in(I);
+    Shape Want = Tokens;
+    if (!St.empty())
+      Want.push_back(St.back());
+    if (St.empty() || St != Want || St.back() <= 0 || St.back() % 3 != 0)
+      return fail(Pfx + "statistics " + listStr(St) + " must be " +
+                  listStr(Tokens) + " followed by 3 numbers per vocabulary "
+                  "block");
+    return true;
+  }
+
+  /// cross_entropy_grad over a vocabulary block: [normalizer, vocab_start].
+  bool checkVocabBlock() {
+    if (Ints.size() != 2 || Ints[0] <= 0 || Ints[1] < 0)
+      return fail(Pfx + "expects two integer attributes (a positive "
+                        "normalizer and a non-negative vocab_start)");
+    return true;
   }
 
   /// cross_entropy(_grad): no ints (local token count) or one positive
@@ -1406,8 +1466,14 @@ std::string attrStr(const RankProgram &R, const Instr &In) {
                                : Get(2)) +
            "}";
   case op::CrossEntropy:
-  case op::CrossEntropyGrad:
+  case op::CrossEntropyFromStats:
     return I.empty() ? "" : "{normalizer = " + Get(0) + "}";
+  case op::CrossEntropyGrad:
+    if (I.size() > 1)
+      return "{normalizer = " + Get(0) + ", vocab_start = " + Get(1) + "}";
+    return I.empty() ? "" : "{normalizer = " + Get(0) + "}";
+  case op::CrossEntropyStats:
+    return "{vocab_start = " + Get(0) + "}";
   case op::ClipCoefficient:
     return "{max_norm = " + Eps() + "}";
   case op::Fill:

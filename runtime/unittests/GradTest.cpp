@@ -191,6 +191,69 @@ TEST(Grad, CrossEntropyWithNormalizer) {
                RunError);
 }
 
+/// Vocabulary-parallel cross-entropy as three ranks would run it: each
+/// holds 4 of the 12 vocabulary columns (one rank's block split in two more
+/// blocks), computes its statistics, the statistics are concatenated (the
+/// all-gather), and the loss and each rank's gradient block follow.
+TEST(Grad, VocabParallelCrossEntropy) {
+  const int64_t R = 4, V = 12, Ranks = 3, Vl = V / Ranks;
+  auto X = rnd(R * V, 21, 3.0f);
+  std::vector<int32_t> Lab = {3, 0, 11, 6};
+  const double DLoss = 0.8, Norm = 7;
+  // Rank r's logits: columns [r Vl, (r+1) Vl); rank 2 uses 2 blocks.
+  auto blockOf = [&](const std::vector<float> &Xv, int64_t Rank) {
+    std::vector<float> B(R * Vl);
+    for (int64_t I = 0; I < R; ++I)
+      for (int64_t J = 0; J < Vl; ++J)
+        B[I * Vl + J] = Xv[I * V + Rank * Vl + J];
+    return B;
+  };
+  const int64_t BlocksOf[Ranks] = {1, 1, 2};
+  auto gatheredStats = [&](const std::vector<float> &Xv) {
+    std::vector<float> All;
+    std::vector<std::vector<float>> Per(Ranks);
+    for (int64_t Rank = 0; Rank < Ranks; ++Rank) {
+      Per[Rank].resize(R * 3 * BlocksOf[Rank]);
+      crossEntropyStats(blockOf(Xv, Rank).data(), R, Vl, Lab.data(),
+                        Rank * Vl, V, BlocksOf[Rank], Per[Rank].data());
+    }
+    for (int64_t I = 0; I < R; ++I) // concatenation along the last dim
+      for (int64_t Rank = 0; Rank < Ranks; ++Rank)
+        All.insert(All.end(), Per[Rank].begin() + I * 3 * BlocksOf[Rank],
+                   Per[Rank].begin() + (I + 1) * 3 * BlocksOf[Rank]);
+    return All;
+  };
+  const int64_t Blocks = 4;
+  auto St = gatheredStats(X);
+  ASSERT_EQ(St.size(), size_t(R * 3 * Blocks));
+  // The loss equals the whole-row cross-entropy.
+  EXPECT_NEAR(crossEntropyFromStats(St.data(), R, Blocks, Norm),
+              crossEntropy(X.data(), R, V, Lab.data(), Norm), 1e-6);
+  // Each rank's gradient block equals the whole-row gradient's columns, and
+  // together they match finite differences of the statistics-based loss.
+  std::vector<float> Whole(R * V), DX(R * V);
+  crossEntropyGrad(X.data(), R, V, Lab.data(), DLoss, Norm, Whole.data());
+  for (int64_t Rank = 0; Rank < Ranks; ++Rank) {
+    std::vector<float> D(R * Vl);
+    crossEntropyGradFromStats(blockOf(X, Rank).data(), R, Vl, Lab.data(),
+                              St.data(), Blocks, Rank * Vl, V, DLoss, Norm,
+                              D.data());
+    for (int64_t I = 0; I < R; ++I)
+      for (int64_t J = 0; J < Vl; ++J) {
+        DX[I * V + Rank * Vl + J] = D[I * Vl + J];
+        EXPECT_NEAR(D[I * Vl + J], Whole[I * V + Rank * Vl + J], 1e-7);
+      }
+  }
+  LossFn L = [&](const std::vector<float> &Xv) {
+    auto S = gatheredStats(Xv);
+    return DLoss * crossEntropyFromStats(S.data(), R, Blocks, Norm);
+  };
+  expectMatchesFD("vocab-parallel cross_entropy_grad", X, L, DX);
+  // Labels are checked against the whole vocabulary, not the block.
+  Lab[0] = 12;
+  EXPECT_THROW(gatheredStats(X), RunError);
+}
+
 TEST(Grad, EmbeddingWithVocabShard) {
   // This rank holds vocabulary rows [4, 7); ids elsewhere contribute nothing.
   const int64_t Rows = 3, H = 2, VocabStart = 4, Vocab = 10;

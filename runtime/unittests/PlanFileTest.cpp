@@ -98,7 +98,7 @@ TEST(PlanFile, RejectsWrongVersion) {
   LoadedPlan L;
   EXPECT_EQ(verifyPlanBytes(Bytes, L),
             "plan format version 7 is not supported (this runtime reads "
-            "version 4)");
+            "version " + std::to_string(kPlanFormatVersion) + ")");
 }
 
 TEST(PlanFile, RejectsBadBufferIndex) {
@@ -196,7 +196,9 @@ TEST(PlanFile, TextAndJsonDumps) {
   ASSERT_EQ(verifyPlanBytes(buildPlanBytes(buildGpt2Demo(O), "megac 0.1"), L),
             "");
   std::string T = dumpPlanText(L, 1);
-  EXPECT_NE(T.find("megac plan (format 4, producer \"megac 0.1\")"),
+  EXPECT_NE(T.find("megac plan (format " +
+                   std::to_string(kPlanFormatVersion) +
+                   ", producer \"megac 0.1\")"),
             std::string::npos);
   EXPECT_NE(T.find("world size 2, grid tp=2, batch 2, seq 16, vocab 128"),
             std::string::npos);
@@ -213,7 +215,7 @@ TEST(PlanFile, TextAndJsonDumps) {
   EXPECT_NE(T.find(" over tp group [0 1] : [2x16x64] f32"), std::string::npos);
 
   nlohmann::json J = nlohmann::json::parse(dumpPlanJson(L));
-  EXPECT_EQ(J["format_version"], 4);
+  EXPECT_EQ(J["format_version"], kPlanFormatVersion);
   EXPECT_EQ(J["world_size"], 2);
   EXPECT_EQ(J["axes"][0]["name"], "tp");
   EXPECT_EQ(J["ranks"].size(), 2u);

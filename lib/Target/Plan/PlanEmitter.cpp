@@ -137,12 +137,16 @@ public:
            type.getDimSize(1) * grid.axisSize(sharding.getDimAxis(1));
   }
 
-  /// First vocabulary row this rank holds of `table` (split on dim 0).
-  int64_t vocabStart(Value table) {
-    int64_t index = grid.axisIndex(getShardingOrReplicated(table).getDimAxis(0));
-    int64_t rows = cast<RankedTensorType>(table.getType()).getDimSize(0);
-    return index < 0 ? 0 : coords[index] * rows;
+  /// Where this rank's block of `value` starts along dimension `dim`.
+  int64_t shardStart(Value value, int64_t dim) {
+    int64_t index =
+        grid.axisIndex(getShardingOrReplicated(value).getDimAxis(dim));
+    int64_t size = cast<RankedTensorType>(value.getType()).getDimSize(dim);
+    return index < 0 ? 0 : coords[index] * size;
   }
+
+  /// First vocabulary row this rank holds of `table` (split on dim 0).
+  int64_t vocabStart(Value table) { return shardStart(table, 0); }
 
 private:
   LogicalResult addBuffer(Value value, StringRef name) {
@@ -300,6 +304,14 @@ private:
           code = mp::OpCode_CrossEntropy;
           ints = {globalTokens(c.getLogits())};
         })
+        .Case<CrossEntropyStatsOp>([&](CrossEntropyStatsOp c) {
+          code = mp::OpCode_CrossEntropyStats;
+          ints = {shardStart(c.getLogits(), 2)};
+        })
+        .Case<CrossEntropyFromStatsOp>([&](CrossEntropyFromStatsOp c) {
+          code = mp::OpCode_CrossEntropyFromStats;
+          ints = {globalTokens(c.getStats())};
+        })
         .Case<LinearWeightGradOp>([&](LinearWeightGradOp l) {
           code = mp::OpCode_LinearWeightGrad;
           ints = {l.getTransposeWeight() ? 1 : 0};
@@ -328,6 +340,8 @@ private:
         .Case<CrossEntropyGradOp>([&](CrossEntropyGradOp c) {
           code = mp::OpCode_CrossEntropyGrad;
           ints = {globalTokens(c.getLogits())};
+          if (c.getStats())
+            ints.push_back(shardStart(c.getLogits(), 2));
         })
         .Case<SumLeadingOp>([&](auto) { code = mp::OpCode_SumLeading; })
         .Case<SumSquaresOp>([&](auto) { code = mp::OpCode_SumSquares; })

@@ -26,7 +26,7 @@ namespace megac_rt {
 /// Version 3 added ZeRO-1: the opcodes ReduceScatter (30) and Assign (31)
 /// and Instr.param_name / Instr.param_offset (AdamW on a parameter slice).
 /// Version 4 added the Dropout opcode (32).
-constexpr uint32_t kPlanFormatVersion = 4;
+constexpr uint32_t kPlanFormatVersion = 5;
 
 /// CRC-32 (IEEE 802.3, reflected, as zlib computes it).
 uint32_t crc32(const uint8_t *data, size_t size);

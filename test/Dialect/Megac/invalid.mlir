@@ -189,6 +189,53 @@ func.func @cross_entropy_c1(%l: tensor<4x64x512xf32>, %y: tensor<4x32xi32>) {
 
 // -----
 
+// Tests cross_entropy_stats_c1: labels must match the logits' batch and
+// sequence.
+func.func @cross_entropy_stats_c1(%l: tensor<4x64x512xf32>, %y: tensor<4x32xi32>) {
+  // expected-error@+1 {{cross_entropy_stats_c1: logits [4x64x512] and labels [4x32] must be [B, S, V] and [B, S]}}
+  %0 = megac.cross_entropy_stats %l, %y {shards = 2 : i64} : (tensor<4x64x512xf32>, tensor<4x32xi32>) -> tensor<4x64x6xf32>
+  return
+}
+
+// -----
+
+// Tests cross_entropy_stats_c2: the blocks must divide the vocabulary.
+func.func @cross_entropy_stats_c2(%l: tensor<4x64x512xf32>, %y: tensor<4x64xi32>) {
+  // expected-error@+1 {{cross_entropy_stats_c2: shards = 3 must be positive and divide the vocabulary (512)}}
+  %0 = megac.cross_entropy_stats %l, %y {shards = 3 : i64} : (tensor<4x64x512xf32>, tensor<4x64xi32>) -> tensor<4x64x9xf32>
+  return
+}
+
+// -----
+
+// Tests cross_entropy_from_stats_c1: three statistics per block.
+func.func @cross_entropy_from_stats_c1(%st: tensor<4x64x4xf32>) {
+  // expected-error@+1 {{cross_entropy_from_stats_c1: stats [4x64x4] must be [B, S, 3n]}}
+  %0 = megac.cross_entropy_from_stats %st : (tensor<4x64x4xf32>) -> tensor<f32>
+  return
+}
+
+// -----
+
+// Tests cross_entropy_grad_c1: a scalar loss gradient.
+func.func @cross_entropy_grad_c1(%l: tensor<4x64x512xf32>, %y: tensor<4x64xi32>, %d: tensor<4xf32>) {
+  // expected-error@+1 {{cross_entropy_grad_c1: expected logits [B, S, V], labels [B, S] and a scalar loss_grad}}
+  %0 = megac.cross_entropy_grad %l, %y, %d : (tensor<4x64x512xf32>, tensor<4x64xi32>, tensor<4xf32>) -> tensor<4x64x512xf32>
+  return
+}
+
+// -----
+
+// Tests cross_entropy_grad_c2: the statistics' blocks must divide the
+// vocabulary.
+func.func @cross_entropy_grad_c2(%l: tensor<4x64x512xf32>, %y: tensor<4x64xi32>, %d: tensor<f32>, %st: tensor<4x64x9xf32>) {
+  // expected-error@+1 {{cross_entropy_grad_c2: stats [4x64x9] must be [B, S, 3n] with n dividing the vocabulary of logits [4x64x512]}}
+  %0 = megac.cross_entropy_grad %l, %y, %d, %st : (tensor<4x64x512xf32>, tensor<4x64xi32>, tensor<f32>, tensor<4x64x9xf32>) -> tensor<4x64x512xf32>
+  return
+}
+
+// -----
+
 // Tests that a result type disagreeing with the inferred one is rejected.
 func.func @inferred_result_mismatch(%x: tensor<4x128xf32>) {
   // expected-error@+1 {{'megac.gelu' op inferred type(s) 'tensor<4x128xf32>' are incompatible with return type(s) of operation 'tensor<4x64xf32>'}}

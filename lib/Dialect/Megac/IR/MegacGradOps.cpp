@@ -166,6 +166,22 @@ LogicalResult CrossEntropyGradOp::inferReturnTypes(
     return emitOptionalError(loc, "cross_entropy_grad_c1: expected logits "
                                   "[B, S, V], labels [B, S] and a scalar "
                                   "loss_grad");
+  if (Value statsValue = adaptor.getStats()) {
+    auto stats = tensorTypeOf(statsValue);
+    bool ok = stats.getRank() == 3 &&
+              sizesAgree(stats.getDimSize(0), logits.getDimSize(0)) &&
+              sizesAgree(stats.getDimSize(1), logits.getDimSize(1));
+    if (ok && !stats.isDynamicDim(2)) {
+      int64_t blocks = stats.getDimSize(2) / 3;
+      ok = blocks > 0 && stats.getDimSize(2) % 3 == 0 &&
+           (logits.isDynamicDim(2) || logits.getDimSize(2) % blocks == 0);
+    }
+    if (!ok)
+      return emitOptionalError(loc, "cross_entropy_grad_c2: stats ",
+                               shapeString(stats), " must be [B, S, 3n] with "
+                               "n dividing the vocabulary of logits ",
+                               shapeString(logits));
+  }
   types.push_back(logits);
   return success();
 }
@@ -361,11 +377,22 @@ ShardingRule PositionEmbeddingGradOp::getShardingRule() {
 }
 
 ShardingRule CrossEntropyGradOp::getShardingRule() {
+  // Without stats the softmax needs whole rows; with them (all blocks,
+  // whole) each rank computes the gradient of its own vocabulary block.
   ShardingRule rule;
+  if (!getStats()) {
+    rule.factors = {
+        factor(FactorKind::Parallel, {0, 0, -1}, 0, "batch"),
+        factor(FactorKind::Parallel, {1, 1, -1}, 1, "sequence"),
+        factor(FactorKind::Whole, {2, -1, -1}, 2, "vocabulary"),
+    };
+    return rule;
+  }
   rule.factors = {
-      factor(FactorKind::Parallel, {0, 0, -1}, 0, "batch"),
-      factor(FactorKind::Parallel, {1, 1, -1}, 1, "sequence"),
-      factor(FactorKind::Whole, {2, -1, -1}, 2, "vocabulary"),
+      factor(FactorKind::Parallel, {0, 0, -1, 0}, 0, "batch"),
+      factor(FactorKind::Parallel, {1, 1, -1, 1}, 1, "sequence"),
+      factor(FactorKind::Parallel, {2, -1, -1, -1}, 2, "vocabulary"),
+      factor(FactorKind::Whole, {-1, -1, -1, 2}, -1, "vocabulary blocks"),
   };
   return rule;
 }

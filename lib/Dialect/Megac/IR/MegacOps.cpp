@@ -265,19 +265,59 @@ LogicalResult TransposeOp::inferReturnTypes(MLIRContext *ctx,
   return success();
 }
 
+/// Logits [B, S, V] and labels [B, S] (cross_entropy and cross_entropy_stats).
+static LogicalResult checkLogitsAndLabels(std::optional<Location> loc,
+                                          StringRef label, Value logitsValue,
+                                          Value labelsValue) {
+  auto logits = tensorTypeOf(logitsValue);
+  auto labels = tensorTypeOf(labelsValue);
+  if (logits.getRank() != 3 || labels.getRank() != 2 ||
+      !sizesAgree(logits.getDimSize(0), labels.getDimSize(0)) ||
+      !sizesAgree(logits.getDimSize(1), labels.getDimSize(1)))
+    return emitOptionalError(loc, label, ": logits ", shapeString(logits),
+                             " and labels ", shapeString(labels),
+                             " must be [B, S, V] and [B, S]");
+  return success();
+}
+
 LogicalResult CrossEntropyOp::inferReturnTypes(MLIRContext *ctx,
                                                std::optional<Location> loc,
                                                Adaptor adaptor,
                                                SmallVectorImpl<Type> &types) {
+  if (failed(checkLogitsAndLabels(loc, "cross_entropy_c1", adaptor.getLogits(),
+                                  adaptor.getLabels())))
+    return failure();
+  types.push_back(f32Tensor(ctx, {}));
+  return success();
+}
+
+LogicalResult CrossEntropyStatsOp::inferReturnTypes(
+    MLIRContext *ctx, std::optional<Location> loc, Adaptor adaptor,
+    SmallVectorImpl<Type> &types) {
+  if (failed(checkLogitsAndLabels(loc, "cross_entropy_stats_c1",
+                                  adaptor.getLogits(), adaptor.getLabels())))
+    return failure();
   auto logits = tensorTypeOf(adaptor.getLogits());
-  auto labels = tensorTypeOf(adaptor.getLabels());
-  if (logits.getRank() != 3 || labels.getRank() != 2 ||
-      !sizesAgree(logits.getDimSize(0), labels.getDimSize(0)) ||
-      !sizesAgree(logits.getDimSize(1), labels.getDimSize(1)))
-    return emitOptionalError(loc, "cross_entropy_c1: logits ",
-                             shapeString(logits), " and labels ",
-                             shapeString(labels),
-                             " must be [B, S, V] and [B, S]");
+  int64_t shards = static_cast<int64_t>(adaptor.getShards());
+  int64_t vocab = logits.getDimSize(2);
+  if (shards <= 0 || (!ShapedType::isDynamic(vocab) && vocab % shards != 0))
+    return emitOptionalError(loc, "cross_entropy_stats_c2: shards = ", shards,
+                             " must be positive and divide the vocabulary (",
+                             vocab, ")");
+  types.push_back(f32Tensor(
+      ctx, {logits.getDimSize(0), logits.getDimSize(1), 3 * shards}));
+  return success();
+}
+
+LogicalResult CrossEntropyFromStatsOp::inferReturnTypes(
+    MLIRContext *ctx, std::optional<Location> loc, Adaptor adaptor,
+    SmallVectorImpl<Type> &types) {
+  auto stats = tensorTypeOf(adaptor.getStats());
+  if (stats.getRank() != 3 || (!stats.isDynamicDim(2) &&
+                               (stats.getDimSize(2) == 0 ||
+                                stats.getDimSize(2) % 3 != 0)))
+    return emitOptionalError(loc, "cross_entropy_from_stats_c1: stats ",
+                             shapeString(stats), " must be [B, S, 3n]");
   types.push_back(f32Tensor(ctx, {}));
   return success();
 }
@@ -446,6 +486,30 @@ ShardingRule AttentionOp::getShardingRule() {
   return rule;
 }
 
+ShardingRule CrossEntropyStatsOp::getShardingRule() {
+  // Each vocabulary block yields its own three statistics: splitting the
+  // vocabulary into whole blocks splits the result the same way.
+  ShardingRule rule;
+  rule.factors = {
+      factor(FactorKind::Parallel, {0, 0}, 0, "batch"),
+      factor(FactorKind::Parallel, {1, 1}, 1, "sequence"),
+      factor(FactorKind::Parallel, {2, -1}, 2, "vocabulary blocks"),
+  };
+  rule.factors.back().blocks = static_cast<int64_t>(getShards());
+  return rule;
+}
+
+ShardingRule CrossEntropyFromStatsOp::getShardingRule() {
+  // A sum over tokens, like cross_entropy; the blocks of a token combine.
+  ShardingRule rule;
+  rule.factors = {
+      factor(FactorKind::Reduction, {0}, -1, "batch"),
+      factor(FactorKind::Reduction, {1}, -1, "sequence"),
+      factor(FactorKind::Whole, {2}, -1, "vocabulary blocks"),
+  };
+  return rule;
+}
+
 ShardingRule ReshapeOp::getShardingRule() {
   // Leading dimensions the reshape leaves alone may stay split; the rest must
   // be whole (splits do not survive merging or splitting dimensions).
@@ -475,8 +539,9 @@ ShardingRule TransposeOp::getShardingRule() {
 ShardingRule CrossEntropyOp::getShardingRule() {
   // The loss is a sum over tokens divided by the global token count (the
   // plan carries the count), so tokens split over an axis give a partial
-  // sum over it. The vocabulary must be whole: the vocab-parallel form
-  // needs max/sum reductions of per-token scalars, which is still to come.
+  // sum over it. The vocabulary must be whole here; when propagation finds
+  // the logits split over it, megac-split-cross-entropy rewrites the loss
+  // into per-block statistics (cross_entropy_stats), which may be split.
   ShardingRule rule;
   rule.factors = {
       factor(FactorKind::Reduction, {0, 0}, -1, "batch"),

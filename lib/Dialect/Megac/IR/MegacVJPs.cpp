@@ -134,7 +134,8 @@ LogicalResult TransposeOp::buildVJP(OpBuilder &b, Value dy,
 
 LogicalResult CrossEntropyOp::buildVJP(OpBuilder &b, Value dy,
                                        SmallVectorImpl<Value> &grads) {
-  grads.assign({CrossEntropyGradOp::create(b, getLoc(), getLogits(), getLabels(), dy),
+  grads.assign({CrossEntropyGradOp::create(b, getLoc(), getLogits(), getLabels(), dy,
+                                         /*stats=*/Value()),
            Value()});
   return success();
 }

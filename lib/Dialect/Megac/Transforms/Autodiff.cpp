@@ -84,9 +84,16 @@ LogicalResult differentiate(func::FuncOp func) {
         accumulate(operand, grad);
   }
 
-  SmallVector<Value> results(ret.getOperands());
+  // The step returns the model's scalars (the loss) and the gradients; a
+  // tensor output such as the logits would be gathered whole every step.
+  SmallVector<Value> results;
   SmallVector<DictionaryAttr> resultAttrs;
-  func.getAllResultAttrs(resultAttrs);
+  for (auto [index, value] : llvm::enumerate(ret.getOperands())) {
+    if (cast<RankedTensorType>(value.getType()).getRank() != 0)
+      continue;
+    results.push_back(value);
+    resultAttrs.push_back(func.getResultAttrDict(index));
+  }
   for (BlockArgument arg : body.getArguments()) {
     auto spec = func.getArgAttrOfType<DictionaryAttr>(
         arg.getArgNumber(), MegacDialect::kParamAttrName);

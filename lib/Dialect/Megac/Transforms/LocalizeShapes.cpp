@@ -56,6 +56,12 @@ struct LocalizeShapesPass
           localHeads(attention);
         if (auto attentionGrad = dyn_cast<AttentionGradOp>(op))
           localHeads(attentionGrad);
+        // Cross-entropy statistics count only the local vocabulary blocks.
+        if (auto stats = dyn_cast<CrossEntropyStatsOp>(op)) {
+          ShardingAttr sharding = getShardingOrReplicated(stats.getResult());
+          int64_t size = getAxisSizeOrOne(mesh, sharding.getDimAxis(2));
+          stats.setShards(stats.getShards() / size);
+        }
       }
       func.setFunctionType(FunctionType::get(
           func.getContext(), body.getArgumentTypes(),

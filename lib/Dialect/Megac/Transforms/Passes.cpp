@@ -21,6 +21,10 @@ void buildPartitionPipeline(OpPassManager &pm, const PartitionOptions &options) 
   if (options.train)
     pm.addPass(createApplyOptimizerPass(options.optimizer));
   pm.addPass(createPropagateShardingPass());
+  // The loss over vocabulary-split logits becomes per-block statistics;
+  // propagating again shards the ops that introduces.
+  pm.addPass(createSplitCrossEntropyPass());
+  pm.addPass(createPropagateShardingPass());
   pm.addPass(createInsertCollectivesPass());
   pm.addPass(createLocalizeShapesPass());
 }

@@ -337,6 +337,53 @@ def Megac_CrossEntropyOp : Megac_ModelOp<"cross_entropy", [Megac_Differentiable]
   let results = (outs Megac_F32Tensor:$result);
 }
 
+def Megac_CrossEntropyStatsOp : Megac_ModelOp<"cross_entropy_stats"> {
+  let summary = "Per-token softmax statistics of each vocabulary block";
+  let description = [{
+    Splits the vocabulary into `shards` equal blocks and, for every token and
+    block `k`, yields three numbers at `result[b, s, 3k .. 3k+2]`: the block's
+    largest logit `m_k`, `sum exp(logit - m_k)` over the block, and the
+    label's logit if the label falls in the block (else 0).
+
+    This is the first half of Megatron's vocabulary-parallel cross-entropy:
+    with the vocabulary split over an axis of `shards` ranks, each rank
+    computes its own block, and gathering these per-token scalars (not the
+    logits) gives every rank what `megac.cross_entropy_from_stats` and
+    `megac.cross_entropy_grad` need. megac-split-cross-entropy creates it.
+
+    ```mlir
+    %st = megac.cross_entropy_stats %logits, %labels {shards = 2 : i64}
+        : (tensor<4x64x512xf32>, tensor<4x64xi32>) -> tensor<4x64x6xf32>
+    ```
+
+    Rules: `cross_entropy_stats_c1` logits `[B, S, V]` and labels `[B, S]`;
+    `cross_entropy_stats_c2` `shards` is positive and divides `V`.
+  }];
+  let arguments = (ins Megac_F32Tensor:$logits, Megac_I32Tensor:$labels,
+                       I64Attr:$shards);
+  let results = (outs Megac_F32Tensor:$result);
+}
+
+def Megac_CrossEntropyFromStatsOp : Megac_ModelOp<"cross_entropy_from_stats"> {
+  let summary = "Mean token cross-entropy from per-block softmax statistics";
+  let description = [{
+    Combines the blocks of `megac.cross_entropy_stats` into the loss:
+    with `M = max_k m_k`, each token contributes
+    `M + log(sum_k s_k exp(m_k - M)) - sum_k t_k`, and the result is their
+    mean, exactly `megac.cross_entropy` of the logits the statistics came
+    from.
+
+    ```mlir
+    %l = megac.cross_entropy_from_stats %stats
+        : (tensor<4x64x6xf32>) -> tensor<f32>
+    ```
+
+    Rules: `cross_entropy_from_stats_c1` stats `[B, S, 3n]`.
+  }];
+  let arguments = (ins Megac_F32Tensor:$stats);
+  let results = (outs Megac_F32Tensor:$result);
+}
+
 //===----------------------------------------------------------------------===//
 // Backward ops (created by megac-autodiff)
 //===----------------------------------------------------------------------===//
@@ -495,16 +542,24 @@ def Megac_CrossEntropyGradOp : Megac_ModelOp<"cross_entropy_grad"> {
   let description = [{
     `(softmax(logits) - onehot(labels)) * loss_grad / (number of tokens)`.
 
+    With the optional `stats` (all vocabulary blocks of
+    `megac.cross_entropy_stats`), the softmax normalizer comes from them
+    instead of the row itself: the logits may then be one block of a
+    vocabulary split, and each rank computes only its block of the gradient
+    (Megatron's vocabulary-parallel cross-entropy, backward).
+
     ```mlir
     %dl = megac.cross_entropy_grad %logits, %labels, %dloss
         : (tensor<4x64x512xf32>, tensor<4x64xi32>, tensor<f32>) -> tensor<4x64x512xf32>
     ```
 
     Rules: `cross_entropy_grad_c1` logits `[B, S, V]`, labels `[B, S]`,
-    loss_grad a scalar.
+    loss_grad a scalar; `cross_entropy_grad_c2` stats, if given, are
+    `[B, S, 3n]` with `n` dividing `V`.
   }];
   let arguments = (ins Megac_F32Tensor:$logits, Megac_I32Tensor:$labels,
-                       Megac_F32Tensor:$loss_grad);
+                       Megac_F32Tensor:$loss_grad,
+                       Optional<Megac_F32Tensor>:$stats);
   let results = (outs Megac_F32Tensor:$result);
 }
 

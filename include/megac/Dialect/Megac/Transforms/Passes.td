@@ -59,6 +59,23 @@ def PropagateShardingPass : Pass<"megac-propagate-sharding", "mlir::ModuleOp"> {
   }];
 }
 
+def SplitCrossEntropyPass
+    : Pass<"megac-split-cross-entropy", "mlir::ModuleOp"> {
+  let summary = "Vocabulary-parallel cross-entropy for split logits";
+  let description = [{
+    Runs after sharding propagation. Where the logits of `megac.cross_entropy`
+    (or of its gradient) arrive split over their vocabulary dimension, as
+    behind a vocabulary-parallel output layer, gathering them would move the
+    whole `[B, S, V]` tensor. Instead the loss becomes
+    `megac.cross_entropy_from_stats` of `megac.cross_entropy_stats` (per
+    vocabulary block: the largest logit, the sum of exponentials, the
+    label's logit), so only three scalars per token and rank cross the grid,
+    in one all-gather; the gradient reuses those statistics and stays split.
+    This is Megatron's fused cross-entropy with one collective instead of
+    three. Propagation must run again afterwards to shard the new ops.
+  }];
+}
+
 def InsertCollectivesPass : Pass<"megac-insert-collectives", "mlir::ModuleOp"> {
   let summary = "Insert the collectives that reconcile shardings";
   let description = [{
@@ -88,6 +105,9 @@ def AutodiffPass : Pass<"megac-autodiff", "mlir::ModuleOp"> {
     (DifferentiableOpInterface) and sums the contributions reaching a value
     in the order they arrive. The gradient of every parameter becomes an
     extra result named `grad:<parameter>` (zeros for unused parameters).
+    Of the model's own results only scalars (the loss) stay: returning the
+    logits would gather them onto every rank each step, the very traffic the
+    vocabulary-parallel cross-entropy avoids.
     The backward ops are ordinary megac ops: sharding propagation and
     collective insertion treat them like the forward pass.
   }];
