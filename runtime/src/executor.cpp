@@ -445,10 +445,33 @@ void Executor::exec(uint32_t Idx, const Instr &In, Collectives &C,
     C.reduceScatterSum(In.axis(), Send.data(), Y.f.data(), N);
     return;
   }
-  case op::AllReduce:
-    std::memcpy(Y.f.data(), A.f.data(), Y.bytes());
-    C.allReduceSum(In.axis(), Y.f.data(), size_t(Y.numel()));
+  case op::AllReduce: {
+    const uint32_t N = In.inputs()->size();
+    if (N == 1) {
+      std::memcpy(Y.f.data(), A.f.data(), Y.bytes());
+      C.allReduceSum(In.axis(), Y.f.data(), size_t(Y.numel()));
+      return;
+    }
+    // A bucket: one collective over the inputs laid end to end.
+    size_t Total = 0;
+    for (uint32_t K = 0; K < N; ++K)
+      Total += size_t(X(K).numel());
+    std::vector<float> Packed(Total);
+    size_t At = 0;
+    for (uint32_t K = 0; K < N; ++K) {
+      std::copy(X(K).f.begin(), X(K).f.end(), Packed.begin() + long(At));
+      At += X(K).f.size();
+    }
+    C.allReduceSum(In.axis(), Packed.data(), Total);
+    At = 0;
+    for (uint32_t K = 0; K < N; ++K) {
+      Tensor &Out = K == 0 ? Y : Bufs[In.outputs()->Get(K)];
+      std::copy(Packed.begin() + long(At),
+                Packed.begin() + long(At + Out.f.size()), Out.f.begin());
+      At += Out.f.size();
+    }
     return;
+  }
   case op::AllGather:
   case op::SliceShard: {
     const int64_t D = Int(0);

@@ -903,10 +903,21 @@ private:
       return expectOutShape({});
     }
     case op::AllReduce: {
+      // One tensor, or a bucket of several (format 5): output k is the sum
+      // of input k.
       int64_t G;
-      if (!expectCounts(1, 1) || !allF32() || !checkAxis(In, G))
+      if (Ins.empty() || Ins.size() != Outs.size())
+        return fail(Pfx + "expects as many outputs as inputs (at least one), "
+                          "got " + std::to_string(Ins.size()) + " inputs and " +
+                    std::to_string(Outs.size()) + " outputs");
+      if (!allF32() || !checkAxis(In, G))
         return false;
-      return expectOutShape(in(0));
+      for (size_t K = 0; K < Ins.size(); ++K)
+        if (in(K) != out(K))
+          return fail(Pfx + "output " + std::to_string(K) + " has shape " +
+                      listStr(out(K)) + " but input " + std::to_string(K) +
+                      " has " + listStr(in(K)));
+      return true;
     }
     case op::AllGather:
     case op::SliceShard: {
@@ -1281,9 +1292,13 @@ private:
             continue;
           if (In->axis() != int64_t(A))
             continue;
-          int64_t N = 1;
-          for (int64_t D : *Q->buffers()->Get(In->inputs()->Get(0))->shape())
-            N *= D;
+          int64_t N = 0; // all inputs (a bucket of all-reduces has several)
+          for (uint32_t Buf : *In->inputs()) {
+            int64_t Elems = 1;
+            for (int64_t D : *Q->buffers()->Get(Buf)->shape())
+              Elems *= D;
+            N += Elems;
+          }
           int64_t Dim = In->ints() && In->ints()->size() ? In->ints()->Get(0)
                                                           : -1;
           Per[R].push_back({In->op(), N, Dim, I});

@@ -179,6 +179,12 @@ int runCompile(int argc, char **argv) {
       cl::desc("ZeRO stage: 1 shards the AdamW state over the dp axis "
                "(gradients reduce-scattered, updated slices all-gathered)"),
       cl::init(0), cl::cat(trainCategory));
+  static cl::opt<double> bucketMB(
+      "bucket-mb",
+      cl::desc("Fuse gradient all-reduces into buckets of this many MiB "
+               "(one collective per bucket, as PyTorch DDP; 0: one per "
+               "gradient)"),
+      cl::init(25.0), cl::cat(trainCategory));
   static cl::opt<double> beta1("beta1", cl::desc("AdamW beta1"), cl::init(0.9),
                                cl::cat(trainCategory));
   static cl::opt<double> beta2("beta2", cl::desc("AdamW beta2"),
@@ -243,6 +249,10 @@ int runCompile(int argc, char **argv) {
   options.optimizer.beta1 = beta1;
   options.optimizer.beta2 = beta2;
   options.optimizer.zeroStage = zero;
+  if (!(bucketMB >= 0.0 && bucketMB <= 1024.0 * 1024.0))
+    return fail("--bucket-mb must lie in [0, 1048576] MiB, got " +
+                std::to_string(bucketMB.getValue()));
+  options.bucketBytes = static_cast<int64_t>(bucketMB * 1024.0 * 1024.0);
   megac::buildPartitionPipeline(pm, options);
   if (failed(pm.run(*module)))
     return 1;

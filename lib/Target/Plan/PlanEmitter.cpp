@@ -102,9 +102,10 @@ public:
           return assign.emitOpError("internal error: must assign to a "
                                     "parameter argument directly");
         buffers[assign.getResult()] = buffers.lookup(assign.getParam());
-      } else if (failed(addBuffer(op.getResult(0),
-                                  op.getName().stripDialect()))) {
-        return failure();
+      } else {
+        for (Value result : op.getResults())
+          if (failed(addBuffer(result, op.getName().stripDialect())))
+            return failure();
       }
       if (failed(addInstruction(&op)))
         return failure();
@@ -263,7 +264,9 @@ private:
     // An assignment reads only its value; the parameter is its output.
     if (auto assign = dyn_cast<AssignOp>(op))
       in = {buffers.lookup(assign.getValue())};
-    std::vector<uint32_t> out = {buffers.lookup(op->getResult(0))};
+    std::vector<uint32_t> out;
+    for (Value result : op->getResults())
+      out.push_back(buffers.lookup(result));
     std::vector<int64_t> ints;
     std::vector<double> floats;
     std::string paramName;
@@ -383,6 +386,11 @@ private:
           result = resolveAxis(c.getAxis(), axis);
         })
         .Case<AllReduceOp>([&](AllReduceOp c) {
+          code = mp::OpCode_AllReduce;
+          result = resolveAxis(c.getAxis(), axis);
+        })
+        .Case<AllReduceBucketOp>([&](AllReduceBucketOp c) {
+          // One all-reduce of several tensors (plan format 5).
           code = mp::OpCode_AllReduce;
           result = resolveAxis(c.getAxis(), axis);
         })

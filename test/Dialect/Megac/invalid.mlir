@@ -245,6 +245,15 @@ func.func @inferred_result_mismatch(%x: tensor<4x128xf32>) {
 
 // -----
 
+// Tests all_reduce_bucket_c1: every sum keeps its input's type.
+func.func @all_reduce_bucket_c1(%x: tensor<4x128xf32>, %y: tensor<8xf32>) {
+  // expected-error@+1 {{all_reduce_bucket_c1: expected at least one input and result types equal to the input types}}
+  %0:2 = megac.all_reduce_bucket %x, %y {axis = "dp"} : (tensor<4x128xf32>, tensor<8xf32>) -> (tensor<8xf32>, tensor<4x128xf32>)
+  return
+}
+
+// -----
+
 // Tests all_reduce_c1: an all-reduce keeps its type.
 func.func @all_reduce_c1(%x: tensor<4x128xf32>) {
   // expected-error@+1 {{all_reduce_c1: result type must equal the input type}}

@@ -332,6 +332,13 @@ LogicalResult AllReduceOp::verify() {
   return success();
 }
 
+LogicalResult AllReduceBucketOp::verify() {
+  if (getInputs().empty() || getInputs().getTypes() != getResults().getTypes())
+    return emitOpError("all_reduce_bucket_c1: expected at least one input and "
+                       "result types equal to the input types");
+  return success();
+}
+
 /// all_gather and slice_shard: only `dim` may change, growing or shrinking.
 static LogicalResult verifyResizeAlongDim(Operation *op, StringRef label,
                                           int64_t dim, bool grows) {

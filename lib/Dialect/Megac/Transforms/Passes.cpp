@@ -27,6 +27,9 @@ void buildPartitionPipeline(OpPassManager &pm, const PartitionOptions &options) 
   pm.addPass(createPropagateShardingPass());
   pm.addPass(createInsertCollectivesPass());
   pm.addPass(createLocalizeShapesPass());
+  if (options.bucketBytes > 0)
+    pm.addPass(createBucketAllReducesPass(
+        BucketAllReducesPassOptions{options.bucketBytes}));
 }
 
 namespace {

@@ -718,6 +718,31 @@ def Megac_AllReduceOp : Megac_CollectiveOp<"all_reduce"> {
   let hasVerifier = 1;
 }
 
+def Megac_AllReduceBucketOp : Megac_Op<"all_reduce_bucket", [Pure]> {
+  let summary = "One all-reduce for several partial-sum tensors (a bucket)";
+  let description = [{
+    Sums each input over the ranks of `axis`, as one `megac.all_reduce`
+    each would, but in one collective of their concatenation: data-parallel
+    gradients (one per parameter) then cost one collective per bucket
+    instead of one per parameter, and each message is large enough to reach
+    the network's bandwidth rather than its latency. Created by
+    megac-bucket-all-reduces on per-rank IR.
+
+    ```mlir
+    %a, %b = megac.all_reduce_bucket %x, %y {axis = "dp"}
+        : (tensor<128x64xf32>, tensor<64xf32>) -> (tensor<128x64xf32>, tensor<64xf32>)
+    ```
+
+    Rules: `all_reduce_bucket_c1` at least one input, and the result types
+    equal the input types, in order.
+  }];
+  let arguments = (ins Variadic<Megac_F32Tensor>:$inputs, StrAttr:$axis);
+  let results = (outs Variadic<Megac_F32Tensor>:$results);
+  let assemblyFormat =
+      "$inputs attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
 def Megac_ReduceScatterOp : Megac_CollectiveOp<"reduce_scatter"> {
   let summary = "Sum over a grid axis, each rank keeping its chunk";
   let description = [{

@@ -30,11 +30,15 @@ struct PartitionOptions {
   /// named grad:<parameter> (for checking them; no update).
   bool gradients = false;
   ApplyOptimizerPassOptions optimizer;
+  /// Gradient all-reduces are fused into buckets of at most this many bytes
+  /// (0: one all-reduce per gradient).
+  int64_t bucketBytes = 25 << 20;
 };
 
 /// set-mesh, specialize-shapes, [autodiff, apply-optimizer,]
-/// propagate-sharding, insert-collectives, localize-shapes: from a model to
-/// per-rank IR.
+/// propagate-sharding, split-cross-entropy, propagate-sharding,
+/// insert-collectives, localize-shapes[, bucket-all-reduces]: from a model
+/// to per-rank IR.
 void buildPartitionPipeline(mlir::OpPassManager &pm,
                             const PartitionOptions &options);
 

@@ -96,6 +96,27 @@ def LocalizeShapesPass : Pass<"megac-localize-shapes", "mlir::ModuleOp"> {
   }];
 }
 
+def BucketAllReducesPass : Pass<"megac-bucket-all-reduces", "mlir::ModuleOp"> {
+  let summary = "Fuse the gradient all-reduces of one axis into buckets";
+  let description = [{
+    Runs on per-rank IR (after megac-localize-shapes, so sizes are real
+    bytes). Walking the program in order, each `megac.all_reduce` joins the
+    open bucket of its axis; a bucket becomes one `megac.all_reduce_bucket`
+    placed just before the first op that reads one of its sums, when it
+    reaches `bucket-bytes`, or at the end. As in PyTorch DDP's gradient
+    buckets, the sums the backward pass only hands to the optimizer wait
+    for their bucket, and activation all-reduces, whose sum the next op
+    needs at once, stay single. All-reduces that the returned values depend
+    on (the forward pass and its loss) are left alone, so the forward part
+    of a training step keeps its own collectives. A bucket of one stays a
+    plain all-reduce.
+  }];
+  let options = [
+    Option<"bucketBytes", "bucket-bytes", "int64_t", /*default=*/"25 << 20",
+           "Close a bucket once it holds this many bytes (0: no buckets)">,
+  ];
+}
+
 def AutodiffPass : Pass<"megac-autodiff", "mlir::ModuleOp"> {
   let summary = "Append the backward pass: gradients of the loss";
   let description = [{

@@ -1,0 +1,129 @@
+//===- BucketAllReduces.cpp - Fuse gradient all-reduces into buckets ------===//
+//
+// Data parallelism all-reduces every parameter's gradient: dozens of small
+// messages per step for a small model, thousands for a large one, each
+// paying the collective's latency. Gradients are produced during the
+// backward pass but read only by the optimizer at its end, so their sums
+// can wait and travel together. This pass delays each all-reduce until one
+// of its sums is needed (or its bucket is full) and fuses the delayed ones
+// of an axis into one megac.all_reduce_bucket.
+//
+//===----------------------------------------------------------------------===//
+
+#include "megac/Dialect/Megac/IR/MegacOps.h"
+#include "megac/Dialect/Megac/Transforms/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/MapVector.h"
+
+namespace megac {
+#define GEN_PASS_DEF_BUCKETALLREDUCESPASS
+#include "megac/Dialect/Megac/Transforms/Passes.h.inc"
+} // namespace megac
+
+using namespace mlir;
+using namespace megac;
+
+namespace {
+
+/// Ops the returned values depend on (in a training step: the forward pass
+/// and the loss), which keep their collectives where they are.
+llvm::DenseSet<Operation *> returnedCone(Block &body) {
+  llvm::DenseSet<Operation *> cone;
+  SmallVector<Value> worklist(body.getTerminator()->getOperands());
+  while (!worklist.empty()) {
+    Operation *op = worklist.pop_back_val().getDefiningOp();
+    if (op && cone.insert(op).second)
+      llvm::append_range(worklist, op->getOperands());
+  }
+  return cone;
+}
+
+int64_t bytesOf(Value value) {
+  auto type = cast<RankedTensorType>(value.getType());
+  return type.getNumElements() *
+         static_cast<int64_t>(type.getElementTypeBitWidth() / 8);
+}
+
+struct Bucket {
+  SmallVector<AllReduceOp> members;
+  int64_t bytes = 0;
+};
+
+struct BucketAllReducesPass
+    : public megac::impl::BucketAllReducesPassBase<BucketAllReducesPass> {
+  using BucketAllReducesPassBase::BucketAllReducesPassBase;
+
+  void runOnOperation() override {
+    if (bucketBytes <= 0)
+      return;
+    for (auto func : getOperation().getOps<func::FuncOp>())
+      if (!func.isExternal())
+        bucketFunction(func.getBody().front());
+  }
+
+  /// Replaces the bucket's all-reduces by one fused op before `before`.
+  static void flush(Bucket &bucket, Operation *before) {
+    if (bucket.members.size() > 1) {
+      OpBuilder b(before);
+      SmallVector<Value> inputs;
+      SmallVector<Type> types;
+      for (AllReduceOp member : bucket.members) {
+        inputs.push_back(member.getInput());
+        types.push_back(member.getType());
+      }
+      auto fused = AllReduceBucketOp::create(
+          b, bucket.members.front().getLoc(), types, inputs,
+          bucket.members.front().getAxisAttr());
+      for (auto [member, sum] : llvm::zip(bucket.members, fused.getResults())) {
+        member.getResult().replaceAllUsesWith(sum);
+        member.erase();
+      }
+    }
+    bucket = Bucket();
+  }
+
+  void bucketFunction(Block &body) {
+    llvm::DenseSet<Operation *> keep = returnedCone(body);
+    // Open buckets per axis, in the order they opened (deterministic).
+    llvm::MapVector<StringAttr, Bucket> open;
+    // Which open bucket (by axis) holds the all-reduce producing a value.
+    llvm::DenseMap<Value, StringAttr> pending;
+    SmallVector<Operation *> ops;
+    for (Operation &op : body)
+      ops.push_back(&op);
+    for (Operation *op : ops) {
+      // A user of a pending sum needs its bucket first.
+      for (Value operand : op->getOperands()) {
+        auto it = pending.find(operand);
+        if (it == pending.end())
+          continue;
+        StringAttr axis = it->second;
+        for (AllReduceOp member : open[axis].members)
+          pending.erase(member.getResult());
+        flush(open[axis], op);
+      }
+      if (isa<func::ReturnOp>(op)) {
+        for (auto &entry : open)
+          flush(entry.second, op);
+        continue;
+      }
+      auto allReduce = dyn_cast<AllReduceOp>(op);
+      if (!allReduce || keep.contains(op))
+        continue;
+      Bucket &bucket = open[allReduce.getAxisAttr()];
+      bucket.members.push_back(allReduce);
+      bucket.bytes += bytesOf(allReduce.getInput());
+      pending[allReduce.getResult()] = allReduce.getAxisAttr();
+      if (bucket.bytes >= bucketBytes) {
+        for (AllReduceOp member : bucket.members)
+          pending.erase(member.getResult());
+        flush(bucket, op->getNextNode());
+      }
+    }
+  }
+};
+} // namespace
