@@ -168,19 +168,44 @@ size_t Executor::tokensNeeded() const {
   return size_t(tokensPerStep()) + (needsLabels() ? 1 : 0);
 }
 
+int64_t Executor::microBatches() const {
+  return std::max<int64_t>(1, P.micro_batches());
+}
+
 void Executor::setInputs(const TokenSource &Stream, uint64_t Pos) {
   if (!RP.inputs())
     return;
-  const int64_t B = P.batch(), S = P.seq();
-  for (const Input *In : *RP.inputs()) {
+  const int64_t B = P.batch(), S = P.seq(), M = microBatches();
+  // Micro-batch K is the K-th block of the global batch, split over the
+  // data-parallel ranks like a whole batch.
+  const int64_t MicroRows0 = globalBatch() / M;
+  MicroRows.assign(RP.inputs()->size(), {});
+  for (uint32_t N = 0; N < RP.inputs()->size(); ++N) {
+    const Input *In = RP.inputs()->Get(N);
     uint64_t Shift = In->kind()->str() == "labels" ? 1 : 0;
-    uint64_t First = Pos + uint64_t(In->batch_offset() * S) + Shift;
-    if (First + uint64_t(B * S) > Stream.length())
-      throw RunError("internal error: token stream too short");
-    int32_t *Dst = Bufs[In->buffer()].i.data();
-    for (int64_t I = 0; I < B * S; ++I)
-      Dst[I] = Stream.at(First + uint64_t(I));
+    std::vector<int32_t> &Rows = MicroRows[N];
+    Rows.resize(size_t(M * B * S));
+    for (int64_t K = 0; K < M; ++K) {
+      uint64_t First =
+          Pos + uint64_t((K * MicroRows0 + In->batch_offset()) * S) + Shift;
+      if (First + uint64_t(B * S) > Stream.length())
+        throw RunError("internal error: token stream too short");
+      for (int64_t I = 0; I < B * S; ++I)
+        Rows[size_t(K * B * S + I)] = Stream.at(First + uint64_t(I));
+    }
   }
+  loadMicroBatch(0);
+}
+
+void Executor::loadMicroBatch(int64_t K) {
+  if (!RP.inputs() || MicroRows.size() != RP.inputs()->size())
+    return;
+  const size_t N = size_t(P.batch() * P.seq());
+  for (uint32_t I = 0; I < RP.inputs()->size(); ++I)
+    std::copy(MicroRows[I].begin() + long(size_t(K) * N),
+              MicroRows[I].begin() + long(size_t(K + 1) * N),
+              Bufs[RP.inputs()->Get(I)->buffer()].i.begin());
+  CurMicro = K;
 }
 
 void Executor::setInputs(const std::vector<int32_t> &Stream) {
@@ -195,8 +220,29 @@ uint32_t Executor::forwardEnd() const {
 RunStats Executor::run(Collectives &C, uint32_t End) {
   RunStats Stats;
   auto Start = std::chrono::steady_clock::now();
+  const int64_t M = microBatches();
+  const uint32_t AccEnd =
+      RP.accumulate_end() >= 0 ? uint32_t(RP.accumulate_end()) : 0;
+  if (M > 1 && AccEnd > 0 && End >= AccEnd) {
+    for (int64_t K = 0; K < M; ++K) {
+      loadMicroBatch(K);
+      Stats = runRange(C, 0, AccEnd, Stats);
+    }
+    Stats = runRange(C, AccEnd, End, Stats);
+  } else {
+    CurMicro = 0;
+    Stats = runRange(C, 0, End, Stats);
+  }
+  Stats.seconds = std::chrono::duration<double>(
+                      std::chrono::steady_clock::now() - Start)
+                      .count();
+  return Stats;
+}
+
+RunStats Executor::runRange(Collectives &C, uint32_t Begin, uint32_t End,
+                            RunStats Stats) {
   if (RP.instrs())
-    for (uint32_t I = 0; I < RP.instrs()->size() && I < End; ++I) {
+    for (uint32_t I = Begin; I < RP.instrs()->size() && I < End; ++I) {
       const Instr &In = *RP.instrs()->Get(I);
       uint32_t OutId = In.outputs()->Get(0);
       // The verifier allows only adam_w to write one of its inputs (in
@@ -225,9 +271,6 @@ RunStats Executor::run(Collectives &C, uint32_t End) {
           In.op() == op::ReduceScatter)
         ++Stats.collectives;
     }
-  Stats.seconds = std::chrono::duration<double>(
-                      std::chrono::steady_clock::now() - Start)
-                      .count();
   return Stats;
 }
 
@@ -402,6 +445,13 @@ void Executor::exec(uint32_t Idx, const Instr &In, Collectives &C,
   case op::Assign:
     std::memcpy(Y.f.data(), A.f.data(), Y.bytes());
     return;
+  case op::Accumulate:
+    if (CurMicro == 0)
+      std::memcpy(Y.f.data(), A.f.data(), Y.bytes());
+    else
+      for (int64_t K = 0; K < Y.numel(); ++K)
+        Y.f[size_t(K)] += A.f[size_t(K)];
+    return;
   case op::Dropout: {
     // ints: stream, r, global_shape (r), offset (r); floats: rate. Training
     // steps key the mask with t (1-based); a plain forward run uses step 1;
@@ -416,8 +466,12 @@ void Executor::exec(uint32_t Idx, const Instr &In, Collectives &C,
       Global[D] = Int(unsigned(2 + D));
       Offset[D] = Int(unsigned(2 + R + D));
     }
+    // With gradient accumulation each micro-batch draws its own masks: the
+    // key's step counts micro-batches ((t - 1) m + k + 1; t itself when m = 1).
+    const uint64_t Key =
+        uint64_t(CurStep - 1) * uint64_t(microBatches()) + uint64_t(CurMicro) + 1;
     kernels::dropout(A.f.data(), A.shape, Global, Offset, Flt(0), RunSeed,
-                     uint64_t(Int(0)), uint64_t(CurStep), Y.f.data());
+                     uint64_t(Int(0)), Key, Y.f.data());
     return;
   }
   case op::ReduceScatter: {

@@ -126,7 +126,8 @@ public:
   /// dropout uses step() (1 unless a training loop sets it).
   void setInference(bool On) { Inference = On; }
   bool inference() const { return Inference; }
-  /// Executes instructions [0, End) (all by default) once.
+  /// Executes instructions [0, End) (all by default) once; with gradient
+  /// accumulation, [0, accumulate_end) once per micro-batch first.
   RunStats run(Collectives &C, uint32_t End = UINT32_MAX);
   /// Number of instructions of the forward part (forward_end, or all).
   uint32_t forwardEnd() const;
@@ -150,7 +151,16 @@ private:
   double CurLr = 0;
   uint64_t RunSeed = 0;
   bool Inference = false;
+  /// Gradient accumulation: the micro-batch being run, and every
+  /// micro-batch's rows of each input (filled by setInputs), in input order.
+  int64_t CurMicro = 0;
+  std::vector<std::vector<int32_t>> MicroRows;
 
+  int64_t microBatches() const;
+  /// Copies micro-batch \p K's rows into the input buffers.
+  void loadMicroBatch(int64_t K);
+  RunStats runRange(Collectives &C, uint32_t Begin, uint32_t End,
+                    RunStats Stats);
   void exec(uint32_t Idx, const megac::plan::Instr &In, Collectives &C,
             Tensor &Out);
 };

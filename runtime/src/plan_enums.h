@@ -55,8 +55,10 @@ constexpr OpCode Dropout = OpCode(32);
 // Vocabulary-parallel cross-entropy (format version 5).
 constexpr OpCode CrossEntropyStats = OpCode(33);
 constexpr OpCode CrossEntropyFromStats = OpCode(34);
+// Gradient accumulation (format version 5).
+constexpr OpCode Accumulate = OpCode(35);
 /// The highest opcode this runtime knows.
-constexpr OpCode LastOpCode = CrossEntropyFromStats;
+constexpr OpCode LastOpCode = Accumulate;
 } // namespace op
 
 namespace dt {

@@ -258,6 +258,8 @@ const char *opcodeName(OpCode op) {
     return "cross_entropy_stats";
   case op::CrossEntropyFromStats:
     return "cross_entropy_from_stats";
+  case op::Accumulate:
+    return "accumulate";
   case op::SumLeading:
     return "sum_leading";
   case op::SumSquares:
@@ -357,6 +359,13 @@ private:
         (P.seq() > 0 && P.global_batch() > kMaxElements / P.seq()))
       return fail("global batch " + std::to_string(P.global_batch()) +
                   " is invalid");
+    if (P.micro_batches() < 0 || P.micro_batches() > (1 << 20) ||
+        (P.micro_batches() > 1 &&
+         (P.global_batch() <= 0 ||
+          P.global_batch() % P.micro_batches() != 0)))
+      return fail("micro_batches " + std::to_string(P.micro_batches()) +
+                  " must be 0, 1 or divide the global batch " +
+                  std::to_string(P.global_batch()));
     if (P.global_batch() > 0 && P.global_batch() < P.batch())
       return fail("global batch " + std::to_string(P.global_batch()) +
                   " is smaller than the per-rank batch " +
@@ -552,7 +561,10 @@ private:
                       listStr(Want) + " (batch, seq), got " +
                       dtypeStr(Types[In->buffer()]) + " " +
                       listStr(Shapes[In->buffer()]));
-        const int64_t GB = P.global_batch() > 0 ? P.global_batch() : P.batch();
+        // With micro-batches the offset is inside one micro-batch's rows.
+        const int64_t GB =
+            (P.global_batch() > 0 ? P.global_batch() : P.batch()) /
+            std::max<int64_t>(1, P.micro_batches());
         if (In->batch_offset() < 0 || In->batch_offset() > GB - P.batch())
           return fail(where() + ": " + What + " has batch offset " +
                       std::to_string(In->batch_offset()) + ": rows [" +
@@ -568,6 +580,14 @@ private:
     if (FwdEnd < -1 || (FwdEnd >= 0 && uint32_t(FwdEnd) > NInstrs))
       return fail(where() + ": forward_end " + std::to_string(FwdEnd) +
                   " is outside [-1, " + std::to_string(NInstrs) + "]");
+    const int32_t AccEnd = RP->accumulate_end();
+    if (AccEnd < -1 || (AccEnd >= 0 && uint32_t(AccEnd) > NInstrs))
+      return fail(where() + ": accumulate_end " + std::to_string(AccEnd) +
+                  " is outside [-1, " + std::to_string(NInstrs) + "]");
+    if (P.micro_batches() > 1 && AccEnd <= 0)
+      return fail(where() + ": the plan has " +
+                  std::to_string(P.micro_batches()) +
+                  " micro-batches but no accumulate_end");
     AdamParams.clear();
     AdamNames.clear();
     // Outputs must be computed by the forward part ([0, forward_end)).
@@ -1124,6 +1144,13 @@ private:
     }
     case op::Dropout:
       return checkDropout();
+    case op::Accumulate:
+      if (!expectCounts(1, 1) || !allF32())
+        return false;
+      if (isParamBuffer(Outs[0]))
+        return fail(Pfx + "output %" + std::to_string(Outs[0]) +
+                    " is a parameter (accumulate sums into its own buffer)");
+      return expectOutShape(in(0));
     case op::Assign: {
       if (!expectCounts(1, 1) || !allF32())
         return false;
@@ -1563,6 +1590,9 @@ void dumpRankText(std::ostringstream &OS, const Program &P,
      << " params, " << Count(R.instrs()) << " instructions";
   if (R.forward_end() >= 0)
     OS << " (forward: 0.." << R.forward_end() << ")";
+  if (P.micro_batches() > 1 && R.accumulate_end() >= 0)
+    OS << " (per micro-batch: 0.." << R.accumulate_end() << ", "
+       << P.micro_batches() << " micro-batches)";
   OS << "\n";
   if (R.params()) {
     OS << "  params:\n";
@@ -1651,6 +1681,8 @@ std::string dumpPlanText(const LoadedPlan &plan, int rank) {
        << P.vocab_size() << ", seed " << P.seed();
     if (P.global_batch())
       OS << ", global batch " << P.global_batch();
+    if (P.micro_batches() > 1)
+      OS << " in " << P.micro_batches() << " micro-batches";
     OS << "\n";
     if (const TrainConfig *T = P.train())
       OS << "train: lr " << fmtDouble(T->max_lr()) << " -> "
@@ -1788,6 +1820,7 @@ nlohmann::json rankJson(const Program &P, const RankProgram &R) {
     }
   J["instructions"] = Instrs;
   J["forward_end"] = R.forward_end();
+  J["accumulate_end"] = R.accumulate_end();
   return J;
 }
 
@@ -1824,6 +1857,7 @@ std::string dumpPlanJson(const LoadedPlan &plan, int rank) {
     J["vocab_size"] = P.vocab_size();
     J["seed"] = P.seed();
     J["global_batch"] = P.global_batch();
+    J["micro_batches"] = P.micro_batches();
     if (const TrainConfig *T = P.train())
       J["train"] = {{"max_lr", T->max_lr()},
                     {"min_lr", T->min_lr()},

@@ -179,6 +179,12 @@ int runCompile(int argc, char **argv) {
       cl::desc("ZeRO stage: 1 shards the AdamW state over the dp axis "
                "(gradients reduce-scattered, updated slices all-gathered)"),
       cl::init(0), cl::cat(trainCategory));
+  static cl::opt<int64_t> microBatches(
+      "micro-batches",
+      cl::desc("Gradient accumulation: run forward and backward on this many "
+               "micro-batches of batch / N rows per step, summing the "
+               "gradients, then update once (--train, --gradients)"),
+      cl::init(1), cl::cat(trainCategory));
   static cl::opt<double> bucketMB(
       "bucket-mb",
       cl::desc("Fuse gradient all-reduces into buckets of this many MiB "
@@ -253,6 +259,13 @@ int runCompile(int argc, char **argv) {
     return fail("--bucket-mb must lie in [0, 1048576] MiB, got " +
                 std::to_string(bucketMB.getValue()));
   options.bucketBytes = static_cast<int64_t>(bucketMB * 1024.0 * 1024.0);
+  if (microBatches < 1)
+    return fail("--micro-batches must be positive, got " +
+                std::to_string(microBatches.getValue()));
+  if (microBatches > 1 && !train && !gradients)
+    return fail("--micro-batches needs --train or --gradients (it "
+                "accumulates gradients)");
+  options.microBatches = microBatches;
   megac::buildPartitionPipeline(pm, options);
   if (failed(pm.run(*module)))
     return 1;

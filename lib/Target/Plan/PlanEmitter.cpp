@@ -57,8 +57,10 @@ std::string locationString(Operation *op) {
 
 class RankEmitter {
 public:
-  RankEmitter(fb::FlatBufferBuilder &fbb, const Grid &grid, int64_t rank)
-      : fbb(fbb), grid(grid), rank(rank), coords(toVector(grid.coords(rank))) {}
+  RankEmitter(fb::FlatBufferBuilder &fbb, const Grid &grid, int64_t rank,
+              int64_t microBatches)
+      : fbb(fbb), grid(grid), rank(rank), microBatches(microBatches),
+        coords(toVector(grid.coords(rank))) {}
 
   FailureOr<fb::Offset<mp::RankProgram>> emit(func::FuncOp func) {
     Block &body = func.getBody().front();
@@ -69,11 +71,13 @@ public:
         return failure();
     }
     llvm::DenseSet<Operation *> forwardOps = collectForwardOps(body);
-    int32_t forwardEnd = -1;
+    int32_t forwardEnd = -1, accumulateEnd = -1;
     bool training = false;
     for (Operation &op : body) {
       if (isa<AdamWOp>(op))
         training = true;
+      if (isa<AccumulateOp>(op))
+        accumulateEnd = static_cast<int32_t>(instrs.size()) + 1;
       if (forwardOps.contains(&op))
         forwardEnd = static_cast<int32_t>(instrs.size()) + 1;
       if (auto ret = dyn_cast<func::ReturnOp>(op)) {
@@ -112,7 +116,8 @@ public:
     }
     return mp::CreateRankProgramDirect(fbb, rank, &coords, &bufferOffsets,
                                        &params, &inputs, &outputs, &instrs,
-                                       training ? forwardEnd : -1);
+                                       training ? forwardEnd : -1,
+                                       microBatches > 1 ? accumulateEnd : -1);
   }
 
   /// Ops the returned values depend on: the forward pass of a training step
@@ -129,13 +134,15 @@ public:
     return seen;
   }
 
-  /// Global token count of a [B, S, ...] value: its local rows and
-  /// positions times the axes that split them.
+  /// Global token count of a step for a [B, S, ...] value: its local rows
+  /// and positions times the axes that split them, times the micro-batches
+  /// (each micro-batch's loss is a share of the step's mean).
   int64_t globalTokens(Value value) {
     auto type = cast<RankedTensorType>(value.getType());
     ShardingAttr sharding = getShardingOrReplicated(value);
     return type.getDimSize(0) * grid.axisSize(sharding.getDimAxis(0)) *
-           type.getDimSize(1) * grid.axisSize(sharding.getDimAxis(1));
+           type.getDimSize(1) * grid.axisSize(sharding.getDimAxis(1)) *
+           microBatches;
   }
 
   /// Where this rank's block of `value` starts along dimension `dim`.
@@ -364,6 +371,7 @@ private:
           result = describeUpdatedParameter(a, paramName, paramOffset);
         })
         .Case<AssignOp>([&](auto) { code = mp::OpCode_Assign; })
+        .Case<AccumulateOp>([&](auto) { code = mp::OpCode_Accumulate; })
         .Case<DropoutOp>([&](DropoutOp d) {
           // The mask is drawn by global position: the plan says where this
           // rank's block sits in the whole tensor.
@@ -420,6 +428,7 @@ private:
   fb::FlatBufferBuilder &fbb;
   const Grid &grid;
   uint32_t rank;
+  int64_t microBatches;
   std::vector<int64_t> coords;
   llvm::DenseMap<Value, uint32_t> buffers;
   std::vector<fb::Offset<mp::Buffer>> bufferOffsets;
@@ -488,10 +497,16 @@ FailureOr<std::vector<uint8_t>> emitPlan(ModuleOp module,
     return func.emitError("the model takes token inputs but has no "
                           "megac.embedding to bound their ids");
 
+  int64_t microBatches = 1;
+  if (auto attr = module->getAttrOfType<IntegerAttr>(
+          MegacDialect::kMicroBatchesAttrName))
+    microBatches = attr.getInt();
+  globalBatch *= microBatches;
+
   fb::FlatBufferBuilder fbb(1 << 16);
   std::vector<fb::Offset<mp::RankProgram>> ranks;
   for (int64_t rank = 0; rank < grid.numRanks(); ++rank) {
-    RankEmitter emitter(fbb, grid, rank);
+    RankEmitter emitter(fbb, grid, rank, microBatches);
     FailureOr<fb::Offset<mp::RankProgram>> program = emitter.emit(func);
     if (failed(program))
       return failure();
@@ -511,7 +526,8 @@ FailureOr<std::vector<uint8_t>> emitPlan(ModuleOp module,
         config.getAs<IntegerAttr>("total_steps").getInt());
   auto program = mp::CreateProgramDirect(
       fbb, modelName.c_str(), options.modelHash, grid.numRanks(), &axes, batch,
-      seq, vocab, options.seed, &ranks, train, globalBatch);
+      seq, vocab, options.seed, &ranks, train, globalBatch,
+      microBatches > 1 ? microBatches : 0);
   fbb.Finish(program);
   return megac_rt::wrapProgram(fbb.GetBufferPointer(), fbb.GetSize(),
                                options.producer);

@@ -321,6 +321,13 @@ LogicalResult MegacDialect::verifyOperationAttribute(Operation *op,
                              "strings) on a one-result op");
     return success();
   }
+  if (name == kMicroBatchesAttrName) {
+    auto count = dyn_cast<IntegerAttr>(value);
+    if (!count || !isa<ModuleOp>(op) || count.getInt() < 1)
+      return op->emitOpError("megac.micro_batches must be a positive integer "
+                             "on a module");
+    return success();
+  }
   if (name == kTrainAttrName) {
     auto dict = dyn_cast<DictionaryAttr>(value);
     if (!dict || !isa<ModuleOp>(op) || !dict.getAs<FloatAttr>("max_lr") ||

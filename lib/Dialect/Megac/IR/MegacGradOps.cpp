@@ -376,6 +376,21 @@ ShardingRule PositionEmbeddingGradOp::getShardingRule() {
   return rule;
 }
 
+LogicalResult AccumulateOp::inferReturnTypes(MLIRContext *,
+                                             std::optional<Location>,
+                                             Adaptor adaptor,
+                                             SmallVectorImpl<Type> &types) {
+  types.push_back(adaptor.getInput().getType());
+  return success();
+}
+
+ShardingRule AccumulateOp::getShardingRule() {
+  // A sum over micro-batches is linear: partial sums pass through, so a
+  // data-parallel gradient is all-reduced once per step, not per micro-batch.
+  return elementwiseRule(tensorTypeOf(getInput()).getRank(), 1,
+                         PartialPolicy::AllOperands);
+}
+
 ShardingRule CrossEntropyGradOp::getShardingRule() {
   // Without stats the softmax needs whole rows; with them (all blocks,
   // whole) each rank computes the gradient of its own vocabulary block.

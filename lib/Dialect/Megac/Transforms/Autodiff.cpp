@@ -10,6 +10,7 @@
 
 #include "megac/Dialect/Megac/IR/MegacOps.h"
 #include "megac/Dialect/Megac/Transforms/Passes.h"
+#include "TransformUtils.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
@@ -26,28 +27,8 @@ using namespace megac;
 
 namespace {
 
-/// Index of the loss: the result named "loss", else the only scalar result.
-FailureOr<unsigned> findLoss(func::FuncOp func) {
-  std::optional<unsigned> scalar;
-  unsigned scalars = 0;
-  for (unsigned i = 0; i < func.getNumResults(); ++i) {
-    auto name =
-        func.getResultAttrOfType<StringAttr>(i, MegacDialect::kResultNameAttrName);
-    if (name && name.getValue() == "loss")
-      return i;
-    if (cast<RankedTensorType>(func.getResultTypes()[i]).getRank() == 0) {
-      scalar = i;
-      ++scalars;
-    }
-  }
-  if (scalars == 1)
-    return *scalar;
-  return func.emitError("megac-autodiff needs the loss: a scalar result named "
-                        "'loss' (megac.name) or the only scalar result");
-}
-
 LogicalResult differentiate(func::FuncOp func) {
-  FailureOr<unsigned> lossIndex = findLoss(func);
+  FailureOr<unsigned> lossIndex = findLoss(func, "megac-autodiff");
   if (failed(lossIndex))
     return failure();
   Block &body = func.getBody().front();

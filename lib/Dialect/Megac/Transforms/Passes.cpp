@@ -11,13 +11,16 @@ namespace megac {
 void buildPartitionPipeline(OpPassManager &pm, const PartitionOptions &options) {
   if (!options.mesh.empty())
     pm.addPass(createSetMeshPass(SetMeshPassOptions{options.mesh}));
-  pm.addPass(createSpecializeShapesPass(
-      SpecializeShapesPassOptions{options.batch, options.seq}));
+  pm.addPass(createSpecializeShapesPass(SpecializeShapesPassOptions{
+      options.batch, options.seq, options.microBatches}));
   // Dropout is a training-time transformation; inference plans drop it.
   if (!options.train && !options.gradients)
     pm.addPass(createDisableDropoutPass());
   if (options.train || options.gradients)
     pm.addPass(createAutodiffPass());
+  if ((options.train || options.gradients) && options.microBatches > 1)
+    pm.addPass(createAccumulateMicroBatchesPass(
+        AccumulateMicroBatchesPassOptions{options.microBatches}));
   if (options.train)
     pm.addPass(createApplyOptimizerPass(options.optimizer));
   pm.addPass(createPropagateShardingPass());

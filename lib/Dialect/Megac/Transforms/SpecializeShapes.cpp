@@ -40,12 +40,19 @@ struct SpecializeShapesPass
   LogicalResult specialize(func::FuncOp func) {
     if (batch < 0 || seq < 0)
       return func.emitError("batch and sequence sizes must be positive");
+    if (microBatches < 1)
+      return func.emitError("the number of micro-batches must be positive");
     Block &body = func.getBody().front();
     for (BlockArgument arg : body.getArguments()) {
       auto type = cast<RankedTensorType>(arg.getType());
       if (func.getArgAttr(arg.getArgNumber(), MegacDialect::kInputAttrName)) {
+        int64_t rows = chooseSize(batch, type.getDimSize(0), kDefaultBatch);
+        if (rows % microBatches != 0)
+          return func.emitError()
+                 << "the batch (" << rows << " rows) is not divisible by the "
+                 << static_cast<int64_t>(microBatches) << " micro-batches";
         SmallVector<int64_t> shape = {
-            chooseSize(batch, type.getDimSize(0), kDefaultBatch),
+            rows / microBatches,
             chooseSize(seq, type.getDimSize(1), kDefaultSeq)};
         arg.setType(RankedTensorType::get(shape, type.getElementType()));
       } else if (!type.hasStaticShape()) {

@@ -39,6 +39,8 @@ def Megac_Dialect : Dialect {
     static constexpr ::llvm::StringLiteral kModelAttrName = "megac.model";
     static constexpr ::llvm::StringLiteral kLocalizedAttrName = "megac.localized";
     static constexpr ::llvm::StringLiteral kTrainAttrName = "megac.train";
+    static constexpr ::llvm::StringLiteral kMicroBatchesAttrName =
+        "megac.micro_batches";
     static constexpr ::llvm::StringLiteral kReduceResultAttrName =
         "megac.reduce_result";
   }];

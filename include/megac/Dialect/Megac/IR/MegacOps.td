@@ -626,6 +626,23 @@ def Megac_FillOp : Megac_ModelOp<"fill"> {
 // Optimizer (created by megac-apply-optimizer)
 //===----------------------------------------------------------------------===//
 
+def Megac_AccumulateOp : Megac_ModelOp<"accumulate", [], /*pure=*/0> {
+  let summary = "Sum of a value over the micro-batches of a step";
+  let description = [{
+    With gradient accumulation the step runs its forward and backward part
+    once per micro-batch; `accumulate` yields the sum of its input over all
+    of them (the first micro-batch stores it, later ones add to it). Its
+    users, the optimizer and the returned loss, run once, after the last
+    micro-batch. Created by megac-accumulate-micro-batches.
+
+    ```mlir
+    %g = megac.accumulate %dw : (tensor<128x64xf32>) -> tensor<128x64xf32>
+    ```
+  }];
+  let arguments = (ins Megac_F32Tensor:$input);
+  let results = (outs Megac_F32Tensor:$result);
+}
+
 def Megac_AdamWOp : Megac_ModelOp<"adamw", [MemoryEffects<[MemWrite]>],
                                   /*pure=*/0> {
   let summary = "AdamW update of a parameter, in place";

@@ -33,6 +33,9 @@ struct PartitionOptions {
   /// Gradient all-reduces are fused into buckets of at most this many bytes
   /// (0: one all-reduce per gradient).
   int64_t bucketBytes = 25 << 20;
+  /// Gradient accumulation: the step runs forward and backward once per
+  /// micro-batch of batch / microBatches rows.
+  int64_t microBatches = 1;
 };
 
 /// set-mesh, specialize-shapes, [autodiff, apply-optimizer,]

@@ -31,13 +31,17 @@ def SpecializeShapesPass : Pass<"megac-specialize-shapes", "mlir::ModuleOp"> {
     Data inputs (`megac.input`) are `[batch, seq]` token tensors. This pass
     gives them the requested sizes (0 keeps a static size, and a dynamic one
     becomes the default 4 x 64), re-infers every result type in program order
-    and updates the function type. Afterwards every value is static.
+    and updates the function type. Afterwards every value is static. With
+    `micro-batches` m > 1 the batch is that of one micro-batch (the batch
+    divided by m, which must divide it).
   }];
   let options = [
     Option<"batch", "batch", "int64_t", /*default=*/"0",
            "Batch size (0: keep the model's, or 4 if it is dynamic)">,
     Option<"seq", "seq", "int64_t", /*default=*/"0",
            "Sequence length (0: keep the model's, or 64 if it is dynamic)">,
+    Option<"microBatches", "micro-batches", "int64_t", /*default=*/"1",
+           "Micro-batches per step: the IR describes one, batch / this rows">,
   ];
 }
 
@@ -132,6 +136,25 @@ def AutodiffPass : Pass<"megac-autodiff", "mlir::ModuleOp"> {
     The backward ops are ordinary megac ops: sharding propagation and
     collective insertion treat them like the forward pass.
   }];
+}
+
+def AccumulateMicroBatchesPass
+    : Pass<"megac-accumulate-micro-batches", "mlir::ModuleOp"> {
+  let summary = "Gradient accumulation: sum the loss and gradients over micro-batches";
+  let description = [{
+    Runs after megac-autodiff on a function that describes one micro-batch.
+    Wraps the loss (right after it is computed, so the forward part of the
+    step stays short) and every `grad:` result in `megac.accumulate`, and
+    records `megac.micro_batches` on the module. The plan then runs
+    everything up to the last accumulation once per micro-batch and the
+    rest (gradient reduction across data-parallel ranks, clipping, AdamW)
+    once per step. Each micro-batch's loss is divided by the token count of
+    the whole step, so the sums are the step's mean loss and its gradient.
+  }];
+  let options = [
+    Option<"microBatches", "micro-batches", "int64_t", /*default=*/"1",
+           "Micro-batches per step (1: nothing to do)">,
+  ];
 }
 
 def ApplyOptimizerPass : Pass<"megac-apply-optimizer", "mlir::ModuleOp"> {

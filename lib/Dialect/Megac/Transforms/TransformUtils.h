@@ -1,0 +1,17 @@
+//===- TransformUtils.h - Helpers shared by megac passes --------*- C++ -*-===//
+
+#ifndef MEGAC_LIB_DIALECT_MEGAC_TRANSFORMS_TRANSFORMUTILS_H
+#define MEGAC_LIB_DIALECT_MEGAC_TRANSFORMS_TRANSFORMUTILS_H
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+
+namespace megac {
+
+/// Index of the model's loss among `func`'s results: the result named
+/// "loss" (megac.name), else the only scalar result; an error otherwise.
+mlir::FailureOr<unsigned> findLoss(mlir::func::FuncOp func,
+                                   llvm::StringRef pass);
+
+} // namespace megac
+
+#endif // MEGAC_LIB_DIALECT_MEGAC_TRANSFORMS_TRANSFORMUTILS_H

@@ -1,0 +1,15 @@
+// RUN: megac-opt %s --split-input-file --megac-accumulate-micro-batches=micro-batches=2 -verify-diagnostics
+
+// Tests that accumulation needs the gradients of megac-autodiff.
+// expected-error@+1 {{megac-accumulate-micro-batches found no 'grad:' results; run megac-autodiff first}}
+func.func @no_gradients(%l: tensor<f32>) -> (tensor<f32> {megac.name = "loss"}) {
+  return %l : tensor<f32>
+}
+
+// -----
+
+// Tests that it needs to know the loss.
+// expected-error@+1 {{megac-accumulate-micro-batches needs the loss: a scalar result named 'loss' (megac.name) or the only scalar result}}
+func.func @two_scalars(%a: tensor<f32>, %b: tensor<f32>) -> (tensor<f32>, tensor<f32>) {
+  return %a, %b : tensor<f32>, tensor<f32>
+}
