@@ -445,6 +445,9 @@ void Executor::exec(uint32_t Idx, const Instr &In, Collectives &C,
   case op::Assign:
     std::memcpy(Y.f.data(), A.f.data(), Y.bytes());
     return;
+  case op::RoundBf16:
+    kernels::roundBf16(A.f.data(), A.numel(), Y.f.data());
+    return;
   case op::Accumulate:
     if (CurMicro == 0)
       std::memcpy(Y.f.data(), A.f.data(), Y.bytes());

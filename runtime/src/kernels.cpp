@@ -218,6 +218,29 @@ double logSumExpOfBlocks(const float *St, int64_t Blocks) {
 }
 } // namespace
 
+float roundToBf16(float X) {
+  uint32_t U;
+  std::memcpy(&U, &X, sizeof(U));
+  if ((U & 0x7f800000u) == 0x7f800000u) {
+    // Infinity keeps its bits; NaN stays a (quiet) NaN after truncation.
+    if (U & 0x007fffffu)
+      U |= 0x00400000u;
+  } else {
+    // Round to nearest, ties to even, on the 16 bits that are dropped;
+    // a carry into the exponent is the correct rounding (up to infinity).
+    U += 0x7fffu + ((U >> 16) & 1u);
+  }
+  U &= 0xffff0000u;
+  float Y;
+  std::memcpy(&Y, &U, sizeof(Y));
+  return Y;
+}
+
+void roundBf16(const float *X, int64_t N, float *Y) {
+  for (int64_t I = 0; I < N; ++I)
+    Y[I] = roundToBf16(X[I]);
+}
+
 void crossEntropyStats(const float *Logits, int64_t Rows, int64_t V,
                        const int32_t *Labels, int64_t VocabStart,
                        int64_t VocabSize, int64_t Blocks, float *Stats) {

@@ -54,6 +54,13 @@ void transpose(const uint32_t *X, const std::vector<int64_t> &Shape,
 double crossEntropy(const float *Logits, int64_t Rows, int64_t V,
                     const int32_t *Labels, double Normalizer = 0);
 
+/// The nearest bfloat16 to \p X (ties to even), as a float: NaN stays NaN
+/// (quiet), values beyond bf16's range become infinity.
+float roundToBf16(float X);
+
+/// Y[i] = roundToBf16(X[i]).
+void roundBf16(const float *X, int64_t N, float *Y);
+
 /// Vocabulary-parallel cross-entropy, part 1. Logits (Rows, V) hold the
 /// vocabulary ids VocabStart .. VocabStart+V-1 in \p Blocks equal blocks;
 /// for block k, Stats[r, 3k .. 3k+2] = (max logit m, sum exp(logit - m),

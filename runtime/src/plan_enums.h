@@ -57,8 +57,10 @@ constexpr OpCode CrossEntropyStats = OpCode(33);
 constexpr OpCode CrossEntropyFromStats = OpCode(34);
 // Gradient accumulation (format version 5).
 constexpr OpCode Accumulate = OpCode(35);
+// Mixed precision (format version 5).
+constexpr OpCode RoundBf16 = OpCode(36);
 /// The highest opcode this runtime knows.
-constexpr OpCode LastOpCode = Accumulate;
+constexpr OpCode LastOpCode = RoundBf16;
 } // namespace op
 
 namespace dt {

@@ -260,6 +260,8 @@ const char *opcodeName(OpCode op) {
     return "cross_entropy_from_stats";
   case op::Accumulate:
     return "accumulate";
+  case op::RoundBf16:
+    return "round_bf16";
   case op::SumLeading:
     return "sum_leading";
   case op::SumSquares:
@@ -1144,6 +1146,10 @@ private:
     }
     case op::Dropout:
       return checkDropout();
+    case op::RoundBf16:
+      if (!expectCounts(1, 1) || !allF32())
+        return false;
+      return expectOutShape(in(0));
     case op::Accumulate:
       if (!expectCounts(1, 1) || !allF32())
         return false;

@@ -259,3 +259,27 @@ TEST(Executor, Gpt2DemoLossNearLogVocabAtInit) {
 }
 
 } // namespace
+
+TEST(Kernels, RoundToBf16) {
+  // bf16 keeps 8 significant bits: the spacing above 1 is 2^-7.
+  EXPECT_EQ(roundToBf16(1.0f), 1.0f);
+  EXPECT_EQ(roundToBf16(1.0f + 0x1p-9f), 1.0f);             // below half
+  EXPECT_EQ(roundToBf16(1.0f + 0x1p-8f), 1.0f);             // tie, to even
+  EXPECT_EQ(roundToBf16(1.0f + 3 * 0x1p-8f), 1.0f + 0x1p-6f); // tie, to even
+  EXPECT_EQ(roundToBf16(1.0f + 0x1p-8f + 0x1p-12f), 1.0f + 0x1p-7f);
+  EXPECT_EQ(roundToBf16(-3.140625f), -3.140625f);            // exact in bf16
+  EXPECT_EQ(roundToBf16(0.1f), 0.10009765625f);
+  // The largest bf16 is (2 - 2^-7) 2^127; from halfway above it, infinity.
+  EXPECT_EQ(roundToBf16(0x1.fep127f), 0x1.fep127f);
+  EXPECT_TRUE(std::isinf(roundToBf16(0x1.ffp127f)));
+  EXPECT_TRUE(std::isinf(roundToBf16(INFINITY)));
+  EXPECT_TRUE(std::isnan(roundToBf16(NAN)));
+  // Subnormals keep bf16's 7 fraction bits: 2^-130 is one, and 2^-140 is
+  // below half of the smallest (2^-133).
+  EXPECT_EQ(roundToBf16(0x1p-130f), 0x1p-130f);
+  EXPECT_EQ(roundToBf16(0x1p-140f), 0.0f);
+  std::vector<float> X = {1.0f + 0x1p-9f, -2.5f}, Y(2);
+  roundBf16(X.data(), 2, Y.data());
+  EXPECT_EQ(Y[0], 1.0f);
+  EXPECT_EQ(Y[1], -2.5f);
+}

@@ -185,6 +185,12 @@ int runCompile(int argc, char **argv) {
                "micro-batches of batch / N rows per step, summing the "
                "gradients, then update once (--train, --gradients)"),
       cl::init(1), cl::cat(trainCategory));
+  static cl::opt<std::string> precision(
+      "precision",
+      cl::desc("fp32, or bf16: activations, gradients of activations and the "
+               "weights' compute copies in bf16 (emulated by rounding on "
+               "CPU ranks), f32 master weights, loss and optimizer"),
+      cl::init("fp32"));
   static cl::opt<double> bucketMB(
       "bucket-mb",
       cl::desc("Fuse gradient all-reduces into buckets of this many MiB "
@@ -266,6 +272,10 @@ int runCompile(int argc, char **argv) {
     return fail("--micro-batches needs --train or --gradients (it "
                 "accumulates gradients)");
   options.microBatches = microBatches;
+  if (precision != "fp32" && precision != "bf16")
+    return fail("--precision must be fp32 or bf16, got '" +
+                precision.getValue() + "'");
+  options.bf16 = precision == "bf16";
   megac::buildPartitionPipeline(pm, options);
   if (failed(pm.run(*module)))
     return 1;

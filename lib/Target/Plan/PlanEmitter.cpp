@@ -372,6 +372,7 @@ private:
         })
         .Case<AssignOp>([&](auto) { code = mp::OpCode_Assign; })
         .Case<AccumulateOp>([&](auto) { code = mp::OpCode_Accumulate; })
+        .Case<RoundBf16Op>([&](auto) { code = mp::OpCode_RoundBf16; })
         .Case<DropoutOp>([&](DropoutOp d) {
           // The mask is drawn by global position: the plan says where this
           // rank's block sits in the whole tensor.

@@ -1,10 +1,19 @@
 #!/usr/bin/env python3
-"""Compares the per-step losses of several metrics.jsonl files with the first."""
+"""Compares the per-step losses of several metrics.jsonl files with the first
+(relative error, at most --tol, default 1e-5).
+
+  compare_losses.py [--tol T] A.jsonl B.jsonl [...]
+"""
+import argparse
 import json
 import sys
 
+parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+parser.add_argument("--tol", type=float, default=1e-5)
+parser.add_argument("files", nargs="+")
+args = parser.parse_args()
 series = []
-for path in sys.argv[1:]:
+for path in args.files:
     with open(path) as f:
         series.append([json.loads(line)["loss"] for line in f if line.strip()])
 worst = 0.0
@@ -13,5 +22,5 @@ for other in series[1:]:
         sys.exit("different numbers of steps")
     for a, b in zip(series[0], other):
         worst = max(worst, abs(a - b) / abs(a))
-print(f"{len(series)} runs, step 1 losses agree within {worst:.1e} (tolerance 1e-05)")
-sys.exit(0 if worst <= 1e-5 else 1)
+print(f"{len(series)} runs, step 1 losses agree within {worst:.1e} (tolerance {args.tol:g})")
+sys.exit(0 if worst <= args.tol else 1)

@@ -154,6 +154,14 @@ LogicalResult GeluOp::inferReturnTypes(MLIRContext *, std::optional<Location>,
   return success();
 }
 
+LogicalResult RoundBf16Op::inferReturnTypes(MLIRContext *,
+                                            std::optional<Location>,
+                                            Adaptor adaptor,
+                                            SmallVectorImpl<Type> &types) {
+  types.push_back(adaptor.getInput().getType());
+  return success();
+}
+
 LogicalResult DropoutOp::inferReturnTypes(MLIRContext *,
                                           std::optional<Location> loc,
                                           Adaptor adaptor,
@@ -455,6 +463,13 @@ ShardingRule MulOp::getShardingRule() {
 ShardingRule GeluOp::getShardingRule() {
   return elementwiseRule(tensorTypeOf(getInput()).getRank(), 1,
                          PartialPolicy::None);
+}
+
+ShardingRule RoundBf16Op::getShardingRule() {
+  // Each rank rounds what it holds, partial sums included (a bf16 program
+  // keeps its partial products in bf16 too), so nothing needs reducing.
+  return elementwiseRule(tensorTypeOf(getInput()).getRank(), 1,
+                         PartialPolicy::AllOperands);
 }
 
 ShardingRule DropoutOp::getShardingRule() {

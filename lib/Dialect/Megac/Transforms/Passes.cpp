@@ -21,6 +21,8 @@ void buildPartitionPipeline(OpPassManager &pm, const PartitionOptions &options) 
   if ((options.train || options.gradients) && options.microBatches > 1)
     pm.addPass(createAccumulateMicroBatchesPass(
         AccumulateMicroBatchesPassOptions{options.microBatches}));
+  if (options.bf16)
+    pm.addPass(createMixedPrecisionPass());
   if (options.train)
     pm.addPass(createApplyOptimizerPass(options.optimizer));
   pm.addPass(createPropagateShardingPass());

@@ -192,6 +192,25 @@ def Megac_GeluOp : Megac_ModelOp<"gelu", [Megac_Differentiable]> {
   let results = (outs Megac_F32Tensor:$result);
 }
 
+def Megac_RoundBf16Op : Megac_ModelOp<"round_bf16"> {
+  let summary = "Round to the nearest bfloat16, keeping f32 storage";
+  let description = [{
+    Each element becomes the nearest bfloat16 value (ties to even; NaN stays
+    NaN, overflow gives infinity), still stored as f32. Mixed precision
+    (megac-mixed-precision) puts one after every activation and on every
+    parameter's compute copy, so a program computes what a bf16 program
+    with fp32 accumulation does: bf16 tensors in memory, each kernel
+    accumulating in f32 or wider. Applied to a partial sum it rounds each
+    rank's part, as a bf16 program on that grid would.
+
+    ```mlir
+    %y = megac.round_bf16 %x : (tensor<4x64x128xf32>) -> tensor<4x64x128xf32>
+    ```
+  }];
+  let arguments = (ins Megac_F32Tensor:$input);
+  let results = (outs Megac_F32Tensor:$result);
+}
+
 def Megac_SoftmaxOp : Megac_ModelOp<"softmax", [Megac_Differentiable]> {
   let summary = "Softmax over the last dimension";
   let description = [{

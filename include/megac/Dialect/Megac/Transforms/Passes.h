@@ -36,6 +36,8 @@ struct PartitionOptions {
   /// Gradient accumulation: the step runs forward and backward once per
   /// micro-batch of batch / microBatches rows.
   int64_t microBatches = 1;
+  /// bf16 compute with f32 master weights (megac-mixed-precision).
+  bool bf16 = false;
 };
 
 /// set-mesh, specialize-shapes, [autodiff, apply-optimizer,]

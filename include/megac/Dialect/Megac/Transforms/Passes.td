@@ -157,6 +157,24 @@ def AccumulateMicroBatchesPass
   ];
 }
 
+def MixedPrecisionPass : Pass<"megac-mixed-precision", "mlir::ModuleOp"> {
+  let summary = "bf16 compute with fp32 master weights, by rounding";
+  let description = [{
+    Makes the program compute what a bf16 mixed-precision program does, on
+    any backend: `megac.round_bf16` after each parameter (its bf16 compute
+    copy; the f32 parameter stays the master the optimizer updates) and
+    after every op that produces an activation or an activation gradient
+    (products, adds, GeLU, LayerNorm, attention, softmax, dropout,
+    embeddings and their backward ops). Kernels accumulate in f32 or wider,
+    as tensor cores do. Stays f32: the loss and its statistics, weight
+    gradients (the weight-gradient ops' results, their sums, and products
+    only a token sum reads: Megatron's fp32 main gradients), norms, and
+    everything of the optimizer. Runs after
+    megac-autodiff (and micro-batch accumulation), before
+    megac-apply-optimizer.
+  }];
+}
+
 def ApplyOptimizerPass : Pass<"megac-apply-optimizer", "mlir::ModuleOp"> {
   let summary = "Turn gradient results into in-place AdamW updates";
   let description = [{
