@@ -91,6 +91,8 @@ llvm::Expected<GPT2Config> parseGPT2Config(llvm::StringRef text) {
     return std::move(err);
   if (auto err = getRate("resid_pdrop", config.residualDropout))
     return std::move(err);
+  if (auto err = getRate("attn_pdrop", config.attentionDropout))
+    return std::move(err);
   if (auto tied = object->getBoolean("tie_word_embeddings"))
     config.tieEmbeddings = *tied;
   if (auto name = object->getString("_name_or_path"))
@@ -295,8 +297,13 @@ OwningOpRef<ModuleOp> ModelBuilder::build() {
     Value q = dense(at(p + "attn.q"), a, layer.q, layer.qb);
     Value k = dense(at(p + "attn.k"), a, layer.k, layer.kb);
     Value v = dense(at(p + "attn.v"), a, layer.v, layer.vb);
-    Value attn = AttentionOp::create(builder, at(p + "attn"), q, k, v,
-                                     config.numHeads, /*causal=*/true);
+    // Probability dropout happens inside the fused op, with its own stream.
+    double attnRate = config.attentionDropout;
+    Value attn = AttentionOp::create(
+        builder, at(p + "attn"), q, k, v,
+        builder.getI64IntegerAttr(config.numHeads), builder.getBoolAttr(true),
+        builder.getF64FloatAttr(attnRate),
+        builder.getI64IntegerAttr(attnRate > 0.0 ? streams++ : 0));
     x = AddOp::create(
         builder, at(p + "residual_1"), x,
         dropout(at(p + "attn.dropout"),

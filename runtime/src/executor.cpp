@@ -9,6 +9,7 @@
 #include "error.h"
 #include "init.h"
 #include "kernels.h"
+#include "rng.h"
 
 #include <algorithm>
 #include <chrono>
@@ -274,6 +275,30 @@ RunStats Executor::runRange(Collectives &C, uint32_t Begin, uint32_t End,
   return Stats;
 }
 
+uint64_t Executor::dropoutStep() const {
+  // With gradient accumulation each micro-batch draws its own masks: the
+  // key's step counts micro-batches ((t - 1) m + k + 1; t itself when m = 1).
+  return uint64_t(CurStep - 1) * uint64_t(microBatches()) +
+         uint64_t(CurMicro) + 1;
+}
+
+const kernels::AttentionDropout *
+Executor::attentionDropout(const Instr &In, unsigned First,
+                           kernels::AttentionDropout &Drop) const {
+  // ints [.., stream, global batch, global heads, batch offset, head offset]
+  // from index First, floats [rate]; generation runs without dropout.
+  if (Inference || !In.floats() || In.floats()->size() != 1 ||
+      !In.ints() || In.ints()->size() != First + 5)
+    return nullptr;
+  Drop.Rate = In.floats()->Get(0);
+  Drop.Key = dropoutKey(RunSeed, uint64_t(In.ints()->Get(First)),
+                        dropoutStep());
+  Drop.GlobalHeads = In.ints()->Get(First + 2);
+  Drop.BatchOffset = In.ints()->Get(First + 3);
+  Drop.HeadOffset = In.ints()->Get(First + 4);
+  return &Drop;
+}
+
 void Executor::exec(uint32_t Idx, const Instr &In, Collectives &C,
                     Tensor &Y) {
   auto X = [&](unsigned K) -> const Tensor & {
@@ -340,12 +365,15 @@ void Executor::exec(uint32_t Idx, const Instr &In, Collectives &C,
       kernels::layerNorm(A.f.data(), A.numel() / Last, Last, X(1).f.data(),
                          X(2).f.data(), In.floats()->Get(0), Y.f.data());
     return;
-  case op::Attention:
+  case op::Attention: {
+    kernels::AttentionDropout Drop;
     if (A.numel())
       kernels::attention(A.f.data(), X(1).f.data(), X(2).f.data(),
                          A.shape[0], A.shape[1], A.shape[2], Int(0),
-                         Int(1) != 0, Y.f.data());
+                         Int(1) != 0, Y.f.data(),
+                         attentionDropout(In, 2, Drop));
     return;
+  }
   case op::Softmax:
     if (Last)
       kernels::softmax(A.f.data(), A.numel() / Last, Last, Y.f.data());
@@ -379,13 +407,15 @@ void Executor::exec(uint32_t Idx, const Instr &In, Collectives &C,
   case op::Normalize:
     kernels::normalize(A.f.data(), Rows, Last, Flt(0), Y.f.data());
     return;
-  case op::AttentionGrad:
+  case op::AttentionGrad: {
+    kernels::AttentionDropout Drop;
     if (A.numel())
       kernels::attentionGrad(A.f.data(), X(1).f.data(), X(2).f.data(),
                              X(3).f.data(), A.shape[0], A.shape[1],
                              A.shape[2], Int(0), Int(1) != 0, int(Int(2)),
-                             Y.f.data());
+                             Y.f.data(), attentionDropout(In, 3, Drop));
     return;
+  }
   case op::SoftmaxGrad:
     kernels::softmaxGrad(A.f.data(), X(1).f.data(), Rows, Last, Y.f.data());
     return;
@@ -469,12 +499,8 @@ void Executor::exec(uint32_t Idx, const Instr &In, Collectives &C,
       Global[D] = Int(unsigned(2 + D));
       Offset[D] = Int(unsigned(2 + R + D));
     }
-    // With gradient accumulation each micro-batch draws its own masks: the
-    // key's step counts micro-batches ((t - 1) m + k + 1; t itself when m = 1).
-    const uint64_t Key =
-        uint64_t(CurStep - 1) * uint64_t(microBatches()) + uint64_t(CurMicro) + 1;
     kernels::dropout(A.f.data(), A.shape, Global, Offset, Flt(0), RunSeed,
-                     uint64_t(Int(0)), Key, Y.f.data());
+                     uint64_t(Int(0)), dropoutStep(), Y.f.data());
     return;
   }
   case op::ReduceScatter: {

@@ -11,6 +11,7 @@
 #define MEGAC_RT_EXECUTOR_H
 
 #include "init.h"
+#include "kernels.h"
 #include "megac_rt/plan_file.h"
 #include "plan_enums.h"
 #include "safetensors.h"
@@ -157,6 +158,13 @@ private:
   std::vector<std::vector<int32_t>> MicroRows;
 
   int64_t microBatches() const;
+  /// The step that keys dropout masks (micro-batches counted).
+  uint64_t dropoutStep() const;
+  /// Attention probability dropout of \p In (its dropout ints start at
+  /// \p First), filled into \p Drop; null when off or in inference.
+  const kernels::AttentionDropout *
+  attentionDropout(const megac::plan::Instr &In, unsigned First,
+                   kernels::AttentionDropout &Drop) const;
   /// Copies micro-batch \p K's rows into the input buffers.
   void loadMicroBatch(int64_t K);
   RunStats runRange(Collectives &C, uint32_t Begin, uint32_t End,

@@ -148,8 +148,27 @@ void softmax(const float *X, int64_t Rows, int64_t Cols, float *Y) {
     softmaxRow(X + R * Cols, Cols, Y + R * Cols);
 }
 
+namespace {
+/// Multiplies the S x S block \p M of head (Bi, H) by the dropout mask
+/// scale: 1 / (1 - rate) where kept, 0 where dropped.
+void applyAttentionMask(const AttentionDropout *Drop, int64_t Bi, int64_t H,
+                        int64_t S, float *M) {
+  if (!Drop || !(Drop->Rate > 0))
+    return;
+  const double Scale = 1.0 / (1.0 - Drop->Rate);
+  const uint64_t Base = uint64_t(((Bi + Drop->BatchOffset) * Drop->GlobalHeads +
+                                  H + Drop->HeadOffset) *
+                                 S * S);
+  for (int64_t I = 0; I < S * S; ++I)
+    M[I] = dropoutUniform(Drop->Key, Base + uint64_t(I)) >= Drop->Rate
+               ? float(double(M[I]) * Scale)
+               : 0.0f;
+}
+} // namespace
+
 void attention(const float *Q, const float *K, const float *V, int64_t B,
-               int64_t S, int64_t Hl, int64_t Heads, bool Causal, float *Y) {
+               int64_t S, int64_t Hl, int64_t Heads, bool Causal, float *Y,
+               const AttentionDropout *Drop) {
   const int64_t Hd = Hl / Heads;
   const float Scale = float(1.0 / std::sqrt(double(Hd)));
   std::vector<float> Scores(size_t(S * S));
@@ -158,6 +177,7 @@ void attention(const float *Q, const float *K, const float *V, int64_t B,
       const int64_t Base = Bi * S * Hl + H * Hd;
       attentionProbabilities(Q + Base, K + Base, S, Hl, Hd, Scale, Causal,
                              Scores.data());
+      applyAttentionMask(Drop, Bi, H, S, Scores.data());
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(S), int(Hd),
                   int(S), 1.0f, Scores.data(), int(S), V + Base, int(Hl), 0.0f,
                   Y + Base, int(Hl));
@@ -379,7 +399,8 @@ void normalize(const float *X, int64_t Rows, int64_t H, double Eps,
 
 void attentionGrad(const float *Q, const float *K, const float *V,
                    const float *DY, int64_t B, int64_t S, int64_t Hl,
-                   int64_t Heads, bool Causal, int Which, float *DX) {
+                   int64_t Heads, bool Causal, int Which, float *DX,
+                   const AttentionDropout *Drop) {
   const int64_t Hd = Hl / Heads;
   const float Scale = float(1.0 / std::sqrt(double(Hd)));
   std::vector<float> Prob(size_t(S * S)), DP(size_t(S * S));
@@ -389,16 +410,19 @@ void attentionGrad(const float *Q, const float *K, const float *V,
       // The probabilities exactly as the forward kernel computes them.
       attentionProbabilities(Q + Base, K + Base, S, Hl, Hd, Scale, Causal,
                              Prob.data());
-      if (Which == 2) { // dV = P^T dY
+      if (Which == 2) { // dV = P'^T dY, P' the dropped-out probabilities
+        applyAttentionMask(Drop, Bi, H, S, Prob.data());
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(S), int(Hd),
                     int(S), 1.0f, Prob.data(), int(S), DY + Base, int(Hl),
                     0.0f, DX + Base, int(Hl));
         continue;
       }
-      // dP = dY V^T, then dScores = P * (dP - rowsum(P * dP)).
+      // dP' = dY V^T and dP = dP' times the mask (dropout's gradient), then
+      // dScores = P * (dP - rowsum(P * dP)).
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(S), int(S),
                   int(Hd), 1.0f, DY + Base, int(Hl), V + Base, int(Hl), 0.0f,
                   DP.data(), int(S));
+      applyAttentionMask(Drop, Bi, H, S, DP.data());
       for (int64_t I = 0; I < S; ++I) {
         const float *P = Prob.data() + I * S;
         float *D = DP.data() + I * S;

@@ -38,10 +38,23 @@ void layerNorm(const float *X, int64_t Rows, int64_t H, const float *Gamma,
 /// Softmax over the last dimension of \p Rows x \p Cols.
 void softmax(const float *X, int64_t Rows, int64_t Cols, float *Y);
 
+/// Dropout of attention probabilities: probability (b, h, i, j) of this
+/// rank's block has the global index ((b + BatchOffset) GlobalHeads + h +
+/// HeadOffset) S^2 + i S + j in the whole [GlobalBatch, GlobalHeads, S, S]
+/// tensor, and is kept iff dropoutUniform(Key, index) >= Rate (rng.h), then
+/// scaled by 1 / (1 - Rate).
+struct AttentionDropout {
+  double Rate = 0;
+  uint64_t Key = 0;
+  int64_t GlobalHeads = 0, BatchOffset = 0, HeadOffset = 0;
+};
+
 /// Multi-head scaled dot-product attention on (B,S,Hl) tensors; head h
-/// uses columns [h*hd, (h+1)*hd).
+/// uses columns [h*hd, (h+1)*hd). \p Drop (may be null): probability
+/// dropout.
 void attention(const float *Q, const float *K, const float *V, int64_t B,
-               int64_t S, int64_t Hl, int64_t Heads, bool Causal, float *Y);
+               int64_t S, int64_t Hl, int64_t Heads, bool Causal, float *Y,
+               const AttentionDropout *Drop = nullptr);
 
 /// Permutes the axes of a tensor of 4-byte elements: y.shape[i] =
 /// x.shape[perm[i]].
@@ -105,7 +118,8 @@ void normalize(const float *X, int64_t Rows, int64_t H, double Eps, float *Y);
 /// recomputing the probabilities; dy and the result are (B,S,Hl).
 void attentionGrad(const float *Q, const float *K, const float *V,
                    const float *DY, int64_t B, int64_t S, int64_t Hl,
-                   int64_t Heads, bool Causal, int Which, float *DX);
+                   int64_t Heads, bool Causal, int Which, float *DX,
+                   const AttentionDropout *Drop = nullptr);
 
 /// dx = y * (dy - sum(dy * y)) per row, y = softmax(x).
 void softmaxGrad(const float *Y, const float *DY, int64_t Rows, int64_t Cols,

@@ -863,7 +863,7 @@ private:
     }
     case op::Attention: {
       if (!expectCounts(3, 1) || !allF32() || !expectRank(true, 0, 3, 3) ||
-          !expectInts(2, "num_heads_local, causal"))
+          !checkAttentionDropout(2, "num_heads_local, causal"))
         return false;
       if (in(1) != in(0) || in(2) != in(0))
         return fail(Pfx + "q " + listStr(in(0)) + ", k " + listStr(in(1)) +
@@ -996,7 +996,7 @@ private:
       return expectPositiveFloat("epsilon") && expectOutShape(in(0));
     case op::AttentionGrad: {
       if (!expectCounts(4, 1) || !allF32() || !expectRank(true, 0, 3, 3) ||
-          !expectInts(3, "num_heads_local, causal, which"))
+          !checkAttentionDropout(3, "num_heads_local, causal, which"))
         return false;
       for (size_t I = 1; I < 4; ++I)
         if (in(I) != in(0))
@@ -1263,6 +1263,34 @@ private:
     return expectOutShape(X);
   }
 
+  /// attention(_grad): \p First ints named \p Names, then optionally
+  /// probability dropout: [stream, global batch, global heads, batch
+  /// offset, head offset] with floats [rate], 0 < rate < 1, and this rank's
+  /// block inside the global [batch, heads].
+  bool checkAttentionDropout(size_t First, const char *Names) {
+    if (Ints.size() == First)
+      return Floats.empty() ||
+             fail(Pfx + "has a dropout rate but no dropout attributes");
+    if (Ints.size() != First + 5)
+      return fail(Pfx + "expects " + std::to_string(First) + " (" + Names +
+                  ") or " + std::to_string(First + 5) +
+                  " integer attributes (with stream, global batch, global "
+                  "heads, batch offset, head offset), got " +
+                  std::to_string(Ints.size()));
+    if (Floats.size() != 1 || !(Floats[0] > 0 && Floats[0] < 1))
+      return fail(Pfx + "expects one dropout rate in (0, 1)");
+    const int64_t B = in(0)[0], Heads = Ints[0];
+    const int64_t GB = Ints[First + 1], GH = Ints[First + 2];
+    const int64_t BOff = Ints[First + 3], HOff = Ints[First + 4];
+    if (BOff < 0 || HOff < 0 || GB > kMaxElements || GH > kMaxElements ||
+        BOff + B > GB || HOff + Heads > GH)
+      return fail(Pfx + "dropout block at batch " + std::to_string(BOff) +
+                  ", head " + std::to_string(HOff) + " does not fit in the " +
+                  "global " + std::to_string(GB) + " x " + std::to_string(GH) +
+                  " heads");
+    return true;
+  }
+
   /// Input I holds cross-entropy statistics: [tokens..., 3n], n >= 1.
   bool checkStats(size_t I, const Shape &Tokens) {
     const Shape &St = in(I);
@@ -1512,6 +1540,8 @@ std::string attrStr(const RankProgram &R, const Instr &In) {
            ", which = " + (I.size() > 2 && I[2] >= 0 && I[2] <= 2
                                ? std::string(1, "qkv"[I[2]])
                                : Get(2)) +
+           (I.size() == 8 ? ", dropout = " + Eps() + ", stream = " + Get(3)
+                          : std::string()) +
            "}";
   case op::CrossEntropy:
   case op::CrossEntropyFromStats:
@@ -1551,7 +1581,10 @@ std::string attrStr(const RankProgram &R, const Instr &In) {
                 : std::string("?")) +
            "}";
   case op::Attention:
-    return "{num_heads = " + Get(0) + ", causal = " + Get(1) + "}";
+    return "{num_heads = " + Get(0) + ", causal = " + Get(1) +
+           (I.size() == 7 ? ", dropout = " + Eps() + ", stream = " + Get(2)
+                          : std::string()) +
+           "}";
   case op::Transpose:
     return "{perm = " + listStr(I) + "}";
   case op::AllGather:

@@ -156,6 +156,59 @@ TEST(Grad, AttentionQKVCausalAndNot) {
     }
 }
 
+/// Attention with probability dropout: the gradients (the same mask drawn
+/// again) match finite differences of the forward with that mask, the mask
+/// is active, and a rank holding heads [1, 2) of the batch row 1 (a tp and
+/// dp split) computes exactly that block of the whole attention.
+TEST(Grad, AttentionWithProbabilityDropout) {
+  const int64_t B = 2, S = 4, Hl = 6, Heads = 2, N = B * S * Hl;
+  auto Q = rnd(N, 30), K = rnd(N, 31), V = rnd(N, 32), DY = rnd(N, 33);
+  AttentionDropout Drop;
+  Drop.Rate = 0.3;
+  Drop.Key = 0x9e3779b97f4a7c15ull;
+  Drop.GlobalHeads = Heads;
+  for (int Which = 0; Which < 3; ++Which) {
+    LossFn L = [&](const std::vector<float> &Xv) {
+      const std::vector<float> &Qv = Which == 0 ? Xv : Q;
+      const std::vector<float> &Kv = Which == 1 ? Xv : K;
+      const std::vector<float> &Vv = Which == 2 ? Xv : V;
+      std::vector<float> Y(N);
+      attention(Qv.data(), Kv.data(), Vv.data(), B, S, Hl, Heads, true,
+                Y.data(), &Drop);
+      return dot(Y, DY);
+    };
+    std::vector<float> D(N);
+    attentionGrad(Q.data(), K.data(), V.data(), DY.data(), B, S, Hl, Heads,
+                  true, Which, D.data(), &Drop);
+    const std::vector<float> &X = Which == 0 ? Q : Which == 1 ? K : V;
+    expectMatchesFD(std::string("attention_grad with dropout ") + "qkv"[Which],
+                    X, L, D);
+  }
+  std::vector<float> Whole(N), Plain(N);
+  attention(Q.data(), K.data(), V.data(), B, S, Hl, Heads, true, Whole.data(),
+            &Drop);
+  attention(Q.data(), K.data(), V.data(), B, S, Hl, Heads, true, Plain.data());
+  EXPECT_NE(Whole, Plain);
+  // Batch row 1, head 1 (columns 3..5) alone, as its rank sees it.
+  const int64_t Hd = Hl / Heads;
+  std::vector<float> Qb(S * Hd), Kb(S * Hd), Vb(S * Hd), Yb(S * Hd);
+  for (int64_t I = 0; I < S; ++I)
+    for (int64_t C = 0; C < Hd; ++C) {
+      const int64_t From = (1 * S + I) * Hl + Hd + C;
+      Qb[I * Hd + C] = Q[From];
+      Kb[I * Hd + C] = K[From];
+      Vb[I * Hd + C] = V[From];
+    }
+  AttentionDropout Block = Drop;
+  Block.BatchOffset = 1;
+  Block.HeadOffset = 1;
+  attention(Qb.data(), Kb.data(), Vb.data(), 1, S, Hd, 1, true, Yb.data(),
+            &Block);
+  for (int64_t I = 0; I < S; ++I)
+    for (int64_t C = 0; C < Hd; ++C)
+      EXPECT_NEAR(Yb[I * Hd + C], Whole[(1 * S + I) * Hl + Hd + C], 1e-6);
+}
+
 TEST(Grad, Softmax) {
   const int64_t R = 3, C = 7;
   auto X = rnd(R * C, 14, 2.0f), DY = rnd(R * C, 15);

@@ -348,9 +348,9 @@ int runImport(int argc, char **argv) {
       cl::cat(category));
   static cl::opt<double> dropout(
       "dropout",
-      cl::desc("Dropout rate after the embeddings and on the residual "
-               "branches (overrides embd_pdrop and resid_pdrop; training "
-               "only)"),
+      cl::desc("Dropout rate after the embeddings, on the residual "
+               "branches and on the attention probabilities (overrides "
+               "embd_pdrop, resid_pdrop and attn_pdrop; training only)"),
       cl::init(-1.0), cl::cat(category));
   static cl::opt<std::string> output("o", cl::desc("Output file (default: -)"),
                                      cl::value_desc("file"), cl::init("-"),
@@ -378,7 +378,8 @@ int runImport(int argc, char **argv) {
   if (dropout >= 0.0) {
     if (dropout >= 1.0)
       return fail("--dropout must lie in [0, 1)");
-    parsed.embeddingDropout = parsed.residualDropout = dropout;
+    parsed.embeddingDropout = parsed.residualDropout =
+        parsed.attentionDropout = dropout;
   }
   DialectRegistry registry;
   megac::registerAllDialects(registry);

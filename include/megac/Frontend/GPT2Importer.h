@@ -30,11 +30,13 @@ struct GPT2Config {
   bool tieEmbeddings = true;
   /// Annotate weights with Megatron tensor-parallel shardings on axis "tp".
   bool tensorParallel = true;
-  /// Dropout after the embeddings (embd_pdrop) and on the two residual
-  /// branches of each block (resid_pdrop); 0 emits none. Attention
-  /// probabilities are not dropped (attention is one fused op).
+  /// Dropout after the embeddings (embd_pdrop), on the two residual
+  /// branches of each block (resid_pdrop) and on the attention
+  /// probabilities (attn_pdrop, inside the fused attention op); 0 emits
+  /// none.
   double embeddingDropout = 0.0;
   double residualDropout = 0.0;
+  double attentionDropout = 0.0;
 };
 
 /// Parses a HuggingFace GPT-2 config (also accepts the generic names

@@ -153,6 +153,28 @@ public:
     return index < 0 ? 0 : coords[index] * size;
   }
 
+  /// Attention probability dropout: [stream, global batch, global heads,
+  /// first batch row, first head] of this rank's block of [B, heads, S, S],
+  /// and the rate; nothing when off.
+  template <typename AttentionLike>
+  void appendAttentionDropout(AttentionLike a, std::vector<int64_t> &ints,
+                              std::vector<double> &floats) {
+    double rate = a.getDropout().convertToDouble();
+    if (rate <= 0.0)
+      return;
+    Value q = a.getQuery();
+    auto type = cast<RankedTensorType>(q.getType());
+    ShardingAttr sharding = getShardingOrReplicated(q);
+    int64_t heads = static_cast<int64_t>(a.getNumHeads()); // local
+    int64_t headDim = type.getDimSize(2) / heads;
+    ints.insert(ints.end(),
+                {static_cast<int64_t>(a.getStream()),
+                 type.getDimSize(0) * grid.axisSize(sharding.getDimAxis(0)),
+                 heads * grid.axisSize(sharding.getDimAxis(2)),
+                 shardStart(q, 0), shardStart(q, 2) / headDim});
+    floats.push_back(rate);
+  }
+
   /// First vocabulary row this rank holds of `table` (split on dim 0).
   int64_t vocabStart(Value table) { return shardStart(table, 0); }
 
@@ -304,6 +326,7 @@ private:
         .Case<AttentionOp>([&](AttentionOp a) {
           code = mp::OpCode_Attention;
           ints = {static_cast<int64_t>(a.getNumHeads()), a.getCausal() ? 1 : 0};
+          appendAttentionDropout(a, ints, floats);
         })
         .Case<ReshapeOp>([&](auto) { code = mp::OpCode_Reshape; })
         .Case<TransposeOp>([&](TransposeOp t) {
@@ -339,6 +362,7 @@ private:
           code = mp::OpCode_AttentionGrad;
           ints = {static_cast<int64_t>(a.getNumHeads()), a.getCausal() ? 1 : 0,
                   static_cast<int64_t>(a.getOperand())};
+          appendAttentionDropout(a, ints, floats);
         })
         .Case<SoftmaxGradOp>([&](auto) { code = mp::OpCode_SoftmaxGrad; })
         .Case<EmbeddingGradOp>([&](EmbeddingGradOp e) {

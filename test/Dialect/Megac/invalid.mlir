@@ -189,6 +189,24 @@ func.func @cross_entropy_c1(%l: tensor<4x64x512xf32>, %y: tensor<4x32xi32>) {
 
 // -----
 
+// Tests attention_c3: the probability dropout rate lies in [0, 1).
+func.func @attention_c3(%q: tensor<2x8x16xf32>) {
+  // expected-error@+1 {{attention_c3: dropout = 1.000000e+00 must lie in [0, 1)}}
+  %0 = megac.attention %q, %q, %q {num_heads = 2 : i64, dropout = 1.0 : f64} : (tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  return
+}
+
+// -----
+
+// Tests attention_grad_c4: the same rule for the gradient.
+func.func @attention_grad_c4(%q: tensor<2x8x16xf32>) {
+  // expected-error@+1 {{attention_grad_c4: dropout = -5.000000e-01 must lie in [0, 1)}}
+  %0 = megac.attention_grad %q, %q, %q, %q {num_heads = 2 : i64, operand = 0 : i64, dropout = -0.5 : f64} : (tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  return
+}
+
+// -----
+
 // Tests cross_entropy_stats_c1: labels must match the logits' batch and
 // sequence.
 func.func @cross_entropy_stats_c1(%l: tensor<4x64x512xf32>, %y: tensor<4x32xi32>) {

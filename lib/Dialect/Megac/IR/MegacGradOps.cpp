@@ -102,6 +102,10 @@ LogicalResult AttentionGradOp::inferReturnTypes(MLIRContext *,
   if (adaptor.getOperand() > 2)
     return emitOptionalError(loc, "attention_grad_c3: operand must be 0 "
                                   "(query), 1 (key) or 2 (value)");
+  double rate = adaptor.getDropout().convertToDouble();
+  if (!(rate >= 0.0 && rate < 1.0))
+    return emitOptionalError(loc, "attention_grad_c4: dropout = ", rate,
+                             " must lie in [0, 1)");
   types.push_back(q);
   return success();
 }

@@ -223,6 +223,10 @@ LogicalResult AttentionOp::inferReturnTypes(MLIRContext *,
     return emitOptionalError(loc, "attention_c2: num_heads = ", heads,
                              " must be positive and divide the hidden size ",
                              hidden);
+  double rate = adaptor.getDropout().convertToDouble();
+  if (!(rate >= 0.0 && rate < 1.0))
+    return emitOptionalError(loc, "attention_c3: dropout = ", rate,
+                             " must lie in [0, 1)");
   types.push_back(q);
   return success();
 }

@@ -110,8 +110,9 @@ LogicalResult AttentionOp::buildVJP(OpBuilder &b, Value dy,
   grads.clear();
   for (int64_t operand = 0; operand < 3; ++operand)
     grads.push_back(AttentionGradOp::create(
-        b, getLoc(), getQuery(), getKey(), getValue(), dy, getNumHeads(),
-        getCausal(), operand));
+        b, getLoc(), getQuery(), getKey(), getValue(), dy, getNumHeadsAttr(),
+        getCausalAttr(), b.getI64IntegerAttr(operand), getDropoutAttr(),
+        getStreamAttr()));
   return success();
 }
 

@@ -26,6 +26,10 @@ struct DisableDropoutPass
       dropout.getResult().replaceAllUsesWith(dropout.getInput());
       dropout.erase();
     });
+    getOperation().walk([](AttentionOp attention) {
+      attention.setDropout(llvm::APFloat(0.0));
+      attention.setStream(0);
+    });
   }
 };
 } // namespace

@@ -263,13 +263,23 @@ def Megac_AttentionOp : Megac_ModelOp<"attention", [Megac_Differentiable]> {
         -> tensor<4x64x128xf32>
     ```
 
+    With `dropout` p > 0 the attention probabilities are dropped out (kept
+    with probability 1 - p, scaled by 1 / (1 - p)) before they weight the
+    values, as GPT-2's attn_pdrop. The mask of probability `(b, h, i, j)` is
+    keyed by the run's seed, `stream`, the step and that element's index in
+    the whole `[B, heads, S, S]` tensor, like megac.dropout: ranks holding
+    other heads draw other masks, and every grid draws the one-rank mask.
+
     Rules: `attention_c1` q, k and v have rank 3 and the same shape;
-    `attention_c2` num_heads is positive and divides H.
+    `attention_c2` num_heads is positive and divides H; `attention_c3`
+    dropout lies in [0, 1).
   }];
   let arguments = (ins Megac_F32Tensor:$query, Megac_F32Tensor:$key,
                        Megac_F32Tensor:$value,
                        I64Attr:$num_heads,
-                       DefaultValuedAttr<BoolAttr, "true">:$causal);
+                       DefaultValuedAttr<BoolAttr, "true">:$causal,
+                       DefaultValuedAttr<F64Attr, "0.0">:$dropout,
+                       DefaultValuedAttr<I64Attr, "0">:$stream);
   let results = (outs Megac_F32Tensor:$result);
 }
 
@@ -491,15 +501,21 @@ def Megac_AttentionGradOp : Megac_ModelOp<"attention_grad"> {
            tensor<4x64x128xf32>) -> tensor<4x64x128xf32>
     ```
 
+    `dropout` and `stream` are the forward op's: the same mask is drawn
+    again.
+
     Rules: `attention_grad_c1` all four operands are rank-3 of one shape;
     `attention_grad_c2` num_heads is positive and divides H;
-    `attention_grad_c3` operand is 0, 1 or 2.
+    `attention_grad_c3` operand is 0, 1 or 2; `attention_grad_c4` dropout
+    lies in [0, 1).
   }];
   let arguments = (ins Megac_F32Tensor:$query, Megac_F32Tensor:$key,
                        Megac_F32Tensor:$value, Megac_F32Tensor:$output_grad,
                        I64Attr:$num_heads,
                        DefaultValuedAttr<BoolAttr, "true">:$causal,
-                       I64Attr:$operand);
+                       I64Attr:$operand,
+                       DefaultValuedAttr<F64Attr, "0.0">:$dropout,
+                       DefaultValuedAttr<I64Attr, "0">:$stream);
   let results = (outs Megac_F32Tensor:$result);
 }
 

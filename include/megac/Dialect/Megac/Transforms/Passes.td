@@ -220,8 +220,9 @@ def ApplyOptimizerPass : Pass<"megac-apply-optimizer", "mlir::ModuleOp"> {
 def DisableDropoutPass : Pass<"megac-disable-dropout", "mlir::ModuleOp"> {
   let summary = "Remove dropout (inference)";
   let description = [{
-    Replaces every megac.dropout by its input. `megac compile` runs it for
-    forward (inference) plans; training and gradient plans keep dropout.
+    Replaces every megac.dropout by its input and turns attention's
+    probability dropout off. `megac compile` runs it for forward (inference)
+    plans; training and gradient plans keep dropout.
   }];
 }
 
