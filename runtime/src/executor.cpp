@@ -245,6 +245,8 @@ RunStats Executor::runRange(Collectives &C, uint32_t Begin, uint32_t End,
   if (RP.instrs())
     for (uint32_t I = Begin; I < RP.instrs()->size() && I < End; ++I) {
       const Instr &In = *RP.instrs()->Get(I);
+      if (Training && In.generation_only())
+        continue;
       uint32_t OutId = In.outputs()->Get(0);
       // The verifier allows only adam_w to write one of its inputs (in
       // place, elementwise). Should anything else, compute into a scratch

@@ -126,6 +126,8 @@ public:
   /// Inference (generation): dropout is the identity. Off by default, when
   /// dropout uses step() (1 unless a training loop sets it).
   void setInference(bool On) { Inference = On; }
+  /// Training steps skip generation-only instructions (the logits).
+  void setTraining(bool On) { Training = On; }
   bool inference() const { return Inference; }
   /// Executes instructions [0, End) (all by default) once; with gradient
   /// accumulation, [0, accumulate_end) once per micro-batch first.
@@ -152,6 +154,7 @@ private:
   double CurLr = 0;
   uint64_t RunSeed = 0;
   bool Inference = false;
+  bool Training = false;
   /// Gradient accumulation: the micro-batch being run, and every
   /// micro-batch's rows of each input (filled by setInputs), in input order.
   int64_t CurMicro = 0;

@@ -596,10 +596,22 @@ private:
     std::vector<bool> DefinedFwd;
     if (FwdEnd == 0)
       DefinedFwd = Defined;
+    // Buffers written by generation-only instructions (training skips them).
+    std::vector<bool> GenOnly(Shapes.size(), false);
     for (uint32_t I = 0; I < NInstrs; ++I) {
       const Instr *In = RP->instrs()->Get(I);
       if (!checkInstr(I, *In, Defined))
         return false;
+      if (In->inputs() && !In->generation_only())
+        for (uint32_t X : *In->inputs())
+          if (GenOnly[X])
+            return fail(where() + ", instruction " + std::to_string(I) +
+                        " (" + opcodeName(In->op()) + "): reads %" +
+                        std::to_string(X) + ", which only a generation-only "
+                        "instruction writes (training steps skip those)");
+      if (In->generation_only())
+        for (uint32_t X : *In->outputs())
+          GenOnly[X] = true;
       if (FwdEnd >= 0 && I + 1 == uint32_t(FwdEnd))
         DefinedFwd = Defined;
     }
@@ -1691,6 +1703,8 @@ void dumpRankText(std::ostringstream &OS, const Program &P,
         for (size_t K = 0; K < Outs.size(); ++K)
           OS << (K ? ", " : " ") << bufStr(R, Outs[K]);
       }
+      if (In->generation_only())
+        OS << "   [generation only]";
       if (!str(In->loc()).empty())
         OS << "   " << str(In->loc());
       OS << "\n";
@@ -1833,6 +1847,8 @@ nlohmann::json rankJson(const Program &P, const RankProgram &R) {
       }
       X["group"] = G;
       X["loc"] = str(In->loc());
+      if (In->generation_only())
+        X["generation_only"] = true;
       if (In->op() == op::AdamW) {
         // The effective values: from the param input 0 is when not set.
         std::string Name;

@@ -475,6 +475,7 @@ int runTraining(const Options &O, Setup &S) {
   const Program &P = *S.plan.program;
   const TrainConfig &TC = *P.train();
   Executor &E = *S.exec;
+  E.setTraining(true); // the logits (generation only) are not computed
   const uint64_t Stride = E.tokensPerStep();
   const int64_t First = S.startStep + 1, Last = S.startStep + O.steps;
   if (!S.resumedFrom.empty())

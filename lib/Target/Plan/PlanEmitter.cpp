@@ -71,6 +71,7 @@ public:
         return failure();
     }
     llvm::DenseSet<Operation *> forwardOps = collectForwardOps(body);
+    generationOnly = collectGenerationOnlyOps(func);
     int32_t forwardEnd = -1, accumulateEnd = -1;
     bool training = false;
     for (Operation &op : body) {
@@ -118,6 +119,39 @@ public:
                                        &params, &inputs, &outputs, &instrs,
                                        training ? forwardEnd : -1,
                                        microBatches > 1 ? accumulateEnd : -1);
+  }
+
+  /// In a training step: the ops only the non-scalar results (the logits,
+  /// for generation) need, which a training step need not run. Empty for
+  /// other programs.
+  static llvm::DenseSet<Operation *> collectGenerationOnlyOps(func::FuncOp func) {
+    Block &body = func.getBody().front();
+    llvm::DenseSet<Operation *> needed, all;
+    SmallVector<Value> worklist;
+    bool training = false;
+    for (Operation &op : body) {
+      all.insert(&op);
+      if (isa<AdamWOp, AssignOp>(op)) {
+        training = true;
+        needed.insert(&op);
+        llvm::append_range(worklist, op.getOperands());
+      }
+    }
+    if (!training)
+      return {};
+    for (Value v : body.getTerminator()->getOperands())
+      if (cast<RankedTensorType>(v.getType()).getRank() == 0)
+        worklist.push_back(v);
+    while (!worklist.empty()) {
+      Operation *op = worklist.pop_back_val().getDefiningOp();
+      if (op && needed.insert(op).second)
+        llvm::append_range(worklist, op->getOperands());
+    }
+    llvm::DenseSet<Operation *> only;
+    for (Operation *op : all)
+      if (!needed.contains(op) && !isa<func::ReturnOp>(op))
+        only.insert(op);
+    return only;
   }
 
   /// Ops the returned values depend on: the forward pass of a training step
@@ -446,7 +480,8 @@ private:
     instrs.push_back(mp::CreateInstrDirect(
         fbb, code, &in, &out, &ints, &floats, axis, loc.c_str(),
         paramName.empty() ? nullptr : paramName.c_str(),
-        paramName.empty() ? nullptr : &paramOffset));
+        paramName.empty() ? nullptr : &paramOffset,
+        generationOnly.contains(op)));
     return success();
   }
 
@@ -455,6 +490,7 @@ private:
   uint32_t rank;
   int64_t microBatches;
   std::vector<int64_t> coords;
+  llvm::DenseSet<Operation *> generationOnly;
   llvm::DenseMap<Value, uint32_t> buffers;
   std::vector<fb::Offset<mp::Buffer>> bufferOffsets;
   std::vector<fb::Offset<mp::Param>> params;

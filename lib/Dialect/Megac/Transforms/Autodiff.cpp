@@ -65,16 +65,9 @@ LogicalResult differentiate(func::FuncOp func) {
         accumulate(operand, grad);
   }
 
-  // The step returns the model's scalars (the loss) and the gradients; a
-  // tensor output such as the logits would be gathered whole every step.
-  SmallVector<Value> results;
+  SmallVector<Value> results(ret.getOperands());
   SmallVector<DictionaryAttr> resultAttrs;
-  for (auto [index, value] : llvm::enumerate(ret.getOperands())) {
-    if (cast<RankedTensorType>(value.getType()).getRank() != 0)
-      continue;
-    results.push_back(value);
-    resultAttrs.push_back(func.getResultAttrDict(index));
-  }
+  func.getAllResultAttrs(resultAttrs);
   for (BlockArgument arg : body.getArguments()) {
     auto spec = func.getArgAttrOfType<DictionaryAttr>(
         arg.getArgNumber(), MegacDialect::kParamAttrName);

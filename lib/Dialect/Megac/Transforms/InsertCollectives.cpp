@@ -127,6 +127,15 @@ struct InsertCollectivesPass
           continue;
         OpBuilder builder(op);
         for (auto [index, want] : llvm::enumerate(required)) {
+          // A returned value is resharded right where it is produced, so the
+          // forward part of a step ends with it (generation runs only that).
+          if (isa<func::ReturnOp>(op)) {
+            Value operand = op->getOperand(index);
+            if (Operation *def = operand.getDefiningOp())
+              builder.setInsertionPointAfter(def);
+            else
+              builder.setInsertionPointToStart(operand.getParentBlock());
+          }
           Value operand = op->getOperand(index);
           ShardingAttr have = getShardingOrReplicated(operand);
           auto to = cast<ShardingAttr>(want);

@@ -27,6 +27,19 @@ using namespace megac;
 
 namespace {
 
+/// Whether the function holding `op` has gradient results (a training or
+/// gradient step).
+bool isDifferentiated(Operation *op) {
+  auto func = op->getParentOfType<func::FuncOp>();
+  for (unsigned i = 0; i < func.getNumResults(); ++i)
+    if (auto name = func.getResultAttrOfType<StringAttr>(
+            i, MegacDialect::kResultNameAttrName))
+      if (name.getValue().starts_with("grad:"))
+        return true;
+  // After megac-apply-optimizer the gradients became updates.
+  return !func.getOps<AdamWOp>().empty();
+}
+
 /// True when some other user of `logits` (returning them, say) needs them
 /// whole along the vocabulary anyway: the loss then reads that gathered
 /// copy and needs no collective of its own.
@@ -34,6 +47,10 @@ bool gatheredAnyway(Value logits) {
   for (OpOperand &use : logits.getUses()) {
     Operation *user = use.getOwner();
     if (isa<CrossEntropyOp, CrossEntropyGradOp>(user))
+      continue;
+    // The logits a differentiated step returns serve generation only; the
+    // training step skips gathering them.
+    if (isa<func::ReturnOp>(user) && isDifferentiated(user))
       continue;
     auto required =
         user->getAttrOfType<ArrayAttr>(MegacDialect::kOperandShardingsAttrName);

@@ -77,6 +77,9 @@ def SplitCrossEntropyPass
     in one all-gather; the gradient reuses those statistics and stays split.
     This is Megatron's fused cross-entropy with one collective instead of
     three. Propagation must run again afterwards to shard the new ops.
+    A forward plan that returns the logits gathers them anyway, and its
+    loss reads that copy; in a differentiated function the returned logits
+    serve generation only (training steps skip them), so they do not count.
   }];
 }
 
@@ -130,9 +133,9 @@ def AutodiffPass : Pass<"megac-autodiff", "mlir::ModuleOp"> {
     (DifferentiableOpInterface) and sums the contributions reaching a value
     in the order they arrive. The gradient of every parameter becomes an
     extra result named `grad:<parameter>` (zeros for unused parameters).
-    Of the model's own results only scalars (the loss) stay: returning the
-    logits would gather them onto every rank each step, the very traffic the
-    vocabulary-parallel cross-entropy avoids.
+    The model's own results (the logits) stay: `megac-run --generate` reads
+    them. A training step does not compute them (the plan marks what only
+    they need as generation-only), so they cost no communication there.
     The backward ops are ordinary megac ops: sharding propagation and
     collective insertion treat them like the forward pass.
   }];
