@@ -70,10 +70,10 @@ megac compile "$OUT/gpt2-bytes.mlir" --train --mesh dp=2,tp=2 --batch 16 --seq 1
   --lr 3e-3 --min-lr 3e-4 --warmup-steps 20 --total-steps "$STEPS" \
   -o "$OUT/gpt2-bytes.train.mgc"
 
-step "mpirun -np 4 megac-run --steps $STEPS (training)"
+step "mpirun -np 4 megac-run --steps $STEPS --sample random (training)"
 rm -rf "$OUT/checkpoints"
 mpirun --oversubscribe -np 4 megac-run "$OUT/gpt2-bytes.train.mgc" --steps "$STEPS" \
-  --data "$OUT/jargon.bin" --metrics "$OUT/metrics.jsonl" \
+  --data "$OUT/jargon.bin" --sample random --metrics "$OUT/metrics.jsonl" \
   --save-checkpoint "$OUT/checkpoints"
 "$PY" - "$OUT/metrics.jsonl" <<'PY'
 import json, sys

@@ -187,8 +187,24 @@ void Executor::setInputs(const TokenSource &Stream, uint64_t Pos) {
     std::vector<int32_t> &Rows = MicroRows[N];
     Rows.resize(size_t(M * B * S));
     for (int64_t K = 0; K < M; ++K) {
-      uint64_t First =
-          Pos + uint64_t((K * MicroRows0 + In->batch_offset()) * S) + Shift;
+      const int64_t Row0 = K * MicroRows0 + In->batch_offset();
+      if (RandomWindows) {
+        if (Stream.length() < uint64_t(S) + 2)
+          throw RunError("the token stream is shorter than one sequence");
+        const uint64_t Key =
+            splitmix64(splitmix64(RunSeed ^ kWindowTag) + uint64_t(CurStep));
+        for (int64_t Bi = 0; Bi < B; ++Bi) {
+          const uint64_t Start =
+              splitmix64(Key + uint64_t(Row0 + Bi)) %
+                  (Stream.length() - uint64_t(S) - 1) +
+              Shift;
+          for (int64_t I = 0; I < S; ++I)
+            Rows[size_t((K * B + Bi) * S + I)] =
+                Stream.at(Start + uint64_t(I));
+        }
+        continue;
+      }
+      uint64_t First = Pos + uint64_t(Row0 * S) + Shift;
       if (First + uint64_t(B * S) > Stream.length())
         throw RunError("internal error: token stream too short");
       for (int64_t I = 0; I < B * S; ++I)

@@ -109,6 +109,8 @@ public:
   /// Fills this rank's rows of the global batch starting at stream position
   /// \p Pos: tokens[b,s] = t[Pos + (batch_offset+b)*S + s], labels one
   /// token later. The caller guarantees Pos + tokensNeeded() <= length.
+  /// With random windows, rows start at positions drawn for the step set by
+  /// setStep (call it first).
   void setInputs(const TokenSource &Stream, uint64_t Pos = 0);
   /// The same on an in-memory stream starting at position 0.
   void setInputs(const std::vector<int32_t> &Stream);
@@ -128,6 +130,10 @@ public:
   void setInference(bool On) { Inference = On; }
   /// Training steps skip generation-only instructions (the logits).
   void setTraining(bool On) { Training = On; }
+  /// Random windows (as nanoGPT samples): setInputs ignores its position and
+  /// starts row g of the step's global batch at a position drawn from
+  /// (seed, step, g), so a resumed run draws the same rows.
+  void setRandomWindows(bool On) { RandomWindows = On; }
   bool inference() const { return Inference; }
   /// Executes instructions [0, End) (all by default) once; with gradient
   /// accumulation, [0, accumulate_end) once per micro-batch first.
@@ -155,6 +161,7 @@ private:
   uint64_t RunSeed = 0;
   bool Inference = false;
   bool Training = false;
+  bool RandomWindows = false;
   /// Gradient accumulation: the micro-batch being run, and every
   /// micro-batch's rows of each input (filled by setInputs), in input order.
   int64_t CurMicro = 0;

@@ -58,6 +58,11 @@ inline double normalAt(uint64_t Key, uint64_t G) {
 /// sampler, which start from splitmix64(seed) and splitmix64(seed ^ tag).
 constexpr uint64_t kDropoutTag = 0x64726f706f757421ull;
 
+/// Tag of the random training windows' keys ("windows!"): row g of step t
+/// starts at splitmix64(splitmix64(splitmix64(Seed ^ kWindowTag) + t) + g)
+/// modulo (length - seq - 1).
+constexpr uint64_t kWindowTag = 0x77696e646f777321ull;
+
 /// Key of the dropout mask of (\p Seed, \p Stream, \p Step):
 ///   splitmix64(splitmix64(splitmix64(Seed ^ kDropoutTag) + Stream) + Step)
 /// (64-bit wrap-around arithmetic; Stream is the plan's int64 taken modulo

@@ -65,6 +65,7 @@ struct Options {
   int64_t steps = 1;
   bool haveSteps = false;
   std::string metrics, saveCheckpoint, loadCheckpoint;
+  std::string sample = "sequential";
   int64_t checkpointEvery = 0;
   // Generation.
   std::string prompt;
@@ -476,6 +477,7 @@ int runTraining(const Options &O, Setup &S) {
   const TrainConfig &TC = *P.train();
   Executor &E = *S.exec;
   E.setTraining(true); // the logits (generation only) are not computed
+  E.setRandomWindows(O.sample == "random");
   const uint64_t Stride = E.tokensPerStep();
   const int64_t First = S.startStep + 1, Last = S.startStep + O.steps;
   if (!S.resumedFrom.empty())
@@ -509,8 +511,8 @@ int runTraining(const Options &O, Setup &S) {
                                       TC.warmup_steps(), TC.total_steps(), T);
     float Loss;
     try {
-      E.setInputs(S.stream, S.dataPos);
       E.setStep(T, Lr);
+      E.setInputs(S.stream, S.dataPos);
       E.run(*Comm);
       Loss = E.buffer(S.lossBuf).f[0];
     } catch (const std::exception &Ex) {
@@ -721,6 +723,13 @@ int runMain(int Argc, char **Argv) {
                  "Write the plan outputs plus the \"tokens\"/\"labels\" "
                  "inputs of the whole global batch as safetensors")
       ->option_text("FILE.safetensors");
+  App.add_option("--sample", O.sample,
+                 "How training steps read --data: sequential (consecutive "
+                 "global batches, the default) or random (each row a window "
+                 "at a position drawn from the seed, step and row, as "
+                 "nanoGPT samples; resumes bit-exactly)")
+      ->check(CLI::IsMember({"sequential", "random"}))
+      ->option_text("sequential|random");
   App.add_option("--data", O.tokens,
                  "Training data: a token file as for --tokens (e.g. from "
                  "utils/prepare_text.py), cut into global batches")

@@ -14,6 +14,7 @@
 #include "megac/Frontend/GPT2Importer.h"
 #include "megac/InitAll.h"
 #include "megac/Target/Plan/PlanEmitter.h"
+#include "megac_rt/memory_plan.h"
 #include "megac_rt/plan_file.h"
 
 #include "mlir/IR/AsmState.h"
@@ -24,6 +25,7 @@
 #include "mlir/Pass/PassInstrumentation.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Support/FileUtilities.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -43,6 +45,96 @@ namespace {
 int fail(const llvm::Twine &message) {
   llvm::errs() << "megac: error: " << message << "\n";
   return 1;
+}
+
+/// "80G", "512M", "1.5GiB", "1073741824": bytes (K, M, G, T are powers of
+/// 1024, with or without "iB"/"B").
+std::optional<uint64_t> parseByteSize(llvm::StringRef text) {
+  text = text.trim();
+  size_t digits = 0;
+  while (digits < text.size() &&
+         (llvm::isDigit(text[digits]) || text[digits] == '.'))
+    ++digits;
+  double value;
+  if (digits == 0 || text.take_front(digits).getAsDouble(value))
+    return std::nullopt;
+  llvm::StringRef unit = text.drop_front(digits).trim();
+  unit.consume_back("iB");
+  unit.consume_back("B");
+  double scale = 1;
+  if (unit.equals_insensitive("k"))
+    scale = 1024.0;
+  else if (unit.equals_insensitive("m"))
+    scale = 1024.0 * 1024;
+  else if (unit.equals_insensitive("g"))
+    scale = 1024.0 * 1024 * 1024;
+  else if (unit.equals_insensitive("t"))
+    scale = 1024.0 * 1024 * 1024 * 1024;
+  else if (!unit.empty())
+    return std::nullopt;
+  return static_cast<uint64_t>(value * scale);
+}
+
+/// Plans every rank's memory; prints the plans with \p report and fails,
+/// naming the rank, the breakdown and what would help, when one exceeds
+/// \p budget.
+mlir::LogicalResult checkMemory(const megac::plan::Program &program,
+                                std::optional<uint64_t> budget, bool report) {
+  using megac_rt::formatBytes;
+  uint32_t worstRank = 0;
+  megac_rt::MemoryPlan worst;
+  for (uint32_t r = 0; r < program.ranks()->size(); ++r) {
+    megac_rt::MemoryPlan plan =
+        megac_rt::planMemory(program, *program.ranks()->Get(r));
+    if (report)
+      llvm::errs() << llvm::formatv(
+          "megac: memory of rank {0}: {1} = parameters {2} + optimizer state "
+          "{3} + arena {4} (at its peak, instruction {5}: gradients {6}, "
+          "activations {7}, workspace {8}); activations kept for the "
+          "backward pass {9} ({10} B)\n",
+          r, formatBytes(plan.totalBytes()), formatBytes(plan.parameterBytes),
+          formatBytes(plan.optimizerBytes), formatBytes(plan.arenaBytes),
+          plan.peakInstruction, formatBytes(plan.peakGradientBytes),
+          formatBytes(plan.peakActivationBytes),
+          formatBytes(plan.peakWorkspaceBytes),
+          formatBytes(plan.savedActivationBytes), plan.savedActivationBytes);
+    if (r == 0 || plan.totalBytes() > worst.totalBytes()) {
+      worst = plan;
+      worstRank = r;
+    }
+  }
+  if (!budget || worst.totalBytes() <= *budget)
+    return mlir::success();
+  // Suggest what shrinks the largest part.
+  std::string hint;
+  bool hasDp = false;
+  for (const auto *axis : *program.axes())
+    hasDp |= axis->name()->str() == "dp" && axis->size() > 1;
+  const uint64_t activations =
+      worst.peakActivationBytes + worst.peakWorkspaceBytes;
+  const uint64_t largest = std::max(
+      {worst.optimizerBytes, worst.peakGradientBytes, activations});
+  if (largest == worst.optimizerBytes && hasDp)
+    hint = "--zero 1 shards the optimizer state over dp";
+  else if (largest == worst.optimizerBytes)
+    hint = "a larger tp axis splits parameters and optimizer state";
+  else if (largest == worst.peakGradientBytes)
+    hint = "gradients dominate: a larger tp axis splits them (sharding them "
+           "over dp, ZeRO-2, is not implemented)";
+  else
+    hint = "--micro-batches N divides the activations by about N; a larger "
+           "tp axis or --precision bf16 also shrink them";
+  fail(llvm::formatv("rank {0} needs {1} (parameters {2}, optimizer state "
+                     "{3}, arena {4} with activations {5} at its peak) but "
+                     "--device-memory is {6}; {7}",
+                     worstRank, formatBytes(worst.totalBytes()),
+                     formatBytes(worst.parameterBytes),
+                     formatBytes(worst.optimizerBytes),
+                     formatBytes(worst.arenaBytes),
+                     formatBytes(worst.peakActivationBytes),
+                     formatBytes(*budget), hint)
+           .str());
+  return mlir::failure();
 }
 
 /// Prints each diagnostic as one line: `file:line:col: error: message`.
@@ -191,6 +283,16 @@ int runCompile(int argc, char **argv) {
                "weights' compute copies in bf16 (emulated by rounding on "
                "CPU ranks), f32 master weights, loss and optimizer"),
       cl::init("fp32"));
+  static cl::opt<bool> memoryReport(
+      "memory-report",
+      cl::desc("Print each rank's memory plan: parameters, optimizer state, "
+               "and the liveness-planned arena's gradients, activations and "
+               "workspace at its peak"));
+  static cl::opt<std::string> deviceMemory(
+      "device-memory",
+      cl::desc("Fail unless every rank's planned peak fits in this many "
+               "bytes (suffixes K, M, G, T: powers of 1024; e.g. 80G)"),
+      cl::value_desc("size"));
   static cl::opt<double> bucketMB(
       "bucket-mb",
       cl::desc("Fuse gradient all-reduces into buckets of this many MiB "
@@ -297,6 +399,17 @@ int runCompile(int argc, char **argv) {
   std::string message = megac_rt::verifyPlanBytes(*plan, loaded);
   if (!message.empty())
     return fail("internal error: the emitted plan does not verify: " + message);
+  if (memoryReport || !deviceMemory.empty()) {
+    std::optional<uint64_t> budget;
+    if (!deviceMemory.empty()) {
+      budget = parseByteSize(deviceMemory);
+      if (!budget)
+        return fail("--device-memory: cannot read '" + deviceMemory +
+                    "' as a size (e.g. 80G, 512M, 1073741824)");
+    }
+    if (failed(checkMemory(*loaded.program, budget, memoryReport)))
+      return 1;
+  }
   auto out = openOutputFile(output, &error);
   if (!out)
     return fail(error);

@@ -1,0 +1,197 @@
+//===- memory_plan.cpp - Liveness-based static arena of a rank ------------===//
+
+#include "megac_rt/memory_plan.h"
+#include "plan_enums.h"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace megac_rt {
+
+using namespace megac::plan;
+
+namespace {
+
+constexpr uint64_t kAlign = 64;
+
+uint64_t bufferBytes(const Buffer &B) {
+  uint64_t N = 1;
+  if (B.shape())
+    for (int64_t D : *B.shape())
+      N *= uint64_t(std::max<int64_t>(D, 0));
+  return N * 4; // f32 and i32
+}
+
+uint64_t aligned(uint64_t Bytes) {
+  return (std::max<uint64_t>(Bytes, 1) + kAlign - 1) / kAlign * kAlign;
+}
+
+/// A buffer to place: its size and lifetime [First, Last] in instructions.
+struct Interval {
+  uint32_t Buffer;
+  uint64_t Size;
+  int64_t First, Last;
+};
+
+/// Greedy by size: the largest buffers first, each at the lowest offset
+/// where it overlaps no placed buffer that is live at the same time. Near
+/// optimal for the nested lifetimes of a training step, where allocating in
+/// time order fragments the arena between long-lived gradients.
+uint64_t placeBySize(std::vector<Interval> &Items, std::vector<int64_t> &Offset) {
+  std::stable_sort(Items.begin(), Items.end(),
+                   [](const Interval &A, const Interval &B) {
+                     return A.Size > B.Size;
+                   });
+  std::vector<size_t> Placed;
+  std::vector<std::pair<uint64_t, uint64_t>> Busy;
+  uint64_t End = 0;
+  for (size_t K = 0; K < Items.size(); ++K) {
+    const Interval &It = Items[K];
+    Busy.clear();
+    for (size_t P : Placed) {
+      const Interval &O = Items[P];
+      if (O.First <= It.Last && It.First <= O.Last)
+        Busy.push_back({uint64_t(Offset[O.Buffer]),
+                        uint64_t(Offset[O.Buffer]) + O.Size});
+    }
+    std::sort(Busy.begin(), Busy.end());
+    uint64_t At = 0;
+    for (auto [Lo, Hi] : Busy) {
+      if (Lo >= At + It.Size)
+        break;
+      At = std::max(At, Hi);
+    }
+    Offset[It.Buffer] = int64_t(At);
+    End = std::max(End, At + It.Size);
+    Placed.push_back(K);
+  }
+  return End;
+}
+
+bool isWeightGradientOp(OpCode Op) {
+  return Op == op::LinearWeightGrad || Op == op::EmbeddingGrad ||
+         Op == op::PositionEmbeddingGrad || Op == op::SumLeading;
+}
+
+/// Ops that pass a weight gradient on when all their inputs are one.
+bool carriesGradient(OpCode Op) {
+  return Op == op::Add || Op == op::AllReduce || Op == op::ReduceScatter ||
+         Op == op::Accumulate || Op == op::SliceShard;
+}
+
+} // namespace
+
+std::string formatBytes(uint64_t Bytes) {
+  char Buf[32];
+  if (Bytes >= (uint64_t(1) << 30))
+    std::snprintf(Buf, sizeof(Buf), "%.2f GiB", double(Bytes) / (1 << 30));
+  else if (Bytes >= (uint64_t(1) << 20))
+    std::snprintf(Buf, sizeof(Buf), "%.2f MiB", double(Bytes) / (1 << 20));
+  else if (Bytes >= 1024)
+    std::snprintf(Buf, sizeof(Buf), "%.1f KiB", double(Bytes) / 1024);
+  else
+    std::snprintf(Buf, sizeof(Buf), "%llu B", (unsigned long long)Bytes);
+  return Buf;
+}
+
+MemoryPlan planMemory(const Program &P, const RankProgram &R) {
+  MemoryPlan M;
+  const uint32_t NB = R.buffers() ? R.buffers()->size() : 0;
+  const uint32_t NI = R.instrs() ? R.instrs()->size() : 0;
+  const int64_t FwdEnd = R.forward_end() >= 0 ? R.forward_end() : NI;
+  const bool Micro = P.micro_batches() > 1 && R.accumulate_end() > 0;
+  M.offset.assign(NB, -1);
+  M.kind.assign(NB, MemoryKind::Workspace);
+  // Lifetimes: [First, Last] in instructions; persistent buffers span all.
+  std::vector<int64_t> First(NB, -1), Last(NB, -1);
+  std::vector<bool> Persistent(NB, false);
+  if (R.params())
+    for (const Param *Pa : *R.params()) {
+      M.kind[Pa->buffer()] = MemoryKind::Parameter;
+      M.parameterBytes += bufferBytes(*R.buffers()->Get(Pa->buffer()));
+    }
+  // Inputs are filled before the run and (with micro-batches) reloaded;
+  // outputs are read after it.
+  if (R.inputs())
+    for (const Input *In : *R.inputs()) {
+      Persistent[In->buffer()] = true;
+      M.kind[In->buffer()] = MemoryKind::Activation;
+    }
+  if (R.outputs())
+    for (const Output *O : *R.outputs())
+      Persistent[O->buffer()] = true;
+  for (uint32_t I = 0; I < NI; ++I) {
+    const Instr &In = *R.instrs()->Get(I);
+    bool AllGradients = In.inputs() && In.inputs()->size() > 0;
+    if (In.inputs())
+      for (uint32_t X : *In.inputs()) {
+        Last[X] = std::max<int64_t>(Last[X], I);
+        AllGradients &= M.kind[X] == MemoryKind::Gradient;
+      }
+    if (In.op() == op::AdamW && In.inputs())
+      M.optimizerBytes += 2 * bufferBytes(*R.buffers()->Get(In.inputs()->Get(0)));
+    for (uint32_t Y : *In.outputs()) {
+      if (M.kind[Y] == MemoryKind::Parameter)
+        continue; // an in-place update
+      if (First[Y] < 0)
+        First[Y] = I;
+      Last[Y] = std::max<int64_t>(Last[Y], I);
+      if (isWeightGradientOp(In.op()) ||
+          (carriesGradient(In.op()) && AllGradients))
+        M.kind[Y] = MemoryKind::Gradient;
+      else if (int64_t(I) < FwdEnd)
+        M.kind[Y] = MemoryKind::Activation;
+      // A sum over micro-batches is read by the next micro-batch.
+      if (In.op() == op::Accumulate && Micro)
+        Persistent[Y] = true;
+    }
+  }
+  // Saved activations: written by the forward part, read after it.
+  for (uint32_t B = 0; B < NB; ++B)
+    if (M.kind[B] == MemoryKind::Activation && First[B] >= 0 &&
+        First[B] < FwdEnd && Last[B] >= FwdEnd && FwdEnd < int64_t(NI))
+      M.savedActivationBytes += bufferBytes(*R.buffers()->Get(B));
+
+  // Lifetimes; persistent buffers (and those never written) span the run.
+  std::vector<Interval> Items;
+  std::vector<std::vector<uint32_t>> Starts(NI + 1), Ends(NI + 1);
+  uint64_t Live[4] = {0, 0, 0, 0};
+  for (uint32_t B = 0; B < NB; ++B) {
+    if (M.kind[B] == MemoryKind::Parameter)
+      continue;
+    const uint64_t Size = aligned(bufferBytes(*R.buffers()->Get(B)));
+    if (Persistent[B] || First[B] < 0) {
+      Items.push_back({B, Size, 0, int64_t(NI)});
+      Live[size_t(M.kind[B])] += Size;
+      continue;
+    }
+    const int64_t End = std::max(Last[B], First[B]);
+    Items.push_back({B, Size, First[B], End});
+    Starts[First[B]].push_back(B);
+    Ends[End].push_back(B);
+  }
+  M.arenaBytes = placeBySize(Items, M.offset);
+
+  // Live bytes by kind along the run; the peak is where their sum is largest.
+  uint64_t PeakSum = 0;
+  auto SizeOf = [&](uint32_t B) {
+    return aligned(bufferBytes(*R.buffers()->Get(B)));
+  };
+  for (uint32_t I = 0; I < NI; ++I) {
+    for (uint32_t B : Starts[I])
+      Live[size_t(M.kind[B])] += SizeOf(B);
+    const uint64_t Sum = Live[1] + Live[2] + Live[3];
+    if (Sum > PeakSum) {
+      PeakSum = Sum;
+      M.peakGradientBytes = Live[1];
+      M.peakActivationBytes = Live[2];
+      M.peakWorkspaceBytes = Live[3];
+      M.peakInstruction = I;
+    }
+    for (uint32_t B : Ends[I])
+      Live[size_t(M.kind[B])] -= SizeOf(B);
+  }
+  return M;
+}
+
+} // namespace megac_rt
