@@ -6,6 +6,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "executor.h"
+#include "megac_rt/memory_plan.h"
 #include "error.h"
 #include "init.h"
 #include "kernels.h"
@@ -59,17 +60,34 @@ void Executor::allocate() {
   size_t N = RP.buffers() ? RP.buffers()->size() : 0;
   uint64_t Total = 0;
   try {
+    // Parameters get their own storage; every other buffer a slot of the
+    // arena the compiler's memory plan lays out (buffers whose lifetimes
+    // do not overlap share bytes).
+    const MemoryPlan Plan = planMemory(P, RP);
+    ArenaBytes = Plan.arenaBytes;
+    Arena.reset(new uint64_t[(ArenaBytes + 7) / 8]);
+    Total += ArenaBytes;
+    auto *Base = reinterpret_cast<unsigned char *>(Arena.get());
     Bufs.resize(N);
     for (size_t B = 0; B < N; ++B) {
       const Buffer *Buf = RP.buffers()->Get(B);
       Tensor &T = Bufs[B];
       T.dtype = Buf->dtype();
       T.shape = vec(Buf->shape());
+      const size_t Count = size_t(T.numel());
+      if (Plan.offset[B] >= 0) {
+        unsigned char *Slot = Base + Plan.offset[B];
+        if (T.isF32())
+          T.f.bind(reinterpret_cast<float *>(Slot), Count);
+        else
+          T.i.bind(reinterpret_cast<int32_t *>(Slot), Count);
+        continue;
+      }
       Total += T.bytes();
       if (T.isF32())
-        T.f.assign(size_t(T.numel()), 0.0f);
+        T.f.assign(Count, 0.0f);
       else
-        T.i.assign(size_t(T.numel()), 0);
+        T.i.assign(Count, 0);
     }
     // Moments of every adam_w, zero until the first step (or a checkpoint).
     size_t NI = RP.instrs() ? RP.instrs()->size() : 0;

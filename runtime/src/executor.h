@@ -16,7 +16,9 @@
 #include "plan_enums.h"
 #include "safetensors.h"
 
+#include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <climits>
 #include <string>
 #include <vector>
@@ -24,11 +26,89 @@
 namespace megac_rt {
 
 /// One buffer: fp32 or int32 data in row-major order.
+/// Elements of a tensor: its own vector, or a view of a slot in the rank's
+/// memory-planned arena. Copies always own their elements (a scratch copy
+/// never aliases the arena); a view is made with bind().
+template <typename T> class Storage {
+public:
+  Storage() = default;
+  Storage(const Storage &O) : Own(O.begin(), O.end()) { point(); }
+  Storage(Storage &&O) noexcept { *this = std::move(O); }
+  Storage &operator=(const Storage &O) {
+    if (this != &O) {
+      Own.assign(O.begin(), O.end());
+      point();
+    }
+    return *this;
+  }
+  Storage &operator=(Storage &&O) noexcept {
+    if (this != &O) {
+      const bool View = O.P != O.Own.data();
+      Own = std::move(O.Own);
+      if (View) {
+        P = O.P;
+        N = O.N;
+      } else {
+        point();
+      }
+      O.Own.clear();
+      O.point();
+    }
+    return *this;
+  }
+  /// Views \p Count elements at \p Data (owned by someone else), zeroed.
+  void bind(T *Data, size_t Count) {
+    Own.clear();
+    Own.shrink_to_fit();
+    P = Data;
+    N = Count;
+    std::fill(P, P + N, T());
+  }
+  void assign(size_t Count, T Value) {
+    Own.assign(Count, Value);
+    point();
+  }
+  template <typename It> void assign(It First, It Last) {
+    Own.assign(First, Last);
+    point();
+  }
+  T *data() { return P; }
+  const T *data() const { return P; }
+  size_t size() const { return N; }
+  bool empty() const { return N == 0; }
+  T *begin() { return P; }
+  T *end() { return P + N; }
+  const T *begin() const { return P; }
+  const T *end() const { return P + N; }
+  T &operator[](size_t K) { return P[K]; }
+  const T &operator[](size_t K) const { return P[K]; }
+  /// A copy of the elements.
+  operator std::vector<T>() const { return std::vector<T>(begin(), end()); }
+  friend bool operator==(const Storage &A, const std::vector<T> &B) {
+    return A.size() == B.size() && std::equal(A.begin(), A.end(), B.begin());
+  }
+  friend bool operator==(const Storage &A, const Storage &B) {
+    return A.size() == B.size() && std::equal(A.begin(), A.end(), B.begin());
+  }
+  friend bool operator!=(const Storage &A, const std::vector<T> &B) {
+    return !(A == B);
+  }
+
+private:
+  void point() {
+    P = Own.data();
+    N = Own.size();
+  }
+  std::vector<T> Own;
+  T *P = nullptr;
+  size_t N = 0;
+};
+
 struct Tensor {
   megac::plan::DType dtype = dt::F32;
   std::vector<int64_t> shape;
-  std::vector<float> f;
-  std::vector<int32_t> i;
+  Storage<float> f;
+  Storage<int32_t> i;
 
   int64_t numel() const;
   bool isF32() const { return dtype == dt::F32; }
@@ -147,6 +227,8 @@ public:
   Tensor &mutableBuffer(uint32_t Id) { return Bufs[Id]; }
   const megac::plan::RankProgram &rankProgram() const { return RP; }
   const megac::plan::Program &program() const { return P; }
+  /// Bytes of the arena (the memory plan's), 0 before allocate().
+  uint64_t arenaBytes() const { return ArenaBytes; }
   std::vector<AdamState> &adamStates() { return Adam; }
   const std::vector<AdamState> &adamStates() const { return Adam; }
 
@@ -154,6 +236,9 @@ private:
   const megac::plan::Program &P;
   const megac::plan::RankProgram &RP;
   std::vector<Tensor> Bufs;
+  /// The memory-planned arena the non-parameter buffers live in.
+  std::unique_ptr<uint64_t[]> Arena;
+  uint64_t ArenaBytes = 0;
   std::vector<AdamState> Adam;
   std::vector<int32_t> AdamOfInstr; // instruction -> index in Adam, or -1
   int64_t CurStep = 1;

@@ -171,6 +171,8 @@ MemoryPlan planMemory(const Program &P, const RankProgram &R) {
     Ends[End].push_back(B);
   }
   M.arenaBytes = placeBySize(Items, M.offset);
+  for (const Interval &It : Items)
+    M.unsharedBytes += It.Size;
 
   // Live bytes by kind along the run; the peak is where their sum is largest.
   uint64_t PeakSum = 0;

@@ -16,6 +16,8 @@
 #include "plan_builder.h"
 
 #include <gtest/gtest.h>
+
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include <cmath>
@@ -179,10 +181,15 @@ TEST(TrainPlan, GradientsMatchFiniteDifferencesOfTheLoss) {
   E.setStep(1, 0.0);
   E.run(C);
   const uint32_t LossBuf = E.rankProgram().outputs()->Get(1)->buffer();
+  // Internal buffers share the memory-planned arena: take every gradient
+  // before the forward runs below reuse their bytes.
+  std::map<std::string, std::vector<float>> Grads;
+  for (const auto *Pa : *E.rankProgram().params())
+    Grads[Pa->name()->str()] =
+        E.buffer(bufferNamed(E, "grad/" + Pa->name()->str())).f;
   for (const auto *Pa : *E.rankProgram().params()) {
     const std::string Name = Pa->name()->str();
-    const std::vector<float> G =
-        E.buffer(bufferNamed(E, "grad/" + Name)).f; // copy
+    const std::vector<float> &G = Grads[Name];
     Tensor &W = E.mutableBuffer(Pa->buffer());
     double MaxAbs = 0;
     for (float X : G)

@@ -90,14 +90,15 @@ mlir::LogicalResult checkMemory(const megac::plan::Program &program,
       llvm::errs() << llvm::formatv(
           "megac: memory of rank {0}: {1} = parameters {2} + optimizer state "
           "{3} + arena {4} (at its peak, instruction {5}: gradients {6}, "
-          "activations {7}, workspace {8}); activations kept for the "
-          "backward pass {9} ({10} B)\n",
+          "activations {7}, workspace {8}; {11} without reuse); activations "
+          "kept for the backward pass {9} ({10} B)\n",
           r, formatBytes(plan.totalBytes()), formatBytes(plan.parameterBytes),
           formatBytes(plan.optimizerBytes), formatBytes(plan.arenaBytes),
           plan.peakInstruction, formatBytes(plan.peakGradientBytes),
           formatBytes(plan.peakActivationBytes),
           formatBytes(plan.peakWorkspaceBytes),
-          formatBytes(plan.savedActivationBytes), plan.savedActivationBytes);
+          formatBytes(plan.savedActivationBytes), plan.savedActivationBytes,
+          formatBytes(plan.unsharedBytes));
     if (r == 0 || plan.totalBytes() > worst.totalBytes()) {
       worst = plan;
       worstRank = r;

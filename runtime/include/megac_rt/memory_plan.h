@@ -31,8 +31,9 @@ struct MemoryPlan {
   /// Byte offset of each buffer in the arena; -1 for parameters.
   std::vector<int64_t> offset;
   std::vector<MemoryKind> kind;
-  /// Size of the arena (>= the peak of live arena bytes: fragmentation).
-  uint64_t arenaBytes = 0;
+  /// Size of the arena (>= the peak of live arena bytes: fragmentation),
+  /// and what its buffers would take without reuse.
+  uint64_t arenaBytes = 0, unsharedBytes = 0;
   /// Parameters, and the AdamW moments the runtime keeps (2 per update).
   uint64_t parameterBytes = 0, optimizerBytes = 0;
   /// Live arena bytes by kind at the instruction where their sum peaks.
