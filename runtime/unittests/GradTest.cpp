@@ -132,20 +132,30 @@ TEST(Grad, LayerNormInputAndAffine) {
                   DB);
 }
 
+/// L(x) = sum(attention(q, k, v) * dy) as a function of q (\p Which 0), k
+/// (1) or v (2), the others fixed.
+LossFn attentionLoss(const std::vector<float> &Q, const std::vector<float> &K,
+                     const std::vector<float> &V, const std::vector<float> &DY,
+                     int64_t B, int64_t S, int64_t Hl, int64_t Heads,
+                     bool Causal, int Which,
+                     const AttentionDropout *Drop = nullptr) {
+  return [=, &Q, &K, &V, &DY](const std::vector<float> &Xv) {
+    const std::vector<float> &Qv = Which == 0 ? Xv : Q;
+    const std::vector<float> &Kv = Which == 1 ? Xv : K;
+    const std::vector<float> &Vv = Which == 2 ? Xv : V;
+    std::vector<float> Y(Q.size());
+    attention(Qv.data(), Kv.data(), Vv.data(), B, S, Hl, Heads, Causal,
+              Y.data(), Drop);
+    return dot(Y, DY);
+  };
+}
+
 TEST(Grad, AttentionQKVCausalAndNot) {
   const int64_t B = 2, S = 4, Hl = 6, Heads = 2, N = B * S * Hl;
   auto Q = rnd(N, 10), K = rnd(N, 11), V = rnd(N, 12), DY = rnd(N, 13);
   for (bool Causal : {true, false})
     for (int Which = 0; Which < 3; ++Which) {
-      LossFn L = [&](const std::vector<float> &Xv) {
-        const std::vector<float> &Qv = Which == 0 ? Xv : Q;
-        const std::vector<float> &Kv = Which == 1 ? Xv : K;
-        const std::vector<float> &Vv = Which == 2 ? Xv : V;
-        std::vector<float> Y(N);
-        attention(Qv.data(), Kv.data(), Vv.data(), B, S, Hl, Heads, Causal,
-                  Y.data());
-        return dot(Y, DY);
-      };
+      LossFn L = attentionLoss(Q, K, V, DY, B, S, Hl, Heads, Causal, Which);
       std::vector<float> D(N);
       attentionGrad(Q.data(), K.data(), V.data(), DY.data(), B, S, Hl, Heads,
                     Causal, Which, D.data());
@@ -168,15 +178,8 @@ TEST(Grad, AttentionWithProbabilityDropout) {
   Drop.Key = 0x9e3779b97f4a7c15ull;
   Drop.GlobalHeads = Heads;
   for (int Which = 0; Which < 3; ++Which) {
-    LossFn L = [&](const std::vector<float> &Xv) {
-      const std::vector<float> &Qv = Which == 0 ? Xv : Q;
-      const std::vector<float> &Kv = Which == 1 ? Xv : K;
-      const std::vector<float> &Vv = Which == 2 ? Xv : V;
-      std::vector<float> Y(N);
-      attention(Qv.data(), Kv.data(), Vv.data(), B, S, Hl, Heads, true,
-                Y.data(), &Drop);
-      return dot(Y, DY);
-    };
+    LossFn L =
+        attentionLoss(Q, K, V, DY, B, S, Hl, Heads, true, Which, &Drop);
     std::vector<float> D(N);
     attentionGrad(Q.data(), K.data(), V.data(), DY.data(), B, S, Hl, Heads,
                   true, Which, D.data(), &Drop);
