@@ -284,6 +284,11 @@ int runCompile(int argc, char **argv) {
                "weights' compute copies in bf16 (emulated by rounding on "
                "CPU ranks), f32 master weights, loss and optimizer"),
       cl::init("fp32"));
+  static cl::opt<bool> sequenceParallel(
+      "sequence-parallel",
+      cl::desc("Megatron sequence parallelism: LayerNorm, dropout and the "
+               "residual stream split on the sequence over tp (all-gathers "
+               "and reduce-scatters in place of the all-reduces)"));
   static cl::opt<bool> memoryReport(
       "memory-report",
       cl::desc("Print each rank's memory plan: parameters, optimizer state, "
@@ -379,6 +384,7 @@ int runCompile(int argc, char **argv) {
     return fail("--precision must be fp32 or bf16, got '" +
                 precision.getValue() + "'");
   options.bf16 = precision == "bf16";
+  options.sequenceParallel = sequenceParallel;
   megac::buildPartitionPipeline(pm, options);
   if (failed(pm.run(*module)))
     return 1;

@@ -141,6 +141,14 @@ LogicalResult CrossEntropyOp::buildVJP(OpBuilder &b, Value dy,
   return success();
 }
 
+LogicalResult ShardingConstraintOp::buildVJP(OpBuilder &b, Value dy,
+                                             SmallVectorImpl<Value> &grads) {
+  // An identity: the gradient passes unchanged, held to the same layout
+  // (a sequence-split residual stream has a sequence-split gradient).
+  grads.assign({ShardingConstraintOp::create(b, getLoc(), dy, getShardingAttr())});
+  return success();
+}
+
 LogicalResult DropoutOp::buildVJP(OpBuilder &b, Value dy,
                                   SmallVectorImpl<Value> &grads) {
   // The mask depends on the stream, step and global position only: the same

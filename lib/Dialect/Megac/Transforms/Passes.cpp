@@ -16,6 +16,8 @@ void buildPartitionPipeline(OpPassManager &pm, const PartitionOptions &options) 
   // Dropout is a training-time transformation; inference plans drop it.
   if (!options.train && !options.gradients)
     pm.addPass(createDisableDropoutPass());
+  if (options.sequenceParallel)
+    pm.addPass(createSequenceParallelPass());
   if (options.train || options.gradients)
     pm.addPass(createAutodiffPass());
   if ((options.train || options.gradients) && options.microBatches > 1)

@@ -1,8 +1,9 @@
 //===- PropagateSharding.cpp - Derive every value's sharding --------------===//
 //
 // Forward propagation over op sharding rules. For each op, each factor takes
-// the grid axis of the first operand that splits it (if that axis is still
-// free in the op and divides the factor); operands are then required in the
+// the grid axis of an operand that splits it (if that axis is still free in
+// the op and divides the factor; parameters and parallel factors choose
+// first); operands are then required in the
 // sharding the chosen factors imply, and the result gets the matching
 // sharding. A split reduction factor makes the result a partial sum over its
 // axis, and partial operands flow through ops that are linear in them, so an
@@ -37,6 +38,17 @@ std::string describeArgument(func::FuncOp func, unsigned index) {
     if (auto name = spec.getAs<StringAttr>("name"))
       return "parameter '" + name.getValue().str() + "'";
   return "argument " + std::to_string(index);
+}
+
+/// A parameter, or its bf16 compute copy.
+bool isParameter(Value value) {
+  while (auto round = value.getDefiningOp<RoundBf16Op>())
+    value = round.getInput();
+  auto arg = dyn_cast<BlockArgument>(value);
+  if (!arg)
+    return false;
+  auto func = dyn_cast<func::FuncOp>(arg.getOwner()->getParentOp());
+  return func && func.getArgAttr(arg.getArgNumber(), MegacDialect::kParamAttrName);
 }
 
 class Propagator {
@@ -105,13 +117,28 @@ public:
     for (Value operand : operation->getOperands())
       current.push_back(getShardingOrReplicated(operand));
 
-    // 1. One axis per factor, first operand wins, each axis used once.
+    // 1. One axis per factor, each axis used once. When operands disagree:
+    //    - parameters choose first (their layout is the plan; moving them
+    //      would cost every step), then the other operands in order, so a
+    //      sequence-split activation meeting a column-parallel weight is
+    //      gathered, not the weight;
+    //    - parallel factors before reduction factors: splitting a reduction
+    //      leaves a partial sum to all-reduce, so a weight gradient keeps
+    //      its weight's split and gathers a sequence-split input instead.
+    SmallVector<unsigned> order;
+    for (unsigned i = 0; i < numOperands; ++i)
+      if (isParameter(operation->getOperand(i)))
+        order.push_back(i);
+    for (unsigned i = 0; i < numOperands; ++i)
+      if (!isParameter(operation->getOperand(i)))
+        order.push_back(i);
     SmallVector<StringRef> factorAxis(rule.factors.size());
     llvm::StringSet<> used;
-    for (auto [index, factor] : llvm::enumerate(rule.factors)) {
-      if (factor.kind == FactorKind::Whole)
-        continue;
-      for (unsigned i = 0; i < numOperands; ++i) {
+    for (FactorKind kind : {FactorKind::Parallel, FactorKind::Reduction})
+    for (unsigned i : order) {
+      for (auto [index, factor] : llvm::enumerate(rule.factors)) {
+        if (factor.kind != kind || !factorAxis[index].empty())
+          continue;
         int64_t dim = factor.operandDims[i];
         if (dim < 0 || (factor.sourceOperand >= 0 && factor.sourceOperand != i))
           continue;
@@ -134,7 +161,6 @@ public:
                  << axis << "' (size " << size << ")";
         factorAxis[index] = axis;
         used.insert(axis);
-        break;
       }
     }
 

@@ -139,3 +139,24 @@ module attributes {megac.mesh = #megac.mesh<tp = 2>} {
     return %1, %2 : tensor<8x16xf32>, tensor<8x16xf32>
   }
 }
+
+// -----
+
+// Tests the choice when operands want the same axis for different factors:
+// a parameter's split wins over an activation's (the sequence-split input
+// of a column-parallel product is gathered, not the weight), and a
+// parallel factor wins over a reduction (the weight gradient keeps the
+// weight's split and needs no all-reduce; the sequence-split input is
+// required whole).
+module attributes {megac.mesh = #megac.mesh<tp = 2>} {
+  // CHECK-LABEL: func.func @conflicts
+  func.func @conflicts(%x: tensor<2x8x16xf32> {megac.sharding = #megac.sharding<[_, tp, _]>},
+                       %w: tensor<16x32xf32> {megac.param = {name = "w", init = "zeros"}, megac.sharding = #megac.sharding<[_, tp]>},
+                       %dy: tensor<2x8x32xf32> {megac.sharding = #megac.sharding<[_, _, tp]>}) -> (tensor<2x8x32xf32>, tensor<16x32xf32>) {
+    // CHECK: megac.linear %arg0, %arg1 {megac.operand_shardings = [#megac.sharding<[_, _, _]>, #megac.sharding<[_, tp]>], megac.sharding = #megac.sharding<[_, _, tp]>}
+    %y = megac.linear %x, %w : (tensor<2x8x16xf32>, tensor<16x32xf32>) -> tensor<2x8x32xf32>
+    // CHECK: megac.linear_weight_grad %arg0, %arg2 {megac.operand_shardings = [#megac.sharding<[_, _, _]>, #megac.sharding<[_, _, tp]>], megac.sharding = #megac.sharding<[_, tp]>}
+    %dw = megac.linear_weight_grad %x, %dy : (tensor<2x8x16xf32>, tensor<2x8x32xf32>) -> tensor<16x32xf32>
+    return %y, %dw : tensor<2x8x32xf32>, tensor<16x32xf32>
+  }
+}

@@ -704,13 +704,16 @@ def Megac_AdamWOp : Megac_ModelOp<"adamw", [MemoryEffects<[MemWrite]>],
   let results = (outs Megac_F32Tensor:$result);
 }
 
-def Megac_ShardingConstraintOp : Megac_ModelOp<"sharding_constraint"> {
+def Megac_ShardingConstraintOp : Megac_ModelOp<"sharding_constraint",
+                                              [Megac_Differentiable]> {
   let summary = "Identity that pins its value to a sharding";
   let description = [{
     Its operand is required in `sharding` and its result has it; the
     collectives that get there are inserted like any other. Axes the grid
     lacks (or has with size 1) are dropped. megac-apply-optimizer uses it for
-    ZeRO: gradients reduce-scattered over `dp`, updated slices gathered back.
+    ZeRO: gradients reduce-scattered over `dp`, updated slices gathered back;
+    megac-sequence-parallel splits the residual stream with it. Its gradient
+    is the same constraint on the output gradient.
 
     ```mlir
     %g2 = megac.sharding_constraint %g {sharding = #megac.sharding<[dp, tp]>}

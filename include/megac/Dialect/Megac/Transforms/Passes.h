@@ -38,6 +38,9 @@ struct PartitionOptions {
   int64_t microBatches = 1;
   /// bf16 compute with f32 master weights (megac-mixed-precision).
   bool bf16 = false;
+  /// Split the residual stream on the sequence over tp
+  /// (megac-sequence-parallel).
+  bool sequenceParallel = false;
 };
 
 /// set-mesh, specialize-shapes, [autodiff, apply-optimizer,]

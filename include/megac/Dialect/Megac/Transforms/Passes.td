@@ -51,8 +51,10 @@ def PropagateShardingPass : Pass<"megac-propagate-sharding", "mlir::ModuleOp"> {
     Walks each function in program order. Parameters take their
     `megac.sharding` annotation (axes missing from the grid, or of size 1,
     are dropped); data inputs are whole. For every op the pass reads the
-    op's sharding rule, gives each factor the axis of the first operand that
-    splits it, records the operand shardings the op requires
+    op's sharding rule, gives each factor the axis of an operand that
+    splits it (parameters before other operands, parallel factors before
+    reduction factors, when they compete for an axis), records the operand
+    shardings the op requires
     (`megac.operand_shardings`) and the result's sharding (`megac.sharding`,
     including partial-sum axes produced by split reduction factors or
     carried by linear ops). Function results are required whole.
@@ -121,6 +123,29 @@ def BucketAllReducesPass : Pass<"megac-bucket-all-reduces", "mlir::ModuleOp"> {
   let options = [
     Option<"bucketBytes", "bucket-bytes", "int64_t", /*default=*/"25 << 20",
            "Close a bucket once it holds this many bytes (0: no buckets)">,
+  ];
+}
+
+def SequenceParallelPass
+    : Pass<"megac-sequence-parallel", "mlir::ModuleOp"> {
+  let summary = "Split the residual stream on the sequence over tp";
+  let description = [{
+    Megatron's sequence parallelism. Pins to `[_, axis, _]`, with a
+    `megac.sharding_constraint` right where they are produced, every
+    LayerNorm input (the residual stream between the blocks) and every
+    partial sum entering it (the results of row-parallel products, whose
+    weight is split on its contracted dimension, and of the
+    vocabulary-parallel embedding); propagation does the rest. LayerNorm, dropout and the residual adds then run on a
+    sequence shard. A column-parallel product reads its input whole, so
+    it gets an all-gather. A row-parallel product's partial sum meets a
+    sequence-split residual, so it gets a reduce-scatter. Each replaces half
+    of an all-reduce, and the backward pass gets the conjugates (the
+    constraint's gradient is the same constraint). Runs before
+    megac-autodiff; does nothing without the axis.
+  }];
+  let options = [
+    Option<"axis", "axis", "std::string", /*default=*/"\"tp\"",
+           "The tensor-parallel axis the sequence is split over">,
   ];
 }
 
