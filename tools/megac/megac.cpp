@@ -289,6 +289,13 @@ int runCompile(int argc, char **argv) {
       cl::desc("Megatron sequence parallelism: LayerNorm, dropout and the "
                "residual stream split on the sequence over tp (all-gathers "
                "and reduce-scatters in place of the all-reduces)"));
+  static cl::opt<std::string> recompute(
+      "recompute",
+      cl::desc("Activation recomputation: none; selective (the fused "
+               "attention's scores and softmax, which megac always "
+               "recomputes); full (keep only the residual stream between "
+               "the blocks, recompute each layer's forward in its backward)"),
+      cl::init("none"), cl::cat(trainCategory));
   static cl::opt<bool> memoryReport(
       "memory-report",
       cl::desc("Print each rank's memory plan: parameters, optimizer state, "
@@ -385,6 +392,10 @@ int runCompile(int argc, char **argv) {
                 precision.getValue() + "'");
   options.bf16 = precision == "bf16";
   options.sequenceParallel = sequenceParallel;
+  if (recompute != "none" && recompute != "selective" && recompute != "full")
+    return fail("--recompute must be none, selective or full, got '" +
+                recompute.getValue() + "'");
+  options.recompute = recompute;
   megac::buildPartitionPipeline(pm, options);
   if (failed(pm.run(*module)))
     return 1;

@@ -18,8 +18,11 @@ void buildPartitionPipeline(OpPassManager &pm, const PartitionOptions &options) 
     pm.addPass(createDisableDropoutPass());
   if (options.sequenceParallel)
     pm.addPass(createSequenceParallelPass());
-  if (options.train || options.gradients)
+  if (options.train || options.gradients) {
     pm.addPass(createAutodiffPass());
+    if (options.recompute == "full")
+      pm.addPass(createRecomputePass(RecomputePassOptions{options.recompute}));
+  }
   if ((options.train || options.gradients) && options.microBatches > 1)
     pm.addPass(createAccumulateMicroBatchesPass(
         AccumulateMicroBatchesPassOptions{options.microBatches}));

@@ -41,6 +41,8 @@ struct PartitionOptions {
   /// Split the residual stream on the sequence over tp
   /// (megac-sequence-parallel).
   bool sequenceParallel = false;
+  /// Activation recomputation: none, selective or full (megac-recompute).
+  std::string recompute = "none";
 };
 
 /// set-mesh, specialize-shapes, [autodiff, apply-optimizer,]

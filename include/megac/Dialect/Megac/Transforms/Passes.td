@@ -203,6 +203,31 @@ def MixedPrecisionPass : Pass<"megac-mixed-precision", "mlir::ModuleOp"> {
   }];
 }
 
+def RecomputePass : Pass<"megac-recompute", "mlir::ModuleOp"> {
+  let summary = "Activation recomputation: keep less, compute the forward twice";
+  let description = [{
+    Runs right after megac-autodiff. With `mode=full` only each
+    transformer block's input (the residual stream entering the LayerNorm
+    that leads to attention), the parameters and the data are kept from the
+    forward to the backward pass. The first backward
+    op that reads any other forward value gets the ops producing it cloned
+    right before it, from the kept values. Each forward op is recomputed at
+    most once. The backward pass visits the layers in reverse, so a layer is
+    recomputed just before its backward and its values die right after.
+    Dropout masks are keyed by position, so the recomputed forward draws
+    the same ones and the step does not change.
+
+    `mode=selective` (Korthikanti et al.: recompute the attention scores,
+    softmax and dropout) is what megac always does: the fused attention op
+    keeps only q, k and v and recomputes its probabilities in the backward
+    op. `none` and `selective` leave the IR unchanged.
+  }];
+  let options = [
+    Option<"mode", "mode", "std::string", /*default=*/"\"none\"",
+           "none, selective or full">,
+  ];
+}
+
 def ApplyOptimizerPass : Pass<"megac-apply-optimizer", "mlir::ModuleOp"> {
   let summary = "Turn gradient results into in-place AdamW updates";
   let description = [{
