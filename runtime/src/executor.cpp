@@ -281,6 +281,9 @@ RunStats Executor::runRange(Collectives &C, uint32_t Begin, uint32_t End,
       const Instr &In = *RP.instrs()->Get(I);
       if (Training && In.generation_only())
         continue;
+      const bool Tracing = Trace.size() < TraceLimit;
+      const auto T0 = Tracing ? std::chrono::steady_clock::now()
+                              : std::chrono::steady_clock::time_point();
       uint32_t OutId = In.outputs()->Get(0);
       // The verifier allows only adam_w to write one of its inputs (in
       // place, elementwise). Should anything else, compute into a scratch
@@ -302,6 +305,12 @@ RunStats Executor::runRange(Collectives &C, uint32_t Begin, uint32_t End,
         throw RunError("rank " + std::to_string(RP.rank()) + ", instruction " +
                        std::to_string(I) + " (" + opcodeName(In.op()) +
                        (Loc.empty() ? "" : " at " + Loc) + "): " + E.what());
+      }
+      if (Tracing) {
+        const auto T1 = std::chrono::steady_clock::now();
+        using Us = std::chrono::duration<double, std::micro>;
+        Trace.push_back({I, Us(T0 - TraceEpoch).count(),
+                         Us(T1 - T0).count(), CurStep, CurMicro});
       }
       ++Stats.instructions;
       if (In.op() == op::AllReduce || In.op() == op::AllGather ||

@@ -13,10 +13,12 @@
 #include "init.h"
 #include "kernels.h"
 #include "megac_rt/plan_file.h"
+#include "megac_rt/trace.h"
 #include "plan_enums.h"
 #include "safetensors.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <climits>
@@ -208,6 +210,14 @@ public:
   /// Inference (generation): dropout is the identity. Off by default, when
   /// dropout uses step() (1 unless a training loop sets it).
   void setInference(bool On) { Inference = On; }
+  /// Records every executed instruction from now on (at most \p MaxEvents;
+  /// times relative to this call).
+  void enableTrace(size_t MaxEvents) {
+    TraceLimit = MaxEvents;
+    TraceEpoch = std::chrono::steady_clock::now();
+    Trace.clear();
+  }
+  const std::vector<TraceSpan> &trace() const { return Trace; }
   /// Training steps skip generation-only instructions (the logits).
   void setTraining(bool On) { Training = On; }
   /// Random windows (as nanoGPT samples): setInputs ignores its position and
@@ -247,6 +257,9 @@ private:
   bool Inference = false;
   bool Training = false;
   bool RandomWindows = false;
+  size_t TraceLimit = 0;
+  std::chrono::steady_clock::time_point TraceEpoch;
+  std::vector<TraceSpan> Trace;
   /// Gradient accumulation: the micro-batch being run, and every
   /// micro-batch's rows of each input (filled by setInputs), in input order.
   int64_t CurMicro = 0;

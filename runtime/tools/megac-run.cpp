@@ -26,6 +26,7 @@
 #include "executor.h"
 #include "init.h"
 #include "kernels.h"
+#include "megac_rt/trace.h"
 #include "mpi_comm.h"
 #include "rng.h"
 #include "safetensors.h"
@@ -66,6 +67,7 @@ struct Options {
   bool haveSteps = false;
   std::string metrics, saveCheckpoint, loadCheckpoint;
   std::string sample = "sequential";
+  std::string trace;
   int64_t checkpointEvery = 0;
   // Generation.
   std::string prompt;
@@ -472,6 +474,49 @@ std::string clockString(double Sec) {
   return Buf;
 }
 
+/// Gathers every rank's measured timeline to rank 0, which writes
+/// --trace. Collective over MPI_COMM_WORLD; false (everyone) on a failure.
+bool writeTrace(const Options &O, Setup &S) {
+  const Program &P = *S.plan.program;
+  std::string Mine = traceEventsJson(P, uint32_t(WorldRank), S.exec->trace());
+  int Len = int(Mine.size());
+  std::vector<int> Lens(size_t(WorldSize), 0), Offs(size_t(WorldSize), 0);
+  MPI_Gather(&Len, 1, MPI_INT, Lens.data(), 1, MPI_INT, 0, MPI_COMM_WORLD);
+  std::string All;
+  if (WorldRank == 0) {
+    size_t Total = 0;
+    for (int R = 0; R < WorldSize; ++R) {
+      Offs[size_t(R)] = int(Total);
+      Total += size_t(Lens[size_t(R)]);
+    }
+    All.resize(Total);
+  }
+  MPI_Gatherv(Mine.data(), Len, MPI_CHAR, All.data(), Lens.data(),
+              Offs.data(), MPI_CHAR, 0, MPI_COMM_WORLD);
+  std::string Err;
+  if (WorldRank == 0) {
+    std::vector<std::string> PerRank;
+    for (int R = 0; R < WorldSize; ++R)
+      PerRank.push_back(All.substr(size_t(Offs[size_t(R)]),
+                                   size_t(Lens[size_t(R)])));
+    std::FILE *F = std::fopen(O.trace.c_str(), "wb");
+    std::string Text = traceFileJson(PerRank);
+    if (!F || std::fwrite(Text.data(), 1, Text.size(), F) != Text.size())
+      Err = "cannot write the trace " + O.trace;
+    if (F && std::fclose(F) != 0 && Err.empty())
+      Err = "cannot write the trace " + O.trace;
+  }
+  if (!agree(Err))
+    return false;
+  info(O, "wrote the measured timeline to %s (%zu events on rank 0)",
+       O.trace.c_str(), S.exec->trace().size());
+  return true;
+}
+
+/// At most this many instructions are traced per rank (about 100 bytes of
+/// JSON each).
+constexpr size_t kMaxTraceEvents = 2000000;
+
 int runTraining(const Options &O, Setup &S) {
   const Program &P = *S.plan.program;
   const TrainConfig &TC = *P.train();
@@ -505,6 +550,10 @@ int runTraining(const Options &O, Setup &S) {
   const int64_t Every = std::max<int64_t>(1, O.steps / 20);
   double TotalSec = 0, FirstLoss = 0, LastLoss = 0;
   std::unique_ptr<MpiCollectives> Comm = joinCollectives(P, WorldRank);
+  if (!O.trace.empty()) {
+    MPI_Barrier(MPI_COMM_WORLD); // a common origin for every rank's times
+    E.enableTrace(kMaxTraceEvents);
+  }
   for (int64_t T = First; T <= Last; ++T) {
     auto T0 = std::chrono::steady_clock::now();
     double Lr = kernels::learningRate(TC.max_lr(), TC.min_lr(),
@@ -563,6 +612,8 @@ int runTraining(const Options &O, Setup &S) {
     info(O, "saved checkpoint %s/%s", O.saveCheckpoint.c_str(),
          stepDirName(Last).c_str());
   }
+  if (!O.trace.empty() && !writeTrace(O, S))
+    return 1;
   double MaxSec = 0;
   MPI_Allreduce(&TotalSec, &MaxSec, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   info(O, "trained %lld steps (%lld..%lld): loss %.6f -> %.6f, %.0f tokens/s "
@@ -730,6 +781,11 @@ int runMain(int Argc, char **Argv) {
                  "nanoGPT samples; resumes bit-exactly)")
       ->check(CLI::IsMember({"sequential", "random"}))
       ->option_text("sequential|random");
+  App.add_option("--trace", O.trace,
+                 "Write the measured timeline (every instruction of every "
+                 "rank; forward runs and training steps) as Chrome "
+                 "trace-event JSON, for Perfetto or chrome://tracing")
+      ->option_text("FILE.json");
   App.add_option("--data", O.tokens,
                  "Training data: a token file as for --tokens (e.g. from "
                  "utils/prepare_text.py), cut into global batches")
@@ -872,6 +928,8 @@ int runMain(int Argc, char **Argv) {
   try {
     MpiCollectives Comm(P, uint32_t(WorldRank));
     MPI_Barrier(MPI_COMM_WORLD);
+    if (!O.trace.empty())
+      S.exec->enableTrace(kMaxTraceEvents);
     Stats = S.exec->run(Comm);
   } catch (const std::exception &E) {
     std::fprintf(stderr, "megac-run: error: %s\n", oneLine(E.what()).c_str());
@@ -884,6 +942,8 @@ int runMain(int Argc, char **Argv) {
                 MPI_COMM_WORLD);
   info(O, "forward step: %zu instructions (%zu collectives) per rank in %.1f ms",
        Stats.instructions, Stats.collectives, MaxSec * 1e3);
+  if (!O.trace.empty() && !writeTrace(O, S))
+    return 1;
   report(O, S);
 
   if (!O.saveOutputs.empty()) {

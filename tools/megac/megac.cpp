@@ -16,6 +16,7 @@
 #include "megac/Target/Plan/PlanEmitter.h"
 #include "megac_rt/memory_plan.h"
 #include "megac_rt/plan_file.h"
+#include "megac_rt/trace.h"
 
 #include "mlir/IR/AsmState.h"
 #include "mlir/IR/Diagnostics.h"
@@ -543,15 +544,47 @@ int runInspect(int argc, char **argv) {
                             cl::cat(category));
   static cl::opt<int> rank("rank", cl::desc("Print only this rank"),
                            cl::init(-1), cl::cat(category));
+  static cl::opt<std::string> trace(
+      "trace",
+      cl::desc("Write the schedule every rank is expected to follow (a cost "
+               "model: 20 GFLOP/s, 5 GB/s memory, 2 GB/s links per rank; "
+               "collectives wait for their whole group) as Chrome "
+               "trace-event JSON, for Perfetto, instead of printing"),
+      cl::value_desc("file.json"), cl::cat(category));
   std::string programName;
   auto args = shiftArgs(argc, argv, programName);
   cl::ParseCommandLineOptions(
       args.size(), args.data(),
-      "megac inspect: print a plan (verified first) as text or JSON.\n");
+      "megac inspect: print a plan (verified first) as text or JSON, or write "
+      "its expected schedule as a trace.\n");
   megac_rt::LoadedPlan plan;
   std::string message = megac_rt::loadPlanFile(input, plan);
   if (!message.empty())
     return fail(message);
+  if (!trace.empty()) {
+    std::vector<std::vector<megac_rt::TraceSpan>> spans;
+    std::string problem =
+        megac_rt::estimateSchedule(*plan.program, megac_rt::CostModel(), spans);
+    if (!problem.empty())
+      return fail(input + ": " + problem);
+    std::vector<std::string> perRank;
+    double end = 0;
+    for (uint32_t r = 0; r < spans.size(); ++r) {
+      perRank.push_back(megac_rt::traceEventsJson(*plan.program, r, spans[r]));
+      if (!spans[r].empty())
+        end = std::max(end, spans[r].back().startUs + spans[r].back().durUs);
+    }
+    std::string error;
+    auto out = mlir::openOutputFile(trace, &error);
+    if (!out)
+      return fail(error);
+    out->os() << megac_rt::traceFileJson(perRank);
+    out->keep();
+    llvm::errs() << llvm::formatv("megac: wrote the expected schedule of {0} "
+                                  "ranks to {1}: one step takes {2:F3} ms\n",
+                                  spans.size(), trace, end / 1e3);
+    return 0;
+  }
   if (rank >= 0 && static_cast<uint32_t>(rank) >= plan.program->world_size())
     return fail(llvm::formatv("--rank {0} is out of range: the plan has {1} "
                               "ranks",

@@ -1,0 +1,56 @@
+//===- trace.h - Schedules as Chrome trace-event JSON -----------*- C++ -*-===//
+//
+// One format for the timeline the compiler expects (`megac inspect
+// --trace`, from a cost model) and the one the runtime measures
+// (`megac-run --trace`): Chrome trace-event JSON, which Perfetto and
+// chrome://tracing load. One process per rank, one complete ("X") event per
+// instruction, named by its opcode, collectives in their own category.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MEGAC_RT_TRACE_H
+#define MEGAC_RT_TRACE_H
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "plan_generated.h"
+
+namespace megac_rt {
+
+/// One instruction's time span on one rank, in microseconds.
+struct TraceSpan {
+  uint32_t instr = 0;
+  double startUs = 0, durUs = 0;
+  int64_t step = -1, micro = -1; // -1: not recorded
+};
+
+/// The trace events of rank \p Rank (its name first, then one per span),
+/// comma-separated, to be joined with other ranks' by traceFileJson.
+std::string traceEventsJson(const megac::plan::Program &P, uint32_t Rank,
+                            const std::vector<TraceSpan> &Spans);
+
+/// A whole trace file from the ranks' event lists.
+std::string traceFileJson(const std::vector<std::string> &PerRank);
+
+/// A simple machine model for the expected schedule.
+struct CostModel {
+  double flopsPerUs = 20e3;      // 20 GFLOP/s per rank
+  double bytesPerUs = 5e3;       // 5 GB/s memory traffic per rank
+  double linkBytesPerUs = 2e3;   // 2 GB/s per link for collectives
+  double collectiveLatencyUs = 20;
+};
+
+/// The schedule every rank would follow under \p Model: each instruction
+/// takes max(flops / rate, bytes / bandwidth); a collective starts when
+/// the last member of its group reaches it and takes the ring algorithm's
+/// time. Fails (returns a message) when the ranks' collectives cannot all
+/// complete, naming the ranks that wait.
+std::string estimateSchedule(const megac::plan::Program &P,
+                             const CostModel &Model,
+                             std::vector<std::vector<TraceSpan>> &Out);
+
+} // namespace megac_rt
+
+#endif // MEGAC_RT_TRACE_H

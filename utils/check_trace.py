@@ -1,0 +1,38 @@
+#!/usr/bin/env python3
+"""Checks a megac trace (Chrome trace-event JSON from `megac inspect --trace`
+or `megac-run --trace`) and summarizes it: one process per rank, named;
+complete events only; on each rank the instructions run one after another
+(no two spans overlap, in instruction order within a step). Prints, per
+rank, the number of instruction events and collectives and the span.
+
+  check_trace.py TRACE.json
+"""
+import json
+import sys
+
+trace = json.load(open(sys.argv[1]))
+events = trace["traceEvents"]
+names = {e["pid"]: e["args"]["name"] for e in events if e.get("ph") == "M"}
+by_rank = {}
+for e in events:
+    if e.get("ph") == "M":
+        continue
+    if e.get("ph") != "X":
+        sys.exit(f"unexpected event phase {e.get('ph')!r}")
+    by_rank.setdefault(e["pid"], []).append(e)
+if sorted(by_rank) != sorted(names):
+    sys.exit(f"ranks with events {sorted(by_rank)} differ from named ranks {sorted(names)}")
+for rank in sorted(by_rank):
+    spans = sorted(by_rank[rank], key=lambda e: (e["ts"], e["args"]["instr"]))
+    end = 0.0
+    for e in spans:
+        if e["ts"] + 1e-6 < end:
+            sys.exit(f"rank {rank}: {e['name']} (instruction {e['args']['instr']}) "
+                     f"starts at {e['ts']} before the previous one ends at {end}")
+        if e["dur"] < 0:
+            sys.exit(f"rank {rank}: negative duration")
+        end = e["ts"] + e["dur"]
+    collectives = sum(e["cat"] == "collective" for e in spans)
+    print(f"{names[rank]}: {len(spans)} instructions, {collectives} collectives, "
+          f"{spans[0]['ts']:.0f}..{end:.0f} us")
+print("check_trace.py: OK")
