@@ -2,7 +2,8 @@
 //
 //   megac compile MODEL.mlir -o MODEL.mgc [--mesh tp=4] [--batch B] [--seq S]
 //   megac import --hf-config config.json -o MODEL.mlir   (or --tiny)
-//   megac inspect MODEL.mgc [--json] [--rank N]
+//   megac inspect MODEL.mgc [--json] [--rank N] [--trace FILE]
+//   megac schedule --stages P --micro-batches M [--schedule 1f1b] [--check F]
 //
 // Each subcommand constructs only its own command-line options (function-
 // local statics), so `megac inspect --mesh` is an error rather than being
@@ -13,6 +14,7 @@
 
 #include "megac/Frontend/GPT2Importer.h"
 #include "megac/InitAll.h"
+#include "megac/Pipeline/Schedule.h"
 #include "megac/Target/Plan/PlanEmitter.h"
 #include "megac_rt/memory_plan.h"
 #include "megac_rt/plan_file.h"
@@ -594,6 +596,85 @@ int runInspect(int argc, char **argv) {
   return 0;
 }
 
+//===----------------------------------------------------------------------===//
+// megac schedule
+//===----------------------------------------------------------------------===//
+
+int runSchedule(int argc, char **argv) {
+  static cl::OptionCategory category("megac schedule options");
+  static cl::opt<int64_t> stages("stages", cl::desc("Pipeline stages (ranks)"),
+                                 cl::init(4), cl::cat(category));
+  static cl::opt<int64_t> microBatches(
+      "micro-batches", cl::desc("Micro-batches per step"), cl::init(8),
+      cl::cat(category));
+  static cl::opt<std::string> kind(
+      "schedule", cl::desc("gpipe, 1f1b or interleaved"), cl::init("1f1b"),
+      cl::cat(category));
+  static cl::opt<int64_t> virtualStages(
+      "virtual-stages",
+      cl::desc("Model chunks per rank (interleaved only)"), cl::init(2),
+      cl::cat(category));
+  static cl::opt<std::string> check(
+      "check",
+      cl::desc("Check this schedule instead of generating one: one line per "
+               "rank, tasks F<micro-batch>[.<chunk>] and B... in order"),
+      cl::value_desc("file"), cl::cat(category));
+  static cl::opt<bool> print("print", cl::desc("Print every rank's tasks"),
+                             cl::cat(category));
+  std::string programName;
+  auto args = shiftArgs(argc, argv, programName);
+  cl::ParseCommandLineOptions(
+      args.size(), args.data(),
+      "megac schedule: generate a pipeline schedule (GPipe, 1F1B, "
+      "interleaved 1F1B) or check one written by hand. The schedule is "
+      "simulated (a backward pass takes twice a forward pass): every "
+      "activation and gradient sent must be received in an order that lets "
+      "every rank finish; the bubble (idle time) is reported.\n");
+  megac::PipelineSchedule schedule;
+  std::string error;
+  if (!check.empty()) {
+    auto buffer = llvm::MemoryBuffer::getFile(check);
+    if (!buffer)
+      return fail("cannot read " + check + ": " +
+                  buffer.getError().message());
+    if (!megac::parsePipelineSchedule((*buffer)->getBuffer(), schedule, error))
+      return fail(check + ": " + error);
+  } else {
+    megac::PipelineKind k;
+    if (kind == "gpipe")
+      k = megac::PipelineKind::GPipe;
+    else if (kind == "1f1b")
+      k = megac::PipelineKind::OneFOneB;
+    else if (kind == "interleaved")
+      k = megac::PipelineKind::Interleaved;
+    else
+      return fail("--schedule must be gpipe, 1f1b or interleaved, got '" +
+                  kind + "'");
+    schedule = megac::buildPipelineSchedule(k, stages, microBatches,
+                                            virtualStages, error);
+    if (!error.empty())
+      return fail(error);
+  }
+  megac::PipelineTiming timing;
+  if (!megac::simulatePipeline(schedule, 1.0, 2.0, timing, error))
+    return fail((check.empty() ? std::string("internal error: ")
+                               : check + ": ") +
+                error);
+  if (print)
+    for (auto [r, tasks] : llvm::enumerate(schedule.ranks)) {
+      llvm::outs() << "rank " << r << ":";
+      for (const megac::PipelineTask &t : tasks)
+        llvm::outs() << " " << megac::formatTask(t);
+      llvm::outs() << "\n";
+    }
+  llvm::outs() << llvm::formatv(
+      "{0} stages, {1} micro-batches, {2} chunk(s) per rank: step {3:F2} "
+      "forward-times, bubble {4:F4} of the step ({5:F4} of the compute)\n",
+      schedule.stages, schedule.microBatches, schedule.virtualStages,
+      timing.makespan, timing.bubbleOfTotal, timing.bubbleOfIdeal);
+  return 0;
+}
+
 void printUsage() {
   llvm::outs()
       << "megac: an ahead-of-time compiler for parallel Transformer graphs\n\n"
@@ -603,7 +684,9 @@ void printUsage() {
          "config.json\n"
          "  compile  partition a model over a device grid and write a plan "
          "(.mgc)\n"
-         "  inspect  print a plan as text or JSON\n\n"
+         "  inspect  print a plan as text or JSON\n"
+         "  schedule generate or check a pipeline schedule (bubble, "
+         "deadlocks)\n\n"
          "Run 'megac <command> --help' for a command's options. Plans run "
          "with\n'mpirun -np N megac-run model.mgc'.\n";
 }
@@ -625,6 +708,9 @@ int main(int argc, char **argv) {
     return runImport(argc, argv);
   if (command == "inspect")
     return runInspect(argc, argv);
+  if (command == "schedule")
+    return runSchedule(argc, argv);
   return fail("unknown command '" + command +
-              "' (expected import, compile or inspect; see megac --help)");
+              "' (expected import, compile, inspect or schedule; see megac "
+              "--help)");
 }

@@ -1,0 +1,239 @@
+//===- Schedule.cpp - Pipeline schedules and their static check -----------===//
+
+#include "megac/Pipeline/Schedule.h"
+
+#include "llvm/ADT/StringExtras.h"
+
+#include <algorithm>
+#include <map>
+#include <tuple>
+
+namespace megac {
+
+PipelineSchedule buildPipelineSchedule(PipelineKind Kind, int64_t Stages,
+                                       int64_t MicroBatches,
+                                       int64_t VirtualStages,
+                                       std::string &Error) {
+  PipelineSchedule S;
+  const int64_t P = Stages, M = MicroBatches;
+  const int64_t V = Kind == PipelineKind::Interleaved ? VirtualStages : 1;
+  if (P < 1 || M < 1 || V < 1) {
+    Error = "stages, micro-batches and virtual stages must be positive";
+    return S;
+  }
+  if (Kind == PipelineKind::Interleaved && M % P != 0) {
+    Error = "the interleaved schedule needs the micro-batches (" +
+            std::to_string(M) + ") to be a multiple of the stages (" +
+            std::to_string(P) + ")";
+    return S;
+  }
+  S.stages = P;
+  S.microBatches = M;
+  S.virtualStages = V;
+  S.ranks.assign(size_t(P), {});
+  for (int64_t R = 0; R < P; ++R) {
+    auto &Tasks = S.ranks[size_t(R)];
+    auto F = [&](int64_t I, int64_t C) { Tasks.push_back({false, I, C}); };
+    auto B = [&](int64_t I, int64_t C) { Tasks.push_back({true, I, C}); };
+    if (Kind == PipelineKind::GPipe) {
+      // All forwards, then all backwards.
+      for (int64_t I = 0; I < M; ++I)
+        F(I, 0);
+      for (int64_t I = 0; I < M; ++I)
+        B(I, 0);
+      continue;
+    }
+    // 1F1B (and its interleaved form, Narayanan et al. 2021): a warm-up of
+    // forwards, then one forward and one backward in turn, then the rest
+    // of the backwards. The k-th forward of a rank is micro-batch
+    // (k / (p v)) p + k % p of chunk (k / p) % v; backwards visit the
+    // chunks in reverse.
+    const int64_t Total = M * V;
+    int64_t Warmup = Kind == PipelineKind::OneFOneB
+                         ? P - R - 1
+                         : (P - R - 1) * 2 + (V - 1) * P;
+    Warmup = std::min(Warmup, Total);
+    auto microOf = [&](int64_t K) { return (K / (P * V)) * P + K % P; };
+    auto forwardChunk = [&](int64_t K) { return (K / P) % V; };
+    auto backwardChunk = [&](int64_t K) { return V - 1 - (K / P) % V; };
+    int64_t NextF = 0, NextB = 0;
+    for (; NextF < Warmup; ++NextF)
+      F(microOf(NextF), forwardChunk(NextF));
+    while (NextF < Total) {
+      F(microOf(NextF), forwardChunk(NextF));
+      ++NextF;
+      B(microOf(NextB), backwardChunk(NextB));
+      ++NextB;
+    }
+    for (; NextB < Total; ++NextB)
+      B(microOf(NextB), backwardChunk(NextB));
+  }
+  return S;
+}
+
+std::string formatTask(const PipelineTask &T) {
+  std::string Text = (T.backward ? "B" : "F") + std::to_string(T.microBatch);
+  if (T.chunk != 0)
+    Text += "." + std::to_string(T.chunk);
+  return Text;
+}
+
+bool parsePipelineSchedule(llvm::StringRef Text, PipelineSchedule &S,
+                           std::string &Error) {
+  S = PipelineSchedule();
+  llvm::SmallVector<llvm::StringRef> Lines;
+  Text.split(Lines, '\n');
+  int64_t MaxMicro = -1, MaxChunk = 0;
+  for (llvm::StringRef Line : Lines) {
+    Line = Line.trim();
+    if (Line.empty() || Line.starts_with("#"))
+      continue;
+    std::vector<PipelineTask> Tasks;
+    llvm::SmallVector<llvm::StringRef> Words;
+    Line.split(Words, ' ', -1, /*KeepEmpty=*/false);
+    for (llvm::StringRef Word : Words) {
+      PipelineTask T;
+      llvm::StringRef Rest = Word;
+      if (Rest.consume_front("F"))
+        T.backward = false;
+      else if (Rest.consume_front("B"))
+        T.backward = true;
+      else {
+        Error = "rank " + std::to_string(S.ranks.size()) + ": '" + Word.str() +
+                "' is not a task (F<micro-batch>[.<chunk>] or B...)";
+        return false;
+      }
+      auto [Micro, Chunk] = Rest.split('.');
+      if (Micro.getAsInteger(10, T.microBatch) || T.microBatch < 0 ||
+          (!Chunk.empty() && (Chunk.getAsInteger(10, T.chunk) || T.chunk < 0))) {
+        Error = "rank " + std::to_string(S.ranks.size()) + ": '" + Word.str() +
+                "' is not a task (F<micro-batch>[.<chunk>] or B...)";
+        return false;
+      }
+      MaxMicro = std::max(MaxMicro, T.microBatch);
+      MaxChunk = std::max(MaxChunk, T.chunk);
+      Tasks.push_back(T);
+    }
+    S.ranks.push_back(std::move(Tasks));
+  }
+  if (S.ranks.empty()) {
+    Error = "the schedule has no ranks";
+    return false;
+  }
+  S.stages = int64_t(S.ranks.size());
+  S.microBatches = MaxMicro + 1;
+  S.virtualStages = MaxChunk + 1;
+  return true;
+}
+
+bool simulatePipeline(const PipelineSchedule &S, double ForwardTime,
+                      double BackwardTime, PipelineTiming &Timing,
+                      std::string &Error) {
+  const int64_t P = S.stages, M = S.microBatches, V = S.virtualStages;
+  const int64_t Chunks = P * V;
+  // Completion time of (backward, micro-batch, model chunk); -1: not yet.
+  std::map<std::tuple<bool, int64_t, int64_t>, double> Done;
+  // Each rank must run each of its tasks exactly once.
+  for (int64_t R = 0; R < P; ++R) {
+    std::map<std::tuple<bool, int64_t, int64_t>, int> Seen;
+    for (const PipelineTask &T : S.ranks[size_t(R)]) {
+      if (T.microBatch >= M || T.chunk >= V) {
+        Error = "rank " + std::to_string(R) + " runs " + formatTask(T) +
+                ", outside the schedule's micro-batches and chunks";
+        return false;
+      }
+      if (++Seen[{T.backward, T.microBatch, T.chunk}] > 1) {
+        Error = "rank " + std::to_string(R) + " runs " + formatTask(T) + " twice";
+        return false;
+      }
+    }
+    if (int64_t(Seen.size()) != 2 * M * V) {
+      Error = "rank " + std::to_string(R) + " runs " +
+              std::to_string(Seen.size()) + " tasks, not the " +
+              std::to_string(2 * M * V) + " of " + std::to_string(M) +
+              " micro-batches forward and backward through " +
+              std::to_string(V) + " chunk(s)";
+      return false;
+    }
+  }
+  auto modelChunk = [&](int64_t R, int64_t Chunk) { return Chunk * P + R; };
+  auto rankOf = [&](int64_t C) { return C % P; };
+  std::vector<size_t> Next(size_t(P), 0);
+  std::vector<double> Clock(size_t(P), 0), Busy(size_t(P), 0);
+  const double TF = ForwardTime / double(V), TB = BackwardTime / double(V);
+  for (;;) {
+    bool Progress = false, Finished = true;
+    for (int64_t R = 0; R < P; ++R) {
+      const auto &Tasks = S.ranks[size_t(R)];
+      while (Next[size_t(R)] < Tasks.size()) {
+        const PipelineTask &T = Tasks[Next[size_t(R)]];
+        const int64_t C = modelChunk(R, T.chunk);
+        // What the task receives or needs first.
+        std::vector<std::tuple<bool, int64_t, int64_t>> Needs;
+        if (!T.backward && C > 0)
+          Needs.push_back({false, T.microBatch, C - 1});
+        if (T.backward) {
+          Needs.push_back({false, T.microBatch, C});
+          if (C + 1 < Chunks)
+            Needs.push_back({true, T.microBatch, C + 1});
+        }
+        double Start = Clock[size_t(R)];
+        bool Ready = true;
+        for (const auto &Need : Needs) {
+          auto It = Done.find(Need);
+          if (It == Done.end()) {
+            Ready = false;
+            break;
+          }
+          Start = std::max(Start, It->second);
+        }
+        if (!Ready)
+          break;
+        const double Dur = T.backward ? TB : TF;
+        Clock[size_t(R)] = Start + Dur;
+        Busy[size_t(R)] += Dur;
+        Done[{T.backward, T.microBatch, C}] = Start + Dur;
+        ++Next[size_t(R)];
+        Progress = true;
+      }
+      Finished &= Next[size_t(R)] >= Tasks.size();
+    }
+    if (Finished)
+      break;
+    if (!Progress) {
+      // Every rank that has work left waits for a message no one can send.
+      Error = "the schedule deadlocks:";
+      for (int64_t R = 0; R < P; ++R) {
+        const auto &Tasks = S.ranks[size_t(R)];
+        if (Next[size_t(R)] >= Tasks.size())
+          continue;
+        const PipelineTask &T = Tasks[Next[size_t(R)]];
+        const int64_t C = modelChunk(R, T.chunk);
+        std::string Wait;
+        if (!T.backward)
+          Wait = "the activation of micro-batch " + std::to_string(T.microBatch) +
+                 " from rank " + std::to_string(rankOf(C - 1));
+        else if (!Done.count({false, T.microBatch, C}))
+          Wait = "its own forward of micro-batch " + std::to_string(T.microBatch);
+        else
+          Wait = "the gradient of micro-batch " + std::to_string(T.microBatch) +
+                 " from rank " + std::to_string(rankOf(C + 1));
+        Error += " rank " + std::to_string(R) + " waits to run " +
+                 formatTask(T) + " for " + Wait + ";";
+      }
+      Error.pop_back();
+      return false;
+    }
+  }
+  Timing.makespan = *std::max_element(Clock.begin(), Clock.end());
+  double Idle = 0, Ideal = 0;
+  for (int64_t R = 0; R < P; ++R) {
+    Idle += Timing.makespan - Busy[size_t(R)];
+    Ideal += Busy[size_t(R)];
+  }
+  Timing.bubbleOfTotal = Idle / (Timing.makespan * double(P));
+  Timing.bubbleOfIdeal = Ideal > 0 ? Idle / Ideal : 0;
+  return true;
+}
+
+} // namespace megac
