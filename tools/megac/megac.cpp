@@ -14,6 +14,7 @@
 
 #include "megac/Frontend/GPT2Importer.h"
 #include "megac/InitAll.h"
+#include "megac/Pipeline/Partition.h"
 #include "megac/Pipeline/Schedule.h"
 #include "megac/Target/Plan/PlanEmitter.h"
 #include "megac_rt/memory_plan.h"
@@ -600,6 +601,58 @@ int runInspect(int argc, char **argv) {
 // megac schedule
 //===----------------------------------------------------------------------===//
 
+/// Prints the cost-balanced stage partition of a model's blocks.
+LogicalResult printPartition(llvm::StringRef path, int64_t stages,
+                             int64_t batch, int64_t seq) {
+  DialectRegistry registry;
+  megac::registerAllDialects(registry);
+  MLIRContext ctx(registry);
+  installOneLineDiagnostics(ctx);
+  std::string error;
+  auto file = openInputFile(path, &error);
+  if (!file) {
+    fail(error);
+    return failure();
+  }
+  llvm::SourceMgr sourceMgr;
+  sourceMgr.AddNewSourceBuffer(std::move(file), llvm::SMLoc());
+  OwningOpRef<ModuleOp> module = parseSourceFile<ModuleOp>(sourceMgr, &ctx);
+  if (!module)
+    return failure();
+  PassManager pm(&ctx);
+  pm.addPass(megac::createSpecializeShapesPass(
+      megac::SpecializeShapesPassOptions{batch, seq, 1}));
+  if (failed(pm.run(*module)))
+    return failure();
+  func::FuncOp func;
+  for (auto f : module->getOps<func::FuncOp>())
+    if (!f.isExternal())
+      func = f;
+  if (!func) {
+    fail(path + ": no function with a body");
+    return failure();
+  }
+  FailureOr<megac::StagePartition> partition =
+      megac::partitionStages(func, stages, error);
+  if (failed(partition)) {
+    fail(path + ": " + error);
+    return failure();
+  }
+  const int64_t blocks = static_cast<int64_t>(partition->blockCost.size());
+  for (int64_t k = 0; k < stages; ++k) {
+    int64_t from = partition->firstBlock[k];
+    int64_t to = k + 1 < stages ? partition->firstBlock[k + 1] : blocks;
+    llvm::outs() << llvm::formatv(
+        "stage {0}: blocks {1}..{2}{3}{4}, {5:F2} GFLOP per step\n", k, from,
+        to - 1, k == 0 ? " + embedding" : "",
+        k + 1 == stages ? " + head and loss" : "",
+        partition->stageCost[k] / 1e9);
+  }
+  llvm::outs() << llvm::formatv("partition: max/mean stage cost {0:F4}\n",
+                                partition->maxOverMean());
+  return success();
+}
+
 int runSchedule(int argc, char **argv) {
   static cl::OptionCategory category("megac schedule options");
   static cl::opt<int64_t> stages("stages", cl::desc("Pipeline stages (ranks)"),
@@ -621,6 +674,17 @@ int runSchedule(int argc, char **argv) {
       cl::value_desc("file"), cl::cat(category));
   static cl::opt<bool> print("print", cl::desc("Print every rank's tasks"),
                              cl::cat(category));
+  static cl::opt<std::string> model(
+      "model",
+      cl::desc("Also split this model's transformer blocks into the stages "
+               "(FLOPs of forward and backward, the embedding with the "
+               "first stage, the head and loss with the last) and print the "
+               "partition"),
+      cl::value_desc("model.mlir"), cl::cat(category));
+  static cl::opt<int64_t> batch("batch", cl::desc("Batch size for --model"),
+                                cl::init(0), cl::cat(category));
+  static cl::opt<int64_t> seq("seq", cl::desc("Sequence length for --model"),
+                              cl::init(0), cl::cat(category));
   std::string programName;
   auto args = shiftArgs(argc, argv, programName);
   cl::ParseCommandLineOptions(
@@ -667,6 +731,9 @@ int runSchedule(int argc, char **argv) {
         llvm::outs() << " " << megac::formatTask(t);
       llvm::outs() << "\n";
     }
+  if (!model.empty() &&
+      failed(printPartition(model, schedule.stages, batch, seq)))
+    return 1;
   llvm::outs() << llvm::formatv(
       "{0} stages, {1} micro-batches, {2} chunk(s) per rank: step {3:F2} "
       "forward-times, bubble {4:F4} of the step ({5:F4} of the compute)\n",

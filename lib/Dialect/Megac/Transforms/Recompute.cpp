@@ -14,6 +14,7 @@
 
 #include "TransformUtils.h"
 #include "megac/Dialect/Megac/IR/MegacOps.h"
+#include "megac/Dialect/Megac/IR/ModelStructure.h"
 #include "megac/Dialect/Megac/Transforms/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -33,22 +34,6 @@ using namespace mlir;
 using namespace megac;
 
 namespace {
-/// Whether `value` reaches an attention op within `depth` ops (the
-/// LayerNorm that opens a transformer block feeds q/k/v products, their
-/// bias adds, then attention).
-bool leadsToAttention(Value value, int depth) {
-  if (depth == 0)
-    return false;
-  for (Operation *user : value.getUsers()) {
-    if (isa<AttentionOp>(user))
-      return true;
-    if (user->getNumResults() == 1 &&
-        leadsToAttention(user->getResult(0), depth - 1))
-      return true;
-  }
-  return false;
-}
-
 struct RecomputePass : public megac::impl::RecomputePassBase<RecomputePass> {
   using RecomputePassBase::RecomputePassBase;
 
@@ -86,7 +71,7 @@ struct RecomputePass : public megac::impl::RecomputePassBase<RecomputePass> {
     llvm::DenseSet<Value> kept = {ret.getOperand(*lossIndex)};
     for (Operation *op : forward)
       if (auto ln = dyn_cast<LayerNormOp>(op))
-        if (leadsToAttention(ln.getResult(), 3))
+        if (opensTransformerBlock(ln))
           kept.insert(ln.getInput());
     llvm::DenseMap<Value, Value> recomputed;
     // Clones the forward ops producing `value` before `user`.
