@@ -51,6 +51,23 @@ int fail(const llvm::Twine &message) {
   return 1;
 }
 
+/// Parses the model file at \p path (reporting errors) into a module whose
+/// buffer \p sourceMgr keeps; \p hash, if given, receives its content hash.
+OwningOpRef<ModuleOp> loadModel(MLIRContext &ctx, llvm::StringRef path,
+                                llvm::SourceMgr &sourceMgr,
+                                uint64_t *hash = nullptr) {
+  std::string error;
+  auto file = openInputFile(path, &error);
+  if (!file) {
+    fail(error);
+    return nullptr;
+  }
+  if (hash)
+    *hash = llvm::xxh3_64bits(file->getBuffer());
+  sourceMgr.AddNewSourceBuffer(std::move(file), llvm::SMLoc());
+  return parseSourceFile<ModuleOp>(sourceMgr, &ctx);
+}
+
 /// "80G", "512M", "1.5GiB", "1073741824": bytes (K, M, G, T are powers of
 /// 1024, with or without "iB"/"B").
 std::optional<uint64_t> parseByteSize(llvm::StringRef text) {
@@ -342,13 +359,9 @@ int runCompile(int argc, char **argv) {
   installOneLineDiagnostics(ctx);
 
   std::string error;
-  auto file = openInputFile(input, &error);
-  if (!file)
-    return fail(error);
-  uint64_t modelHash = llvm::xxh3_64bits(file->getBuffer());
   llvm::SourceMgr sourceMgr;
-  sourceMgr.AddNewSourceBuffer(std::move(file), llvm::SMLoc());
-  OwningOpRef<ModuleOp> module = parseSourceFile<ModuleOp>(sourceMgr, &ctx);
+  uint64_t modelHash = 0;
+  OwningOpRef<ModuleOp> module = loadModel(ctx, input, sourceMgr, &modelHash);
   if (!module)
     return 1;
 
@@ -609,14 +622,8 @@ LogicalResult printPartition(llvm::StringRef path, int64_t stages,
   MLIRContext ctx(registry);
   installOneLineDiagnostics(ctx);
   std::string error;
-  auto file = openInputFile(path, &error);
-  if (!file) {
-    fail(error);
-    return failure();
-  }
   llvm::SourceMgr sourceMgr;
-  sourceMgr.AddNewSourceBuffer(std::move(file), llvm::SMLoc());
-  OwningOpRef<ModuleOp> module = parseSourceFile<ModuleOp>(sourceMgr, &ctx);
+  OwningOpRef<ModuleOp> module = loadModel(ctx, path, sourceMgr);
   if (!module)
     return failure();
   PassManager pm(&ctx);
