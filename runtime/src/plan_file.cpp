@@ -24,6 +24,7 @@
 #include <cstdio>
 #include <fstream>
 #include <sstream>
+#include <unordered_map>
 
 using namespace megac::plan;
 
@@ -472,6 +473,7 @@ private:
   bool checkRanks() {
     for (RankIdx = 0; RankIdx < P.world_size(); ++RankIdx) {
       RP = P.ranks()->Get(RankIdx);
+      indexParams();
       if (!checkRank())
         return false;
     }
@@ -641,9 +643,25 @@ private:
   std::vector<uint32_t> AdamParams;
   std::vector<std::string> AdamNames;
 
-  bool isParamBuffer(uint32_t B) const {
-    return paramOfBuffer(*RP, B) != nullptr;
+  /// The rank's parameters by buffer and by name: instruction checks ask
+  /// for every output, so a scan of the parameters would make verifying a
+  /// plan quadratic in the layers.
+  void indexParams() {
+    ParamOfBuf.assign(RP->buffers() ? RP->buffers()->size() : 0, nullptr);
+    ParamByName.clear();
+    if (RP->params())
+      for (const Param *Pa : *RP->params()) {
+        if (Pa->buffer() < ParamOfBuf.size() && !ParamOfBuf[Pa->buffer()])
+          ParamOfBuf[Pa->buffer()] = Pa;
+        ParamByName.emplace(str(Pa->name()), Pa);
+      }
   }
+  const Param *paramOf(uint32_t B) const {
+    return B < ParamOfBuf.size() ? ParamOfBuf[B] : nullptr;
+  }
+  bool isParamBuffer(uint32_t B) const { return paramOf(B) != nullptr; }
+  std::vector<const Param *> ParamOfBuf;
+  std::unordered_map<std::string, const Param *> ParamByName;
 
   // Per-instruction state used by the opcode checks below.
   std::string Pfx;
@@ -785,7 +803,7 @@ private:
         if (isParamBuffer(Outs[I]))
           return fail(Pfx + "output " + std::to_string(I) + " (%" +
                       std::to_string(Outs[I]) + ") is the parameter " +
-                      str(paramOfBuffer(*RP, Outs[I])->name()) +
+                      str(paramOf(Outs[I])->name()) +
                       " (only adam_w and assign write parameters)");
     if (!checkOp(In))
       return false;
@@ -1179,7 +1197,7 @@ private:
       if (in(0) != out(0))
         return fail(Pfx + "source " + listStr(in(0)) +
                     " does not match the parameter " +
-                    str(paramOfBuffer(*RP, Outs[0])->name()) + " " +
+                    str(paramOf(Outs[0])->name()) + " " +
                     listStr(out(0)));
       return true;
     }
@@ -1192,7 +1210,7 @@ private:
   /// param_name starting at param_offset (ZeRO). Each parameter name and
   /// each buffer is updated by at most one adam_w.
   bool checkAdamParam(const Instr &In) {
-    const Param *Own = paramOfBuffer(*RP, Ins[0]);
+    const Param *Own = paramOf(Ins[0]);
     std::string Name = str(In.param_name());
     Shape Off = toShape(In.param_offset());
     if (Name.empty()) {
@@ -1205,7 +1223,8 @@ private:
                     "needs param_name)");
       Name = str(Own->name());
     } else {
-      const Param *Named = paramNamed(*RP, Name);
+      auto Found = ParamByName.find(Name);
+      const Param *Named = Found == ParamByName.end() ? nullptr : Found->second;
       if (!Named)
         return fail(Pfx + "param_name " + Name +
                     " is not a parameter of this rank");

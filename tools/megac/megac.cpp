@@ -40,6 +40,7 @@
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/xxhash.h"
 #include <chrono>
+#include <map>
 
 using namespace mlir;
 namespace cl = llvm::cl;
@@ -104,9 +105,37 @@ mlir::LogicalResult checkMemory(const megac::plan::Program &program,
   using megac_rt::formatBytes;
   uint32_t worstRank = 0;
   megac_rt::MemoryPlan worst;
+  // Ranks that differ only in their coordinates (every rank of a tp x dp
+  // grid) have the same plan: compute it once per distinct program.
+  std::map<std::vector<int64_t>, megac_rt::MemoryPlan> planned;
   for (uint32_t r = 0; r < program.ranks()->size(); ++r) {
-    megac_rt::MemoryPlan plan =
-        megac_rt::planMemory(program, *program.ranks()->Get(r));
+    const auto &rp = *program.ranks()->Get(r);
+    std::vector<int64_t> key = {rp.forward_end(), rp.accumulate_end()};
+    for (const auto *buffer : *rp.buffers()) {
+      key.push_back(-1 - static_cast<int64_t>(buffer->dtype()));
+      key.insert(key.end(), buffer->shape()->begin(), buffer->shape()->end());
+    }
+    for (const auto *instr : *rp.instrs()) {
+      key.push_back(-100 - static_cast<int64_t>(instr->op()) -
+                    (instr->generation_only() ? 1000 : 0));
+      key.insert(key.end(), instr->inputs()->begin(), instr->inputs()->end());
+      key.push_back(-2);
+      key.insert(key.end(), instr->outputs()->begin(), instr->outputs()->end());
+    }
+    if (rp.params())
+      for (const auto *param : *rp.params())
+        key.push_back(-3 - static_cast<int64_t>(param->buffer()));
+    if (rp.inputs())
+      for (const auto *in : *rp.inputs())
+        key.push_back(-4 - static_cast<int64_t>(in->buffer()));
+    if (rp.outputs())
+      for (const auto *out : *rp.outputs())
+        key.push_back(-5 - static_cast<int64_t>(out->buffer()));
+    auto found = planned.find(key);
+    if (found == planned.end())
+      found = planned.emplace(std::move(key), megac_rt::planMemory(program, rp))
+                  .first;
+    const megac_rt::MemoryPlan &plan = found->second;
     if (report)
       llvm::errs() << llvm::formatv(
           "megac: memory of rank {0}: {1} = parameters {2} + optimizer state "
