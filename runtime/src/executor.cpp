@@ -289,7 +289,7 @@ RunStats Executor::runRange(Collectives &C, uint32_t Begin, uint32_t End,
       // place, elementwise). Should anything else, compute into a scratch
       // tensor so kernels never see aliased arguments.
       bool Aliased = false;
-      if (In.op() != op::AdamW && In.inputs())
+      if (In.op() != op::AdamW && In.op() != op::AllReduce && In.inputs())
         for (uint32_t X : *In.inputs())
           Aliased |= X == OutId;
       try {
@@ -576,7 +576,8 @@ void Executor::exec(uint32_t Idx, const Instr &In, Collectives &C,
   case op::AllReduce: {
     const uint32_t N = In.inputs()->size();
     if (N == 1) {
-      std::memcpy(Y.f.data(), A.f.data(), Y.bytes());
+      if (Y.f.data() != A.f.data()) // not in place
+        std::memcpy(Y.f.data(), A.f.data(), Y.bytes());
       C.allReduceSum(In.axis(), Y.f.data(), size_t(Y.numel()));
       return;
     }

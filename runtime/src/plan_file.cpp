@@ -789,14 +789,22 @@ private:
                     " refers to buffer %" + std::to_string(Outs[I]) +
                     " but the rank has " + std::to_string(Shapes.size()) +
                     " buffers");
-    // Only adam_w updates a buffer in place (its output is its input 0);
-    // every other instruction writes a buffer none of its inputs is.
+    // Only adam_w (its output is its input 0) and all_reduce (output k may
+    // be input k: the sum replaces the partial sum) update buffers in
+    // place; every other instruction writes buffers none of its inputs is.
     if (In.op() != op::AdamW)
-      for (size_t I = 0; I < Outs.size(); ++I)
-        if (std::find(Ins.begin(), Ins.end(), Outs[I]) != Ins.end())
-          return fail(Pfx + "output " + std::to_string(I) + " (%" +
-                      std::to_string(Outs[I]) +
-                      ") is also an input (only adam_w updates in place)");
+      for (size_t I = 0; I < Outs.size(); ++I) {
+        auto It = std::find(Ins.begin(), Ins.end(), Outs[I]);
+        if (It == Ins.end())
+          continue;
+        if (In.op() == op::AllReduce && size_t(It - Ins.begin()) == I &&
+            std::count(Ins.begin(), Ins.end(), Outs[I]) == 1)
+          continue;
+        return fail(Pfx + "output " + std::to_string(I) + " (%" +
+                    std::to_string(Outs[I]) +
+                    ") is also an input (only adam_w, and all_reduce on its "
+                    "own input, update in place)");
+      }
     // Parameters change only through adam_w (in place) and assign.
     if (In.op() != op::AdamW && In.op() != op::Assign)
       for (size_t I = 0; I < Outs.size(); ++I)

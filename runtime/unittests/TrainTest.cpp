@@ -125,7 +125,8 @@ TEST(Verifier, OnlyAdamWUpdatesInPlace) {
   InstrDesc &Add = Q.ranks[0].instrs[2];
   ASSERT_EQ(Add.op, op::Add);
   Add.outputs = {Add.inputs[0]};
-  EXPECT_NE(verify(Q).find("is also an input (only adam_w updates in place)"),
+  EXPECT_NE(verify(Q).find("is also an input (only adam_w, and all_reduce "
+                           "on its own input, update in place)"),
             std::string::npos)
       << verify(Q);
   // An adam_w writing somewhere else.

@@ -102,6 +102,17 @@ public:
       // this rank's slice of it); assign writes the parameter's.
       if (auto adamw = dyn_cast<AdamWOp>(op)) {
         buffers[adamw.getResult()] = buffers.lookup(adamw.getParam());
+      } else if (auto bucket = dyn_cast<AllReduceBucketOp>(op)) {
+        // A gradient bucket sums in place: each sum takes its partial
+        // sum's buffer when nothing else reads that (the gradients), so the
+        // bucket does not hold every gradient twice.
+        for (auto [input, result] :
+             llvm::zip(bucket.getInputs(), bucket.getResults())) {
+          if (input.hasOneUse() && !isa<BlockArgument>(input))
+            buffers[result] = buffers.lookup(input);
+          else if (failed(addBuffer(result, "all_reduce_bucket")))
+            return failure();
+        }
       } else if (auto assign = dyn_cast<AssignOp>(op)) {
         if (!isa<BlockArgument>(assign.getParam()))
           return assign.emitOpError("internal error: must assign to a "
