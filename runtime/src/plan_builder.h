@@ -63,6 +63,8 @@ struct InstrDesc {
   // where that slice starts; empty: input 0 is the parameter itself.
   std::string paramName;
   std::vector<int64_t> paramOffset;
+  // Format 5: needed only for generation; training steps skip it.
+  bool generationOnly = false;
 };
 
 struct NamedBuffer {
@@ -80,6 +82,7 @@ struct RankDesc {
   std::vector<NamedBuffer> inputs, outputs;
   std::vector<InstrDesc> instrs;
   int32_t forwardEnd = -1;
+  int32_t accumulateEnd = -1; // format 5: gradient accumulation
 
   uint32_t addBuffer(DType T, std::vector<int64_t> Shape, std::string Name) {
     buffers.push_back({T, std::move(Shape), std::move(Name)});
@@ -116,6 +119,7 @@ struct ProgramDesc {
   double maxLr = 0, minLr = 0;
   int64_t warmupSteps = 0, totalSteps = 0;
   int64_t globalBatch = 0;
+  int64_t microBatches = 0; // format 5: gradient accumulation
 };
 
 /// Serializes \p P into the bytes of a finished Program flatbuffer.
@@ -152,10 +156,11 @@ inline std::vector<uint8_t> serializeProgram(const ProgramDesc &P) {
       Instrs.push_back(fb::CreateInstrDirect(
           B, D.op, &D.inputs, &D.outputs, &D.ints, &D.floats, D.axis,
           D.loc.c_str(), D.paramName.empty() ? nullptr : D.paramName.c_str(),
-          D.paramOffset.empty() ? nullptr : &D.paramOffset));
-    Ranks.push_back(fb::CreateRankProgramDirect(B, R.rank, &R.coords, &Bufs,
-                                                &Params, &Inputs, &Outputs,
-                                                &Instrs, R.forwardEnd));
+          D.paramOffset.empty() ? nullptr : &D.paramOffset,
+          D.generationOnly));
+    Ranks.push_back(fb::CreateRankProgramDirect(
+        B, R.rank, &R.coords, &Bufs, &Params, &Inputs, &Outputs, &Instrs,
+        R.forwardEnd, R.accumulateEnd));
   }
   flatbuffers::Offset<fb::TrainConfig> Train = 0;
   if (P.hasTrain)
@@ -164,7 +169,7 @@ inline std::vector<uint8_t> serializeProgram(const ProgramDesc &P) {
   auto Root = fb::CreateProgramDirect(B, P.modelName.c_str(), P.modelHash,
                                       P.worldSize, &Axes, P.batch, P.seq,
                                       P.vocabSize, P.seed, &Ranks, Train,
-                                      P.globalBatch);
+                                      P.globalBatch, P.microBatches);
   B.Finish(Root);
   return std::vector<uint8_t>(B.GetBufferPointer(),
                               B.GetBufferPointer() + B.GetSize());

@@ -161,14 +161,6 @@ const Param *paramOfBuffer(const RankProgram &R, uint32_t B) {
   return nullptr;
 }
 
-const Param *paramNamed(const RankProgram &R, const std::string &Name) {
-  if (R.params())
-    for (const Param *Pa : *R.params())
-      if (str(Pa->name()) == Name)
-        return Pa;
-  return nullptr;
-}
-
 /// The parameter an adam_w updates (a slice of) and the slice's offset in
 /// it: Instr.param_name/param_offset, or, when param_name is empty, input
 /// 0's own parameter. False if neither is available.

@@ -375,6 +375,54 @@ TrainDemoOptions zeroOptions(uint32_t Dp) {
   return O;
 }
 
+/// Format 5 rules: what training skips (generation-only instructions) may
+/// not feed what it runs; micro-batches need an accumulation region in
+/// range; an all-reduce may sum only its own input in place.
+TEST(Verifier, GenerationOnlyMicroBatchesAndInPlaceSums) {
+  ProgramDesc P = buildTrainDemo(TrainDemoOptions());
+  ASSERT_EQ(verify(P), "");
+  ProgramDesc Q = P;
+  Q.ranks[0].instrs[2].generationOnly = true; // read by the rest of the step
+  EXPECT_NE(verify(Q).find("which only a generation-only instruction writes "
+                           "(training steps skip those)"),
+            std::string::npos)
+      << verify(Q);
+  Q = P;
+  Q.microBatches = 2;
+  Q.globalBatch = 2 * Q.batch;
+  EXPECT_NE(verify(Q).find("the plan has 2 micro-batches but no "
+                           "accumulate_end"),
+            std::string::npos)
+      << verify(Q);
+  Q.ranks[0].accumulateEnd = int32_t(Q.ranks[0].instrs.size()) + 1;
+  EXPECT_NE(verify(Q).find("accumulate_end " +
+                           std::to_string(Q.ranks[0].accumulateEnd) +
+                           " is outside [-1, "),
+            std::string::npos)
+      << verify(Q);
+  Q = P;
+  Q.microBatches = 3;
+  Q.globalBatch = 2 * Q.batch;
+  EXPECT_NE(verify(Q).find("micro_batches 3 must be 0, 1 or divide the "
+                           "global batch"),
+            std::string::npos)
+      << verify(Q);
+  // An all-reduce summing into its own input is fine; into another's not.
+  Q = P;
+  RankDesc &R = Q.ranks[0];
+  uint32_t X = R.instrs[0].outputs[0];
+  uint32_t Y = R.emit(op::Add, {X, X}, R.buffers[X].shape);
+  R.instrs.push_back(InstrDesc(op::AllReduce, {X, Y}, {X, Y}, {}, {}, 0));
+  Q.axes = {{"tp", 1, {{0}}}};
+  R.coords = {0};
+  EXPECT_EQ(verify(Q), "");
+  R.instrs.back().outputs = {Y, X};
+  EXPECT_NE(verify(Q).find("is also an input (only adam_w, and all_reduce on "
+                           "its own input, update in place)"),
+            std::string::npos)
+      << verify(Q);
+}
+
 TEST(Verifier, ZeroAdamWOnAParameterSlice) {
   ProgramDesc P = buildTrainDemo(zeroOptions(2));
   ASSERT_EQ(verify(P), "");

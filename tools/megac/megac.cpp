@@ -333,29 +333,31 @@ int runCompile(int argc, char **argv) {
       cl::desc("fp32, or bf16: activations, gradients of activations and the "
                "weights' compute copies in bf16 (emulated by rounding on "
                "CPU ranks), f32 master weights, loss and optimizer"),
-      cl::init("fp32"));
+      cl::init("fp32"), cl::cat(category));
   static cl::opt<bool> sequenceParallel(
       "sequence-parallel",
       cl::desc("Megatron sequence parallelism: LayerNorm, dropout and the "
                "residual stream split on the sequence over tp (all-gathers "
-               "and reduce-scatters in place of the all-reduces)"));
+               "and reduce-scatters in place of the all-reduces)"),
+      cl::cat(category));
   static cl::opt<std::string> recompute(
       "recompute",
       cl::desc("Activation recomputation: none; selective (the fused "
                "attention's scores and softmax, which megac always "
-               "recomputes); full (keep only the residual stream between "
-               "the blocks, recompute each layer's forward in its backward)"),
+               "recomputes); full (keep only each transformer block's input, "
+               "recompute the block's forward in its backward)"),
       cl::init("none"), cl::cat(trainCategory));
   static cl::opt<bool> memoryReport(
       "memory-report",
       cl::desc("Print each rank's memory plan: parameters, optimizer state, "
                "and the liveness-planned arena's gradients, activations and "
-               "workspace at its peak"));
+               "workspace at its peak"),
+      cl::cat(category));
   static cl::opt<std::string> deviceMemory(
       "device-memory",
       cl::desc("Fail unless every rank's planned peak fits in this many "
                "bytes (suffixes K, M, G, T: powers of 1024; e.g. 80G)"),
-      cl::value_desc("size"));
+      cl::value_desc("size"), cl::cat(category));
   static cl::opt<double> bucketMB(
       "bucket-mb",
       cl::desc("Fuse gradient all-reduces into buckets of this many MiB "
