@@ -47,22 +47,39 @@ double StagePartition::maxOverMean() const {
   return Sum > 0 ? Max / (Sum / double(stageCost.size())) : 1.0;
 }
 
+std::vector<int64_t> segmentOfOps(func::FuncOp Func) {
+  std::vector<int64_t> Segment;
+  int64_t Current = -1;
+  for (Operation &Op : Func.getBody().front().without_terminator()) {
+    if (auto LN = dyn_cast<LayerNormOp>(Op); LN && opensTransformerBlock(LN))
+      ++Current;
+    Segment.push_back(std::max<int64_t>(Current, 0));
+  }
+  if (Current < 0)
+    Segment.clear();
+  return Segment;
+}
+
+int64_t stageOfSegment(const StagePartition &P, int64_t Segment) {
+  int64_t Stage = 0;
+  while (Stage + 1 < int64_t(P.firstBlock.size()) &&
+         P.firstBlock[size_t(Stage + 1)] <= Segment)
+    ++Stage;
+  return Stage;
+}
+
 FailureOr<StagePartition> partitionStages(func::FuncOp Func, int64_t Stages,
                                           std::string &Error) {
   StagePartition P;
-  // Segments: a new one starts at each LayerNorm that opens a block; what
-  // comes before the first (the embedding) joins block 0.
-  std::vector<double> Cost = {0.0};
-  bool SeenBlock = false;
+  std::vector<int64_t> Segment = segmentOfOps(Func);
+  const int64_t L = Segment.empty() ? 0 : Segment.back() + 1;
+  std::vector<double> Cost(size_t(L), 0.0);
+  size_t K = 0;
   for (Operation &Op : Func.getBody().front().without_terminator()) {
-    if (auto LN = dyn_cast<LayerNormOp>(Op); LN && opensTransformerBlock(LN)) {
-      if (SeenBlock)
-        Cost.push_back(0.0);
-      SeenBlock = true;
-    }
-    Cost.back() += trainingFlops(&Op);
+    if (L > 0)
+      Cost[size_t(Segment[K])] += trainingFlops(&Op);
+    ++K;
   }
-  const int64_t L = SeenBlock ? int64_t(Cost.size()) : 0;
   if (Stages < 1 || L < Stages) {
     Error = "cannot split " + std::to_string(L) + " transformer blocks into " +
             std::to_string(Stages) + " pipeline stages";

@@ -24,6 +24,16 @@ namespace megac_rt {
 
 Collectives::~Collectives() = default;
 
+void Collectives::send(int Peer, int64_t, const void *, size_t) {
+  throw RunError("this run cannot send to rank " + std::to_string(Peer) +
+                 " (pipeline transfers need the MPI launcher)");
+}
+
+void Collectives::recv(int Peer, int64_t, void *, size_t) {
+  throw RunError("this run cannot receive from rank " + std::to_string(Peer) +
+                 " (pipeline transfers need the MPI launcher)");
+}
+
 void LocalCollectives::allGather(int, const void *Send, size_t Bytes,
                                  void *Recv) {
   std::memcpy(Recv, Send, Bytes);
@@ -69,18 +79,40 @@ void Executor::allocate() {
     Total += ArenaBytes;
     auto *Base = reinterpret_cast<unsigned char *>(Arena.get());
     Bufs.resize(N);
+    // A pipeline rank keeps one copy of a micro-batch's buffers per
+    // micro-batch in flight: slot 0's in Bufs, the others' aside.
+    PerMicroBufs.clear();
+    ActiveSlot = 0;
+    SlotTensors.assign(Plan.slots, {});
+    auto Bind = [&](Tensor &T, const Buffer *Buf, int64_t Offset) {
+      T.dtype = Buf->dtype();
+      T.shape = vec(Buf->shape());
+      const size_t Count = size_t(T.numel());
+      unsigned char *At = Base + Offset;
+      if (T.isF32())
+        T.f.bind(reinterpret_cast<float *>(At), Count);
+      else
+        T.i.bind(reinterpret_cast<int32_t *>(At), Count);
+    };
     for (size_t B = 0; B < N; ++B) {
       const Buffer *Buf = RP.buffers()->Get(B);
       Tensor &T = Bufs[B];
       T.dtype = Buf->dtype();
       T.shape = vec(Buf->shape());
       const size_t Count = size_t(T.numel());
+      if (Plan.offset[B] >= 0 && Plan.perMicro[B]) {
+        PerMicroBufs.push_back(uint32_t(B));
+        Bind(T, Buf, int64_t(Plan.slotBase) + Plan.offset[B]);
+        SlotTensors[0].emplace_back();
+        for (uint32_t S = 1; S < Plan.slots; ++S) {
+          SlotTensors[S].emplace_back();
+          Bind(SlotTensors[S].back(), Buf,
+               int64_t(Plan.slotBase + S * Plan.slotBytes) + Plan.offset[B]);
+        }
+        continue;
+      }
       if (Plan.offset[B] >= 0) {
-        unsigned char *Slot = Base + Plan.offset[B];
-        if (T.isF32())
-          T.f.bind(reinterpret_cast<float *>(Slot), Count);
-        else
-          T.i.bind(reinterpret_cast<int32_t *>(Slot), Count);
+        Bind(T, Buf, Plan.offset[B]);
         continue;
       }
       Total += T.bytes();
@@ -252,13 +284,63 @@ uint32_t Executor::forwardEnd() const {
   return RP.forward_end() >= 0 ? uint32_t(RP.forward_end()) : N;
 }
 
+void Executor::activateSlot(uint32_t Slot) {
+  if (Slot == ActiveSlot)
+    return;
+  for (size_t J = 0; J < PerMicroBufs.size(); ++J) {
+    Tensor &Live = Bufs[PerMicroBufs[J]];
+    std::swap(Live, SlotTensors[ActiveSlot][J]);
+    std::swap(Live, SlotTensors[Slot][J]);
+  }
+  ActiveSlot = Slot;
+}
+
+RunStats Executor::runPipeline(Collectives &C, uint32_t End, RunStats Stats) {
+  const int64_t M = microBatches();
+  const uint32_t NTasks = RP.schedule()->size();
+  // A micro-batch holds a slot from its first task on this rank to its
+  // last (the memory plan counts the same way).
+  std::vector<int64_t> LastTask(size_t(M), -1), SlotOf(size_t(M), -1);
+  for (uint32_t T = 0; T < NTasks; ++T)
+    LastTask[RP.schedule()->Get(T)->micro_batch()] = T;
+  std::vector<uint32_t> Free;
+  for (uint32_t S = uint32_t(SlotTensors.size()); S-- > 0;)
+    Free.push_back(S);
+  for (uint32_t T = 0; T < NTasks; ++T) {
+    const Task &Tk = *RP.schedule()->Get(T);
+    const int64_t K = Tk.micro_batch();
+    if (SlotOf[size_t(K)] < 0) {
+      if (Free.empty())
+        throw RunError("internal error: no buffer slot free for micro-batch " +
+                       std::to_string(K));
+      SlotOf[size_t(K)] = Free.back();
+      Free.pop_back();
+      activateSlot(uint32_t(SlotOf[size_t(K)]));
+      loadMicroBatch(K);
+    }
+    activateSlot(uint32_t(SlotOf[size_t(K)]));
+    CurMicro = K;
+    const Segment &Seg = *RP.segments()->Get(Tk.segment());
+    Stats = runRange(C, Seg.begin(), Seg.end(), Stats);
+    if (LastTask[size_t(K)] == int64_t(T))
+      Free.push_back(uint32_t(SlotOf[size_t(K)]));
+  }
+  // The sums are complete: the once-per-step part (reduction, update).
+  CurMicro = 0;
+  Stats = runRange(C, uint32_t(RP.accumulate_end()), End, Stats);
+  C.finishSends();
+  return Stats;
+}
+
 RunStats Executor::run(Collectives &C, uint32_t End) {
   RunStats Stats;
   auto Start = std::chrono::steady_clock::now();
   const int64_t M = microBatches();
   const uint32_t AccEnd =
       RP.accumulate_end() >= 0 ? uint32_t(RP.accumulate_end()) : 0;
-  if (M > 1 && AccEnd > 0 && End >= AccEnd) {
+  if (pipelined() && End >= AccEnd) {
+    Stats = runPipeline(C, End, Stats);
+  } else if (M > 1 && AccEnd > 0 && End >= AccEnd) {
     for (int64_t K = 0; K < M; ++K) {
       loadMicroBatch(K);
       Stats = runRange(C, 0, AccEnd, Stats);
@@ -284,6 +366,17 @@ RunStats Executor::runRange(Collectives &C, uint32_t Begin, uint32_t End,
       const bool Tracing = Trace.size() < TraceLimit;
       const auto T0 = Tracing ? std::chrono::steady_clock::now()
                               : std::chrono::steady_clock::time_point();
+      if (In.op() == op::Send || In.op() == op::Recv) {
+        try {
+          transfer(In, C);
+        } catch (const RunError &E) {
+          throw RunError("rank " + std::to_string(RP.rank()) +
+                         ", instruction " + std::to_string(I) + " (" +
+                         opcodeName(In.op()) + "): " + E.what());
+        }
+        ++Stats.instructions;
+        continue;
+      }
       uint32_t OutId = In.outputs()->Get(0);
       // The verifier allows only adam_w to write one of its inputs (in
       // place, elementwise). Should anything else, compute into a scratch
@@ -318,6 +411,20 @@ RunStats Executor::runRange(Collectives &C, uint32_t Begin, uint32_t End,
         ++Stats.collectives;
     }
   return Stats;
+}
+
+void Executor::transfer(const Instr &In, Collectives &C) {
+  // The message of transfer t for micro-batch k has tag t * m + k: the
+  // micro-batches a schedule keeps in flight cannot be confused.
+  const int Peer = int(In.ints()->Get(0));
+  const int64_t Tag = In.ints()->Get(1) * microBatches() + CurMicro;
+  if (In.op() == op::Send) {
+    const Tensor &X = Bufs[In.inputs()->Get(0)];
+    C.send(Peer, Tag, X.data(), X.bytes());
+  } else {
+    Tensor &Y = Bufs[In.outputs()->Get(0)];
+    C.recv(Peer, Tag, Y.data(), Y.bytes());
+  }
 }
 
 uint64_t Executor::dropoutStep() const {

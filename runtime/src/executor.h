@@ -137,6 +137,13 @@ public:
   /// in \p Recv (\p N floats).
   virtual void reduceScatterSum(int Axis, const float *Send, float *Recv,
                                 size_t N) = 0;
+  /// Pipeline transfers between two ranks: send hands \p Bytes to rank
+  /// \p Peer without waiting for it (the data is copied), recv waits for
+  /// the message with the same \p Tag from \p Peer. finishSends waits
+  /// until every send has completed.
+  virtual void send(int Peer, int64_t Tag, const void *Data, size_t Bytes);
+  virtual void recv(int Peer, int64_t Tag, void *Data, size_t Bytes);
+  virtual void finishSends() {}
 };
 
 /// Collectives for a plan whose groups all have one member.
@@ -230,6 +237,10 @@ public:
   RunStats run(Collectives &C, uint32_t End = UINT32_MAX);
   /// Number of instructions of the forward part (forward_end, or all).
   uint32_t forwardEnd() const;
+  /// Whether the plan is pipelined (the rank runs a schedule of segments).
+  bool pipelined() const {
+    return RP.segments() && RP.segments()->size() > 0;
+  }
   /// Whether the rank has adam_w instructions.
   bool hasOptimizer() const { return !Adam.empty(); }
 
@@ -265,6 +276,16 @@ private:
   int64_t CurMicro = 0;
   std::vector<std::vector<int32_t>> MicroRows;
 
+  /// Pipeline parallelism: the buffers kept per micro-batch in flight, and
+  /// for each slot but the active one (whose tensors are in Bufs) their
+  /// tensors; the active slot's entry holds placeholders.
+  std::vector<uint32_t> PerMicroBufs;
+  std::vector<std::vector<Tensor>> SlotTensors;
+  uint32_t ActiveSlot = 0;
+  void activateSlot(uint32_t Slot);
+  /// Runs the schedule's tasks, then the once-per-step part.
+  RunStats runPipeline(Collectives &C, uint32_t End, RunStats Stats);
+
   int64_t microBatches() const;
   /// The step that keys dropout masks (micro-batches counted).
   uint64_t dropoutStep() const;
@@ -279,6 +300,8 @@ private:
                     RunStats Stats);
   void exec(uint32_t Idx, const megac::plan::Instr &In, Collectives &C,
             Tensor &Out);
+  /// A Send or Recv of the current micro-batch.
+  void transfer(const megac::plan::Instr &In, Collectives &C);
 };
 
 /// "[4x64x512]".

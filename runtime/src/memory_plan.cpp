@@ -94,12 +94,38 @@ std::string formatBytes(uint64_t Bytes) {
   return Buf;
 }
 
+uint32_t pipelineSlots(const Program &P, const RankProgram &R) {
+  if (!R.schedule() || R.schedule()->size() == 0)
+    return 1;
+  const size_t M = size_t(std::max<int64_t>(1, P.micro_batches()));
+  std::vector<int64_t> First(M, -1), Last(M, -1);
+  for (uint32_t T = 0; T < R.schedule()->size(); ++T) {
+    const uint32_t K = R.schedule()->Get(T)->micro_batch();
+    if (K >= M)
+      continue;
+    if (First[K] < 0)
+      First[K] = T;
+    Last[K] = T;
+  }
+  uint32_t Most = 1;
+  for (uint32_t T = 0; T < R.schedule()->size(); ++T) {
+    uint32_t Live = 0;
+    for (size_t K = 0; K < M; ++K)
+      Live += First[K] >= 0 && First[K] <= int64_t(T) && int64_t(T) <= Last[K];
+    Most = std::max(Most, Live);
+  }
+  return Most;
+}
+
 MemoryPlan planMemory(const Program &P, const RankProgram &R) {
   MemoryPlan M;
   const uint32_t NB = R.buffers() ? R.buffers()->size() : 0;
   const uint32_t NI = R.instrs() ? R.instrs()->size() : 0;
   const int64_t FwdEnd = R.forward_end() >= 0 ? R.forward_end() : NI;
-  const bool Micro = P.micro_batches() > 1 && R.accumulate_end() > 0;
+  const bool Pipelined = R.segments() && R.segments()->size() > 0;
+  const bool Micro =
+      (P.micro_batches() > 1 || Pipelined) && R.accumulate_end() > 0;
+  M.perMicro.assign(NB, false);
   M.offset.assign(NB, -1);
   M.kind.assign(NB, MemoryKind::Workspace);
   // Lifetimes: [First, Last] in instructions; persistent buffers span all.
@@ -144,8 +170,13 @@ MemoryPlan planMemory(const Program &P, const RankProgram &R) {
       // A sum over micro-batches is read by the next micro-batch.
       if (In.op() == op::Accumulate && Micro)
         Persistent[Y] = true;
+      else if (Pipelined && int64_t(I) < R.accumulate_end())
+        M.perMicro[Y] = true;
     }
   }
+  if (Pipelined && R.inputs())
+    for (const Input *In : *R.inputs())
+      M.perMicro[In->buffer()] = true;
   // Saved activations: written by the forward part, read after it.
   for (uint32_t B = 0; B < NB; ++B)
     if (M.kind[B] == MemoryKind::Activation && First[B] >= 0 &&
@@ -153,26 +184,37 @@ MemoryPlan planMemory(const Program &P, const RankProgram &R) {
       M.savedActivationBytes += bufferBytes(*R.buffers()->Get(B));
 
   // Lifetimes; persistent buffers (and those never written) span the run.
-  std::vector<Interval> Items;
+  // A pipeline places one micro-batch's buffers apart (PerMicroItems):
+  // the runtime keeps one copy of them per micro-batch in flight.
+  std::vector<Interval> Items, PerMicroItems;
   std::vector<std::vector<uint32_t>> Starts(NI + 1), Ends(NI + 1);
   uint64_t Live[4] = {0, 0, 0, 0};
   for (uint32_t B = 0; B < NB; ++B) {
     if (M.kind[B] == MemoryKind::Parameter)
       continue;
     const uint64_t Size = aligned(bufferBytes(*R.buffers()->Get(B)));
+    std::vector<Interval> &To = M.perMicro[B] ? PerMicroItems : Items;
     if (Persistent[B] || First[B] < 0) {
-      Items.push_back({B, Size, 0, int64_t(NI)});
+      To.push_back({B, Size, 0, int64_t(NI)});
       Live[size_t(M.kind[B])] += Size;
       continue;
     }
     const int64_t End = std::max(Last[B], First[B]);
-    Items.push_back({B, Size, First[B], End});
+    To.push_back({B, Size, First[B], End});
     Starts[First[B]].push_back(B);
     Ends[End].push_back(B);
   }
   M.arenaBytes = placeBySize(Items, M.offset);
   for (const Interval &It : Items)
     M.unsharedBytes += It.Size;
+  if (Pipelined) {
+    M.slots = pipelineSlots(P, R);
+    M.slotBase = aligned(M.arenaBytes);
+    M.slotBytes = aligned(placeBySize(PerMicroItems, M.offset));
+    M.arenaBytes = M.slotBase + uint64_t(M.slots) * M.slotBytes;
+    for (const Interval &It : PerMicroItems)
+      M.unsharedBytes += It.Size * M.slots;
+  }
 
   // Live bytes by kind along the run; the peak is where their sum is largest.
   uint64_t PeakSum = 0;

@@ -32,11 +32,61 @@ MpiCollectives::MpiCollectives(const Program &P, uint32_t Rank) {
     MPI_Comm_split(MPI_COMM_WORLD, Color, int(RP.coords()->Get(A)), &C);
     Comms.push_back(C);
   }
+  MPI_Comm_dup(MPI_COMM_WORLD, &P2P);
+  int *Limit = nullptr, Found = 0;
+  MPI_Comm_get_attr(P2P, MPI_TAG_UB, &Limit, &Found);
+  if (Found && Limit)
+    TagLimit = *Limit;
 }
 
 MpiCollectives::~MpiCollectives() {
+  finishSends();
   for (MPI_Comm &C : Comms)
     MPI_Comm_free(&C);
+  MPI_Comm_free(&P2P);
+}
+
+static int checkedTag(int64_t Tag, int Limit) {
+  if (Tag < 0 || Tag > Limit)
+    throw RunError("transfer tag " + std::to_string(Tag) +
+                   " exceeds this MPI's limit " + std::to_string(Limit) +
+                   " (too many transfers x micro-batches)");
+  return int(Tag);
+}
+
+void MpiCollectives::send(int Peer, int64_t Tag, const void *Data,
+                          size_t Bytes) {
+  if (Bytes > size_t(INT_MAX))
+    throw RunError("a pipeline transfer of " + std::to_string(Bytes) +
+                   " bytes exceeds MPI's count limit");
+  // The buffer may be reused by the next instruction (the arena), so the
+  // message goes out from a copy; the sender does not wait for the peer.
+  Pending.push_back({MPI_REQUEST_NULL, std::vector<unsigned char>(
+                                           static_cast<const unsigned char *>(Data),
+                                           static_cast<const unsigned char *>(Data) + Bytes)});
+  PendingSend &S = Pending.back();
+  if (MPI_Isend(S.Staged.data(), int(Bytes), MPI_BYTE, Peer,
+                checkedTag(Tag, TagLimit), P2P, &S.Request) != MPI_SUCCESS)
+    throw RunError("MPI_Isend to rank " + std::to_string(Peer) + " failed");
+}
+
+void MpiCollectives::recv(int Peer, int64_t Tag, void *Data, size_t Bytes) {
+  MPI_Status St;
+  if (MPI_Recv(Data, int(Bytes), MPI_BYTE, Peer, checkedTag(Tag, TagLimit),
+               P2P, &St) != MPI_SUCCESS)
+    throw RunError("MPI_Recv from rank " + std::to_string(Peer) + " failed");
+  int Got = 0;
+  MPI_Get_count(&St, MPI_BYTE, &Got);
+  if (size_t(Got) != Bytes)
+    throw RunError("received " + std::to_string(Got) + " bytes from rank " +
+                   std::to_string(Peer) + " where the plan expects " +
+                   std::to_string(Bytes));
+}
+
+void MpiCollectives::finishSends() {
+  for (PendingSend &S : Pending)
+    MPI_Wait(&S.Request, MPI_STATUS_IGNORE);
+  Pending.clear();
 }
 
 void MpiCollectives::allReduceSum(int Axis, float *Data, size_t N) {

@@ -30,9 +30,21 @@ public:
                  void *Recv) override;
   void reduceScatterSum(int Axis, const float *Send, float *Recv,
                         size_t N) override;
+  void send(int Peer, int64_t Tag, const void *Data, size_t Bytes) override;
+  void recv(int Peer, int64_t Tag, void *Data, size_t Bytes) override;
+  void finishSends() override;
 
 private:
   std::vector<MPI_Comm> Comms;
+  /// Pipeline transfers on their own communicator (so their tags cannot
+  /// meet anything else), each send staged in its own copy until done.
+  MPI_Comm P2P = MPI_COMM_NULL;
+  int TagLimit = 32767;
+  struct PendingSend {
+    MPI_Request Request;
+    std::vector<unsigned char> Staged;
+  };
+  std::vector<PendingSend> Pending;
 };
 
 } // namespace megac_rt

@@ -59,8 +59,11 @@ constexpr OpCode CrossEntropyFromStats = OpCode(34);
 constexpr OpCode Accumulate = OpCode(35);
 // Mixed precision (format version 5).
 constexpr OpCode RoundBf16 = OpCode(36);
+// Pipeline parallelism (format version 6).
+constexpr OpCode Send = OpCode(37);
+constexpr OpCode Recv = OpCode(38);
 /// The highest opcode this runtime knows.
-constexpr OpCode LastOpCode = RoundBf16;
+constexpr OpCode LastOpCode = Recv;
 } // namespace op
 
 namespace dt {

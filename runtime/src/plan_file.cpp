@@ -271,6 +271,10 @@ const char *opcodeName(OpCode op) {
     return "assign";
   case op::Dropout:
     return "dropout";
+  case op::Send:
+    return "send";
+  case op::Recv:
+    return "recv";
   }
   return "unknown";
 }
@@ -584,6 +588,8 @@ private:
       return fail(where() + ": the plan has " +
                   std::to_string(P.micro_batches()) +
                   " micro-batches but no accumulate_end");
+    if (!checkPipeline(AccEnd))
+      return false;
     AdamParams.clear();
     AdamNames.clear();
     // Outputs must be computed by the forward part ([0, forward_end)).
@@ -627,6 +633,58 @@ private:
                       ") is not computed before forward_end " +
                       std::to_string(FwdEnd));
       }
+    return true;
+  }
+
+  /// Segments cover [0, accumulate_end) in order; the schedule runs each
+  /// segment once per micro-batch.
+  bool checkPipeline(int32_t AccEnd) {
+    const size_t NSeg = RP->segments() ? RP->segments()->size() : 0;
+    const size_t NTask = RP->schedule() ? RP->schedule()->size() : 0;
+    if (NSeg == 0 && NTask == 0)
+      return true;
+    if (P.pipeline_stages() < 2)
+      return fail(where() + ": has pipeline segments but the plan has no "
+                            "pipeline (pipeline_stages < 2)");
+    if (AccEnd < 0)
+      return fail(where() + ": has pipeline segments but no accumulate_end "
+                            "(where they end)");
+    uint32_t Next = 0;
+    for (size_t K = 0; K < NSeg; ++K) {
+      const Segment *S = RP->segments()->Get(uint32_t(K));
+      if (S->begin() != Next || S->end() < S->begin() ||
+          S->stage() >= P.pipeline_stages())
+        return fail(where() + ": segment " + std::to_string(K) + " [" +
+                    std::to_string(S->begin()) + ", " +
+                    std::to_string(S->end()) + ") of stage " +
+                    std::to_string(S->stage()) +
+                    " does not continue the previous one at " +
+                    std::to_string(Next) + " or names no stage");
+      Next = S->end();
+    }
+    if (Next != uint32_t(AccEnd))
+      return fail(where() + ": the segments end at instruction " +
+                  std::to_string(Next) + ", not at accumulate_end " +
+                  std::to_string(AccEnd));
+    const int64_t M = std::max<int64_t>(1, P.micro_batches());
+    std::vector<int> Runs(NSeg * size_t(M), 0);
+    for (size_t T = 0; T < NTask; ++T) {
+      const Task *Tk = RP->schedule()->Get(uint32_t(T));
+      if (Tk->segment() >= NSeg || int64_t(Tk->micro_batch()) >= M)
+        return fail(where() + ": schedule entry " + std::to_string(T) +
+                    " names segment " + std::to_string(Tk->segment()) +
+                    " and micro-batch " + std::to_string(Tk->micro_batch()) +
+                    " (the rank has " + std::to_string(NSeg) +
+                    " segments, the plan " + std::to_string(M) +
+                    " micro-batches)");
+      ++Runs[Tk->segment() * size_t(M) + Tk->micro_batch()];
+    }
+    for (size_t K = 0; K < Runs.size(); ++K)
+      if (Runs[K] != 1)
+        return fail(where() + ": the schedule runs segment " +
+                    std::to_string(K / size_t(M)) + " on micro-batch " +
+                    std::to_string(K % size_t(M)) + " " +
+                    std::to_string(Runs[K]) + " times (expected once)");
     return true;
   }
 
@@ -1176,6 +1234,25 @@ private:
     }
     case op::Dropout:
       return checkDropout();
+    case op::Send:
+    case op::Recv: {
+      const bool IsSend = In.op() == op::Send;
+      if (!expectCounts(IsSend ? 1 : 0, IsSend ? 0 : 1) ||
+          !expectInts(2, "peer, transfer"))
+        return false;
+      if (Ints[0] < 0 || Ints[0] >= int64_t(P.world_size()) ||
+          Ints[0] == int64_t(RP->rank()))
+        return fail(Pfx + "peer rank " + std::to_string(Ints[0]) +
+                    " is not another rank of the " +
+                    std::to_string(P.world_size()));
+      if (Ints[1] < 0 || Ints[1] > (int64_t(1) << 20))
+        return fail(Pfx + "transfer id " + std::to_string(Ints[1]) +
+                    " is out of range");
+      if (P.pipeline_stages() < 2)
+        return fail(Pfx + "point-to-point transfers need a pipeline "
+                          "(Program.pipeline_stages > 1)");
+      return true;
+    }
     case op::RoundBf16:
       if (!expectCounts(1, 1) || !allF32())
         return false;
@@ -1477,6 +1554,8 @@ std::string verifyImpl(std::vector<uint8_t> &&Bytes, LoadedPlan &Out) {
     return "malformed plan body (program flatbuffer structure check failed)";
   const Program *Prog = Pl->body_nested_root();
   std::string Err = ProgramChecker(*Prog).run();
+  if (Err.empty())
+    Err = checkPipelineTransfers(*Prog);
   if (!Err.empty())
     return Err;
   // The views stay valid when the vector is moved: its heap block moves
@@ -1558,6 +1637,10 @@ std::string attrStr(const RankProgram &R, const Instr &In) {
                                               : std::string("?");
   };
   switch (In.op()) {
+  case op::Send:
+    return "to rank " + Get(0) + " (transfer " + Get(1) + ")";
+  case op::Recv:
+    return "from rank " + Get(0) + " (transfer " + Get(1) + ")";
   case op::Embedding:
   case op::EmbeddingGrad:
     return "{vocab_start = " + Get(0) + "}";
@@ -1660,10 +1743,32 @@ void dumpRankText(std::ostringstream &OS, const Program &P,
      << " params, " << Count(R.instrs()) << " instructions";
   if (R.forward_end() >= 0)
     OS << " (forward: 0.." << R.forward_end() << ")";
-  if (P.micro_batches() > 1 && R.accumulate_end() >= 0)
+  const bool Pipelined = R.segments() && R.segments()->size() > 0;
+  if (P.micro_batches() > 1 && R.accumulate_end() >= 0 && !Pipelined)
     OS << " (per micro-batch: 0.." << R.accumulate_end() << ", "
        << P.micro_batches() << " micro-batches)";
   OS << "\n";
+  if (Pipelined) {
+    // Segments as F<stage> / B<stage>, tasks as F<micro>.<stage>.
+    auto SegName = [&](uint32_t K) {
+      const Segment *S = R.segments()->Get(K);
+      return std::string(S->backward() ? "B" : "F");
+    };
+    OS << "  pipeline (" << P.pipeline_stages() << " stages, schedule "
+       << str(P.pipeline_schedule()) << "): segments";
+    for (uint32_t K = 0; K < R.segments()->size(); ++K) {
+      const Segment *S = R.segments()->Get(K);
+      OS << " " << SegName(K) << "(stage " << S->stage() << ") " << S->begin()
+         << ".." << S->end();
+    }
+    OS << ", once per step " << R.accumulate_end() << ".."
+       << Count(R.instrs()) << "\n  schedule:";
+    if (R.schedule())
+      for (const Task *T : *R.schedule())
+        OS << " " << SegName(T->segment()) << T->micro_batch() << "."
+           << R.segments()->Get(T->segment())->stage();
+    OS << "\n";
+  }
   if (R.params()) {
     OS << "  params:\n";
     for (const Param *Pa : *R.params()) {
@@ -1895,6 +2000,20 @@ nlohmann::json rankJson(const Program &P, const RankProgram &R) {
   J["instructions"] = Instrs;
   J["forward_end"] = R.forward_end();
   J["accumulate_end"] = R.accumulate_end();
+  if (R.segments()) {
+    json Segs = json::array(), Tasks = json::array();
+    for (const Segment *S : *R.segments())
+      Segs.push_back({{"begin", S->begin()},
+                      {"end", S->end()},
+                      {"stage", S->stage()},
+                      {"backward", S->backward()}});
+    if (R.schedule())
+      for (const Task *T : *R.schedule())
+        Tasks.push_back(
+            {{"segment", T->segment()}, {"micro_batch", T->micro_batch()}});
+    J["segments"] = Segs;
+    J["schedule"] = Tasks;
+  }
   return J;
 }
 
@@ -1932,6 +2051,10 @@ std::string dumpPlanJson(const LoadedPlan &plan, int rank) {
     J["seed"] = P.seed();
     J["global_batch"] = P.global_batch();
     J["micro_batches"] = P.micro_batches();
+    if (P.pipeline_stages() > 1) {
+      J["pipeline_stages"] = P.pipeline_stages();
+      J["pipeline_schedule"] = str(P.pipeline_schedule());
+    }
     if (const TrainConfig *T = P.train())
       J["train"] = {{"max_lr", T->max_lr()},
                     {"min_lr", T->min_lr()},

@@ -169,6 +169,15 @@ const Output *findOutput(const RankProgram &RP, const std::string &Name) {
   return nullptr;
 }
 
+/// The first rank that computes the loss (every rank, or on a pipeline
+/// those of the last stage); -1 if none does.
+int lossRank(const Program &P) {
+  for (uint32_t R = 0; R < P.ranks()->size(); ++R)
+    if (findOutput(*P.ranks()->Get(R), "loss"))
+      return int(R);
+  return -1;
+}
+
 /// Whether the rank writes parameters (adam_w, or assign under ZeRO).
 bool updatesParams(const RankProgram &RP) {
   if (RP.instrs())
@@ -182,6 +191,11 @@ bool updatesParams(const RankProgram &RP) {
 void checkModeOptions(const Options &O, const Setup &S, const Program &P) {
   const RankProgram &RP = *P.ranks()->Get(uint32_t(WorldRank));
   const std::string Plan = O.plan;
+  if (P.pipeline_stages() > 1 && S.mode != Mode::Train)
+    throw RunError(Plan + ": a pipeline-parallel plan (" +
+                   std::to_string(P.pipeline_stages()) +
+                   " stages) can only train; compile without a pp axis to " +
+                   (S.mode == Mode::Generate ? "generate" : "run forward"));
   if (S.mode == Mode::Generate) {
     if (O.haveSteps || !O.metrics.empty() || !O.saveCheckpoint.empty() ||
         O.checkpointEvery)
@@ -236,7 +250,8 @@ void checkModeOptions(const Options &O, const Setup &S, const Program &P) {
                             "plan");
     return;
   }
-  if (!findOutput(RP, "loss"))
+  // On a pipeline only the last stage's ranks compute the loss.
+  if (lossRank(P) < 0)
     throw RunError(Plan + ": training plan has no \"loss\" output");
   if (O.checkpointEvery && O.saveCheckpoint.empty())
     throw RunError("--checkpoint-every needs --save-checkpoint DIR");
@@ -304,7 +319,8 @@ void prepare(const Options &O, Setup &S) {
     S.logitsBuf = findOutput(RP, "logits")->buffer();
     return;
   }
-  S.lossBuf = findOutput(RP, "loss")->buffer();
+  if (const Output *L = findOutput(RP, "loss"))
+    S.lossBuf = L->buffer();
   S.stream = O.tokens.empty()
                  ? TokenSource::seeded(S.seed, P.vocab_size())
                  : TokenSource::fromTokens(
@@ -550,6 +566,9 @@ int runTraining(const Options &O, Setup &S) {
   const int64_t Every = std::max<int64_t>(1, O.steps / 20);
   double TotalSec = 0, FirstLoss = 0, LastLoss = 0;
   std::unique_ptr<MpiCollectives> Comm = joinCollectives(P, WorldRank);
+  // Ranks without the loss (on a pipeline) receive it from this one; -1:
+  // every rank computes it.
+  const int LossRoot = E.pipelined() ? lossRank(P) : -1;
   if (!O.trace.empty()) {
     MPI_Barrier(MPI_COMM_WORLD); // a common origin for every rank's times
     E.enableTrace(kMaxTraceEvents);
@@ -563,7 +582,12 @@ int runTraining(const Options &O, Setup &S) {
       E.setStep(T, Lr);
       E.setInputs(S.stream, S.dataPos);
       E.run(*Comm);
-      Loss = E.buffer(S.lossBuf).f[0];
+      Loss = LossRoot < 0 || LossRoot == WorldRank
+                 ? E.buffer(S.lossBuf).f[0]
+                 : 0.0f;
+      // A pipeline's loss lives on its last stage; every rank reports it.
+      if (LossRoot >= 0)
+        MPI_Bcast(&Loss, 1, MPI_FLOAT, LossRoot, MPI_COMM_WORLD);
     } catch (const std::exception &Ex) {
       abortJob(Ex);
     }

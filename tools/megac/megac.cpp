@@ -253,6 +253,55 @@ llvm::SmallVector<char *> shiftArgs(int argc, char **argv,
   return args;
 }
 
+/// A pipeline schedule: read from \p file if given, else generated
+/// (\p kind: gpipe, 1f1b or interleaved). Fails with a message.
+bool makeSchedule(StringRef kind, int64_t stages, int64_t microBatches,
+                  int64_t virtualStages, StringRef file,
+                  megac::PipelineSchedule &schedule, std::string &error) {
+  if (!file.empty()) {
+    auto buffer = llvm::MemoryBuffer::getFile(file);
+    if (!buffer) {
+      error = "cannot read " + file.str() + ": " + buffer.getError().message();
+      return false;
+    }
+    if (!megac::parsePipelineSchedule((*buffer)->getBuffer(), schedule,
+                                      error)) {
+      error = file.str() + ": " + error;
+      return false;
+    }
+    return true;
+  }
+  megac::PipelineKind k;
+  if (kind == "gpipe")
+    k = megac::PipelineKind::GPipe;
+  else if (kind == "1f1b")
+    k = megac::PipelineKind::OneFOneB;
+  else if (kind == "interleaved")
+    k = megac::PipelineKind::Interleaved;
+  else {
+    error = "--schedule must be gpipe, 1f1b or interleaved, got '" +
+            kind.str() + "'";
+    return false;
+  }
+  schedule = megac::buildPipelineSchedule(k, stages, microBatches,
+                                          virtualStages, error);
+  return error.empty();
+}
+
+/// The size of axis \p name in a --mesh value such as "dp=2,pp=4"; 1 if
+/// absent or unreadable (the set-mesh pass reports malformed grids).
+int64_t meshAxisSize(StringRef mesh, StringRef name) {
+  SmallVector<StringRef> parts;
+  mesh.split(parts, ',');
+  for (StringRef part : parts) {
+    auto [axis, size] = part.split('=');
+    int64_t value = 1;
+    if (axis.trim() == name && !size.trim().getAsInteger(10, value))
+      return value;
+  }
+  return 1;
+}
+
 //===----------------------------------------------------------------------===//
 // megac compile
 //===----------------------------------------------------------------------===//
@@ -364,6 +413,24 @@ int runCompile(int argc, char **argv) {
                "(one collective per bucket, as PyTorch DDP; 0: one per "
                "gradient)"),
       cl::init(25.0), cl::cat(trainCategory));
+  static cl::OptionCategory pipelineCategory(
+      "megac compile pipeline options (a pp axis in --mesh, with --train)");
+  static cl::opt<std::string> pipelineSchedule(
+      "schedule",
+      cl::desc("Pipeline schedule: gpipe, 1f1b or interleaved (1F1B with "
+               "--virtual-stages chunks per rank)"),
+      cl::init("1f1b"), cl::cat(pipelineCategory));
+  static cl::opt<int64_t> virtualStages(
+      "virtual-stages",
+      cl::desc("Model chunks per pipeline rank (interleaved; 2 by default "
+               "there, 1 otherwise)"),
+      cl::init(0), cl::cat(pipelineCategory));
+  static cl::opt<std::string> scheduleFile(
+      "pipeline-schedule",
+      cl::desc("Follow this schedule instead: one line per pipeline rank, "
+               "tasks F<micro-batch>[.<chunk>] and B... in order (as megac "
+               "schedule --print writes them); checked for deadlocks"),
+      cl::value_desc("file"), cl::cat(pipelineCategory));
   static cl::opt<double> beta1("beta1", cl::desc("AdamW beta1"), cl::init(0.9),
                                cl::cat(trainCategory));
   static cl::opt<double> beta2("beta2", cl::desc("AdamW beta2"),
@@ -444,9 +511,65 @@ int runCompile(int argc, char **argv) {
     return fail("--recompute must be none, selective or full, got '" +
                 recompute.getValue() + "'");
   options.recompute = recompute;
+  // Pipeline parallelism: a pp axis splits the layers into stages.
+  const int64_t pp = meshAxisSize(mesh, "pp");
+  if (virtualStages < 0)
+    return fail("--virtual-stages must be positive, got " +
+                std::to_string(virtualStages.getValue()));
+  int64_t chunksPerRank = virtualStages ? virtualStages.getValue()
+                          : pipelineSchedule == "interleaved" ? 2
+                                                              : 1;
+  megac::PipelineSchedule schedule;
+  if (pp > 1) {
+    if (!train)
+      return fail("a pp axis (pipeline parallelism) needs --train: the "
+                  "pipeline runs training steps");
+    if (zero > 0)
+      return fail("--zero with a pp axis is not supported yet");
+    if (!scheduleFile.empty()) {
+      // The file says how many chunks each rank runs.
+      std::string error;
+      if (!makeSchedule("", pp, microBatches, 1, scheduleFile, schedule,
+                        error))
+        return fail(error);
+      chunksPerRank = schedule.virtualStages;
+    } else if (chunksPerRank > 1 && pipelineSchedule != "interleaved") {
+      return fail("--virtual-stages " + std::to_string(chunksPerRank) +
+                  " needs --schedule interleaved");
+    }
+    options.virtualStages = chunksPerRank;
+  }
   megac::buildPartitionPipeline(pm, options);
   if (failed(pm.run(*module)))
     return 1;
+  megac::PlanEmitOptions emitOptions{seed, modelHash, "megac 0.1"};
+  if ((*module)->hasAttr(megac::MegacDialect::kPipelineStagesAttrName)) {
+    std::string error;
+    if (scheduleFile.empty()) {
+      if (!makeSchedule(pipelineSchedule, pp, microBatches, chunksPerRank, "",
+                        schedule, error))
+        return fail(error);
+      emitOptions.scheduleName = pipelineSchedule;
+    } else {
+      emitOptions.scheduleName = "file " + scheduleFile;
+    }
+    if (schedule.stages != pp || schedule.microBatches != microBatches)
+      return fail(scheduleFile + ": the schedule has " +
+                  std::to_string(schedule.stages) + " ranks and " +
+                  std::to_string(schedule.microBatches) +
+                  " micro-batches, but the grid has pp=" + std::to_string(pp) +
+                  " and --micro-batches is " +
+                  std::to_string(microBatches.getValue()));
+    // Every task once, and an order in which every rank finishes.
+    megac::PipelineTiming timing;
+    if (!megac::simulatePipeline(schedule, 1.0, 2.0, timing, error))
+      return fail((scheduleFile.empty() ? std::string("internal error: ")
+                                        : scheduleFile + ": ") +
+                  error);
+    emitOptions.schedule = schedule;
+  } else if (pp > 1) {
+    return fail("internal error: the pp axis was not split into stages");
+  }
 
   if (!emitMLIR.empty()) {
     auto out = openOutputFile(emitMLIR, &error);
@@ -455,10 +578,20 @@ int runCompile(int argc, char **argv) {
     module->print(out->os());
     out->keep();
   }
-  FailureOr<std::vector<uint8_t>> plan =
-      megac::emitPlan(*module, {seed, modelHash, "megac 0.1"});
+  FailureOr<std::vector<uint8_t>> plan = megac::emitPlan(*module, emitOptions);
   if (failed(plan))
     return 1;
+  // The schedule, as the plan's instruction streams realize it: every
+  // transfer received, in an order that lets every rank finish.
+  {
+    const auto *root = megac::plan::GetPlan(plan->data());
+    std::string deadlock =
+        megac_rt::checkPipelineTransfers(*root->body_nested_root());
+    if (!deadlock.empty())
+      return fail((scheduleFile.empty() ? std::string("internal error: ")
+                                        : scheduleFile + ": ") +
+                  deadlock);
+  }
   // Check the plan as the runtime will before writing it: a plan that the
   // runtime would refuse is a compiler bug, never a file on disk.
   megac_rt::LoadedPlan loaded;
@@ -734,29 +867,9 @@ int runSchedule(int argc, char **argv) {
       "every rank finish; the bubble (idle time) is reported.\n");
   megac::PipelineSchedule schedule;
   std::string error;
-  if (!check.empty()) {
-    auto buffer = llvm::MemoryBuffer::getFile(check);
-    if (!buffer)
-      return fail("cannot read " + check + ": " +
-                  buffer.getError().message());
-    if (!megac::parsePipelineSchedule((*buffer)->getBuffer(), schedule, error))
-      return fail(check + ": " + error);
-  } else {
-    megac::PipelineKind k;
-    if (kind == "gpipe")
-      k = megac::PipelineKind::GPipe;
-    else if (kind == "1f1b")
-      k = megac::PipelineKind::OneFOneB;
-    else if (kind == "interleaved")
-      k = megac::PipelineKind::Interleaved;
-    else
-      return fail("--schedule must be gpipe, 1f1b or interleaved, got '" +
-                  kind + "'");
-    schedule = megac::buildPipelineSchedule(k, stages, microBatches,
-                                            virtualStages, error);
-    if (!error.empty())
-      return fail(error);
-  }
+  if (!makeSchedule(kind, stages, microBatches, virtualStages, check, schedule,
+                    error))
+    return fail(error);
   megac::PipelineTiming timing;
   if (!megac::simulatePipeline(schedule, 1.0, 2.0, timing, error))
     return fail((check.empty() ? std::string("internal error: ")

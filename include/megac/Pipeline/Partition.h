@@ -29,6 +29,15 @@ struct StagePartition {
   double maxOverMean() const;
 };
 
+/// For each op of \p Func's body (terminator excluded), in order, the
+/// segment it belongs to: segment k starts at the LayerNorm opening block
+/// k, and what comes before block 0 (the embedding) joins it. Empty when
+/// the function has no transformer block.
+std::vector<int64_t> segmentOfOps(mlir::func::FuncOp Func);
+
+/// The stage holding segment \p Segment.
+int64_t stageOfSegment(const StagePartition &P, int64_t Segment);
+
 /// Partitions the blocks of \p Func (shapes static) into \p Stages stages.
 /// Fails with a message when the function has fewer blocks than stages.
 mlir::FailureOr<StagePartition> partitionStages(mlir::func::FuncOp Func,

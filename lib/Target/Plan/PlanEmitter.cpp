@@ -17,6 +17,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/SetVector.h"
 #include "llvm/ADT/TypeSwitch.h"
 
 using namespace mlir;
@@ -63,6 +64,8 @@ public:
         coords(toVector(grid.coords(rank))) {}
 
   FailureOr<fb::Offset<mp::RankProgram>> emit(func::FuncOp func) {
+    if (pipeline)
+      return emitPipelined(func);
     Block &body = func.getBody().front();
     for (BlockArgument arg : body.getArguments()) {
       if (failed(addBuffer(arg, "")))
@@ -82,21 +85,193 @@ public:
       if (forwardOps.contains(&op))
         forwardEnd = static_cast<int32_t>(instrs.size()) + 1;
       if (auto ret = dyn_cast<func::ReturnOp>(op)) {
-        for (auto [i, value] : llvm::enumerate(ret.getOperands())) {
-          auto name = func.getResultAttrOfType<StringAttr>(
-              i, MegacDialect::kResultNameAttrName);
-          std::string text =
-              name ? name.getValue().str() : "output" + std::to_string(i);
-          outputs.push_back(mp::CreateOutputDirect(fbb, text.c_str(),
-                                                   buffers.lookup(value)));
-        }
+        addOutputs(func, ret);
         continue;
       }
+      if (failed(emitOp(op)))
+        return failure();
+    }
+    return mp::CreateRankProgramDirect(fbb, rank, &coords, &bufferOffsets,
+                                       &params, &inputs, &outputs, &instrs,
+                                       training ? forwardEnd : -1,
+                                       microBatches > 1 ? accumulateEnd : -1);
+  }
+
+  /// What a pipeline needs to know beyond the grid.
+  struct Pipeline {
+    int64_t chunks = 1, ranks = 1, axis = -1;
+    const PipelineSchedule *schedule = nullptr;
+    /// Each megac.transfer's number, the same on both ends.
+    llvm::DenseMap<Operation *, int64_t> transferIds;
+  };
+  void setPipeline(const Pipeline *p) { pipeline = p; }
+
+private:
+  /// One entry of a pipeline rank's instruction list.
+  enum class ItemKind { Op, Send, Recv };
+  struct Item {
+    Operation *op;
+    ItemKind kind;
+  };
+
+  /// The rank at this rank's coordinates but pipeline coordinate \p pp.
+  int64_t pipelinePeer(int64_t pp) const {
+    SmallVector<int64_t> at(coords.begin(), coords.end());
+    at[pipeline->axis] = pp;
+    int64_t r = 0;
+    for (auto [c, size] : llvm::zip(at, grid.mesh.getSizes()))
+      r = r * size + c;
+    return r;
+  }
+
+  /// A pipeline rank's program: the ops of its stages (model chunks), cut
+  /// into one forward and one backward segment per chunk, laid out in the
+  /// order one micro-batch runs them (forward chunks ascending, backward
+  /// descending), then the once-per-step part; and the schedule's tasks.
+  FailureOr<fb::Offset<mp::RankProgram>> emitPipelined(func::FuncOp func) {
+    Block &body = func.getBody().front();
+    const int64_t pp = pipeline->ranks;
+    const int64_t chunks = pipeline->chunks / pp;
+    const int64_t me = coords[pipeline->axis];
+    auto mine = [&](int64_t stage) { return stage % pp == me; };
+    SmallVector<SmallVector<Item>> forward(chunks), backward(chunks);
+    SmallVector<Item> step;
+    auto listFor = [&](int64_t stage, int phase) -> SmallVector<Item> & {
+      return phase == 0   ? forward[stage / pp]
+             : phase == 1 ? backward[stage / pp]
+                          : step;
+    };
+    generationOnly = collectGenerationOnlyOps(func);
+    for (Operation &op : body.without_terminator()) {
+      if (auto t = dyn_cast<TransferOp>(op)) {
+        int64_t src = t.getSrcStage(), dst = t.getDstStage();
+        if (src % pp == dst % pp)
+          continue; // both chunks on this rank: the value is already here
+        if (mine(src))
+          listFor(src, phaseRank(t.getSrcPhase())).push_back({&op, ItemKind::Send});
+        if (mine(dst))
+          listFor(dst, phaseRank(t.getDstPhase())).push_back({&op, ItemKind::Recv});
+        continue;
+      }
+      int phase = phaseRank(getPhase(&op));
+      if (phase < 0)
+        return op.emitOpError("is not placed on a pipeline stage; run "
+                              "megac-pipeline-stages first");
+      // A constant several of this rank's chunks use is made once, by the
+      // chunk that runs first.
+      std::optional<int64_t> pick;
+      for (int64_t stage : getStages(&op))
+        if (mine(stage) && (!pick || (phase == 1 ? stage > *pick : stage < *pick)))
+          pick = stage;
+      if (pick)
+        listFor(*pick, phase).push_back({&op, ItemKind::Op});
+    }
+    // Only the parameters and inputs this rank's ops read.
+    llvm::SetVector<BlockArgument> used;
+    auto noteUses = [&](Operation *op) {
+      for (Value operand : op->getOperands())
+        if (auto arg = dyn_cast<BlockArgument>(operand))
+          used.insert(arg);
+    };
+    for (auto *list : {&step})
+      for (Item &item : *list)
+        noteUses(item.op);
+    for (int64_t j = 0; j < chunks; ++j)
+      for (auto *list : {&forward[j], &backward[j]})
+        for (Item &item : *list)
+          if (item.kind != ItemKind::Recv)
+            noteUses(item.op);
+    for (BlockArgument arg : body.getArguments())
+      if (used.contains(arg))
+        if (failed(addBuffer(arg, "")) || failed(addArgument(func, arg)))
+          return failure();
+
+    std::vector<fb::Offset<mp::Segment>> segments;
+    auto emitSegment = [&](SmallVector<Item> &items, int64_t stage,
+                           bool isBackward) -> LogicalResult {
+      uint32_t begin = instrs.size();
+      if (failed(emitItems(items)))
+        return failure();
+      segments.push_back(mp::CreateSegment(fbb, begin, instrs.size(),
+                                           static_cast<uint32_t>(stage),
+                                           isBackward));
+      return success();
+    };
+    for (int64_t j = 0; j < chunks; ++j)
+      if (failed(emitSegment(forward[j], j * pp + me, false)))
+        return failure();
+    for (int64_t j = chunks - 1; j >= 0; --j)
+      if (failed(emitSegment(backward[j], j * pp + me, true)))
+        return failure();
+    int32_t accumulateEnd = static_cast<int32_t>(instrs.size());
+    if (failed(emitItems(step)))
+      return failure();
+    addOutputs(func, cast<func::ReturnOp>(body.getTerminator()));
+
+    std::vector<fb::Offset<mp::Task>> tasks;
+    for (const PipelineTask &task : pipeline->schedule->ranks[me]) {
+      uint32_t segment = task.backward
+                             ? static_cast<uint32_t>(2 * chunks - 1 - task.chunk)
+                             : static_cast<uint32_t>(task.chunk);
+      tasks.push_back(mp::CreateTask(fbb, segment,
+                                     static_cast<uint32_t>(task.microBatch)));
+    }
+    return mp::CreateRankProgramDirect(
+        fbb, rank, &coords, &bufferOffsets, &params, &inputs, &outputs,
+        &instrs, /*forward_end=*/-1, accumulateEnd, &segments, &tasks);
+  }
+
+  LogicalResult emitItems(ArrayRef<Item> items) {
+    for (const Item &item : items) {
+      if (item.kind == ItemKind::Op) {
+        if (failed(emitOp(*item.op)))
+          return failure();
+        continue;
+      }
+      auto t = cast<TransferOp>(item.op);
+      Value value = t.getInput();
+      bool send = item.kind == ItemKind::Send;
+      // The received copy is this rank's instance of the value.
+      if (!send && failed(addBuffer(value, "recv")))
+        return failure();
+      std::vector<uint32_t> in, out;
+      (send ? in : out).push_back(buffers.lookup(value));
+      std::vector<int64_t> ints = {
+          pipelinePeer((send ? t.getDstStage() : t.getSrcStage()) %
+                       pipeline->ranks),
+          pipeline->transferIds.lookup(item.op)};
+      std::vector<double> floats;
+      std::string loc = locationString(item.op);
+      Operation *def = value.getDefiningOp();
+      instrs.push_back(mp::CreateInstrDirect(
+          fbb, send ? mp::OpCode_Send : mp::OpCode_Recv, &in, &out, &ints,
+          &floats, -1, loc.c_str(), nullptr, nullptr,
+          def && generationOnly.contains(def)));
+    }
+    return success();
+  }
+
+  /// The function's results this rank holds, by name.
+  void addOutputs(func::FuncOp func, func::ReturnOp ret) {
+    for (auto [i, value] : llvm::enumerate(ret.getOperands())) {
+      if (!buffers.count(value))
+        continue; // computed on another pipeline stage
+      auto name = func.getResultAttrOfType<StringAttr>(
+          i, MegacDialect::kResultNameAttrName);
+      std::string text =
+          name ? name.getValue().str() : "output" + std::to_string(i);
+      outputs.push_back(
+          mp::CreateOutputDirect(fbb, text.c_str(), buffers.lookup(value)));
+    }
+  }
+
+  /// Buffers and the instruction of one op.
+  LogicalResult emitOp(Operation &op) {
       // A sharding constraint is only an annotation: the collectives that
       // realize it are already in place, its result is its operand.
       if (auto constraint = dyn_cast<ShardingConstraintOp>(op)) {
         buffers[constraint.getResult()] = buffers.lookup(constraint.getInput());
-        continue;
+        return success();
       }
       // AdamW writes the storage it updates (the parameter, or under ZeRO
       // this rank's slice of it); assign writes the parameter's.
@@ -123,14 +298,10 @@ public:
           if (failed(addBuffer(result, op.getName().stripDialect())))
             return failure();
       }
-      if (failed(addInstruction(&op)))
-        return failure();
-    }
-    return mp::CreateRankProgramDirect(fbb, rank, &coords, &bufferOffsets,
-                                       &params, &inputs, &outputs, &instrs,
-                                       training ? forwardEnd : -1,
-                                       microBatches > 1 ? accumulateEnd : -1);
+      return addInstruction(&op);
   }
+
+public:
 
   /// In a training step: the ops only the non-scalar results (the logits,
   /// for generation) need, which a training step need not run. Empty for
@@ -496,6 +667,7 @@ private:
     return success();
   }
 
+  const Pipeline *pipeline = nullptr;
   fb::FlatBufferBuilder &fbb;
   const Grid &grid;
   uint32_t rank;
@@ -575,10 +747,41 @@ FailureOr<std::vector<uint8_t>> emitPlan(ModuleOp module,
     microBatches = attr.getInt();
   globalBatch *= microBatches;
 
+  // Pipeline parallelism: the stages the ops are placed on, the schedule
+  // each pipeline rank follows, and one number per transfer.
+  RankEmitter::Pipeline pipeline;
+  int64_t chunks = 1;
+  if (auto attr = module->getAttrOfType<IntegerAttr>(
+          MegacDialect::kPipelineStagesAttrName))
+    chunks = attr.getInt();
+  if (chunks > 1) {
+    pipeline.chunks = chunks;
+    pipeline.axis = grid.axisIndex("pp");
+    pipeline.ranks = grid.axisSize("pp");
+    const PipelineSchedule &schedule = options.schedule;
+    if (schedule.stages != pipeline.ranks ||
+        schedule.stages * schedule.virtualStages != chunks ||
+        schedule.microBatches != microBatches ||
+        static_cast<int64_t>(schedule.ranks.size()) != pipeline.ranks)
+      return module.emitError("the pipeline schedule is for ")
+             << schedule.stages << " stages x " << schedule.virtualStages
+             << " virtual stages and " << schedule.microBatches
+             << " micro-batches, but the program has " << pipeline.ranks
+             << " pipeline ranks, " << chunks << " model chunks and "
+             << microBatches << " micro-batches";
+    pipeline.schedule = &schedule;
+    func.walk([&](TransferOp t) {
+      int64_t id = static_cast<int64_t>(pipeline.transferIds.size());
+      pipeline.transferIds[t] = id;
+    });
+  }
+
   fb::FlatBufferBuilder fbb(1 << 16);
   std::vector<fb::Offset<mp::RankProgram>> ranks;
   for (int64_t rank = 0; rank < grid.numRanks(); ++rank) {
     RankEmitter emitter(fbb, grid, rank, microBatches);
+    if (chunks > 1)
+      emitter.setPipeline(&pipeline);
     FailureOr<fb::Offset<mp::RankProgram>> program = emitter.emit(func);
     if (failed(program))
       return failure();
@@ -599,7 +802,9 @@ FailureOr<std::vector<uint8_t>> emitPlan(ModuleOp module,
   auto program = mp::CreateProgramDirect(
       fbb, modelName.c_str(), options.modelHash, grid.numRanks(), &axes, batch,
       seq, vocab, options.seed, &ranks, train, globalBatch,
-      microBatches > 1 ? microBatches : 0);
+      microBatches > 1 || chunks > 1 ? microBatches : 0,
+      chunks > 1 ? static_cast<uint32_t>(chunks) : 0,
+      chunks > 1 ? options.scheduleName.c_str() : nullptr);
   fbb.Finish(program);
   return megac_rt::wrapProgram(fbb.GetBufferPointer(), fbb.GetSize(),
                                options.producer);

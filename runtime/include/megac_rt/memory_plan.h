@@ -43,6 +43,13 @@ struct MemoryPlan {
   /// Bytes written by the forward part and read by the backward part (the
   /// activations a training step keeps from one to the other).
   uint64_t savedActivationBytes = 0;
+  /// Pipeline parallelism: the buffers of one micro-batch (written before
+  /// accumulate_end, and the inputs) exist once per micro-batch in flight.
+  /// Those have their offset inside a slot; slot s starts at slotBase + s *
+  /// slotBytes. Without a pipeline: one slot, no such buffers.
+  std::vector<bool> perMicro;
+  uint32_t slots = 1;
+  uint64_t slotBase = 0, slotBytes = 0;
   /// Whole-rank peak: parameters + optimizer state + arena.
   uint64_t totalBytes() const {
     return parameterBytes + optimizerBytes + arenaBytes;
@@ -52,6 +59,11 @@ struct MemoryPlan {
 /// Plans rank program \p R of \p P. Buffers are aligned to 64 bytes.
 MemoryPlan planMemory(const megac::plan::Program &P,
                       const megac::plan::RankProgram &R);
+
+/// Micro-batches a pipeline rank holds at once under its schedule (from
+/// its first task on a micro-batch to its last); 1 without a pipeline.
+uint32_t pipelineSlots(const megac::plan::Program &P,
+                       const megac::plan::RankProgram &R);
 
 /// "12.3 MiB" (binary units).
 std::string formatBytes(uint64_t Bytes);

@@ -26,7 +26,11 @@ namespace megac_rt {
 /// Version 3 added ZeRO-1: the opcodes ReduceScatter (30) and Assign (31)
 /// and Instr.param_name / Instr.param_offset (AdamW on a parameter slice).
 /// Version 4 added the Dropout opcode (32).
-constexpr uint32_t kPlanFormatVersion = 5;
+/// Version 5 added the vocabulary-parallel cross-entropy, gradient
+/// accumulation, bf16 rounding and all-reduce buckets.
+/// Version 6 added pipeline parallelism: Send (37), Recv (38),
+/// RankProgram.segments / schedule and Program.pipeline_stages.
+constexpr uint32_t kPlanFormatVersion = 6;
 
 /// CRC-32 (IEEE 802.3, reflected, as zlib computes it).
 uint32_t crc32(const uint8_t *data, size_t size);
@@ -46,6 +50,12 @@ struct LoadedPlan {
 /// semantic invariants (buffer indices, shapes per opcode, axes and groups).
 /// Returns "" on success, otherwise a one-line error message.
 std::string verifyPlanBytes(std::vector<uint8_t> bytes, LoadedPlan &out);
+
+/// Pipeline plans: runs every rank's sends and receives in its schedule's
+/// order (a send does not wait, a receive waits for its send). Returns why
+/// the ranks would deadlock or leave a message unreceived, "" if neither.
+/// verifyPlanBytes runs it too.
+std::string checkPipelineTransfers(const megac::plan::Program &program);
 
 /// Reads `path` and verifies it; "" on success, else a one-line message that
 /// names the file.

@@ -9,6 +9,8 @@
 #ifndef MEGAC_TARGET_PLAN_PLANEMITTER_H
 #define MEGAC_TARGET_PLAN_PLANEMITTER_H
 
+#include "megac/Pipeline/Schedule.h"
+
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/Support/LLVM.h"
 #include <cstdint>
@@ -23,6 +25,10 @@ struct PlanEmitOptions {
   /// Hash of the model as given by the user (before any pass).
   uint64_t modelHash = 0;
   std::string producer = "megac 0.1";
+  /// Pipeline parallelism (a module placed by megac-pipeline-stages): the
+  /// schedule every pipeline rank follows, and its name for the plan.
+  PipelineSchedule schedule;
+  std::string scheduleName;
 };
 
 /// Emits the plan for `module`; on failure a diagnostic has been reported.

@@ -321,6 +321,30 @@ LogicalResult MegacDialect::verifyOperationAttribute(Operation *op,
                              "strings) on a one-result op");
     return success();
   }
+  if (name == kStageAttrName) {
+    auto stages = dyn_cast<DenseI64ArrayAttr>(value);
+    if (!stages || stages.empty() ||
+        llvm::any_of(stages.asArrayRef(), [](int64_t s) { return s < 0; }))
+      return op->emitOpError("megac.stage must be a non-empty array of "
+                             "non-negative stage numbers");
+    return success();
+  }
+  if (name == kPhaseAttrName) {
+    auto phase = dyn_cast<StringAttr>(value);
+    if (!phase || (phase.getValue() != "forward" &&
+                   phase.getValue() != "backward" &&
+                   phase.getValue() != "step"))
+      return op->emitOpError("megac.phase must be \"forward\", \"backward\" "
+                             "or \"step\"");
+    return success();
+  }
+  if (name == kPipelineStagesAttrName) {
+    auto count = dyn_cast<IntegerAttr>(value);
+    if (!count || !isa<ModuleOp>(op) || count.getInt() < 1)
+      return op->emitOpError("megac.pipeline_stages must be a positive "
+                             "integer on a module");
+    return success();
+  }
   if (name == kMicroBatchesAttrName) {
     auto count = dyn_cast<IntegerAttr>(value);
     if (!count || !isa<ModuleOp>(op) || count.getInt() < 1)

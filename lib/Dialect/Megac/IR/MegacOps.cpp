@@ -11,6 +11,7 @@
 #include "OpUtils.h"
 
 #include "mlir/IR/Builders.h"
+#include "llvm/ADT/StringSwitch.h"
 #include "mlir/IR/BuiltinTypes.h"
 
 using namespace mlir;
@@ -348,6 +349,52 @@ LogicalResult AllReduceBucketOp::verify() {
   if (getInputs().empty() || getInputs().getTypes() != getResults().getTypes())
     return emitOpError("all_reduce_bucket_c1: expected at least one input and "
                        "result types equal to the input types");
+  return success();
+}
+
+/// Pipeline phases in the order a micro-batch runs them; -1 for others.
+int megac::phaseRank(StringRef phase) {
+  return llvm::StringSwitch<int>(phase)
+      .Case("forward", 0)
+      .Case("backward", 1)
+      .Case("step", 2)
+      .Default(-1);
+}
+
+ArrayRef<int64_t> megac::getStages(Operation *op) {
+  if (auto stages =
+          op->getAttrOfType<DenseI64ArrayAttr>(MegacDialect::kStageAttrName))
+    return stages.asArrayRef();
+  return {};
+}
+
+StringRef megac::getPhase(Operation *op) {
+  if (auto phase = op->getAttrOfType<StringAttr>(MegacDialect::kPhaseAttrName))
+    return phase.getValue();
+  return "";
+}
+
+void megac::setPlacement(Operation *op, ArrayRef<int64_t> stages,
+                         StringRef phase) {
+  Builder b(op->getContext());
+  op->setAttr(MegacDialect::kStageAttrName, b.getDenseI64ArrayAttr(stages));
+  op->setAttr(MegacDialect::kPhaseAttrName, b.getStringAttr(phase));
+}
+
+LogicalResult TransferOp::verify() {
+  if (getSrcStage() < 0 || getDstStage() < 0 || getSrcStage() == getDstStage())
+    return emitOpError("transfer_c1: expected two different non-negative "
+                       "stages, got ")
+           << getSrcStage() << " and " << getDstStage();
+  int src = phaseRank(getSrcPhase()), dst = phaseRank(getDstPhase());
+  if (src < 0 || dst < 0)
+    return emitOpError("transfer_c2: phases must be forward, backward or "
+                       "step, got '")
+           << getSrcPhase() << "' and '" << getDstPhase() << "'";
+  if (dst < src)
+    return emitOpError("transfer_c2: a value made in the ")
+           << getSrcPhase() << " phase cannot be received in the "
+           << getDstPhase() << " phase, which runs before it";
   return success();
 }
 

@@ -30,6 +30,35 @@ struct AccumulateMicroBatchesPass
           AccumulateMicroBatchesPass> {
   using AccumulateMicroBatchesPassBase::AccumulateMicroBatchesPassBase;
 
+  /// accumulate(value), placed where value is computed. On a pipeline a
+  /// sum of contributions from different stages becomes the sum of their
+  /// accumulations, which runs once per step.
+  static Value accumulateByStage(OpBuilder &b, Value value) {
+    Operation *def = value.getDefiningOp();
+    if (auto add = dyn_cast_or_null<AddOp>(def)) {
+      Operation *lhs = add.getLhs().getDefiningOp();
+      Operation *rhs = add.getRhs().getDefiningOp();
+      if (lhs && rhs && !getStages(lhs).empty() && !getStages(rhs).empty() &&
+          getStages(lhs) != getStages(rhs) &&
+          add.getLhs().getType() == add.getRhs().getType()) {
+        Value l = accumulateByStage(b, add.getLhs());
+        Value r = accumulateByStage(b, add.getRhs());
+        Value sum = AddOp::create(b, add.getLoc(), l, r);
+        // The per-micro-batch sum is dead once only the result read it.
+        if (llvm::all_of(add->getUsers(),
+                         [](Operation *u) { return isa<func::ReturnOp>(u); })) {
+          add->replaceAllUsesWith(ValueRange{sum});
+          add->erase();
+        }
+        return sum;
+      }
+    }
+    auto acc = AccumulateOp::create(b, value.getLoc(), value);
+    if (def && !getStages(def).empty())
+      setPlacement(acc, getStages(def), getPhase(def));
+    return acc;
+  }
+
   LogicalResult accumulate(func::FuncOp func) {
     FailureOr<unsigned> lossIndex =
         findLoss(func, "megac-accumulate-micro-batches");
@@ -51,7 +80,7 @@ struct AccumulateMicroBatchesPass
       if (i == *lossIndex)
         if (Operation *def = value.getDefiningOp())
           b.setInsertionPointAfter(def);
-      ret.setOperand(i, AccumulateOp::create(b, value.getLoc(), value));
+      ret.setOperand(i, accumulateByStage(b, value));
     }
     if (!anyGradient)
       return func.emitError("megac-accumulate-micro-batches found no 'grad:' "
@@ -64,7 +93,10 @@ struct AccumulateMicroBatchesPass
       getOperation().emitError("the number of micro-batches must be positive");
       return signalPassFailure();
     }
-    if (microBatches == 1)
+    // A pipeline accumulates even one micro-batch (see the description).
+    bool pipelined = getOperation()->hasAttr(
+        MegacDialect::kPipelineStagesAttrName);
+    if (microBatches == 1 && !pipelined)
       return;
     for (auto func : getOperation().getOps<func::FuncOp>())
       if (!func.isExternal() && failed(accumulate(func)))

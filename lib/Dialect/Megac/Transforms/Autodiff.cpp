@@ -43,9 +43,25 @@ LogicalResult differentiate(func::FuncOp func) {
     Value &slot = grads[value];
     slot = slot ? Value(AddOp::create(b, grad.getLoc(), slot, grad)) : grad;
   };
+  // On a pipeline (ops placed by megac-assign-stages) the ops built for
+  // an op's gradient run in the backward pass of that op's stage, and so
+  // do the sums of the gradient contributions they make.
+  Operation *placedUpTo = ret->getPrevNode();
+  auto placeNewOps = [&](Operation *forwardOp) {
+    Operation *from = placedUpTo ? placedUpTo->getNextNode()
+                                 : &body.front();
+    ArrayRef<int64_t> stages =
+        forwardOp ? getStages(forwardOp) : ArrayRef<int64_t>();
+    for (Operation *op = from; op && op != ret.getOperation();
+         op = op->getNextNode())
+      if (!stages.empty())
+        setPlacement(op, stages, "backward");
+    placedUpTo = ret->getPrevNode();
+  };
   Value loss = ret.getOperand(*lossIndex);
   accumulate(loss, FillOp::create(b, ret.getLoc(), b.getDenseI64ArrayAttr({}),
                                   b.getF64FloatAttr(1.0)));
+  placeNewOps(loss.getDefiningOp());
 
   for (Operation *op : llvm::reverse(forward)) {
     if (op->getNumResults() != 1)
@@ -63,6 +79,7 @@ LogicalResult differentiate(func::FuncOp func) {
     for (auto [operand, grad] : llvm::zip(op->getOperands(), operandGrads))
       if (grad)
         accumulate(operand, grad);
+    placeNewOps(op);
   }
 
   SmallVector<Value> results(ret.getOperands());

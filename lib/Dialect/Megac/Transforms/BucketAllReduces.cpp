@@ -19,6 +19,8 @@
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/MapVector.h"
 
+#include <map>
+
 namespace megac {
 #define GEN_PASS_DEF_BUCKETALLREDUCESPASS
 #include "megac/Dialect/Megac/Transforms/Passes.h.inc"
@@ -78,6 +80,9 @@ struct BucketAllReducesPass
       auto fused = AllReduceBucketOp::create(
           b, bucket.members.front().getLoc(), types, inputs,
           bucket.members.front().getAxisAttr());
+      Operation *first = bucket.members.front();
+      if (!getStages(first).empty())
+        setPlacement(fused, getStages(first), getPhase(first));
       for (auto [member, sum] : llvm::zip(bucket.members, fused.getResults())) {
         member.getResult().replaceAllUsesWith(sum);
         member.erase();
@@ -88,10 +93,18 @@ struct BucketAllReducesPass
 
   void bucketFunction(Block &body) {
     llvm::DenseSet<Operation *> keep = returnedCone(body);
-    // Open buckets per axis, in the order they opened (deterministic).
-    llvm::MapVector<StringAttr, Bucket> open;
-    // Which open bucket (by axis) holds the all-reduce producing a value.
-    llvm::DenseMap<Value, StringAttr> pending;
+    // Open buckets per axis (and, on a pipeline, per stage and phase: a
+    // bucket is one collective of one stage's ranks), in the order they
+    // opened (deterministic).
+    llvm::MapVector<std::string, Bucket, std::map<std::string, unsigned>> open;
+    // Which open bucket holds the all-reduce producing a value.
+    llvm::DenseMap<Value, std::string> pending;
+    auto bucketKey = [](AllReduceOp op) {
+      std::string key = op.getAxis().str() + "|" + getPhase(op).str();
+      for (int64_t stage : getStages(op))
+        key += " " + std::to_string(stage);
+      return key;
+    };
     SmallVector<Operation *> ops;
     for (Operation &op : body)
       ops.push_back(&op);
@@ -101,10 +114,10 @@ struct BucketAllReducesPass
         auto it = pending.find(operand);
         if (it == pending.end())
           continue;
-        StringAttr axis = it->second;
-        for (AllReduceOp member : open[axis].members)
+        std::string key = it->second;
+        for (AllReduceOp member : open[key].members)
           pending.erase(member.getResult());
-        flush(open[axis], op);
+        flush(open[key], op);
       }
       if (isa<func::ReturnOp>(op)) {
         for (auto &entry : open)
@@ -114,10 +127,11 @@ struct BucketAllReducesPass
       auto allReduce = dyn_cast<AllReduceOp>(op);
       if (!allReduce || keep.contains(op))
         continue;
-      Bucket &bucket = open[allReduce.getAxisAttr()];
+      std::string key = bucketKey(allReduce);
+      Bucket &bucket = open[key];
       bucket.members.push_back(allReduce);
       bucket.bytes += bytesOf(allReduce.getInput());
-      pending[allReduce.getResult()] = allReduce.getAxisAttr();
+      pending[allReduce.getResult()] = key;
       if (bucket.bytes >= bucketBytes) {
         for (AllReduceOp member : bucket.members)
           pending.erase(member.getResult());

@@ -19,11 +19,17 @@ void buildPartitionPipeline(OpPassManager &pm, const PartitionOptions &options) 
   if (options.sequenceParallel)
     pm.addPass(createSequenceParallelPass());
   if (options.train || options.gradients) {
+    // Stages are placed before differentiation, so that each gradient op
+    // lands on the stage of the op it differentiates (no-op without pp).
+    pm.addPass(createAssignStagesPass(
+        AssignStagesPassOptions{options.virtualStages}));
     pm.addPass(createAutodiffPass());
     if (options.recompute == "full")
       pm.addPass(createRecomputePass(RecomputePassOptions{options.recompute}));
   }
-  if ((options.train || options.gradients) && options.microBatches > 1)
+  // One micro-batch needs no accumulation, unless on a pipeline (the
+  // pass decides).
+  if (options.train || options.gradients)
     pm.addPass(createAccumulateMicroBatchesPass(
         AccumulateMicroBatchesPassOptions{options.microBatches}));
   if (options.bf16)
@@ -37,6 +43,7 @@ void buildPartitionPipeline(OpPassManager &pm, const PartitionOptions &options) 
   pm.addPass(createPropagateShardingPass());
   pm.addPass(createInsertCollectivesPass());
   pm.addPass(createLocalizeShapesPass());
+  pm.addPass(createPipelineStagesPass());
   if (options.bucketBytes > 0)
     pm.addPass(createBucketAllReducesPass(
         BucketAllReducesPassOptions{options.bucketBytes}));

@@ -86,6 +86,9 @@ struct RecomputePass : public megac::impl::RecomputePassBase<RecomputePass> {
       for (Value operand : def->getOperands())
         mapping.map(operand, clone(operand, b));
       Operation *copy = b.clone(*def, mapping);
+      // On a pipeline the copy runs with the backward pass of its stage.
+      if (!getStages(copy).empty())
+        setPlacement(copy, getStages(copy), "backward");
       for (auto [orig, now] : llvm::zip(def->getResults(), copy->getResults()))
         recomputed[orig] = now;
       return recomputed.lookup(value);

@@ -43,6 +43,15 @@ def Megac_Dialect : Dialect {
         "megac.micro_batches";
     static constexpr ::llvm::StringLiteral kReduceResultAttrName =
         "megac.reduce_result";
+    /// Pipeline parallelism: the stages (model chunks) an op runs on (one,
+    /// or several for the update of a parameter that several stages hold),
+    /// and the part of the step it belongs to: "forward" and "backward"
+    /// run once per micro-batch, "step" once per step.
+    static constexpr ::llvm::StringLiteral kStageAttrName = "megac.stage";
+    static constexpr ::llvm::StringLiteral kPhaseAttrName = "megac.phase";
+    /// On the module: model chunks (pp x virtual stages) of the pipeline.
+    static constexpr ::llvm::StringLiteral kPipelineStagesAttrName =
+        "megac.pipeline_stages";
   }];
 }
 

@@ -44,4 +44,19 @@ llvm::LogicalResult verifyByInference(OpT op) {
 #define GET_OP_CLASSES
 #include "megac/Dialect/Megac/IR/MegacOps.h.inc"
 
+namespace megac {
+
+/// Pipeline placement (megac.stage, megac.phase): phases in the order one
+/// micro-batch runs them, forward 0, backward 1, step 2; -1 for others.
+int phaseRank(llvm::StringRef phase);
+/// The stages \p op runs on; empty when it is not placed.
+llvm::ArrayRef<int64_t> getStages(mlir::Operation *op);
+/// Its phase, "" when not placed.
+llvm::StringRef getPhase(mlir::Operation *op);
+/// Places \p op on \p stages in \p phase.
+void setPlacement(mlir::Operation *op, llvm::ArrayRef<int64_t> stages,
+                  llvm::StringRef phase);
+
+} // namespace megac
+
 #endif // MEGAC_DIALECT_MEGAC_IR_MEGACOPS_H

@@ -798,6 +798,35 @@ def Megac_AllReduceBucketOp : Megac_Op<"all_reduce_bucket", [Pure]> {
   let hasVerifier = 1;
 }
 
+def Megac_TransferOp : Megac_Op<"transfer", [MemoryEffects<[MemWrite]>]> {
+  let summary = "Hand a value from one pipeline stage to another";
+  let description = [{
+    Pipeline parallelism: `input` is computed on the ranks of stage
+    `src_stage` and used on those of `dst_stage`. The plan emitter turns it
+    into a send on the first (in the segment of `src_phase`: forward,
+    backward or step) and a receive on the second (in `dst_phase`), between
+    ranks that agree on every grid coordinate but `pp`; the receiving ranks
+    then read the received copy wherever the program reads `input`. Created
+    by megac-pipeline-stages right before the value's first use on
+    `dst_stage`. It has no result, so it can neither be folded away nor
+    change what any op reads.
+
+    ```mlir
+    megac.transfer %h {src_stage = 0 : i64, dst_stage = 1 : i64,
+                       src_phase = "forward", dst_phase = "forward"}
+        : tensor<2x64x128xf32>
+    ```
+
+    Rules: `transfer_c1` the stages differ and are not negative;
+    `transfer_c2` the phases are forward, backward or step, and a value
+    is not received in a phase that runs before the one that makes it.
+  }];
+  let arguments = (ins AnyRankedTensor:$input, I64Attr:$src_stage,
+                   I64Attr:$dst_stage, StrAttr:$src_phase, StrAttr:$dst_phase);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+  let hasVerifier = 1;
+}
+
 def Megac_ReduceScatterOp : Megac_CollectiveOp<"reduce_scatter"> {
   let summary = "Sum over a grid axis, each rank keeping its chunk";
   let description = [{

@@ -43,6 +43,9 @@ struct PartitionOptions {
   bool sequenceParallel = false;
   /// Activation recomputation: none, selective or full (megac-recompute).
   std::string recompute = "none";
+  /// Pipeline parallelism (a pp axis in the grid): model chunks per
+  /// pipeline rank (interleaved schedules).
+  int64_t virtualStages = 1;
 };
 
 /// set-mesh, specialize-shapes, [autodiff, apply-optimizer,]

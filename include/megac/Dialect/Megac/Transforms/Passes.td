@@ -178,11 +178,62 @@ def AccumulateMicroBatchesPass
     rest (gradient reduction across data-parallel ranks, clipping, AdamW)
     once per step. Each micro-batch's loss is divided by the token count of
     the whole step, so the sums are the step's mean loss and its gradient.
+
+    On a pipeline (ops placed on stages) the pass runs even for one
+    micro-batch, since the pipeline's schedule needs the per-micro-batch
+    part to end somewhere, and a gradient summed from contributions of
+    different stages (a tied embedding: the input embedding on the first,
+    the output layer on the last) is accumulated per stage and summed once
+    per step, not sent between the stages for every micro-batch.
   }];
   let options = [
     Option<"microBatches", "micro-batches", "int64_t", /*default=*/"1",
-           "Micro-batches per step (1: nothing to do)">,
+           "Micro-batches per step (1: nothing to do, unless on a pipeline)">,
   ];
+}
+
+def AssignStagesPass : Pass<"megac-assign-stages", "mlir::ModuleOp"> {
+  let summary = "Place the forward pass on pipeline stages by cost";
+  let description = [{
+    With a `pp` axis in the grid, splits the model's transformer blocks
+    into pp x `virtual-stages` contiguous stages (model chunks) whose
+    largest forward-and-backward FLOP count is as small as possible (an
+    exact min-max partition, see lib/Pipeline/Partition.cpp): the
+    embedding goes with the first block, the final LayerNorm, the output
+    layer and the loss with the last. Every op gets `megac.stage` and
+    `megac.phase = "forward"`; megac-autodiff places each op of the
+    backward pass on the stage of the op it differentiates, and
+    megac-pipeline-stages places the rest. Records
+    `megac.pipeline_stages` on the module. Does nothing without a `pp`
+    axis (or with one of size 1 and one virtual stage).
+
+    Errors: fewer transformer blocks than stages.
+  }];
+  let options = [
+    Option<"virtualStages", "virtual-stages", "int64_t", /*default=*/"1",
+           "Model chunks per pipeline rank (interleaved schedules)">,
+  ];
+}
+
+def PipelineStagesPass : Pass<"megac-pipeline-stages", "mlir::ModuleOp"> {
+  let summary = "Place every op on a stage and insert the stage transfers";
+  let description = [{
+    Runs on per-rank IR (after megac-localize-shapes) of a module whose
+    forward and backward ops megac-assign-stages and megac-autodiff placed.
+    Places the ops later passes created: an op runs in the latest phase of
+    its operands (forward, backward, or step: once per step, for everything
+    that reads a micro-batch sum) on the stage of the last operand of that
+    phase (so a running sum moves between stages only with its addends); an update (`adamw`, `assign`) runs on every stage that uses its
+    parameter, so a tied embedding is updated identically on the first and
+    the last stage; a constant runs wherever it is used. Then, wherever a
+    value is used on a stage that does not compute it, inserts one
+    `megac.transfer` before its first use there. The plan emitter turns
+    those into sends and receives.
+
+    Errors: a per-micro-batch op reading a once-per-step value, or an op
+    running once per step reading a per-micro-batch value that no
+    accumulation sums (both mean a pass before this one went wrong).
+  }];
 }
 
 def MixedPrecisionPass : Pass<"megac-mixed-precision", "mlir::ModuleOp"> {

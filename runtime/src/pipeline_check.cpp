@@ -1,0 +1,124 @@
+//===- pipeline_check.cpp - Every send received, in an order that finishes ===//
+//
+// Runs every rank's pipeline transfers in the order its schedule runs its
+// segments (then its once-per-step part): a send goes out at once (the
+// runtime stages it and does not wait), a receive waits for the matching
+// send. If some rank can never go on, the plan would deadlock; the message
+// names the waiting ranks and what they wait for.
+//
+//===----------------------------------------------------------------------===//
+
+#include "megac_rt/plan_file.h"
+#include "plan_enums.h"
+
+#include <algorithm>
+#include <map>
+#include <tuple>
+
+using namespace megac::plan;
+
+namespace megac_rt {
+
+namespace {
+
+struct Event {
+  bool send;
+  int64_t peer, transfer, micro;
+  uint32_t instr;
+  std::string where; // "the backward pass of stage 3 on micro-batch 1"
+};
+
+std::string taskText(const Segment *S, int64_t Micro) {
+  if (!S)
+    return "the once-per-step part";
+  return std::string(S->backward() ? "the backward" : "the forward") +
+         " pass of stage " + std::to_string(S->stage()) + " on micro-batch " +
+         std::to_string(Micro);
+}
+
+std::vector<Event> rankEvents(const RankProgram &R) {
+  std::vector<Event> Events;
+  auto Add = [&](uint32_t Begin, uint32_t End, const Segment *S,
+                 int64_t Micro) {
+    for (uint32_t I = Begin; I < End && I < R.instrs()->size(); ++I) {
+      const Instr *In = R.instrs()->Get(I);
+      if (In->op() != op::Send && In->op() != op::Recv)
+        continue;
+      Events.push_back({In->op() == op::Send, In->ints()->Get(0),
+                        In->ints()->Get(1), Micro, I, taskText(S, Micro)});
+    }
+  };
+  if (!R.instrs())
+    return Events;
+  if (R.schedule())
+    for (const Task *T : *R.schedule()) {
+      const Segment *S = R.segments()->Get(T->segment());
+      Add(S->begin(), S->end(), S, T->micro_batch());
+    }
+  Add(R.accumulate_end() >= 0 ? uint32_t(R.accumulate_end()) : 0,
+      R.instrs()->size(), nullptr, 0);
+  return Events;
+}
+
+} // namespace
+
+std::string checkPipelineTransfers(const Program &P) {
+  if (P.pipeline_stages() < 2 || !P.ranks())
+    return "";
+  const size_t N = P.ranks()->size();
+  std::vector<std::vector<Event>> Events(N);
+  bool Any = false;
+  for (size_t R = 0; R < N; ++R) {
+    Events[R] = rankEvents(*P.ranks()->Get(uint32_t(R)));
+    Any |= !Events[R].empty();
+  }
+  if (!Any)
+    return "";
+  // Messages sent and not yet received: (from, to, transfer, micro).
+  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t>, int> InFlight;
+  std::vector<size_t> At(N, 0);
+  for (bool Progress = true; Progress;) {
+    Progress = false;
+    for (size_t R = 0; R < N; ++R)
+      for (; At[R] < Events[R].size(); ++At[R], Progress = true) {
+        const Event &E = Events[R][At[R]];
+        if (E.send) {
+          ++InFlight[{int64_t(R), E.peer, E.transfer, E.micro}];
+          continue;
+        }
+        auto It = InFlight.find({E.peer, int64_t(R), E.transfer, E.micro});
+        if (It == InFlight.end() || It->second == 0)
+          break;
+        --It->second;
+      }
+  }
+  std::string Stuck;
+  int Named = 0;
+  for (size_t R = 0; R < N; ++R) {
+    if (At[R] == Events[R].size())
+      continue;
+    const Event &E = Events[R][At[R]];
+    if (Named++ < 4)
+      Stuck += std::string(Stuck.empty() ? "" : "; ") + "rank " +
+               std::to_string(R) + " waits in " + E.where +
+               " (instruction " + std::to_string(E.instr) +
+               ") for transfer " + std::to_string(E.transfer) +
+               " of micro-batch " + std::to_string(E.micro) + " from rank " +
+               std::to_string(E.peer);
+  }
+  if (Named)
+    return "the pipeline schedule deadlocks: " + Stuck +
+           (Named > 4 ? " (and " + std::to_string(Named - 4) +
+                            " more ranks)"
+                      : "");
+  for (const auto &[Key, Count] : InFlight)
+    if (Count > 0)
+      return "rank " + std::to_string(std::get<0>(Key)) + " sends transfer " +
+             std::to_string(std::get<2>(Key)) + " of micro-batch " +
+             std::to_string(std::get<3>(Key)) + " to rank " +
+             std::to_string(std::get<1>(Key)) +
+             ", which never receives it";
+  return "";
+}
+
+} // namespace megac_rt
