@@ -83,6 +83,14 @@ struct RankDesc {
   std::vector<InstrDesc> instrs;
   int32_t forwardEnd = -1;
   int32_t accumulateEnd = -1; // format 5: gradient accumulation
+  // Format 6: pipeline segments {begin, end, stage, backward} and the
+  // schedule's tasks {segment, micro-batch}.
+  struct SegmentDesc {
+    uint32_t begin, end, stage;
+    bool backward;
+  };
+  std::vector<SegmentDesc> segments;
+  std::vector<std::pair<uint32_t, uint32_t>> schedule;
 
   uint32_t addBuffer(DType T, std::vector<int64_t> Shape, std::string Name) {
     buffers.push_back({T, std::move(Shape), std::move(Name)});
@@ -120,6 +128,8 @@ struct ProgramDesc {
   int64_t warmupSteps = 0, totalSteps = 0;
   int64_t globalBatch = 0;
   int64_t microBatches = 0; // format 5: gradient accumulation
+  uint32_t pipelineStages = 0; // format 6
+  std::string pipelineSchedule;
 };
 
 /// Serializes \p P into the bytes of a finished Program flatbuffer.
@@ -158,9 +168,17 @@ inline std::vector<uint8_t> serializeProgram(const ProgramDesc &P) {
           D.loc.c_str(), D.paramName.empty() ? nullptr : D.paramName.c_str(),
           D.paramOffset.empty() ? nullptr : &D.paramOffset,
           D.generationOnly));
+    std::vector<flatbuffers::Offset<fb::Segment>> Segments;
+    for (const auto &S : R.segments)
+      Segments.push_back(
+          fb::CreateSegment(B, S.begin, S.end, S.stage, S.backward));
+    std::vector<flatbuffers::Offset<fb::Task>> Tasks;
+    for (auto [Segment, Micro] : R.schedule)
+      Tasks.push_back(fb::CreateTask(B, Segment, Micro));
     Ranks.push_back(fb::CreateRankProgramDirect(
         B, R.rank, &R.coords, &Bufs, &Params, &Inputs, &Outputs, &Instrs,
-        R.forwardEnd, R.accumulateEnd));
+        R.forwardEnd, R.accumulateEnd, Segments.empty() ? nullptr : &Segments,
+        Tasks.empty() ? nullptr : &Tasks));
   }
   flatbuffers::Offset<fb::TrainConfig> Train = 0;
   if (P.hasTrain)
@@ -169,7 +187,11 @@ inline std::vector<uint8_t> serializeProgram(const ProgramDesc &P) {
   auto Root = fb::CreateProgramDirect(B, P.modelName.c_str(), P.modelHash,
                                       P.worldSize, &Axes, P.batch, P.seq,
                                       P.vocabSize, P.seed, &Ranks, Train,
-                                      P.globalBatch, P.microBatches);
+                                      P.globalBatch, P.microBatches,
+                                      P.pipelineStages,
+                                      P.pipelineSchedule.empty()
+                                          ? nullptr
+                                          : P.pipelineSchedule.c_str());
   B.Finish(Root);
   return std::vector<uint8_t>(B.GetBufferPointer(),
                               B.GetBufferPointer() + B.GetSize());

@@ -241,3 +241,110 @@ TEST(PlanFile, LoadMissingFileNamesPath) {
 }
 
 } // namespace
+
+namespace {
+
+/// Two pipeline ranks: rank 0 makes x and sends it, rank 1 receives it,
+/// once per micro-batch (two), each in one forward segment.
+ProgramDesc pipelinePair() {
+  ProgramDesc P;
+  P.modelName = "pair";
+  P.worldSize = 2;
+  P.axes = {{"pp", 2, {{0, 1}}}};
+  P.microBatches = 2;
+  P.globalBatch = 2;
+  P.pipelineStages = 2;
+  P.pipelineSchedule = "test";
+  for (uint32_t Rank = 0; Rank < 2; ++Rank) {
+    RankDesc R;
+    R.rank = Rank;
+    R.coords = {int64_t(Rank)};
+    uint32_t X = R.addBuffer(dt::F32, {2}, "x");
+    if (Rank == 0) {
+      R.instrs.push_back({op::Fill, {}, {X}, {}, {1.0}});
+      R.instrs.push_back({op::Send, {X}, {}, {1, 0}});
+    } else {
+      R.instrs.push_back({op::Recv, {}, {X}, {0, 0}});
+    }
+    R.accumulateEnd = int32_t(R.instrs.size());
+    R.segments = {{0, uint32_t(R.instrs.size()), Rank, false}};
+    R.schedule = {{0, 0}, {0, 1}};
+    P.ranks.push_back(R);
+  }
+  return P;
+}
+
+} // namespace
+
+TEST(PlanFile, PipelineTransfersMatch) {
+  EXPECT_EQ(verify(pipelinePair()), "");
+}
+
+TEST(PlanFile, RejectsPipelineDeadlock) {
+  // Each rank first waits for what the other sends only afterwards.
+  ProgramDesc P = pipelinePair();
+  RankDesc &R0 = P.ranks[0], &R1 = P.ranks[1];
+  uint32_t Y0 = R0.addBuffer(dt::F32, {2}, "y");
+  R0.instrs.insert(R0.instrs.begin(), {op::Recv, {}, {Y0}, {1, 1}});
+  uint32_t Y1 = R1.addBuffer(dt::F32, {2}, "y");
+  R1.instrs.push_back({op::Fill, {}, {Y1}, {}, {2.0}});
+  R1.instrs.push_back({op::Send, {Y1}, {}, {0, 1}});
+  for (RankDesc *R : {&R0, &R1}) {
+    R->accumulateEnd = int32_t(R->instrs.size());
+    R->segments[0].end = uint32_t(R->instrs.size());
+  }
+  std::string Err = verify(P);
+  EXPECT_NE(Err.find("the pipeline schedule deadlocks: rank 0 waits in the "
+                     "forward pass of stage 0 on micro-batch 0 (instruction "
+                     "0) for transfer 1 of micro-batch 0 from rank 1; rank 1 "
+                     "waits in the forward pass of stage 1 on micro-batch 0 "
+                     "(instruction 0) for transfer 0"),
+            std::string::npos)
+      << Err;
+}
+
+TEST(PlanFile, RejectsUnreceivedTransfer) {
+  ProgramDesc P = pipelinePair();
+  P.ranks[1].instrs[0] = {op::Fill, {}, {0}, {}, {0.0}};
+  std::string Err = verify(P);
+  EXPECT_NE(Err.find("rank 0 sends transfer 0 of micro-batch 0 to rank 1, "
+                     "which never receives it"),
+            std::string::npos)
+      << Err;
+}
+
+TEST(PlanFile, RejectsBadPipelineStructure) {
+  {
+    ProgramDesc P = pipelinePair();
+    P.ranks[0].schedule = {{0, 0}, {0, 0}};
+    EXPECT_NE(verify(P).find("the schedule runs segment 0 on micro-batch 0 2 "
+                             "times (expected once)"),
+              std::string::npos);
+  }
+  {
+    ProgramDesc P = pipelinePair();
+    P.ranks[0].instrs[1].ints = {0, 0};
+    EXPECT_NE(verify(P).find("peer rank 0 is not another rank"),
+              std::string::npos);
+  }
+  {
+    ProgramDesc P = pipelinePair();
+    P.ranks[0].segments[0].end = 1;
+    EXPECT_NE(verify(P).find("the segments end at instruction 1, not at "
+                             "accumulate_end 2"),
+              std::string::npos);
+  }
+  {
+    ProgramDesc P = pipelinePair();
+    P.pipelineStages = 0;
+    EXPECT_NE(verify(P).find("has pipeline segments but the plan has no "
+                             "pipeline"),
+              std::string::npos);
+    for (RankDesc &R : P.ranks) {
+      R.segments.clear();
+      R.schedule.clear();
+    }
+    EXPECT_NE(verify(P).find("point-to-point transfers need a pipeline"),
+              std::string::npos);
+  }
+}

@@ -180,3 +180,25 @@ func.func @reduce_result(%x: tensor<4x8xf32>) {
   %0 = megac.gelu %x {megac.reduce_result = [1 : i64]} : (tensor<4x8xf32>) -> tensor<4x8xf32>
   return
 }
+
+// -----
+
+func.func @bad_stage(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{megac.stage must be a non-empty array of non-negative stage numbers}}
+  %y = megac.gelu %x {megac.stage = array<i64: -1>} : (tensor<4xf32>) -> tensor<4xf32>
+  return %y : tensor<4xf32>
+}
+
+// -----
+
+func.func @bad_phase(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{megac.phase must be "forward", "backward" or "step"}}
+  %y = megac.gelu %x {megac.phase = "sideways"} : (tensor<4xf32>) -> tensor<4xf32>
+  return %y : tensor<4xf32>
+}
+
+// -----
+
+// expected-error @+1 {{megac.pipeline_stages must be a positive integer on a module}}
+module attributes {megac.pipeline_stages = 0 : i64} {
+}

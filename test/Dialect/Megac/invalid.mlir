@@ -359,3 +359,27 @@ func.func @dropout_c1(%x: tensor<4x8xf32>) {
   %0 = megac.dropout %x {rate = 1.0 : f64, stream = 0 : i64} : (tensor<4x8xf32>) -> tensor<4x8xf32>
   return
 }
+
+// -----
+
+func.func @transfer_same_stage(%x: tensor<4xf32>) {
+  // expected-error @+1 {{transfer_c1: expected two different non-negative stages, got 1 and 1}}
+  megac.transfer %x {src_stage = 1 : i64, dst_stage = 1 : i64, src_phase = "forward", dst_phase = "forward"} : tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @transfer_back_in_time(%x: tensor<4xf32>) {
+  // expected-error @+1 {{transfer_c2: a value made in the step phase cannot be received in the backward phase, which runs before it}}
+  megac.transfer %x {src_stage = 0 : i64, dst_stage = 1 : i64, src_phase = "step", dst_phase = "backward"} : tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @transfer_bad_phase(%x: tensor<4xf32>) {
+  // expected-error @+1 {{transfer_c2: phases must be forward, backward or step, got 'fwd' and 'forward'}}
+  megac.transfer %x {src_stage = 0 : i64, dst_stage = 1 : i64, src_phase = "fwd", dst_phase = "forward"} : tensor<4xf32>
+  return
+}
