@@ -170,13 +170,52 @@ MemoryPlan planMemory(const Program &P, const RankProgram &R) {
       // A sum over micro-batches is read by the next micro-batch.
       if (In.op() == op::Accumulate && Micro)
         Persistent[Y] = true;
-      else if (Pipelined && int64_t(I) < R.accumulate_end())
-        M.perMicro[Y] = true;
     }
   }
-  if (Pipelined && R.inputs())
-    for (const Input *In : *R.inputs())
-      M.perMicro[In->buffer()] = true;
+  // A pipeline rank runs one segment at a time, but keeps several
+  // micro-batches in flight: what one segment passes to a later one (saved
+  // activations, received values, the inputs) needs a copy per micro-batch
+  // in flight; what lives within one segment is dead when it ends and
+  // shares the arena like any temporary.
+  if (Pipelined) {
+    std::vector<int64_t> SegmentOf(NI, -1);
+    for (uint32_t K = 0; K < R.segments()->size(); ++K) {
+      const Segment *S = R.segments()->Get(K);
+      for (uint32_t I = S->begin(); I < S->end() && I < NI; ++I)
+        SegmentOf[I] = K;
+    }
+    std::vector<int64_t> Segments(NB, -1); // -2: used in several
+    for (uint32_t I = 0; I < uint32_t(R.accumulate_end()) && I < NI; ++I) {
+      const Instr &In = *R.instrs()->Get(I);
+      auto Note = [&](uint32_t B) {
+        if (M.kind[B] == MemoryKind::Parameter)
+          return;
+        if (Segments[B] == -1)
+          Segments[B] = SegmentOf[I];
+        else if (Segments[B] != SegmentOf[I])
+          Segments[B] = -2;
+      };
+      if (In.inputs())
+        for (uint32_t X : *In.inputs())
+          Note(X);
+      if (In.op() != op::Accumulate)
+        for (uint32_t Y : *In.outputs())
+          Note(Y);
+    }
+    for (uint32_t B = 0; B < NB; ++B)
+      M.perMicro[B] = Segments[B] == -2 && !Persistent[B];
+    if (R.inputs())
+      for (const Input *In : *R.inputs())
+        M.perMicro[In->buffer()] = true;
+    // Saved activations: written by a forward segment, read by a backward
+    // one, once per micro-batch in flight.
+    for (uint32_t B = 0; B < NB; ++B)
+      if (M.perMicro[B] && First[B] >= 0 && SegmentOf[First[B]] >= 0 &&
+          !R.segments()->Get(SegmentOf[First[B]])->backward() &&
+          Last[B] >= 0 && SegmentOf[Last[B]] >= 0 &&
+          R.segments()->Get(SegmentOf[Last[B]])->backward())
+        M.savedActivationBytes += bufferBytes(*R.buffers()->Get(B));
+  }
   // Saved activations: written by the forward part, read after it.
   for (uint32_t B = 0; B < NB; ++B)
     if (M.kind[B] == MemoryKind::Activation && First[B] >= 0 &&

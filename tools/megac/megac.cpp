@@ -131,6 +131,14 @@ mlir::LogicalResult checkMemory(const megac::plan::Program &program,
     if (rp.outputs())
       for (const auto *out : *rp.outputs())
         key.push_back(-5 - static_cast<int64_t>(out->buffer()));
+    // Pipeline ranks: the segments and the schedule (micro-batches in
+    // flight) matter too.
+    if (rp.segments())
+      for (const auto *segment : *rp.segments())
+        key.insert(key.end(), {-6, segment->begin(), segment->end()});
+    if (rp.schedule())
+      for (const auto *task : *rp.schedule())
+        key.insert(key.end(), {-7, task->segment(), task->micro_batch()});
     auto found = planned.find(key);
     if (found == planned.end())
       found = planned.emplace(std::move(key), megac_rt::planMemory(program, rp))
@@ -141,14 +149,20 @@ mlir::LogicalResult checkMemory(const megac::plan::Program &program,
           "megac: memory of rank {0}: {1} = parameters {2} + optimizer state "
           "{3} + arena {4} (at its peak, instruction {5}: gradients {6}, "
           "activations {7}, workspace {8}; {11} without reuse); activations "
-          "kept for the backward pass {9} ({10} B)\n",
+          "kept for the backward pass {9} ({10} B){12}\n",
           r, formatBytes(plan.totalBytes()), formatBytes(plan.parameterBytes),
           formatBytes(plan.optimizerBytes), formatBytes(plan.arenaBytes),
           plan.peakInstruction, formatBytes(plan.peakGradientBytes),
           formatBytes(plan.peakActivationBytes),
           formatBytes(plan.peakWorkspaceBytes),
           formatBytes(plan.savedActivationBytes), plan.savedActivationBytes,
-          formatBytes(plan.unsharedBytes));
+          formatBytes(plan.unsharedBytes),
+          plan.slotBytes
+              ? llvm::formatv("; pipeline: {0} micro-batch(es) in flight x "
+                              "{1} each",
+                              plan.slots, formatBytes(plan.slotBytes))
+                    .str()
+              : std::string());
     if (r == 0 || plan.totalBytes() > worst.totalBytes()) {
       worst = plan;
       worstRank = r;

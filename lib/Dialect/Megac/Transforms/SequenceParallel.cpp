@@ -45,6 +45,15 @@ struct SequenceParallelPass
       // that enter it (row-parallel products, the vocabulary-parallel
       // embedding), which become reduce-scatters instead of all-reduces.
       llvm::SetVector<Value> stream;
+      // The batch stays split the way the data inputs are (over dp): the
+      // pin only adds the sequence split.
+      StringAttr batchAxis = StringAttr::get(ctx, "");
+      for (BlockArgument arg : func.getArguments())
+        if (func.getArgAttr(arg.getArgNumber(), MegacDialect::kInputAttrName))
+          if (auto sharding = func.getArgAttrOfType<ShardingAttr>(
+                  arg.getArgNumber(), MegacDialect::kShardingAttrName))
+            if (getAxisSizeOrOne(getMesh(module), sharding.getDimAxis(0)) > 1)
+              batchAxis = StringAttr::get(ctx, sharding.getDimAxis(0));
       auto splitOver = [&](Value weight, int64_t dim) {
         auto arg = dyn_cast<BlockArgument>(weight);
         if (!arg)
@@ -85,7 +94,7 @@ struct SequenceParallelPass
           b.setInsertionPointToStart(cast<BlockArgument>(value).getOwner());
         auto none = StringAttr::get(ctx, "");
         auto sharding = ShardingAttr::get(
-            ctx, {none, StringAttr::get(ctx, axis), none}, {});
+            ctx, {batchAxis, StringAttr::get(ctx, axis), none}, {});
         auto pin = ShardingConstraintOp::create(b, value.getLoc(), value, sharding);
         value.replaceAllUsesExcept(pin.getResult(), pin.getOperation());
       }

@@ -47,3 +47,21 @@ module attributes {megac.mesh = #megac.mesh<dp = 2>} {
     return %n : tensor<2x8x16xf32>
   }
 }
+
+// -----
+
+// Tests that with data parallelism the pin keeps the batch split over dp
+// (the data inputs' split), adding only the sequence split over tp: every
+// dp rank works on its own rows, not on the whole batch.
+module attributes {megac.mesh = #megac.mesh<dp = 2, tp = 2>} {
+  // CHECK-LABEL: func.func @data_parallel
+  func.func @data_parallel(%wte: tensor<64x16xf32> {megac.param = {name = "wte", init = "zeros"}, megac.sharding = #megac.sharding<[tp, _]>},
+                           %g: tensor<16xf32> {megac.param = {name = "g", init = "ones"}},
+                           %ids: tensor<4x8xi32> {megac.input = "tokens", megac.sharding = #megac.sharding<[dp, _]>}) -> tensor<4x8x16xf32> {
+    // CHECK: megac.embedding
+    // CHECK-NEXT: megac.sharding_constraint %{{.*}} {sharding = #megac.sharding<[dp, tp, _]>}
+    %x = megac.embedding %wte, %ids : (tensor<64x16xf32>, tensor<4x8xi32>) -> tensor<4x8x16xf32>
+    %n = megac.layer_norm %x, %g, %g : (tensor<4x8x16xf32>, tensor<16xf32>, tensor<16xf32>) -> tensor<4x8x16xf32>
+    return %n : tensor<4x8x16xf32>
+  }
+}

@@ -130,7 +130,9 @@ def SequenceParallelPass
     : Pass<"megac-sequence-parallel", "mlir::ModuleOp"> {
   let summary = "Split the residual stream on the sequence over tp";
   let description = [{
-    Megatron's sequence parallelism. Pins to `[_, axis, _]`, with a
+    Megatron's sequence parallelism. Pins to `[_, axis, _]` (or `[dp,
+    axis, _]` when the data inputs split the batch over a `dp` axis: the
+    batch stays split), with a
     `megac.sharding_constraint` right where they are produced, every
     LayerNorm input (the residual stream between the blocks) and every
     partial sum entering it (the results of row-parallel products, whose
