@@ -203,7 +203,7 @@ MemoryPlan planMemory(const Program &P, const RankProgram &R) {
           Note(Y);
     }
     for (uint32_t B = 0; B < NB; ++B)
-      M.perMicro[B] = Segments[B] == -2 && !Persistent[B];
+      M.perMicro[B] = Segments[B] == -2; // outputs (the logits) too
     if (R.inputs())
       for (const Input *In : *R.inputs())
         M.perMicro[In->buffer()] = true;
