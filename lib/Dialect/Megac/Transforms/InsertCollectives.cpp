@@ -75,8 +75,30 @@ Value reshard(OpBuilder &builder, Location loc, Value value, ShardingAttr from,
   return value;
 }
 
+/// Whether going from `from` to `to` gathers a split dimension.
+bool gathers(ShardingAttr from, ShardingAttr to) {
+  for (auto [have, want] : llvm::zip(from.getDims(), to.getDims()))
+    if (!have.getValue().empty() && have != want)
+      return true;
+  return false;
+}
+
+/// Ops the returned values depend on (the forward pass of a training step).
+llvm::DenseSet<Operation *> returnedCone(Block &body) {
+  llvm::DenseSet<Operation *> cone;
+  SmallVector<Value> worklist(body.getTerminator()->getOperands());
+  while (!worklist.empty()) {
+    Operation *op = worklist.pop_back_val().getDefiningOp();
+    if (op && cone.insert(op).second)
+      llvm::append_range(worklist, op->getOperands());
+  }
+  return cone;
+}
+
 struct InsertCollectivesPass
     : public megac::impl::InsertCollectivesPassBase<InsertCollectivesPass> {
+  using InsertCollectivesPassBase::InsertCollectivesPassBase;
+
   /// An op marked megac.reduce_result produces partial sums that every user
   /// sees summed: the all-reduces go right after it and take over its uses.
   /// The op's own sharding becomes the raw (partial) one.
@@ -114,8 +136,12 @@ struct InsertCollectivesPass
     for (auto func : getOperation().getOps<func::FuncOp>()) {
       if (func.isExternal())
         continue;
-      // A value resharded once is reused by later users needing the same.
-      llvm::DenseMap<std::pair<Value, Attribute>, Value> resharded;
+      // A value resharded once is reused by later users needing the same
+      // (with `regather`, the backward pass's gathers apart).
+      llvm::DenseMap<std::tuple<Value, Attribute, unsigned>, Value> resharded;
+      llvm::DenseSet<Operation *> forward;
+      if (regather)
+        forward = returnedCone(func.getBody().front());
       SmallVector<Operation *> ops;
       for (Operation &op : func.getBody().front())
         ops.push_back(&op);
@@ -148,9 +174,19 @@ struct InsertCollectivesPass
                   << "' but is not";
               return signalPassFailure();
             }
-          Value &cached = resharded[{operand, want}];
-          if (!cached)
+          bool again = regather && !isa<func::ReturnOp>(op) &&
+                       !forward.contains(op) && gathers(have, to);
+          Value &cached = resharded[{operand, want, again ? 1u : 0u}];
+          if (!cached) {
+            Operation *before = op->getPrevNode();
             cached = reshard(builder, op->getLoc(), operand, have, to);
+            // On a pipeline the gather runs with the backward op it serves.
+            if (again && !getStages(op).empty())
+              for (Operation *made = before ? before->getNextNode()
+                                            : &op->getBlock()->front();
+                   made != op; made = made->getNextNode())
+                setPlacement(made, getStages(op), getPhase(op));
+          }
           op->setOperand(index, cached);
         }
       }

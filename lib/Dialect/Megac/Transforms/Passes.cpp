@@ -41,7 +41,10 @@ void buildPartitionPipeline(OpPassManager &pm, const PartitionOptions &options) 
   // propagating again shards the ops that introduces.
   pm.addPass(createSplitCrossEntropyPass());
   pm.addPass(createPropagateShardingPass());
-  pm.addPass(createInsertCollectivesPass());
+  // Selective recomputation with sequence parallelism: the backward pass
+  // gathers the split LayerNorm outputs again (Korthikanti et al.'s TP+SP).
+  pm.addPass(createInsertCollectivesPass(InsertCollectivesPassOptions{
+      options.sequenceParallel && options.recompute == "selective"}));
   pm.addPass(createLocalizeShapesPass());
   pm.addPass(createPipelineStagesPass());
   if (options.bucketBytes > 0)

@@ -14,7 +14,9 @@ its probabilities in the backward pass (the paper's selective
 recomputation: sbh (10 + 24/t)), and its dropout masks are recomputed from
 counters instead of stored (the paper's 2 sbh of 1-byte masks), so the
 expectation is sbh (8 + 24/t). With full recomputation the paper keeps only
-each layer's input: 2 sbh.
+each layer's input: 2 sbh. With sequence parallelism (and the backward
+pass gathering the LayerNorm outputs again) everything is split over tp:
+the paper's sbh (34/t), or 32/t without the masks.
 """
 import argparse
 import re
@@ -33,6 +35,8 @@ parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 for name in ("s", "b", "h", "t"):
     parser.add_argument("--" + name, type=int, required=True)
 parser.add_argument("--recompute", choices=["selective", "full"], default="selective")
+parser.add_argument("--sequence-parallel", action="store_true",
+                    help="TP+SP: the paper's sbh (34/t), masks excluded: 32/t")
 parser.add_argument("reports", nargs=4)
 args = parser.parse_args()
 r1, l1, r2, l2 = args.reports[0], int(args.reports[1]), args.reports[2], int(args.reports[3])
@@ -41,6 +45,8 @@ fp16 = per_layer_f32 / 2
 sbh = args.s * args.b * args.h
 if args.recompute == "full":
     paper, formula = sbh * 2, "full recomputation 2sbh"
+elif args.sequence_parallel:
+    paper, formula = sbh * 32 / args.t, "TP+SP selective without masks sbh(32/t)"
 else:
     paper, formula = sbh * (8 + 24 / args.t), "selective without masks sbh(8 + 24/t)"
 ratio = fp16 / paper

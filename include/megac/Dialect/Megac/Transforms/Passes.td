@@ -92,7 +92,20 @@ def InsertCollectivesPass : Pass<"megac-insert-collectives", "mlir::ModuleOp"> {
     `megac.all_reduce` (partial to whole), `megac.all_gather` (split to
     whole) and `megac.slice_shard` (whole to split, free). One reshard of a
     value to a given sharding is shared by all users that need it.
+
+    With `regather`, a backward op (one the returned values do not depend
+    on) that needs a split value whole gets its own all-gather, right
+    before it, instead of sharing the forward pass's: the step keeps the
+    split value (1/axis of the bytes) for the backward pass rather than the
+    gathered one. That is what Megatron's sequence parallelism does with
+    the LayerNorm outputs the weight gradients read: one more all-gather
+    per column-parallel product for sbh (34/t) activation bytes per layer.
   }];
+  let options = [
+    Option<"regather", "regather", "bool", /*default=*/"false",
+           "Gather split values again in the backward pass instead of "
+           "keeping the forward pass's gathered copy">,
+  ];
 }
 
 def LocalizeShapesPass : Pass<"megac-localize-shapes", "mlir::ModuleOp"> {
