@@ -2,7 +2,10 @@
 # Compile time and peak memory of `megac compile` on GPT-3-shaped models
 # (hidden 12288, 96 heads, vocabulary 51200, sequence 2048) of 24, 48 and 96
 # layers, to check that compile time stays linear in depth.
-#   bench/compile_time.sh [MESH]      (default tp=8)
+#   bench/compile_time.sh [MESH [COMPILE OPTION...]]      (default tp=8)
+#   BATCH=32 bench/compile_time.sh dp=4,pp=8,tp=8 --train --micro-batches 8 \
+#       --sequence-parallel --recompute selective
+# BATCH is the global batch (default 1).
 set -euo pipefail
 # Debian's python3 (setup.sh installs python3-numpy for it), not whatever
 # python3 comes first on PATH.
@@ -11,6 +14,8 @@ PY=/usr/bin/python3
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BIN="${MEGAC_BUILD_DIR:-$ROOT/build}/bin"
 MESH="${1:-tp=8}"
+shift || true
+BATCH="${BATCH:-1}"
 TMP="$(mktemp -d)"
 trap 'rm -rf "$TMP"' EXIT
 
@@ -21,7 +26,7 @@ for L in 24 48 96; do
   best=""
   for run in 1 2 3; do
     /usr/bin/time -f "%e %M" -o "$TMP/time" "$BIN/megac" compile "$TMP/m.mlir" \
-      --mesh "$MESH" --batch 1 --seq 2048 -o "$TMP/m.mgc" --quiet
+      --mesh "$MESH" --batch "$BATCH" --seq 2048 "$@" -o "$TMP/m.mgc" --quiet
     read -r secs rss < "$TMP/time"
     ms=$("$PY" -c "print(round($secs * 1000))")
     if [[ -z "$best" || $ms -lt $best ]]; then best=$ms; best_rss=$rss; fi
