@@ -3,7 +3,8 @@
 or `megac-run --trace`) and summarizes it: one process per rank, named;
 complete events only; on each rank the instructions run one after another
 (no two spans overlap, in instruction order within a step). Prints, per
-rank, the number of instruction events and collectives and the span.
+rank, the number of instruction events, collectives and pipeline transfers,
+the span, and the rank's idle share of the whole trace (its bubble).
 
   check_trace.py TRACE.json
 """
@@ -22,6 +23,8 @@ for e in events:
     by_rank.setdefault(e["pid"], []).append(e)
 if sorted(by_rank) != sorted(names):
     sys.exit(f"ranks with events {sorted(by_rank)} differ from named ranks {sorted(names)}")
+first = min(e["ts"] for spans in by_rank.values() for e in spans)
+last = max(e["ts"] + e["dur"] for spans in by_rank.values() for e in spans)
 for rank in sorted(by_rank):
     spans = sorted(by_rank[rank], key=lambda e: (e["ts"], e["args"]["instr"]))
     end = 0.0
@@ -33,6 +36,9 @@ for rank in sorted(by_rank):
             sys.exit(f"rank {rank}: negative duration")
         end = e["ts"] + e["dur"]
     collectives = sum(e["cat"] == "collective" for e in spans)
+    transfers = sum(e["cat"] == "transfer" for e in spans)
+    busy = sum(e["dur"] for e in spans)
+    idle = 1 - busy / (last - first) if last > first else 0.0
     print(f"{names[rank]}: {len(spans)} instructions, {collectives} collectives, "
-          f"{spans[0]['ts']:.0f}..{end:.0f} us")
+          f"{transfers} transfers, {spans[0]['ts']:.0f}..{end:.0f} us, idle {idle:.3f}")
 print("check_trace.py: OK")

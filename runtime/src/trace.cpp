@@ -20,6 +20,40 @@ bool communicatesOp(OpCode Op) {
   return Op == op::AllReduce || Op == op::AllGather || Op == op::ReduceScatter;
 }
 
+bool transferOp(OpCode Op) { return Op == op::Send || Op == op::Recv; }
+
+/// One instruction as a rank runs it, and on which micro-batch (-1: none).
+struct Step {
+  uint32_t instr;
+  int64_t micro;
+};
+
+/// The order a rank runs its instructions in during one training step:
+/// with micro-batches [0, accumulate_end) once per micro-batch, on a
+/// pipeline the schedule's segments; then the rest once.
+std::vector<Step> executionOrder(const Program &P, const RankProgram &R) {
+  std::vector<Step> Order;
+  const uint32_t N = R.instrs() ? R.instrs()->size() : 0;
+  const int32_t AccEnd = R.accumulate_end();
+  uint32_t Rest = 0;
+  if (R.segments() && R.segments()->size() && R.schedule()) {
+    for (const Task *T : *R.schedule()) {
+      const Segment *S = R.segments()->Get(T->segment());
+      for (uint32_t I = S->begin(); I < S->end(); ++I)
+        Order.push_back({I, int64_t(T->micro_batch())});
+    }
+    Rest = uint32_t(AccEnd);
+  } else if (P.micro_batches() > 1 && AccEnd > 0) {
+    for (int64_t K = 0; K < P.micro_batches(); ++K)
+      for (uint32_t I = 0; I < uint32_t(AccEnd); ++I)
+        Order.push_back({I, K});
+    Rest = uint32_t(AccEnd);
+  }
+  for (uint32_t I = Rest; I < N; ++I)
+    Order.push_back({I, Rest ? 0 : -1});
+  return Order;
+}
+
 int64_t elementsOf(const RankProgram &R, uint32_t B) {
   int64_t N = 1;
   for (int64_t D : *R.buffers()->Get(B)->shape())
@@ -34,6 +68,8 @@ const flatbuffers::Vector<int64_t> &shapeOf(const RankProgram &R, uint32_t B) {
 /// Floating-point operations of a compute instruction (the products
 /// dominate; everything else counts a few per output element).
 double flopsOf(const RankProgram &R, const Instr &In) {
+  if (In.op() == op::Send || In.op() == op::Recv)
+    return 0;
   const uint32_t X = In.inputs() && In.inputs()->size() ? In.inputs()->Get(0) : 0;
   const uint32_t Y = In.outputs()->Get(0);
   const double Out = double(elementsOf(R, Y));
@@ -110,11 +146,14 @@ std::string traceEventsJson(const Program &P, uint32_t Rank,
       Args["step"] = S.step;
     if (S.micro >= 0)
       Args["micro_batch"] = S.micro;
+    const bool Comm = communicatesOp(In.op()) || transferOp(In.op());
     Events.push_back({{"name", opcodeName(In.op())},
-                      {"cat", communicatesOp(In.op()) ? "collective" : "compute"},
+                      {"cat", communicatesOp(In.op()) ? "collective"
+                              : transferOp(In.op())   ? "transfer"
+                                                      : "compute"},
                       {"ph", "X"},
                       {"pid", Rank},
-                      {"tid", communicatesOp(In.op()) ? 1 : 0},
+                      {"tid", Comm ? 1 : 0},
                       {"ts", S.startUs},
                       {"dur", S.durUs},
                       {"args", Args}});
@@ -147,26 +186,56 @@ std::string estimateSchedule(const Program &P, const CostModel &M,
       for (uint32_t R : *P.axes()->Get(A)->groups()->Get(G)->ranks())
         GroupOf[A][R] = G;
   Out.assign(N, {});
+  std::vector<std::vector<Step>> Order(N);
+  for (uint32_t R = 0; R < N; ++R)
+    Order[R] = executionOrder(P, *P.ranks()->Get(R));
   std::vector<uint32_t> Ptr(N, 0);
   std::vector<double> Clock(N, 0);
   std::vector<std::vector<uint32_t>> Seq(N, std::vector<uint32_t>(NA, 0));
   // Arrivals at a collective: (axis, group, sequence number) -> ranks.
   std::map<std::tuple<size_t, uint32_t, uint32_t>, std::vector<uint32_t>> Waiting;
-  auto Count = [&](uint32_t R) { return P.ranks()->Get(R)->instrs()->size(); };
+  // Pipeline messages sent: (from, to, transfer, micro-batch) -> arrival.
+  std::map<std::tuple<uint32_t, int64_t, int64_t, int64_t>, double> Arrives;
   for (;;) {
     bool Progress = false, Done = true;
     for (uint32_t R = 0; R < N; ++R) {
       const RankProgram &RP = *P.ranks()->Get(R);
-      while (Ptr[R] < Count(R)) {
-        const Instr &In = *RP.instrs()->Get(Ptr[R]);
+      while (Ptr[R] < Order[R].size()) {
+        const Step St = Order[R][Ptr[R]];
+        const Instr &In = *RP.instrs()->Get(St.instr);
         if (Training && In.generation_only()) {
           ++Ptr[R];
+          continue;
+        }
+        if (transferOp(In.op())) {
+          // A send copies and goes on; its message arrives after the
+          // link's latency and bandwidth. A receive waits for it.
+          const int64_t Peer = In.ints()->Get(0), Id = In.ints()->Get(1);
+          const double Bytes = bytesOf(RP, In);
+          if (In.op() == op::Send) {
+            const double Us = Bytes / M.bytesPerUs;
+            Out[R].push_back({St.instr, Clock[R], Us, -1, St.micro});
+            Clock[R] += Us;
+            Arrives[{R, Peer, Id, St.micro}] =
+                Clock[R] + M.collectiveLatencyUs + Bytes / M.linkBytesPerUs;
+          } else {
+            auto It = Arrives.find({uint32_t(Peer), int64_t(R), Id, St.micro});
+            if (It == Arrives.end())
+              break; // the peer has not sent it yet
+            const double Start = std::max(Clock[R], It->second);
+            const double Us = Bytes / M.bytesPerUs;
+            Out[R].push_back({St.instr, Start, Us, -1, St.micro});
+            Clock[R] = Start + Us;
+            Arrives.erase(It);
+          }
+          ++Ptr[R];
+          Progress = true;
           continue;
         }
         if (!communicatesOp(In.op()) || In.axis() < 0) {
           const double Us = std::max(flopsOf(RP, In) / M.flopsPerUs,
                                      bytesOf(RP, In) / M.bytesPerUs);
-          Out[R].push_back({Ptr[R], Clock[R], Us});
+          Out[R].push_back({St.instr, Clock[R], Us, -1, St.micro});
           Clock[R] += Us;
           ++Ptr[R];
           Progress = true;
@@ -188,30 +257,44 @@ std::string estimateSchedule(const Program &P, const CostModel &M,
           Start = std::max(Start, Clock[Q]);
         const double Us = collectiveUs(RP, In, int64_t(Members->size()), M);
         for (uint32_t Q : Here) {
-          Out[Q].push_back({Ptr[Q], Start, Us});
+          Out[Q].push_back({Order[Q][Ptr[Q]].instr, Start, Us, -1,
+                            Order[Q][Ptr[Q]].micro});
           Clock[Q] = Start + Us;
           ++Ptr[Q];
           ++Seq[Q][A];
         }
         Waiting.erase(Key);
       }
-      Done &= Ptr[R] >= Count(R);
+      Done &= Ptr[R] >= Order[R].size();
     }
     if (Done)
       return "";
     if (!Progress) {
       // Nobody can move: name who waits where.
       std::string Msg = "the schedule cannot complete:";
+      for (uint32_t R = 0; R < N; ++R) {
+        if (Ptr[R] >= Order[R].size())
+          continue;
+        const uint32_t I = Order[R][Ptr[R]].instr;
+        const Instr &In = *P.ranks()->Get(R)->instrs()->Get(I);
+        if (In.op() == op::Recv)
+          Msg += " rank " + std::to_string(R) + " waits in recv (instruction " +
+                 std::to_string(I) + ") for transfer " +
+                 std::to_string(In.ints()->Get(1)) + " from rank " +
+                 std::to_string(In.ints()->Get(0)) + ";";
+      }
       for (const auto &[Key, Ranks] : Waiting) {
         const size_t A = std::get<0>(Key);
         const uint32_t R = Ranks.front();
-        const Instr &In = *P.ranks()->Get(R)->instrs()->Get(Ptr[R]);
+        const Instr &In =
+            *P.ranks()->Get(R)->instrs()->Get(Order[R][Ptr[R]].instr);
         Msg += " ranks";
         for (uint32_t Q : Ranks)
           Msg += " " + std::to_string(Q);
         Msg += std::string(" wait in ") + opcodeName(In.op()) + " over " +
                P.axes()->Get(A)->name()->str() + " (instruction " +
-               std::to_string(Ptr[R]) + ") for the rest of their group;";
+               std::to_string(Order[R][Ptr[R]].instr) +
+               ") for the rest of their group;";
       }
       Msg.pop_back();
       return Msg;

@@ -42,11 +42,14 @@ struct CostModel {
   double collectiveLatencyUs = 20;
 };
 
-/// The schedule every rank would follow under \p Model: each instruction
-/// takes max(flops / rate, bytes / bandwidth); a collective starts when
-/// the last member of its group reaches it and takes the ring algorithm's
-/// time. Fails (returns a message) when the ranks' collectives cannot all
-/// complete, naming the ranks that wait.
+/// The schedule every rank would follow under \p Model in one training
+/// step (micro-batches and a pipeline's schedule unrolled): each
+/// instruction takes max(flops / rate, bytes / bandwidth); a collective
+/// starts when the last member of its group reaches it and takes the ring
+/// algorithm's time; a pipeline send goes on at once and its message
+/// arrives after the link's latency and bandwidth, which the receive waits
+/// for. Fails (returns a message) when the ranks cannot all complete,
+/// naming the ranks that wait.
 std::string estimateSchedule(const megac::plan::Program &P,
                              const CostModel &Model,
                              std::vector<std::vector<TraceSpan>> &Out);
