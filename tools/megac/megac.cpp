@@ -538,8 +538,6 @@ int runCompile(int argc, char **argv) {
     if (!train)
       return fail("a pp axis (pipeline parallelism) needs --train: the "
                   "pipeline runs training steps");
-    if (zero > 0)
-      return fail("--zero with a pp axis is not supported yet");
     if (!scheduleFile.empty()) {
       // The file says how many chunks each rank runs.
       std::string error;
