@@ -11,6 +11,7 @@
 #include "megac/Target/Plan/PlanEmitter.h"
 
 #include "megac/Dialect/Megac/IR/MegacOps.h"
+#include "megac/Dialect/Megac/IR/ModelStructure.h"
 #include "megac/Dialect/Megac/IR/ShardingUtils.h"
 #include "megac_rt/plan_file.h"
 
@@ -73,7 +74,7 @@ public:
       if (failed(addArgument(func, arg)))
         return failure();
     }
-    llvm::DenseSet<Operation *> forwardOps = collectForwardOps(body);
+    llvm::DenseSet<Operation *> forwardOps = returnedCone(body);
     generationOnly = collectGenerationOnlyOps(func);
     int32_t forwardEnd = -1, accumulateEnd = -1;
     bool training = false;
@@ -334,20 +335,6 @@ public:
       if (!needed.contains(op) && !isa<func::ReturnOp>(op))
         only.insert(op);
     return only;
-  }
-
-  /// Ops the returned values depend on: the forward pass of a training step
-  /// (the backward pass and the updates come after all of them).
-  static llvm::DenseSet<Operation *> collectForwardOps(Block &body) {
-    llvm::DenseSet<Operation *> seen;
-    SmallVector<Value> worklist(body.getTerminator()->getOperands());
-    while (!worklist.empty()) {
-      Operation *op = worklist.pop_back_val().getDefiningOp();
-      if (!op || !seen.insert(op).second)
-        continue;
-      llvm::append_range(worklist, op->getOperands());
-    }
-    return seen;
   }
 
   /// Global token count of a step for a [B, S, ...] value: its local rows

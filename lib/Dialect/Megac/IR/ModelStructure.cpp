@@ -23,4 +23,15 @@ bool opensTransformerBlock(LayerNormOp layerNorm) {
   return reachesAttention(layerNorm.getResult(), 3);
 }
 
+llvm::DenseSet<Operation *> returnedCone(Block &body) {
+  llvm::DenseSet<Operation *> cone;
+  SmallVector<Value> worklist(body.getTerminator()->getOperands());
+  while (!worklist.empty()) {
+    Operation *op = worklist.pop_back_val().getDefiningOp();
+    if (op && cone.insert(op).second)
+      llvm::append_range(worklist, op->getOperands());
+  }
+  return cone;
+}
+
 } // namespace megac

@@ -11,6 +11,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "megac/Dialect/Megac/IR/MegacOps.h"
+#include "megac/Dialect/Megac/IR/ModelStructure.h"
 #include "megac/Dialect/Megac/Transforms/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -30,19 +31,6 @@ using namespace mlir;
 using namespace megac;
 
 namespace {
-
-/// Ops the returned values depend on (in a training step: the forward pass
-/// and the loss), which keep their collectives where they are.
-llvm::DenseSet<Operation *> returnedCone(Block &body) {
-  llvm::DenseSet<Operation *> cone;
-  SmallVector<Value> worklist(body.getTerminator()->getOperands());
-  while (!worklist.empty()) {
-    Operation *op = worklist.pop_back_val().getDefiningOp();
-    if (op && cone.insert(op).second)
-      llvm::append_range(worklist, op->getOperands());
-  }
-  return cone;
-}
 
 int64_t bytesOf(Value value) {
   auto type = cast<RankedTensorType>(value.getType());

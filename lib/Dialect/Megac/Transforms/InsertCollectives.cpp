@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "megac/Dialect/Megac/IR/MegacOps.h"
+#include "megac/Dialect/Megac/IR/ModelStructure.h"
 #include "megac/Dialect/Megac/IR/ShardingUtils.h"
 #include "megac/Dialect/Megac/Transforms/Passes.h"
 
@@ -81,18 +82,6 @@ bool gathers(ShardingAttr from, ShardingAttr to) {
     if (!have.getValue().empty() && have != want)
       return true;
   return false;
-}
-
-/// Ops the returned values depend on (the forward pass of a training step).
-llvm::DenseSet<Operation *> returnedCone(Block &body) {
-  llvm::DenseSet<Operation *> cone;
-  SmallVector<Value> worklist(body.getTerminator()->getOperands());
-  while (!worklist.empty()) {
-    Operation *op = worklist.pop_back_val().getDefiningOp();
-    if (op && cone.insert(op).second)
-      llvm::append_range(worklist, op->getOperands());
-  }
-  return cone;
 }
 
 struct InsertCollectivesPass
