@@ -363,6 +363,8 @@ RunStats Executor::runRange(Collectives &C, uint32_t Begin, uint32_t End,
       const Instr &In = *RP.instrs()->Get(I);
       if (Training && In.generation_only())
         continue;
+      Beat.fetch_add(1, std::memory_order_relaxed);
+      Current.store(I, std::memory_order_relaxed);
       const bool Tracing = Trace.size() < TraceLimit;
       const auto T0 = Tracing ? std::chrono::steady_clock::now()
                               : std::chrono::steady_clock::time_point();
@@ -410,6 +412,7 @@ RunStats Executor::runRange(Collectives &C, uint32_t Begin, uint32_t End,
           In.op() == op::ReduceScatter)
         ++Stats.collectives;
     }
+  Current.store(UINT32_MAX, std::memory_order_relaxed);
   return Stats;
 }
 

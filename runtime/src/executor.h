@@ -18,6 +18,7 @@
 #include "safetensors.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -237,6 +238,15 @@ public:
   RunStats run(Collectives &C, uint32_t End = UINT32_MAX);
   /// Number of instructions of the forward part (forward_end, or all).
   uint32_t forwardEnd() const;
+  /// Progress, for a watchdog on another thread: a counter bumped at every
+  /// instruction (and by note()), and the instruction being run (UINT32_MAX
+  /// between instructions).
+  uint64_t heartbeat() const { return Beat.load(std::memory_order_relaxed); }
+  uint32_t currentInstruction() const {
+    return Current.load(std::memory_order_relaxed);
+  }
+  /// Counts as progress (the caller finished something of its own).
+  void note() { Beat.fetch_add(1, std::memory_order_relaxed); }
   /// Whether the plan is pipelined (the rank runs a schedule of segments).
   bool pipelined() const {
     return RP.segments() && RP.segments()->size() > 0;
@@ -262,6 +272,8 @@ private:
   uint64_t ArenaBytes = 0;
   std::vector<AdamState> Adam;
   std::vector<int32_t> AdamOfInstr; // instruction -> index in Adam, or -1
+  std::atomic<uint64_t> Beat{0};
+  std::atomic<uint32_t> Current{UINT32_MAX};
   int64_t CurStep = 1;
   double CurLr = 0;
   uint64_t RunSeed = 0;

@@ -49,6 +49,7 @@
 #include <new>
 #include <numeric>
 #include <sstream>
+#include <thread>
 #include <unistd.h>
 
 using namespace megac_rt;
@@ -69,6 +70,8 @@ struct Options {
   std::string sample = "sequential";
   std::string trace;
   int64_t checkpointEvery = 0;
+  // Seconds without progress after which a rank gives up (0: never).
+  double watchdog = 300;
   // Generation.
   std::string prompt;
   bool generate = false;
@@ -78,6 +81,74 @@ struct Options {
 };
 
 enum class Mode { Forward, Train, Generate };
+
+/// Ends the job when this rank makes no progress for a while: a peer that
+/// died or hangs leaves this rank waiting in a collective or a pipeline
+/// receive forever. The launcher then stops the other ranks, since this
+/// one exits non-zero. The message names the instruction it waited in.
+class Watchdog {
+public:
+  Watchdog(const Executor &E, double Seconds, int Rank)
+      : E(E), Seconds(Seconds), Rank(Rank) {
+    if (Seconds > 0)
+      Thread = std::thread([this] { watch(); });
+  }
+  ~Watchdog() {
+    Stop.store(true);
+    if (Thread.joinable())
+      Thread.join();
+  }
+  Watchdog(const Watchdog &) = delete;
+  Watchdog &operator=(const Watchdog &) = delete;
+
+private:
+  void watch() {
+    using Clock = std::chrono::steady_clock;
+    uint64_t Seen = E.heartbeat();
+    auto Since = Clock::now();
+    while (!Stop.load()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      const uint64_t Now = E.heartbeat();
+      if (Now != Seen) {
+        Seen = Now;
+        Since = Clock::now();
+        continue;
+      }
+      if (std::chrono::duration<double>(Clock::now() - Since).count() <
+          Seconds)
+        continue;
+      std::string Where = "between instructions";
+      const uint32_t I = E.currentInstruction();
+      const RankProgram &RP = E.rankProgram();
+      if (RP.instrs() && I < RP.instrs()->size()) {
+        const Instr &In = *RP.instrs()->Get(I);
+        Where = "in instruction " + std::to_string(I) + " (" +
+                opcodeName(In.op());
+        if (In.axis() >= 0 && E.program().axes())
+          Where += " over " + E.program().axes()->Get(In.axis())->name()->str();
+        if ((In.op() == op::Send || In.op() == op::Recv) && In.ints())
+          Where += std::string(In.op() == op::Recv ? " from" : " to") +
+                   " rank " + std::to_string(In.ints()->Get(0));
+        if (In.loc() && In.loc()->size())
+          Where += " at " + In.loc()->str();
+        Where += ")";
+      }
+      std::fprintf(stderr,
+                   "megac-run: error: rank %d made no progress for %.0f s, "
+                   "waiting %s of step %lld; a peer rank is probably dead or "
+                   "hung, so this rank ends the job (--watchdog)\n",
+                   Rank, Seconds, Where.c_str(), (long long)E.step());
+      std::fflush(stderr);
+      std::_Exit(3);
+    }
+  }
+
+  const Executor &E;
+  double Seconds;
+  int Rank;
+  std::atomic<bool> Stop{false};
+  std::thread Thread;
+};
 
 int WorldRank = 0, WorldSize = 1;
 
@@ -446,7 +517,9 @@ bool saveCheckpoint(const Options &O, Setup &S, int64_t Step) {
   std::string Err;
   ShardInfo Mine;
   try {
+    // Writing a shard is progress; the watchdog counts from its end.
     Mine = writeCheckpointShard(O.saveCheckpoint, Step, *S.exec);
+    S.exec->note();
   } catch (const std::exception &E) {
     Err = E.what();
   }
@@ -591,6 +664,7 @@ int runTraining(const Options &O, Setup &S) {
     } catch (const std::exception &Ex) {
       abortJob(Ex);
     }
+    E.note();
     S.dataPos = nextDataPosition(S.dataPos, Stride, S.stream.length());
     double Sec = std::chrono::duration<double>(
                      std::chrono::steady_clock::now() - T0)
@@ -855,6 +929,12 @@ int runMain(int Argc, char **Argv) {
                                  "Seed for parameter init, the default "
                                  "token stream and dropout masks (default: "
                                  "the plan's seed)");
+  App.add_option("--watchdog", O.watchdog,
+                 "End the job (exit status 3) when this rank makes no "
+                 "progress for this many seconds, as when a peer died or "
+                 "hangs in a collective; 0: wait forever")
+      ->check(CLI::NonNegativeNumber)
+      ->default_str("300");
   App.add_flag("--quiet,-q", O.quiet, "Print nothing but errors");
   App.add_option("--backend", O.backend, "Execution backend")
       ->check(CLI::IsMember({"cpu"}))
@@ -865,7 +945,8 @@ int runMain(int Argc, char **Argv) {
       ->check(CLI::IsMember({"text", "json"}))
       ->option_text("text|json");
   App.footer("Exit status: 0 on success, 1 on any error (reported as one "
-             "line \"megac-run: error: ...\" on stderr).");
+             "line \"megac-run: error: ...\" on stderr), 3 when the "
+             "watchdog ends the job.");
   try {
     App.parse(Argc, Argv);
   } catch (const CLI::CallForHelp &E) {
@@ -941,6 +1022,7 @@ int runMain(int Argc, char **Argv) {
          humanCount(MaxElems).c_str(), O.weights.c_str(), Extra.c_str());
   }
 
+  Watchdog Guard(*S.exec, O.watchdog, WorldRank);
   if (S.mode == Mode::Train)
     return runTraining(O, S);
   if (S.mode == Mode::Generate)

@@ -1,0 +1,83 @@
+#!/usr/bin/env python3
+"""Runs a multi-rank job, and once it is training (METRICS has 2 lines)
+kills (SIGKILL) or freezes (SIGSTOP) its last rank. Reports how the job
+ended: the launcher's exit status, how long after the fault every rank
+was gone, and whether any rank process is left.
+
+  fault_rank.py --signal KILL|STOP --metrics FILE -- LAUNCH COMMAND...
+"""
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+
+
+def descendants(pid):
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True)
+    kids = [int(p) for p in out.stdout.split()]
+    return kids + [d for k in kids for d in descendants(k)]
+
+
+def rank_processes(pid):
+    procs = []
+    for p in descendants(pid):
+        try:
+            with open(f"/proc/{p}/comm") as f:
+                if f.read().strip() == "megac-run":
+                    procs.append(p)
+        except OSError:
+            pass
+    return sorted(procs)
+
+
+parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+parser.add_argument("--signal", choices=["KILL", "STOP"], required=True)
+parser.add_argument("--metrics", required=True)
+parser.add_argument("--limit", type=float, default=30.0)
+parser.add_argument("command", nargs=argparse.REMAINDER)
+args = parser.parse_args()
+command = args.command[1:] if args.command[:1] == ["--"] else args.command
+
+job = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                       text=True)
+deadline = time.time() + 120
+while time.time() < deadline:
+    if job.poll() is not None:
+        sys.exit(f"the job ended before the fault (status {job.returncode}):\n{job.stderr.read()}")
+    try:
+        with open(args.metrics) as f:
+            if len(f.read().splitlines()) >= 2:
+                break
+    except OSError:
+        pass
+    time.sleep(0.05)
+else:
+    job.kill()
+    sys.exit("the job did not start training within 120 s")
+ranks = rank_processes(job.pid)
+victim = ranks[-1]
+start = time.time()
+os.kill(victim, getattr(signal, "SIG" + args.signal))
+try:
+    job.wait(timeout=args.limit + 30)
+except subprocess.TimeoutExpired:
+    job.kill()
+    sys.exit(f"the job still runs {args.limit + 30:.0f} s after the fault")
+# The launcher has returned; its ranks must be gone too.
+while any(os.path.exists(f"/proc/{p}") and
+          open(f"/proc/{p}/stat").read().split()[2] != "Z" for p in ranks):
+    if time.time() - start > args.limit + 30:
+        break
+    time.sleep(0.05)
+elapsed = time.time() - start
+left = [p for p in ranks if os.path.exists(f"/proc/{p}") and
+        open(f"/proc/{p}/stat").read().split()[2] != "Z"]
+print(f"{len(ranks)} ranks; sent SIG{args.signal} to one")
+print(f"job exit status: {'non-zero' if job.returncode != 0 else 'zero'} ({job.returncode})")
+print(f"every rank gone within {args.limit:.0f} s: {'yes' if elapsed <= args.limit and not left else 'no'}")
+print(f"rank processes left: {len(left)}")
+for line in job.stderr.read().splitlines():
+    if line.startswith("megac-run: error:"):
+        print(line)
