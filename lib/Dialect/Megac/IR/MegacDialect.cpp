@@ -338,6 +338,16 @@ LogicalResult MegacDialect::verifyOperationAttribute(Operation *op,
                              "or \"step\"");
     return success();
   }
+  if (name == kFusionAttrName) {
+    auto group = dyn_cast<StringAttr>(value);
+    if (!group || group.getValue().size() < 2 ||
+        (group.getValue()[0] != 'e' && group.getValue()[0] != 'g') ||
+        !llvm::all_of(group.getValue().drop_front(),
+                      [](char c) { return c >= '0' && c <= '9'; }))
+      return op->emitOpError("megac.fusion must name a kernel group as "
+                             "\"e<number>\" or \"g<number>\"");
+    return success();
+  }
   if (name == kPipelineStagesAttrName) {
     auto count = dyn_cast<IntegerAttr>(value);
     if (!count || !isa<ModuleOp>(op) || count.getInt() < 1)

@@ -50,6 +50,9 @@ void buildPartitionPipeline(OpPassManager &pm, const PartitionOptions &options) 
   if (options.bucketBytes > 0)
     pm.addPass(createBucketAllReducesPass(
         BucketAllReducesPassOptions{options.bucketBytes}));
+  // A GPU target runs elementwise chains and GEMM epilogues as one kernel.
+  if (options.fuse)
+    pm.addPass(createFuseElementwisePass());
 }
 
 namespace {

@@ -49,6 +49,9 @@ def Megac_Dialect : Dialect {
     /// run once per micro-batch, "step" once per step.
     static constexpr ::llvm::StringLiteral kStageAttrName = "megac.stage";
     static constexpr ::llvm::StringLiteral kPhaseAttrName = "megac.phase";
+    /// The kernel an op belongs to on a GPU target (megac-fuse-elementwise):
+    /// "gK" a GEMM with its epilogue, "eK" an elementwise chain.
+    static constexpr ::llvm::StringLiteral kFusionAttrName = "megac.fusion";
     /// On the module: model chunks (pp x virtual stages) of the pipeline.
     static constexpr ::llvm::StringLiteral kPipelineStagesAttrName =
         "megac.pipeline_stages";

@@ -46,6 +46,8 @@ struct PartitionOptions {
   /// Pipeline parallelism (a pp axis in the grid): model chunks per
   /// pipeline rank (interleaved schedules).
   int64_t virtualStages = 1;
+  /// Mark kernel groups for a GPU target (megac-fuse-elementwise).
+  bool fuse = false;
 };
 
 /// set-mesh, specialize-shapes, [autodiff, apply-optimizer,]

@@ -207,6 +207,27 @@ def AccumulateMicroBatchesPass
   ];
 }
 
+def FuseElementwisePass : Pass<"megac-fuse-elementwise", "mlir::ModuleOp"> {
+  let summary = "Group elementwise chains and GEMM epilogues into kernels";
+  let description = [{
+    Runs on per-rank IR for a GPU target, where every op that is not fused
+    is one kernel reading and writing device memory. Marks with
+    `megac.fusion = "gK"` a product (`megac.linear`) followed by its bias
+    add (a vector added to every row) and, if that is all its result
+    feeds, a GeLU: cuBLASLt applies both as the GEMM's epilogue. Marks
+    with `megac.fusion = "eK"` each chain of elementwise ops (`add`, `mul`,
+    `gelu`, `gelu_grad`, `round_bf16`) in which every value but the last
+    is read only by the next op of the chain and all have its shape (or
+    are a vector broadcast over its rows): the chain becomes one kernel
+    that reads the chain's inputs once and writes its result once, such
+    as bias + residual add, or the sum of a value's gradient
+    contributions. Ops on different pipeline stages or phases are never
+    grouped. A group of one op is left alone. Attention, LayerNorm, softmax
+    and AdamW are fused kernels already. Only marks; the CUDA plan
+    emitter turns each group into a kernel.
+  }];
+}
+
 def AssignStagesPass : Pass<"megac-assign-stages", "mlir::ModuleOp"> {
   let summary = "Place the forward pass on pipeline stages by cost";
   let description = [{

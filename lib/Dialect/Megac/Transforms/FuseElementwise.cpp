@@ -1,0 +1,134 @@
+//===- FuseElementwise.cpp - Kernel groups for a GPU target ---------------===//
+//
+// On a GPU an elementwise op costs a pass over memory, not arithmetic: a
+// bias add, a GeLU and a residual add done one by one read and write the
+// activation three times. Grouping them makes one kernel of them. The
+// groups are marked (megac.fusion), not outlined, so the CPU path and every
+// other pass see the same ops; the CUDA emitter reads the marks.
+//
+//===----------------------------------------------------------------------===//
+
+#include "megac/Dialect/Megac/IR/MegacOps.h"
+#include "megac/Dialect/Megac/Transforms/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "llvm/ADT/DenseMap.h"
+
+namespace megac {
+#define GEN_PASS_DEF_FUSEELEMENTWISEPASS
+#include "megac/Dialect/Megac/Transforms/Passes.h.inc"
+} // namespace megac
+
+using namespace mlir;
+using namespace megac;
+
+namespace {
+
+bool isElementwise(Operation *op) {
+  return isa<AddOp, MulOp, GeluOp, GeluGradOp, RoundBf16Op>(op);
+}
+
+RankedTensorType typeOf(Value value) {
+  return cast<RankedTensorType>(value.getType());
+}
+
+/// Every operand has the result's shape, or is a vector of its last
+/// dimension (a bias broadcast over the rows).
+bool fitsOneKernel(Operation *op) {
+  RankedTensorType result = typeOf(op->getResult(0));
+  for (Value operand : op->getOperands()) {
+    RankedTensorType type = typeOf(operand);
+    if (type.getShape() == result.getShape())
+      continue;
+    if (type.getRank() == 1 && result.getRank() >= 1 &&
+        type.getDimSize(0) == result.getShape().back())
+      continue;
+    return false;
+  }
+  return true;
+}
+
+/// Same pipeline stage and phase (or both unplaced).
+bool samePlace(Operation *a, Operation *b) {
+  return getStages(a) == getStages(b) && getPhase(a) == getPhase(b);
+}
+
+/// The single user of \p value, if it has exactly one.
+Operation *soleUser(Value value) {
+  if (!value.hasOneUse())
+    return nullptr;
+  return *value.getUsers().begin();
+}
+
+struct FuseElementwisePass
+    : public megac::impl::FuseElementwisePassBase<FuseElementwisePass> {
+  void runOnOperation() override {
+    MLIRContext *ctx = &getContext();
+    int64_t gemms = 0, chains = 0;
+    auto mark = [&](Operation *op, StringRef group) {
+      op->setAttr(MegacDialect::kFusionAttrName, StringAttr::get(ctx, group));
+    };
+    for (auto func : getOperation().getOps<func::FuncOp>()) {
+      if (func.isExternal())
+        continue;
+      Block &body = func.getBody().front();
+      // GEMM epilogues: linear -> + bias [-> gelu], each the sole reader.
+      for (Operation &op : body) {
+        auto linear = dyn_cast<LinearOp>(op);
+        if (!linear || op.hasAttr(MegacDialect::kFusionAttrName))
+          continue;
+        auto add = dyn_cast_or_null<AddOp>(soleUser(linear.getResult()));
+        if (!add || add.getLhs() != linear.getResult() ||
+            typeOf(add.getRhs()).getRank() != 1 || !samePlace(&op, add) ||
+            !fitsOneKernel(add))
+          continue;
+        std::string group = "g" + std::to_string(gemms++);
+        mark(&op, group);
+        mark(add, group);
+        if (auto gelu = dyn_cast_or_null<GeluOp>(soleUser(add.getResult())))
+          if (samePlace(&op, gelu))
+            mark(gelu, group);
+      }
+      // Elementwise chains: an op joins the chain of an operand whose only
+      // reader it is.
+      llvm::DenseMap<Operation *, int64_t> chainOf;
+      llvm::DenseMap<int64_t, int64_t> size;
+      int64_t next = 0;
+      for (Operation &op : body) {
+        if (!isElementwise(&op) || op.hasAttr(MegacDialect::kFusionAttrName) ||
+            !fitsOneKernel(&op))
+          continue;
+        int64_t chain = -1;
+        for (Value operand : op.getOperands()) {
+          Operation *def = operand.getDefiningOp();
+          auto it = def ? chainOf.find(def) : chainOf.end();
+          if (it != chainOf.end() && operand.hasOneUse() &&
+              typeOf(operand) == typeOf(op.getResult(0)) &&
+              samePlace(def, &op)) {
+            chain = it->second;
+            break;
+          }
+        }
+        if (chain < 0)
+          chain = next++;
+        chainOf[&op] = chain;
+        ++size[chain];
+      }
+      // Number the chains of two or more in program order.
+      llvm::DenseMap<int64_t, std::string> name;
+      for (Operation &op : body) {
+        auto it = chainOf.find(&op);
+        if (it == chainOf.end() || size[it->second] < 2)
+          continue;
+        std::string &group = name[it->second];
+        if (group.empty())
+          group = "e" + std::to_string(chains++);
+        mark(&op, group);
+      }
+    }
+  }
+};
+
+} // namespace
