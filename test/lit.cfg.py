@@ -44,6 +44,10 @@ if mpirun:
 if subprocess.run([python, "-c", "import numpy"], capture_output=True).returncode == 0:
     config.available_features.add("numpy")
 
+# megac compile --target cuda needs NVRTC at build time (no GPU).
+if getattr(config, "megac_have_nvrtc", False):
+    config.available_features.add("nvrtc")
+
 # GPU tests run only where a CUDA device answers.
 nvidia_smi = shutil.which("nvidia-smi")
 if nvidia_smi and subprocess.run([nvidia_smi, "-L"], capture_output=True).returncode == 0:

@@ -416,6 +416,27 @@ RunStats Executor::runRange(Collectives &C, uint32_t Begin, uint32_t End,
   return Stats;
 }
 
+const std::vector<kernels::FusedStep> &Executor::fusedSteps(uint32_t Kernel) {
+  if (FusedCache.size() <= Kernel)
+    FusedCache.resize(Kernel + 1);
+  std::vector<kernels::FusedStep> &Steps = FusedCache[Kernel];
+  if (!Steps.empty())
+    return Steps;
+  // The verifier checked the steps (ops, arguments, at least one).
+  for (const FusedStep *S : *P.kernels()->Get(Kernel)->steps()) {
+    kernels::FusedStep K;
+    K.Op = S->op() == op::Add        ? kernels::FusedOp::Add
+           : S->op() == op::Mul      ? kernels::FusedOp::Mul
+           : S->op() == op::Gelu     ? kernels::FusedOp::Gelu
+           : S->op() == op::GeluGrad ? kernels::FusedOp::GeluGrad
+                                     : kernels::FusedOp::RoundBf16;
+    K.A = S->args()->Get(0);
+    K.B = S->args()->size() > 1 ? S->args()->Get(1) : 0;
+    Steps.push_back(K);
+  }
+  return Steps;
+}
+
 void Executor::transfer(const Instr &In, Collectives &C) {
   // The message of transfer t for micro-batch k has tag t * m + k: the
   // micro-batches a schedule keeps in flight cannot be confused.
@@ -492,6 +513,30 @@ void Executor::exec(uint32_t Idx, const Instr &In, Collectives &C,
     int64_t N = T ? W.shape[0] : W.shape[1];
     int64_t M = N ? Y.numel() / N : 0;
     kernels::linear(A.f.data(), M, Last, W.f.data(), N, T, Y.f.data());
+    return;
+  }
+  case op::LinearBias: {
+    // The product, then its epilogue, each as the unfused ops compute it.
+    const Tensor &W = X(1), &Bias = X(2);
+    bool T = Int(0) != 0;
+    int64_t N = T ? W.shape[0] : W.shape[1];
+    int64_t M = N ? Y.numel() / N : 0;
+    kernels::linear(A.f.data(), M, Last, W.f.data(), N, T, Y.f.data());
+    kernels::add(Y.f.data(), Y.numel(), Bias.f.data(), Bias.numel(),
+                 Y.f.data());
+    if (Int(1) != 0)
+      kernels::gelu(Y.f.data(), Y.numel(), Y.f.data());
+    return;
+  }
+  case op::Fused: {
+    std::vector<const float *> Args;
+    std::vector<int64_t> Period;
+    for (uint32_t K = 0; K < In.inputs()->size(); ++K) {
+      Args.push_back(X(K).f.data());
+      Period.push_back(std::max<int64_t>(1, X(K).numel()));
+    }
+    kernels::fusedElementwise(fusedSteps(uint32_t(Int(0))), Args, Period,
+                              Y.numel(), Y.f.data());
     return;
   }
   case op::MatMul: {

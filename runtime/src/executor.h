@@ -312,6 +312,9 @@ private:
                     RunStats Stats);
   void exec(uint32_t Idx, const megac::plan::Instr &In, Collectives &C,
             Tensor &Out);
+  /// The steps of generated kernel \p Kernel, as the CPU kernels run them.
+  const std::vector<kernels::FusedStep> &fusedSteps(uint32_t Kernel);
+  std::vector<std::vector<kernels::FusedStep>> FusedCache;
   /// A Send or Recv of the current micro-batch.
   void transfer(const megac::plan::Instr &In, Collectives &C);
 };

@@ -60,11 +60,8 @@ void mul(const float *A, int64_t NA, const float *B, int64_t NB, float *Y) {
 }
 
 void gelu(const float *X, int64_t N, float *Y) {
-  const float C = 0.7978845608028654f; // sqrt(2/pi)
-  for (int64_t I = 0; I < N; ++I) {
-    float V = X[I];
-    Y[I] = 0.5f * V * (1.0f + std::tanh(C * (V + 0.044715f * V * V * V)));
-  }
+  for (int64_t I = 0; I < N; ++I)
+    Y[I] = geluOf(X[I]);
 }
 
 void layerNorm(const float *X, int64_t Rows, int64_t H, const float *Gamma,
@@ -334,13 +331,40 @@ void linearWeightGrad(const float *X, int64_t M, int64_t K, const float *DY,
 }
 
 void geluGrad(const float *X, const float *DY, int64_t N, float *DX) {
-  const double C = 0.7978845608028654, A = 0.044715;
+  for (int64_t I = 0; I < N; ++I)
+    DX[I] = geluGradOf(X[I], DY[I]);
+}
+
+void fusedElementwise(const std::vector<FusedStep> &Steps,
+                      const std::vector<const float *> &In,
+                      const std::vector<int64_t> &Period, int64_t N,
+                      float *Y) {
+  std::vector<float> V(Steps.size());
   for (int64_t I = 0; I < N; ++I) {
-    double V = X[I];
-    double T = std::tanh(C * (V + A * V * V * V));
-    double D = 0.5 * (1.0 + T) + 0.5 * V * (1.0 - T * T) * C *
-                                     (1.0 + 3.0 * A * V * V);
-    DX[I] = float(double(DY[I]) * D);
+    auto Arg = [&](int K) {
+      return K >= 0 ? In[size_t(K)][I % Period[size_t(K)]] : V[size_t(-K - 1)];
+    };
+    for (size_t J = 0; J < Steps.size(); ++J) {
+      const FusedStep &S = Steps[J];
+      switch (S.Op) {
+      case FusedOp::Add:
+        V[J] = Arg(S.A) + Arg(S.B);
+        break;
+      case FusedOp::Mul:
+        V[J] = Arg(S.A) * Arg(S.B);
+        break;
+      case FusedOp::Gelu:
+        V[J] = geluOf(Arg(S.A));
+        break;
+      case FusedOp::GeluGrad:
+        V[J] = geluGradOf(Arg(S.A), Arg(S.B));
+        break;
+      case FusedOp::RoundBf16:
+        V[J] = roundToBf16(Arg(S.A));
+        break;
+      }
+    }
+    Y[I] = V.back();
   }
 }
 

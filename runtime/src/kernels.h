@@ -10,6 +10,7 @@
 #define MEGAC_RT_KERNELS_H
 
 #include <cstddef>
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -27,6 +28,22 @@ void matmul(const float *A, const float *B, int64_t Batch, int64_t M,
 /// y = a op b where b (\p NB elements) repeats over a's \p NA elements.
 void add(const float *A, int64_t NA, const float *B, int64_t NB, float *Y);
 void mul(const float *A, int64_t NA, const float *B, int64_t NB, float *Y);
+
+/// tanh-approximated GeLU, as GPT-2 uses, of one value. The CUDA kernels
+/// megac generates use the same formula (PlanEmitter.cpp).
+inline float geluOf(float V) {
+  const float C = 0.7978845608028654f; // sqrt(2/pi)
+  return 0.5f * V * (1.0f + std::tanh(C * (V + 0.044715f * V * V * V)));
+}
+/// dy * gelu'(x), in double.
+inline float geluGradOf(float X, float DY) {
+  const double C = 0.7978845608028654, A = 0.044715;
+  const double V = X;
+  const double T = std::tanh(C * (V + A * V * V * V));
+  const double D =
+      0.5 * (1.0 + T) + 0.5 * V * (1.0 - T * T) * C * (1.0 + 3.0 * A * V * V);
+  return float(double(DY) * D);
+}
 
 /// tanh-approximated GeLU, as GPT-2 uses.
 void gelu(const float *X, int64_t N, float *Y);
@@ -73,6 +90,21 @@ float roundToBf16(float X);
 
 /// Y[i] = roundToBf16(X[i]).
 void roundBf16(const float *X, int64_t N, float *Y);
+
+/// One step of a fused elementwise kernel (plan: FusedStep): Op of the
+/// values A and B, each an input (k >= 0) or an earlier step j (-(j + 1)).
+enum class FusedOp { Add, Mul, Gelu, GeluGrad, RoundBf16 };
+struct FusedStep {
+  FusedOp Op;
+  int A = 0, B = 0;
+};
+/// Y[i] = the last step's value at element i of \p N, input k read at
+/// i % Period[k] (its element count, or the row length of a broadcast
+/// vector). Each step computes what the unfused kernel computes.
+void fusedElementwise(const std::vector<FusedStep> &Steps,
+                      const std::vector<const float *> &In,
+                      const std::vector<int64_t> &Period, int64_t N,
+                      float *Y);
 
 /// Vocabulary-parallel cross-entropy, part 1. Logits (Rows, V) hold the
 /// vocabulary ids VocabStart .. VocabStart+V-1 in \p Blocks equal blocks;

@@ -130,6 +130,14 @@ struct ProgramDesc {
   int64_t microBatches = 0; // format 5: gradient accumulation
   uint32_t pipelineStages = 0; // format 6
   std::string pipelineSchedule;
+  // Format 6: generated kernels (their steps; no binaries).
+  struct KernelDesc {
+    std::string name;
+    std::vector<std::pair<OpCode, std::vector<int32_t>>> steps;
+    uint32_t inputs = 0;
+  };
+  std::string target;
+  std::vector<KernelDesc> kernels;
 };
 
 /// Serializes \p P into the bytes of a finished Program flatbuffer.
@@ -184,6 +192,14 @@ inline std::vector<uint8_t> serializeProgram(const ProgramDesc &P) {
   if (P.hasTrain)
     Train = fb::CreateTrainConfig(B, P.maxLr, P.minLr, P.warmupSteps,
                                   P.totalSteps);
+  std::vector<flatbuffers::Offset<fb::Kernel>> Kernels;
+  for (const auto &K : P.kernels) {
+    std::vector<flatbuffers::Offset<fb::FusedStep>> Steps;
+    for (const auto &[Op, Args] : K.steps)
+      Steps.push_back(fb::CreateFusedStepDirect(B, Op, &Args));
+    Kernels.push_back(fb::CreateKernelDirect(B, K.name.c_str(), &Steps,
+                                             K.inputs, "", nullptr));
+  }
   auto Root = fb::CreateProgramDirect(B, P.modelName.c_str(), P.modelHash,
                                       P.worldSize, &Axes, P.batch, P.seq,
                                       P.vocabSize, P.seed, &Ranks, Train,
@@ -191,7 +207,10 @@ inline std::vector<uint8_t> serializeProgram(const ProgramDesc &P) {
                                       P.pipelineStages,
                                       P.pipelineSchedule.empty()
                                           ? nullptr
-                                          : P.pipelineSchedule.c_str());
+                                          : P.pipelineSchedule.c_str(),
+                                      P.target.empty() ? nullptr
+                                                       : P.target.c_str(),
+                                      Kernels.empty() ? nullptr : &Kernels);
   B.Finish(Root);
   return std::vector<uint8_t>(B.GetBufferPointer(),
                               B.GetBufferPointer() + B.GetSize());

@@ -62,8 +62,11 @@ constexpr OpCode RoundBf16 = OpCode(36);
 // Pipeline parallelism (format version 6).
 constexpr OpCode Send = OpCode(37);
 constexpr OpCode Recv = OpCode(38);
+// GPU kernels (format version 6).
+constexpr OpCode Fused = OpCode(39);
+constexpr OpCode LinearBias = OpCode(40);
 /// The highest opcode this runtime knows.
-constexpr OpCode LastOpCode = Recv;
+constexpr OpCode LastOpCode = LinearBias;
 } // namespace op
 
 namespace dt {

@@ -275,6 +275,10 @@ const char *opcodeName(OpCode op) {
     return "send";
   case op::Recv:
     return "recv";
+  case op::Fused:
+    return "fused";
+  case op::LinearBias:
+    return "linear_bias";
   }
   return "unknown";
 }
@@ -295,7 +299,8 @@ public:
   explicit ProgramChecker(const Program &P) : P(P) {}
 
   std::string run() {
-    if (!checkGrid() || !checkRanks() || !checkCollectiveAgreement())
+    if (!checkGrid() || !checkKernels() || !checkRanks() ||
+        !checkCollectiveAgreement())
       return Err;
     return "";
   }
@@ -315,6 +320,44 @@ private:
   }
 
   size_t numAxes() const { return P.axes() ? P.axes()->size() : 0; }
+
+  /// Generated kernels: elementwise steps over inputs and earlier steps.
+  bool checkKernels() {
+    if (!P.kernels())
+      return true;
+    for (uint32_t K = 0; K < P.kernels()->size(); ++K) {
+      const Kernel *Kn = P.kernels()->Get(K);
+      const std::string Where = "kernel " + std::to_string(K) + " (" +
+                                str(Kn->name()) + ")";
+      if (!Kn->steps() || Kn->steps()->size() == 0)
+        return fail(Where + " has no steps");
+      if (Kn->inputs() == 0 || Kn->inputs() > 64)
+        return fail(Where + " takes " + std::to_string(Kn->inputs()) +
+                    " inputs (1 to 64)");
+      for (uint32_t J = 0; J < Kn->steps()->size(); ++J) {
+        const FusedStep *St = Kn->steps()->Get(J);
+        const OpCode Op = St->op();
+        const size_t Arity = Op == op::Add || Op == op::Mul ||
+                                     Op == op::GeluGrad
+                                 ? 2
+                             : Op == op::Gelu || Op == op::RoundBf16 ? 1
+                                                                     : 0;
+        if (Arity == 0)
+          return fail(Where + ", step " + std::to_string(J) + ": " +
+                      opcodeName(Op) + " cannot be a fused step");
+        if (!St->args() || St->args()->size() != Arity)
+          return fail(Where + ", step " + std::to_string(J) + ": " +
+                      opcodeName(Op) + " takes " + std::to_string(Arity) +
+                      " arguments");
+        for (int32_t A : *St->args())
+          if (A >= int32_t(Kn->inputs()) || (A < 0 && -A - 1 >= int32_t(J)))
+            return fail(Where + ", step " + std::to_string(J) +
+                        ": argument " + std::to_string(A) +
+                        " is neither an input nor an earlier step");
+      }
+    }
+    return true;
+  }
 
   bool checkGrid() {
     uint64_t Product = 1;
@@ -907,6 +950,53 @@ private:
       Shape Want = in(0);
       Want.back() = N;
       return expectOutShape(Want);
+    }
+    case op::LinearBias: {
+      if (!expectCounts(3, 1) || !allF32() || !expectRank(true, 0, 1, 64) ||
+          !expectRank(true, 1, 2, 2) || !expectRank(true, 2, 1, 1) ||
+          !expectInts(2, "transpose_w, gelu"))
+        return false;
+      bool T = Ints[0] != 0;
+      int64_t K = T ? in(1)[1] : in(1)[0];
+      int64_t N = T ? in(1)[0] : in(1)[1];
+      if (in(0).back() != K || in(2)[0] != N)
+        return fail(Pfx + "input " + listStr(in(0)) + ", weight " +
+                    listStr(in(1)) + " and bias " + listStr(in(2)) +
+                    " do not fit together");
+      Shape Want = in(0);
+      Want.back() = N;
+      return expectOutShape(Want);
+    }
+    case op::Fused: {
+      if (!expectInts(1, "kernel") || !allF32())
+        return false;
+      if (Outs.size() != 1)
+        return fail(Pfx + "expects one output");
+      if (!P.kernels() || Ints[0] < 0 ||
+          Ints[0] >= int64_t(P.kernels()->size()))
+        return fail(Pfx + "kernel " + std::to_string(Ints[0]) +
+                    " is not one of the plan's " +
+                    std::to_string(P.kernels() ? P.kernels()->size() : 0));
+      const Kernel *Kn = P.kernels()->Get(uint32_t(Ints[0]));
+      if (Ins.size() != Kn->inputs())
+        return fail(Pfx + "kernel " + str(Kn->name()) + " takes " +
+                    std::to_string(Kn->inputs()) + " inputs, got " +
+                    std::to_string(Ins.size()));
+      int64_t N = 1;
+      for (int64_t D : out(0))
+        N *= D;
+      for (size_t K = 0; K < Ins.size(); ++K) {
+        int64_t M = 1;
+        for (int64_t D : in(K))
+          M *= D;
+        const bool Row = in(K).size() == 1 && !out(0).empty() &&
+                         in(K)[0] == out(0).back();
+        if (M != N && !Row)
+          return fail(Pfx + "input " + std::to_string(K) + " " +
+                      listStr(in(K)) + " is neither the shape of the output " +
+                      listStr(out(0)) + " nor a row of it");
+      }
+      return true;
     }
     case op::MatMul: {
       if (!expectCounts(2, 1) || !allF32() || !expectRank(true, 0, 2, 64) ||
@@ -1637,6 +1727,10 @@ std::string attrStr(const RankProgram &R, const Instr &In) {
                                               : std::string("?");
   };
   switch (In.op()) {
+  case op::Fused:
+    return "{kernel = " + Get(0) + "}";
+  case op::LinearBias:
+    return "{transpose_w = " + Get(0) + ", gelu = " + Get(1) + "}";
   case op::Send:
     return "to rank " + Get(0) + " (transfer " + Get(1) + ")";
   case op::Recv:
@@ -1871,6 +1965,22 @@ std::string dumpPlanText(const LoadedPlan &plan, int rank) {
            << "): groups";
         for (const Group *G : *A->groups())
           OS << " " << groupStr(G);
+        OS << "\n";
+      }
+    if (P.target() && P.target()->size())
+      OS << "target " << str(P.target()) << "\n";
+    if (P.kernels())
+      for (uint32_t K = 0; K < P.kernels()->size(); ++K) {
+        const Kernel *Kn = P.kernels()->Get(K);
+        OS << "kernel " << K << " " << str(Kn->name()) << ": "
+           << Kn->inputs() << " inputs,";
+        for (const FusedStep *St : *Kn->steps()) {
+          OS << " " << opcodeName(St->op());
+        }
+        if (Kn->binaries())
+          for (const KernelBinary *B : *Kn->binaries())
+            OS << "; " << str(B->arch()) << " cubin "
+               << (B->cubin() ? B->cubin()->size() : 0) << " bytes";
         OS << "\n";
       }
     for (const RankProgram *R : *P.ranks())

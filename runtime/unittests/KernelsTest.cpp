@@ -283,3 +283,37 @@ TEST(Kernels, RoundToBf16) {
   EXPECT_EQ(Y[0], 1.0f);
   EXPECT_EQ(Y[1], -2.5f);
 }
+
+TEST(Kernels, FusedStepsMatchTheKernelsOneByOne) {
+  // ((x + bias) * s, through GeLU's gradient against g, rounded to bf16):
+  // the fused loop must give bit for bit what the kernels give in turn.
+  const int64_t Rows = 3, H = 5, N = Rows * H;
+  std::vector<float> X(N), G(N), Bias(H), S(N);
+  for (int64_t I = 0; I < N; ++I) {
+    X[size_t(I)] = 0.37f * float(I) - 2.1f;
+    G[size_t(I)] = std::sin(float(I));
+    S[size_t(I)] = 1.0f + 0.01f * float(I);
+  }
+  for (int64_t J = 0; J < H; ++J)
+    Bias[size_t(J)] = 0.5f - 0.2f * float(J);
+  std::vector<float> A(N), B(N), C(N), Want(N);
+  add(X.data(), N, Bias.data(), H, A.data());
+  mul(A.data(), N, S.data(), N, B.data());
+  geluGrad(B.data(), G.data(), N, C.data());
+  roundBf16(C.data(), N, Want.data());
+  std::vector<FusedStep> Steps = {{FusedOp::Add, 0, 1},
+                                  {FusedOp::Mul, -1, 2},
+                                  {FusedOp::GeluGrad, -2, 3},
+                                  {FusedOp::RoundBf16, -3, 0}};
+  std::vector<float> Got(N);
+  fusedElementwise(Steps, {X.data(), Bias.data(), S.data(), G.data()},
+                   {N, H, N, N}, N, Got.data());
+  EXPECT_EQ(Got, Want);
+  // GeLU and a value used twice.
+  std::vector<float> Gl(N), Sq(N);
+  gelu(X.data(), N, Gl.data());
+  mul(Gl.data(), N, Gl.data(), N, Sq.data());
+  fusedElementwise({{FusedOp::Gelu, 0, 0}, {FusedOp::Mul, -1, -1}},
+                   {X.data()}, {N}, N, Got.data());
+  EXPECT_EQ(Got, Sq);
+}

@@ -348,3 +348,36 @@ TEST(PlanFile, RejectsBadPipelineStructure) {
               std::string::npos);
   }
 }
+
+TEST(PlanFile, RejectsBadFusedKernels) {
+  // A plan with one kernel, y = x + b over a [2, 3] output and a bias of 3.
+  auto Make = [](std::vector<std::pair<OpCode, std::vector<int32_t>>> Steps,
+                 std::vector<int64_t> BiasShape) {
+    ProgramDesc P;
+    P.target = "cuda";
+    P.kernels.push_back({"k", Steps, 2});
+    RankDesc R;
+    uint32_t X = R.addBuffer(dt::F32, {2, 3}, "x");
+    uint32_t B = R.addBuffer(dt::F32, BiasShape, "b");
+    R.instrs.push_back({op::Fill, {}, {X}, {}, {1.0}});
+    R.instrs.push_back({op::Fill, {}, {B}, {}, {2.0}});
+    R.emit(op::Fused, {X, B}, {2, 3}, {0});
+    P.ranks.push_back(R);
+    return P;
+  };
+  EXPECT_EQ(verify(Make({{op::Add, {0, 1}}}, {3})), "");
+  EXPECT_NE(verify(Make({{op::Add, {0, 1}}}, {2})).find(
+                "input 1 [2] is neither the shape of the output [2,3] nor a "
+                "row of it"),
+            std::string::npos);
+  EXPECT_NE(verify(Make({{op::Add, {0, -1}}}, {3})).find(
+                "kernel 0 (k), step 0: argument -1 is neither an input nor "
+                "an earlier step"),
+            std::string::npos);
+  EXPECT_NE(verify(Make({{op::Softmax, {0}}}, {3})).find(
+                "softmax cannot be a fused step"),
+            std::string::npos);
+  EXPECT_NE(verify(Make({{op::Gelu, {0, 1}}}, {3})).find(
+                "gelu takes 1 arguments"),
+            std::string::npos);
+}

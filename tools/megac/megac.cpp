@@ -17,6 +17,9 @@
 #include "megac/Pipeline/Partition.h"
 #include "megac/Pipeline/Schedule.h"
 #include "megac/Target/Plan/PlanEmitter.h"
+#ifdef MEGAC_HAVE_NVRTC
+#include "NvrtcCompiler.h"
+#endif
 #include "megac_rt/memory_plan.h"
 #include "megac_rt/plan_file.h"
 #include "megac_rt/trace.h"
@@ -350,6 +353,13 @@ int runCompile(int argc, char **argv) {
       cl::value_desc("file"), cl::cat(category));
   static cl::opt<bool> quiet("quiet", cl::desc("Print nothing on success"),
                              cl::cat(category));
+  static cl::opt<std::string> target(
+      "target",
+      cl::desc("cpu, or cuda: elementwise chains and GEMM epilogues fused "
+               "(megac-fuse-elementwise), the chains as generated CUDA "
+               "kernels compiled with NVRTC for sm_80 and sm_90 and embedded "
+               "in the plan (the CPU backend runs them too)"),
+      cl::init("cpu"), cl::cat(category));
   static cl::OptionCategory trainCategory(
       "megac compile training options (with --train)");
   static cl::opt<bool> train(
@@ -525,6 +535,10 @@ int runCompile(int argc, char **argv) {
     return fail("--recompute must be none, selective or full, got '" +
                 recompute.getValue() + "'");
   options.recompute = recompute;
+  if (target != "cpu" && target != "cuda")
+    return fail("--target must be cpu or cuda, got '" + target.getValue() +
+                "'");
+  options.fuse = target == "cuda";
   // Pipeline parallelism: a pp axis splits the layers into stages.
   const int64_t pp = meshAxisSize(mesh, "pp");
   if (virtualStages < 0)
@@ -555,6 +569,10 @@ int runCompile(int argc, char **argv) {
   if (failed(pm.run(*module)))
     return 1;
   megac::PlanEmitOptions emitOptions{seed, modelHash, "megac 0.1"};
+  emitOptions.target = target;
+#ifdef MEGAC_HAVE_NVRTC
+  emitOptions.compileKernel = megac::compileWithNvrtc;
+#endif
   if ((*module)->hasAttr(megac::MegacDialect::kPipelineStagesAttrName)) {
     std::string error;
     if (scheduleFile.empty()) {

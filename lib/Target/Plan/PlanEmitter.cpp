@@ -21,6 +21,9 @@
 #include "llvm/ADT/SetVector.h"
 #include "llvm/ADT/TypeSwitch.h"
 
+#include <functional>
+#include <map>
+
 using namespace mlir;
 namespace fb = flatbuffers;
 namespace mp = megac::plan;
@@ -56,6 +59,44 @@ std::string locationString(Operation *op) {
     os << " @ " << loc.getFilename().getValue() << ":" << loc.getLine();
   return text;
 }
+
+/// The generated kernels of a plan, shared by all ranks: one per distinct
+/// sequence of steps (the same chain in every layer is one kernel).
+struct KernelTable {
+  struct Entry {
+    std::string name;
+    std::vector<std::pair<std::string, std::vector<int>>> steps; // op, args
+    std::vector<mp::OpCode> codes;
+    unsigned inputs = 0;
+  };
+  std::vector<Entry> kernels;
+  std::map<std::string, uint32_t> bySignature;
+
+  uint32_t get(Entry entry) {
+    std::string signature = std::to_string(entry.inputs);
+    for (auto &[op, args] : entry.steps) {
+      signature += ";" + op;
+      for (int a : args)
+        signature += "," + std::to_string(a);
+    }
+    auto [it, added] = bySignature.emplace(signature, kernels.size());
+    if (added) {
+      // megac_fused3_add2_gelu: the steps, repeats counted.
+      entry.name = "megac_fused" + std::to_string(kernels.size());
+      for (size_t i = 0; i < entry.steps.size();) {
+        size_t j = i;
+        while (j < entry.steps.size() &&
+               entry.steps[j].first == entry.steps[i].first)
+          ++j;
+        entry.name += "_" + entry.steps[i].first +
+                      (j - i > 1 ? std::to_string(j - i) : "");
+        i = j;
+      }
+      kernels.push_back(std::move(entry));
+    }
+    return it->second;
+  }
+};
 
 class RankEmitter {
 public:
@@ -106,6 +147,7 @@ public:
     llvm::DenseMap<Operation *, int64_t> transferIds;
   };
   void setPipeline(const Pipeline *p) { pipeline = p; }
+  void setKernels(KernelTable *table) { kernelTable = table; }
 
 private:
   /// One entry of a pipeline rank's instruction list.
@@ -266,8 +308,85 @@ private:
     }
   }
 
+  /// Whether \p op is the last op of its fusion group (the one whose
+  /// result leaves it); the others are part of that op's instruction.
+  static bool isGroupRoot(Operation &op, StringAttr group) {
+    if (op.getNumResults() != 1 || !op.getResult(0).hasOneUse())
+      return true;
+    Operation *user = *op.getResult(0).getUsers().begin();
+    return user->getAttr(MegacDialect::kFusionAttrName) != group;
+  }
+
+  /// One generated kernel for the elementwise group ending at \p root.
+  LogicalResult emitFused(Operation *root, StringAttr group) {
+    KernelTable::Entry entry;
+    std::vector<uint32_t> in;
+    llvm::DenseMap<Value, int> inputIndex, stepIndex;
+    std::function<int(Value)> visit = [&](Value value) -> int {
+      Operation *def = value.getDefiningOp();
+      if (def && def->getAttr(MegacDialect::kFusionAttrName) == group) {
+        if (auto it = stepIndex.find(value); it != stepIndex.end())
+          return -it->second - 1;
+        std::vector<int> args;
+        for (Value operand : def->getOperands())
+          args.push_back(visit(operand));
+        entry.steps.push_back({def->getName().stripDialect().str(), args});
+        stepIndex[value] = static_cast<int>(entry.steps.size()) - 1;
+        return -static_cast<int>(entry.steps.size());
+      }
+      auto [it, added] = inputIndex.try_emplace(value, in.size());
+      if (added)
+        in.push_back(buffers.lookup(value));
+      return it->second;
+    };
+    visit(root->getResult(0));
+    entry.inputs = in.size();
+    uint32_t kernel = kernelTable->get(std::move(entry));
+    if (failed(addBuffer(root->getResult(0), "fused")))
+      return failure();
+    std::vector<uint32_t> out = {buffers.lookup(root->getResult(0))};
+    std::vector<int64_t> ints = {kernel};
+    std::vector<double> floats;
+    std::string loc = locationString(root);
+    instrs.push_back(mp::CreateInstrDirect(
+        fbb, mp::OpCode_Fused, &in, &out, &ints, &floats, -1, loc.c_str(),
+        nullptr, nullptr, generationOnly.contains(root)));
+    return success();
+  }
+
+  /// A product with its bias (and GeLU) epilogue, ending at \p root.
+  LogicalResult emitLinearBias(Operation *root) {
+    bool gelu = isa<GeluOp>(root);
+    auto add = cast<AddOp>(gelu ? root->getOperand(0).getDefiningOp() : root);
+    auto linear = cast<LinearOp>(add.getLhs().getDefiningOp());
+    if (failed(addBuffer(root->getResult(0), "linear_bias")))
+      return failure();
+    std::vector<uint32_t> in = {buffers.lookup(linear.getInput()),
+                                buffers.lookup(linear.getWeight()),
+                                buffers.lookup(add.getRhs())};
+    std::vector<uint32_t> out = {buffers.lookup(root->getResult(0))};
+    std::vector<int64_t> ints = {linear.getTransposeWeight() ? 1 : 0,
+                                 gelu ? 1 : 0};
+    std::vector<double> floats;
+    std::string loc = locationString(linear);
+    instrs.push_back(mp::CreateInstrDirect(
+        fbb, mp::OpCode_LinearBias, &in, &out, &ints, &floats, -1,
+        loc.c_str(), nullptr, nullptr, generationOnly.contains(root)));
+    return success();
+  }
+
   /// Buffers and the instruction of one op.
   LogicalResult emitOp(Operation &op) {
+      // A GPU target's fusion groups are one instruction each, emitted
+      // where the group's result is made.
+      if (auto group =
+              op.getAttrOfType<StringAttr>(MegacDialect::kFusionAttrName);
+          group && kernelTable) {
+        if (!isGroupRoot(op, group))
+          return success();
+        return group.getValue().starts_with("e") ? emitFused(&op, group)
+                                                  : emitLinearBias(&op);
+      }
       // A sharding constraint is only an annotation: the collectives that
       // realize it are already in place, its result is its operand.
       if (auto constraint = dyn_cast<ShardingConstraintOp>(op)) {
@@ -655,6 +774,7 @@ private:
   }
 
   const Pipeline *pipeline = nullptr;
+  KernelTable *kernelTable = nullptr;
   fb::FlatBufferBuilder &fbb;
   const Grid &grid;
   uint32_t rank;
@@ -693,6 +813,67 @@ std::vector<fb::Offset<mp::Axis>> emitAxes(fb::FlatBufferBuilder &fbb,
 }
 
 } // namespace
+
+std::string cudaKernelSource(
+    const std::string &name,
+    const std::vector<std::pair<std::string, std::vector<int>>> &steps,
+    unsigned inputs) {
+  // The same formulas as the CPU kernels (runtime/src/kernels.h): GeLU in
+  // float with tanh, its gradient in double, bf16 rounding to nearest even.
+  std::string s = R"(// Generated by megac: one elementwise kernel of a fusion group.
+__device__ __forceinline__ float megac_gelu(float v) {
+  const float c = 0.7978845608028654f;
+  return 0.5f * v * (1.0f + tanhf(c * (v + 0.044715f * v * v * v)));
+}
+__device__ __forceinline__ float megac_gelu_grad(float x, float dy) {
+  const double c = 0.7978845608028654, a = 0.044715;
+  const double v = x;
+  const double t = tanh(c * (v + a * v * v * v));
+  const double d = 0.5 * (1.0 + t) + 0.5 * v * (1.0 - t * t) * c * (1.0 + 3.0 * a * v * v);
+  return (float)((double)dy * d);
+}
+__device__ __forceinline__ float megac_round_bf16(float x) {
+  unsigned u = __float_as_uint(x);
+  if ((u & 0x7f800000u) == 0x7f800000u) {
+    if (u & 0x007fffffu)
+      u |= 0x00400000u;
+  } else {
+    u += 0x7fffu + ((u >> 16) & 1u);
+  }
+  return __uint_as_float(u & 0xffff0000u);
+}
+)";
+  s += "extern \"C\" __global__ void " + name + "(float *__restrict__ y";
+  for (unsigned k = 0; k < inputs; ++k)
+    s += ", const float *__restrict__ x" + std::to_string(k);
+  s += ", long long n";
+  for (unsigned k = 0; k < inputs; ++k)
+    s += ", long long p" + std::to_string(k);
+  s += ") {\n  // Input k is read at i % pk: its size, or a row it repeats.\n"
+       "  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;"
+       " i < n;\n       i += (long long)gridDim.x * blockDim.x) {\n";
+  for (unsigned k = 0; k < inputs; ++k) {
+    std::string K = std::to_string(k);
+    s += "    const float a" + K + " = x" + K + "[p" + K + " == n ? i : i % p" +
+         K + "];\n";
+  }
+  auto arg = [](int a) {
+    return a >= 0 ? "a" + std::to_string(a) : "t" + std::to_string(-a - 1);
+  };
+  for (size_t j = 0; j < steps.size(); ++j) {
+    const auto &[op, args] = steps[j];
+    std::string expr =
+        op == "add"         ? arg(args[0]) + " + " + arg(args[1])
+        : op == "mul"       ? arg(args[0]) + " * " + arg(args[1])
+        : op == "gelu"      ? "megac_gelu(" + arg(args[0]) + ")"
+        : op == "gelu_grad" ? "megac_gelu_grad(" + arg(args[0]) + ", " +
+                                  arg(args[1]) + ")"
+                            : "megac_round_bf16(" + arg(args[0]) + ")";
+    s += "    const float t" + std::to_string(j) + " = " + expr + ";\n";
+  }
+  s += "    y[i] = t" + std::to_string(steps.size() - 1) + ";\n  }\n}\n";
+  return s;
+}
 
 FailureOr<std::vector<uint8_t>> emitPlan(ModuleOp module,
                                          const PlanEmitOptions &options) {
@@ -765,10 +946,17 @@ FailureOr<std::vector<uint8_t>> emitPlan(ModuleOp module,
 
   fb::FlatBufferBuilder fbb(1 << 16);
   std::vector<fb::Offset<mp::RankProgram>> ranks;
+  const bool cuda = options.target == "cuda";
+  if (!cuda && options.target != "cpu")
+    return module.emitError("unknown target '")
+           << options.target << "' (expected cpu or cuda)";
+  KernelTable kernels;
   for (int64_t rank = 0; rank < grid.numRanks(); ++rank) {
     RankEmitter emitter(fbb, grid, rank, microBatches);
     if (chunks > 1)
       emitter.setPipeline(&pipeline);
+    if (cuda)
+      emitter.setKernels(&kernels);
     FailureOr<fb::Offset<mp::RankProgram>> program = emitter.emit(func);
     if (failed(program))
       return failure();
@@ -786,12 +974,44 @@ FailureOr<std::vector<uint8_t>> emitPlan(ModuleOp module,
         config.getAs<FloatAttr>("min_lr").getValueAsDouble(),
         config.getAs<IntegerAttr>("warmup_steps").getInt(),
         config.getAs<IntegerAttr>("total_steps").getInt());
+  // Generated kernels: their steps, CUDA source and compiled binaries.
+  std::vector<fb::Offset<mp::Kernel>> kernelOffsets;
+  for (const KernelTable::Entry &kernel : kernels.kernels) {
+    std::vector<fb::Offset<mp::FusedStep>> steps;
+    for (auto &[name, args] : kernel.steps) {
+      mp::OpCode code = name == "add"         ? mp::OpCode_Add
+                        : name == "mul"       ? mp::OpCode_Mul
+                        : name == "gelu"      ? mp::OpCode_Gelu
+                        : name == "gelu_grad" ? mp::OpCode_GeluGrad
+                                              : mp::OpCode_RoundBf16;
+      std::vector<int32_t> argv(args.begin(), args.end());
+      steps.push_back(mp::CreateFusedStepDirect(fbb, code, &argv));
+    }
+    std::string source =
+        cudaKernelSource(kernel.name, kernel.steps, kernel.inputs);
+    PlanEmitOptions::Binaries binaries;
+    if (!options.compileKernel)
+      return module.emitError("--target cuda needs a CUDA kernel compiler "
+                              "(NVRTC); this megac was built without one");
+    std::string error = options.compileKernel(kernel.name, source, binaries);
+    if (!error.empty())
+      return module.emitError("generated kernel ")
+             << kernel.name << " does not compile: " << error;
+    std::vector<fb::Offset<mp::KernelBinary>> binaryOffsets;
+    for (auto &[arch, cubin] : binaries)
+      binaryOffsets.push_back(
+          mp::CreateKernelBinaryDirect(fbb, arch.c_str(), &cubin));
+    kernelOffsets.push_back(mp::CreateKernelDirect(
+        fbb, kernel.name.c_str(), &steps, kernel.inputs, source.c_str(),
+        &binaryOffsets));
+  }
   auto program = mp::CreateProgramDirect(
       fbb, modelName.c_str(), options.modelHash, grid.numRanks(), &axes, batch,
       seq, vocab, options.seed, &ranks, train, globalBatch,
       microBatches > 1 || chunks > 1 ? microBatches : 0,
       chunks > 1 ? static_cast<uint32_t>(chunks) : 0,
-      chunks > 1 ? options.scheduleName.c_str() : nullptr);
+      chunks > 1 ? options.scheduleName.c_str() : nullptr,
+      options.target.c_str(), cuda ? &kernelOffsets : nullptr);
   fbb.Finish(program);
   return megac_rt::wrapProgram(fbb.GetBufferPointer(), fbb.GetSize(),
                                options.producer);

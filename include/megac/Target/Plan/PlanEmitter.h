@@ -14,7 +14,9 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/Support/LLVM.h"
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace megac {
@@ -29,7 +31,25 @@ struct PlanEmitOptions {
   /// schedule every pipeline rank follows, and its name for the plan.
   PipelineSchedule schedule;
   std::string scheduleName;
+  /// "cpu", or "cuda": every fusion group (megac-fuse-elementwise) becomes
+  /// one instruction; elementwise groups become generated CUDA kernels,
+  /// compiled by \p compileKernel.
+  std::string target = "cpu";
+  /// Compiles the CUDA source of kernel \p name into (architecture, cubin)
+  /// pairs; returns an error message, or "" on success.
+  using Binaries = std::vector<std::pair<std::string, std::vector<uint8_t>>>;
+  std::function<std::string(const std::string &name,
+                            const std::string &source, Binaries &binaries)>
+      compileKernel;
 };
+
+/// The CUDA C++ source of a generated elementwise kernel: \p steps as
+/// (opcode name, arguments) with arguments as in plan.fbs's FusedStep,
+/// over \p inputs inputs. Exposed for tests.
+std::string cudaKernelSource(
+    const std::string &name,
+    const std::vector<std::pair<std::string, std::vector<int>>> &steps,
+    unsigned inputs);
 
 /// Emits the plan for `module`; on failure a diagnostic has been reported.
 mlir::FailureOr<std::vector<uint8_t>>
