@@ -591,10 +591,13 @@ void Executor::exec(uint32_t Idx, const Instr &In, Collectives &C,
                                          NumInts() ? double(Int(0)) : 0.0));
     return;
   case op::LinearWeightGrad: {
+    // With the accumulate flag the output is a micro-batch sum: micro-batch
+    // 0 writes it, later ones add to it (beta = 1).
     const Tensor &DY = X(1);
     const int64_t N = DY.shape.back();
+    const bool Add = NumInts() > 1 && Int(1) != 0 && CurMicro > 0;
     kernels::linearWeightGrad(A.f.data(), Rows, Last, DY.f.data(), N,
-                              Int(0) != 0, Y.f.data());
+                              Int(0) != 0, Y.f.data(), Add ? 1.0f : 0.0f);
     return;
   }
   case op::GeluGrad:
@@ -651,8 +654,17 @@ void Executor::exec(uint32_t Idx, const Instr &In, Collectives &C,
     return;
   case op::SumLeading: {
     const int64_t Inner = Y.numel();
-    if (Inner)
-      kernels::sumLeading(A.f.data(), A.numel() / Inner, Inner, Y.f.data());
+    if (!Inner)
+      return;
+    if (NumInts() > 0 && Int(0) != 0 && CurMicro > 0) {
+      // Accumulating into a micro-batch sum: this micro-batch's sum, added.
+      std::vector<float> Part(static_cast<size_t>(Inner), 0.0f);
+      kernels::sumLeading(A.f.data(), A.numel() / Inner, Inner, Part.data());
+      for (int64_t J = 0; J < Inner; ++J)
+        Y.f[size_t(J)] += Part[size_t(J)];
+      return;
+    }
+    kernels::sumLeading(A.f.data(), A.numel() / Inner, Inner, Y.f.data());
     return;
   }
   case op::SumSquares:

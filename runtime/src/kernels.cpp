@@ -315,19 +315,20 @@ void embedding(const float *Table, int64_t Rows, int64_t H,
 //===----------------------------------------------------------------------===//
 
 void linearWeightGrad(const float *X, int64_t M, int64_t K, const float *DY,
-                      int64_t N, bool Transposed, float *DW) {
+                      int64_t N, bool Transposed, float *DW, float Beta) {
   if (K == 0 || N == 0)
     return;
   if (M == 0) {
-    std::fill(DW, DW + K * N, 0.0f);
+    if (Beta == 0.0f)
+      std::fill(DW, DW + K * N, 0.0f);
     return;
   }
-  if (!Transposed) // [K,N] = X^T DY
+  if (!Transposed) // [K,N] = X^T DY (+ Beta DW)
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(K), int(N),
-                int(M), 1.0f, X, int(K), DY, int(N), 0.0f, DW, int(N));
-  else // [N,K] = DY^T X
+                int(M), 1.0f, X, int(K), DY, int(N), Beta, DW, int(N));
+  else // [N,K] = DY^T X (+ Beta DW)
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(N), int(K),
-                int(M), 1.0f, DY, int(N), X, int(K), 0.0f, DW, int(K));
+                int(M), 1.0f, DY, int(N), X, int(K), Beta, DW, int(K));
 }
 
 void geluGrad(const float *X, const float *DY, int64_t N, float *DX) {

@@ -132,7 +132,8 @@ void embedding(const float *Table, int64_t Rows, int64_t H,
 /// dw = x^T dy ([K,N]) for x [M,K], dy [M,N]; with \p Transposed the
 /// transpose dy^T x ([N,K]), the gradient of a linear whose weight was [N,K].
 void linearWeightGrad(const float *X, int64_t M, int64_t K, const float *DY,
-                      int64_t N, bool Transposed, float *DW);
+                      int64_t N, bool Transposed, float *DW,
+                      float Beta = 0.0f);
 
 /// dx = dy * gelu'(x) for the tanh-form GeLU.
 void geluGrad(const float *X, const float *DY, int64_t N, float *DX);

@@ -73,6 +73,18 @@ bool isWeightGradientOp(OpCode Op) {
          Op == op::PositionEmbeddingGrad || Op == op::SumLeading;
 }
 
+/// Instructions whose output is a sum over the step's micro-batches:
+/// accumulate, and weight gradients written straight into their sum.
+bool accumulates(const Instr &In) {
+  if (In.op() == op::Accumulate)
+    return true;
+  const size_t Flag = In.op() == op::LinearWeightGrad ? 1
+                      : In.op() == op::SumLeading     ? 0
+                                                      : size_t(-1);
+  return Flag != size_t(-1) && In.ints() && In.ints()->size() > Flag &&
+         In.ints()->Get(uint32_t(Flag)) != 0;
+}
+
 /// Ops that pass a weight gradient on when all their inputs are one.
 bool carriesGradient(OpCode Op) {
   return Op == op::Add || Op == op::AllReduce || Op == op::ReduceScatter ||
@@ -168,7 +180,7 @@ MemoryPlan planMemory(const Program &P, const RankProgram &R) {
       else if (int64_t(I) < FwdEnd)
         M.kind[Y] = MemoryKind::Activation;
       // A sum over micro-batches is read by the next micro-batch.
-      if (In.op() == op::Accumulate && Micro)
+      if (accumulates(In) && Micro)
         Persistent[Y] = true;
     }
   }
@@ -198,7 +210,7 @@ MemoryPlan planMemory(const Program &P, const RankProgram &R) {
       if (In.inputs())
         for (uint32_t X : *In.inputs())
           Note(X);
-      if (In.op() != op::Accumulate)
+      if (!accumulates(In))
         for (uint32_t Y : *In.outputs())
           Note(Y);
     }

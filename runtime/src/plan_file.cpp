@@ -847,6 +847,21 @@ private:
     return true;
   }
 
+  /// Format 6: a weight gradient written straight into its micro-batch
+  /// sum needs micro-batches (or a pipeline) and an output that is no
+  /// parameter.
+  bool checkAccumulating(bool Accumulating) {
+    if (!Accumulating)
+      return true;
+    if (P.micro_batches() < 1 || RP->accumulate_end() < 0)
+      return fail(Pfx + "accumulates over micro-batches, but the plan has "
+                        "no accumulate_end");
+    if (isParamBuffer(Outs[0]))
+      return fail(Pfx + "accumulates into the parameter " +
+                  str(paramOf(Outs[0])->name()));
+    return true;
+  }
+
   bool checkInstr(uint32_t Idx, const Instr &In, std::vector<bool> &Defined) {
     Pfx = where() + ", instruction " + std::to_string(Idx) + " (" +
           opcodeName(In.op()) + "): ";
@@ -1136,7 +1151,11 @@ private:
     }
     case op::LinearWeightGrad: {
       if (!expectCounts(2, 1) || !allF32() || !expectRank(true, 0, 1, 64) ||
-          !expectRank(true, 1, 1, 64) || !expectInts(1, "transpose_w"))
+          !expectRank(true, 1, 1, 64))
+        return false;
+      if (Ints.size() != 1 && Ints.size() != 2)
+        return expectInts(1, "transpose_w[, accumulate]");
+      if (!checkAccumulating(Ints.size() == 2 && Ints[1] != 0))
         return false;
       const Shape &X = in(0), &DY = in(1);
       if (X.size() != DY.size() ||
@@ -1266,6 +1285,10 @@ private:
       return expectOutShape({});
     case op::SumLeading: {
       if (!expectCounts(1, 1) || !allF32())
+        return false;
+      if (Ints.size() > 1)
+        return expectInts(1, "accumulate");
+      if (!checkAccumulating(Ints.size() == 1 && Ints[0] != 0))
         return false;
       const Shape &X = in(0), &Y = out(0);
       if (Y.size() > X.size() ||
@@ -1739,7 +1762,10 @@ std::string attrStr(const RankProgram &R, const Instr &In) {
   case op::EmbeddingGrad:
     return "{vocab_start = " + Get(0) + "}";
   case op::LinearWeightGrad:
-    return "{transpose_w = " + Get(0) + "}";
+    return "{transpose_w = " + Get(0) +
+           (I.size() > 1 && I[1] ? ", into the micro-batch sum" : "") + "}";
+  case op::SumLeading:
+    return !I.empty() && I[0] ? "{into the micro-batch sum}" : "";
   case op::LayerNormGrad:
   case op::Normalize:
     return "{epsilon = " + Eps() + "}";

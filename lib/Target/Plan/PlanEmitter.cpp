@@ -122,16 +122,18 @@ public:
     for (Operation &op : body) {
       if (isa<AdamWOp>(op))
         training = true;
-      if (isa<AccumulateOp>(op))
-        accumulateEnd = static_cast<int32_t>(instrs.size()) + 1;
-      if (forwardOps.contains(&op))
-        forwardEnd = static_cast<int32_t>(instrs.size()) + 1;
       if (auto ret = dyn_cast<func::ReturnOp>(op)) {
         addOutputs(func, ret);
         continue;
       }
       if (failed(emitOp(op)))
         return failure();
+      // After the op's instruction, if it has one (a fused or absorbed op
+      // has none of its own).
+      if (isa<AccumulateOp>(op))
+        accumulateEnd = static_cast<int32_t>(instrs.size());
+      if (forwardOps.contains(&op))
+        forwardEnd = static_cast<int32_t>(instrs.size());
     }
     return mp::CreateRankProgramDirect(fbb, rank, &coords, &bufferOffsets,
                                        &params, &inputs, &outputs, &instrs,
@@ -375,8 +377,34 @@ private:
     return success();
   }
 
+  /// The micro-batch sum (megac.accumulate) that is the only reader of
+  /// weight gradient \p op, on the same stage: the gradient can be written
+  /// into it directly, saving the per-micro-batch copy.
+  static AccumulateOp accumulatingUser(Operation &op) {
+    if (!isa<LinearWeightGradOp, SumLeadingOp>(op) ||
+        !op.getResult(0).hasOneUse())
+      return {};
+    auto acc = dyn_cast<AccumulateOp>(*op.getResult(0).getUsers().begin());
+    if (!acc || getStages(acc) != getStages(&op) ||
+        getPhase(acc) != getPhase(&op))
+      return {};
+    return acc;
+  }
+
   /// Buffers and the instruction of one op.
   LogicalResult emitOp(Operation &op) {
+      if (absorbed.contains(&op))
+        return success(); // its work is done by an earlier instruction
+      if (AccumulateOp acc = accumulatingUser(op)) {
+        if (failed(addBuffer(acc.getResult(), "accumulate")))
+          return failure();
+        buffers[op.getResult(0)] = buffers.lookup(acc.getResult());
+        absorbed.insert(acc);
+        accumulating = true;
+        LogicalResult result = addInstruction(&op);
+        accumulating = false;
+        return result;
+      }
       // A GPU target's fusion groups are one instruction each, emitted
       // where the group's result is made.
       if (auto group =
@@ -670,6 +698,8 @@ private:
         .Case<LinearWeightGradOp>([&](LinearWeightGradOp l) {
           code = mp::OpCode_LinearWeightGrad;
           ints = {l.getTransposeWeight() ? 1 : 0};
+          if (accumulating)
+            ints.push_back(1); // into the micro-batch sum
         })
         .Case<GeluGradOp>([&](auto) { code = mp::OpCode_GeluGrad; })
         .Case<LayerNormGradOp>([&](LayerNormGradOp l) {
@@ -699,7 +729,11 @@ private:
           if (c.getStats())
             ints.push_back(shardStart(c.getLogits(), 2));
         })
-        .Case<SumLeadingOp>([&](auto) { code = mp::OpCode_SumLeading; })
+        .Case<SumLeadingOp>([&](auto) {
+          code = mp::OpCode_SumLeading;
+          if (accumulating)
+            ints = {1}; // into the micro-batch sum
+        })
         .Case<SumSquaresOp>([&](auto) { code = mp::OpCode_SumSquares; })
         .Case<ClipCoefficientOp>([&](ClipCoefficientOp c) {
           code = mp::OpCode_ClipCoefficient;
@@ -775,6 +809,9 @@ private:
 
   const Pipeline *pipeline = nullptr;
   KernelTable *kernelTable = nullptr;
+  /// Accumulations done by the weight gradient before them.
+  llvm::DenseSet<Operation *> absorbed;
+  bool accumulating = false;
   fb::FlatBufferBuilder &fbb;
   const Grid &grid;
   uint32_t rank;
