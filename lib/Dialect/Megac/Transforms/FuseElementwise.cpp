@@ -26,6 +26,11 @@ using namespace megac;
 
 namespace {
 
+/// Inputs one generated kernel reads at most (its parameters stay far
+/// below CUDA's 4 KiB); a longer chain, like the gradient norm's running
+/// sum over hundreds of parameters, is cut into several kernels.
+constexpr int64_t kMaxKernelInputs = 32;
+
 bool isElementwise(Operation *op) {
   return isa<AddOp, MulOp, GeluOp, GeluGradOp, RoundBf16Op>(op);
 }
@@ -94,20 +99,24 @@ struct FuseElementwisePass
       // Elementwise chains: an op joins the chain of an operand whose only
       // reader it is.
       llvm::DenseMap<Operation *, int64_t> chainOf;
-      llvm::DenseMap<int64_t, int64_t> size;
+      llvm::DenseMap<int64_t, int64_t> size, inputs;
       int64_t next = 0;
       for (Operation &op : body) {
         if (!isElementwise(&op) || op.hasAttr(MegacDialect::kFusionAttrName) ||
             !fitsOneKernel(&op))
           continue;
         int64_t chain = -1;
+        Value through;
         for (Value operand : op.getOperands()) {
           Operation *def = operand.getDefiningOp();
           auto it = def ? chainOf.find(def) : chainOf.end();
           if (it != chainOf.end() && operand.hasOneUse() &&
               typeOf(operand) == typeOf(op.getResult(0)) &&
-              samePlace(def, &op)) {
+              samePlace(def, &op) &&
+              inputs[it->second] + op.getNumOperands() - 1 <=
+                  kMaxKernelInputs) {
             chain = it->second;
+            through = operand;
             break;
           }
         }
@@ -115,6 +124,10 @@ struct FuseElementwisePass
           chain = next++;
         chainOf[&op] = chain;
         ++size[chain];
+        // What the kernel reads (an upper bound: shared inputs count twice).
+        for (Value operand : op.getOperands())
+          if (operand != through)
+            ++inputs[chain];
       }
       // Number the chains of two or more in program order.
       llvm::DenseMap<int64_t, std::string> name;

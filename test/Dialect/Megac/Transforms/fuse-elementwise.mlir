@@ -71,3 +71,94 @@ func.func @stages(%a: tensor<4xf32>, %b: tensor<4xf32>) -> tensor<4xf32> {
   %y = megac.gelu %x {megac.stage = array<i64: 1>, megac.phase = "forward"} : (tensor<4xf32>) -> tensor<4xf32>
   return %y : tensor<4xf32>
 }
+
+// -----
+
+// Tests that a chain reading more than 32 inputs (a running sum of 40
+// scalars, like the gradient norm's) is cut into kernels of at most 32.
+// CHECK-LABEL: func.func @long_sum
+// CHECK-COUNT-31: megac.fusion = "e0"
+// CHECK-COUNT-8: megac.fusion = "e1"
+// CHECK-NOT: megac.fusion
+func.func @long_sum(%x: tensor<40xf32>) -> tensor<f32> {
+  %s0 = megac.sum_squares %x : (tensor<40xf32>) -> tensor<f32>
+  %s1 = megac.sum_squares %x : (tensor<40xf32>) -> tensor<f32>
+  %s2 = megac.sum_squares %x : (tensor<40xf32>) -> tensor<f32>
+  %s3 = megac.sum_squares %x : (tensor<40xf32>) -> tensor<f32>
+  %s4 = megac.sum_squares %x : (tensor<40xf32>) -> tensor<f32>
+  %s5 = megac.sum_squares %x : (tensor<40xf32>) -> tensor<f32>
+  %s6 = megac.sum_squares %x : (tensor<40xf32>) -> tensor<f32>
+  %s7 = megac.sum_squares %x : (tensor<40xf32>) -> tensor<f32>
+  %s8 = megac.sum_squares %x : (tensor<40xf32>) -> tensor<f32>
+  %s9 = megac.sum_squares %x : (tensor<40xf32>) -> tensor<f32>
+  %s10 = megac.sum_squares %x : (tensor<40xf32>) -> tensor<f32>
+  %s11 = megac.sum_squares %x : (tensor<40xf32>) -> tensor<f32>
+  %s12 = megac.sum_squares %x : (tensor<40xf32>) -> tensor<f32>
+  %s13 = megac.sum_squares %x : (tensor<40xf32>) -> tensor<f32>
+  %s14 = megac.sum_squares %x : (tensor<40xf32>) -> tensor<f32>
+  %s15 = megac.sum_squares %x : (tensor<40xf32>) -> tensor<f32>
+  %s16 = megac.sum_squares %x : (tensor<40xf32>) -> tensor<f32>
+  %s17 = megac.sum_squares %x : (tensor<40xf32>) -> tensor<f32>
+  %s18 = megac.sum_squares %x : (tensor<40xf32>) -> tensor<f32>
+  %s19 = megac.sum_squares %x : (tensor<40xf32>) -> tensor<f32>
+  %s20 = megac.sum_squares %x : (tensor<40xf32>) -> tensor<f32>
+  %s21 = megac.sum_squares %x : (tensor<40xf32>) -> tensor<f32>
+  %s22 = megac.sum_squares %x : (tensor<40xf32>) -> tensor<f32>
+  %s23 = megac.sum_squares %x : (tensor<40xf32>) -> tensor<f32>
+  %s24 = megac.sum_squares %x : (tensor<40xf32>) -> tensor<f32>
+  %s25 = megac.sum_squares %x : (tensor<40xf32>) -> tensor<f32>
+  %s26 = megac.sum_squares %x : (tensor<40xf32>) -> tensor<f32>
+  %s27 = megac.sum_squares %x : (tensor<40xf32>) -> tensor<f32>
+  %s28 = megac.sum_squares %x : (tensor<40xf32>) -> tensor<f32>
+  %s29 = megac.sum_squares %x : (tensor<40xf32>) -> tensor<f32>
+  %s30 = megac.sum_squares %x : (tensor<40xf32>) -> tensor<f32>
+  %s31 = megac.sum_squares %x : (tensor<40xf32>) -> tensor<f32>
+  %s32 = megac.sum_squares %x : (tensor<40xf32>) -> tensor<f32>
+  %s33 = megac.sum_squares %x : (tensor<40xf32>) -> tensor<f32>
+  %s34 = megac.sum_squares %x : (tensor<40xf32>) -> tensor<f32>
+  %s35 = megac.sum_squares %x : (tensor<40xf32>) -> tensor<f32>
+  %s36 = megac.sum_squares %x : (tensor<40xf32>) -> tensor<f32>
+  %s37 = megac.sum_squares %x : (tensor<40xf32>) -> tensor<f32>
+  %s38 = megac.sum_squares %x : (tensor<40xf32>) -> tensor<f32>
+  %s39 = megac.sum_squares %x : (tensor<40xf32>) -> tensor<f32>
+  %t1 = megac.add %s0, %s1 : (tensor<f32>, tensor<f32>) -> tensor<f32>
+  %t2 = megac.add %t1, %s2 : (tensor<f32>, tensor<f32>) -> tensor<f32>
+  %t3 = megac.add %t2, %s3 : (tensor<f32>, tensor<f32>) -> tensor<f32>
+  %t4 = megac.add %t3, %s4 : (tensor<f32>, tensor<f32>) -> tensor<f32>
+  %t5 = megac.add %t4, %s5 : (tensor<f32>, tensor<f32>) -> tensor<f32>
+  %t6 = megac.add %t5, %s6 : (tensor<f32>, tensor<f32>) -> tensor<f32>
+  %t7 = megac.add %t6, %s7 : (tensor<f32>, tensor<f32>) -> tensor<f32>
+  %t8 = megac.add %t7, %s8 : (tensor<f32>, tensor<f32>) -> tensor<f32>
+  %t9 = megac.add %t8, %s9 : (tensor<f32>, tensor<f32>) -> tensor<f32>
+  %t10 = megac.add %t9, %s10 : (tensor<f32>, tensor<f32>) -> tensor<f32>
+  %t11 = megac.add %t10, %s11 : (tensor<f32>, tensor<f32>) -> tensor<f32>
+  %t12 = megac.add %t11, %s12 : (tensor<f32>, tensor<f32>) -> tensor<f32>
+  %t13 = megac.add %t12, %s13 : (tensor<f32>, tensor<f32>) -> tensor<f32>
+  %t14 = megac.add %t13, %s14 : (tensor<f32>, tensor<f32>) -> tensor<f32>
+  %t15 = megac.add %t14, %s15 : (tensor<f32>, tensor<f32>) -> tensor<f32>
+  %t16 = megac.add %t15, %s16 : (tensor<f32>, tensor<f32>) -> tensor<f32>
+  %t17 = megac.add %t16, %s17 : (tensor<f32>, tensor<f32>) -> tensor<f32>
+  %t18 = megac.add %t17, %s18 : (tensor<f32>, tensor<f32>) -> tensor<f32>
+  %t19 = megac.add %t18, %s19 : (tensor<f32>, tensor<f32>) -> tensor<f32>
+  %t20 = megac.add %t19, %s20 : (tensor<f32>, tensor<f32>) -> tensor<f32>
+  %t21 = megac.add %t20, %s21 : (tensor<f32>, tensor<f32>) -> tensor<f32>
+  %t22 = megac.add %t21, %s22 : (tensor<f32>, tensor<f32>) -> tensor<f32>
+  %t23 = megac.add %t22, %s23 : (tensor<f32>, tensor<f32>) -> tensor<f32>
+  %t24 = megac.add %t23, %s24 : (tensor<f32>, tensor<f32>) -> tensor<f32>
+  %t25 = megac.add %t24, %s25 : (tensor<f32>, tensor<f32>) -> tensor<f32>
+  %t26 = megac.add %t25, %s26 : (tensor<f32>, tensor<f32>) -> tensor<f32>
+  %t27 = megac.add %t26, %s27 : (tensor<f32>, tensor<f32>) -> tensor<f32>
+  %t28 = megac.add %t27, %s28 : (tensor<f32>, tensor<f32>) -> tensor<f32>
+  %t29 = megac.add %t28, %s29 : (tensor<f32>, tensor<f32>) -> tensor<f32>
+  %t30 = megac.add %t29, %s30 : (tensor<f32>, tensor<f32>) -> tensor<f32>
+  %t31 = megac.add %t30, %s31 : (tensor<f32>, tensor<f32>) -> tensor<f32>
+  %t32 = megac.add %t31, %s32 : (tensor<f32>, tensor<f32>) -> tensor<f32>
+  %t33 = megac.add %t32, %s33 : (tensor<f32>, tensor<f32>) -> tensor<f32>
+  %t34 = megac.add %t33, %s34 : (tensor<f32>, tensor<f32>) -> tensor<f32>
+  %t35 = megac.add %t34, %s35 : (tensor<f32>, tensor<f32>) -> tensor<f32>
+  %t36 = megac.add %t35, %s36 : (tensor<f32>, tensor<f32>) -> tensor<f32>
+  %t37 = megac.add %t36, %s37 : (tensor<f32>, tensor<f32>) -> tensor<f32>
+  %t38 = megac.add %t37, %s38 : (tensor<f32>, tensor<f32>) -> tensor<f32>
+  %t39 = megac.add %t38, %s39 : (tensor<f32>, tensor<f32>) -> tensor<f32>
+  return %t39 : tensor<f32>
+}

@@ -221,8 +221,9 @@ def FuseElementwisePass : Pass<"megac-fuse-elementwise", "mlir::ModuleOp"> {
     are a vector broadcast over its rows): the chain becomes one kernel
     that reads the chain's inputs once and writes its result once, such
     as bias + residual add, or the sum of a value's gradient
-    contributions. Ops on different pipeline stages or phases are never
-    grouped. A group of one op is left alone. Attention, LayerNorm, softmax
+    contributions. A chain reads at most 32 inputs; a longer one (the
+    gradient norm's running sum) becomes several kernels. Ops on
+    different pipeline stages or phases are never grouped. A group of one op is left alone. Attention, LayerNorm, softmax
     and AdamW are fused kernels already. Only marks; the CUDA plan
     emitter turns each group into a kernel.
   }];
