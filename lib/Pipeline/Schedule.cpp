@@ -147,6 +147,20 @@ bool simulatePipeline(const PipelineSchedule &S, double ForwardTime,
         return false;
       }
     }
+    // Each pass of a chunk takes the micro-batches in order: the step's
+    // sums (loss, gradients) start at micro-batch 0 and add the others.
+    std::map<std::pair<bool, int64_t>, int64_t> Last;
+    for (const PipelineTask &T : S.ranks[size_t(R)]) {
+      auto [It, First] = Last.try_emplace({T.backward, T.chunk}, -1);
+      if (T.microBatch != It->second + 1) {
+        Error = "rank " + std::to_string(R) + " runs " + formatTask(T) +
+                " out of order: each chunk's forward and backward passes "
+                "take the micro-batches in order (0, 1, ...), since the "
+                "step's sums start at micro-batch 0";
+        return false;
+      }
+      It->second = T.microBatch;
+    }
     if (int64_t(Seen.size()) != 2 * M * V) {
       Error = "rank " + std::to_string(R) + " runs " +
               std::to_string(Seen.size()) + " tasks, not the " +

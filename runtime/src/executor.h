@@ -209,6 +209,11 @@ public:
   void setStep(int64_t Step, double Lr) {
     CurStep = Step;
     CurLr = Lr;
+    Published.store(Step, std::memory_order_relaxed);
+  }
+  /// The step, for another thread (the watchdog).
+  int64_t publishedStep() const {
+    return Published.load(std::memory_order_relaxed);
   }
   int64_t step() const { return CurStep; }
   /// Seed of the run (--seed or the plan's; the plan's by default): keys the
@@ -273,6 +278,7 @@ private:
   std::vector<AdamState> Adam;
   std::vector<int32_t> AdamOfInstr; // instruction -> index in Adam, or -1
   std::atomic<uint64_t> Beat{0};
+  std::atomic<int64_t> Published{1};
   std::atomic<uint32_t> Current{UINT32_MAX};
   int64_t CurStep = 1;
   double CurLr = 0;

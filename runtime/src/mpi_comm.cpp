@@ -59,6 +59,16 @@ void MpiCollectives::send(int Peer, int64_t Tag, const void *Data,
   if (Bytes > size_t(INT_MAX))
     throw RunError("a pipeline transfer of " + std::to_string(Bytes) +
                    " bytes exceeds MPI's count limit");
+  // Copies of sends that have completed are freed as we go, so a rank
+  // holds only what its peers have not received yet.
+  Pending.erase(std::remove_if(Pending.begin(), Pending.end(),
+                               [](PendingSend &S) {
+                                 int Done = 0;
+                                 MPI_Test(&S.Request, &Done,
+                                          MPI_STATUS_IGNORE);
+                                 return Done != 0;
+                               }),
+                Pending.end());
   // The buffer may be reused by the next instruction (the arena), so the
   // message goes out from a copy; the sender does not wait for the peer.
   Pending.push_back({MPI_REQUEST_NULL, std::vector<unsigned char>(
@@ -71,6 +81,9 @@ void MpiCollectives::send(int Peer, int64_t Tag, const void *Data,
 }
 
 void MpiCollectives::recv(int Peer, int64_t Tag, void *Data, size_t Bytes) {
+  if (Bytes > size_t(INT_MAX))
+    throw RunError("a pipeline transfer of " + std::to_string(Bytes) +
+                   " bytes exceeds MPI's count limit");
   MPI_Status St;
   if (MPI_Recv(Data, int(Bytes), MPI_BYTE, Peer, checkedTag(Tag, TagLimit),
                P2P, &St) != MPI_SUCCESS)

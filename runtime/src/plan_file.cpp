@@ -721,6 +721,18 @@ private:
                     " segments, the plan " + std::to_string(M) +
                     " micro-batches)");
       ++Runs[Tk->segment() * size_t(M) + Tk->micro_batch()];
+      // Sums over micro-batches start at micro-batch 0 (accumulate and the
+      // accumulating gradients overwrite on it, add on the others): each
+      // segment takes the micro-batches in order.
+      int64_t Done = 0;
+      for (int64_t K = 0; K < int64_t(Tk->micro_batch()); ++K)
+        Done += Runs[Tk->segment() * size_t(M) + size_t(K)] > 0;
+      if (Done != int64_t(Tk->micro_batch()))
+        return fail(where() + ": schedule entry " + std::to_string(T) +
+                    " runs segment " + std::to_string(Tk->segment()) +
+                    " on micro-batch " + std::to_string(Tk->micro_batch()) +
+                    " before all earlier micro-batches (each segment takes "
+                    "them in order)");
     }
     for (size_t K = 0; K < Runs.size(); ++K)
       if (Runs[K] != 1)

@@ -137,7 +137,7 @@ private:
                    "megac-run: error: rank %d made no progress for %.0f s, "
                    "waiting %s of step %lld; a peer rank is probably dead or "
                    "hung, so this rank ends the job (--watchdog)\n",
-                   Rank, Seconds, Where.c_str(), (long long)E.step());
+                   Rank, Seconds, Where.c_str(), (long long)E.publishedStep());
       std::fflush(stderr);
       std::_Exit(3);
     }

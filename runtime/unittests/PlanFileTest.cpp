@@ -322,6 +322,14 @@ TEST(PlanFile, RejectsBadPipelineStructure) {
               std::string::npos);
   }
   {
+    // The micro-batch sums start at micro-batch 0.
+    ProgramDesc P = pipelinePair();
+    P.ranks[0].schedule = {{0, 1}, {0, 0}};
+    EXPECT_NE(verify(P).find("runs segment 0 on micro-batch 1 before all "
+                             "earlier micro-batches"),
+              std::string::npos);
+  }
+  {
     ProgramDesc P = pipelinePair();
     P.ranks[0].instrs[1].ints = {0, 0};
     EXPECT_NE(verify(P).find("peer rank 0 is not another rank"),

@@ -29,8 +29,11 @@ std::string compileWithNvrtc(const std::string &name, const std::string &source,
     std::unique_ptr<nvrtcProgram, void (*)(nvrtcProgram *)> guard(
         &program, [](nvrtcProgram *p) { nvrtcDestroyProgram(p); });
     const std::string archFlag = "--gpu-architecture=" + arch;
-    const char *flags[] = {archFlag.c_str(), "--std=c++17", "-default-device"};
-    nvrtcResult result = nvrtcCompileProgram(program, 3, flags);
+    // No contraction into fused multiply-adds: the kernels compute what
+    // the CPU kernels compute, operation for operation.
+    const char *flags[] = {archFlag.c_str(), "--std=c++17", "-default-device",
+                           "--fmad=false"};
+    nvrtcResult result = nvrtcCompileProgram(program, 4, flags);
     if (result != NVRTC_SUCCESS) {
       size_t size = 0;
       nvrtcGetProgramLogSize(program, &size);

@@ -181,6 +181,16 @@ private:
     auto mine = [&](int64_t stage) { return stage % pp == me; };
     SmallVector<SmallVector<Item>> forward(chunks), backward(chunks);
     SmallVector<Item> step;
+    for (Operation &op : body.without_terminator()) {
+      int64_t last = pipeline->chunks - 1;
+      bool bad = llvm::any_of(getStages(&op),
+                              [&](int64_t s) { return s > last; });
+      if (auto t = dyn_cast<TransferOp>(op))
+        bad |= t.getSrcStage() > last || t.getDstStage() > last;
+      if (bad)
+        return op.emitOpError("is placed on a stage beyond the pipeline's ")
+               << pipeline->chunks << " stages";
+    }
     auto listFor = [&](int64_t stage, int phase) -> SmallVector<Item> & {
       return phase == 0   ? forward[stage / pp]
              : phase == 1 ? backward[stage / pp]
@@ -356,11 +366,33 @@ private:
     return success();
   }
 
+  /// The product and bias add of a GEMM group ending at \p root (the add,
+  /// or the GeLU after it), as megac-fuse-elementwise forms them; null
+  /// when the marks describe something else (IR marked by hand).
+  static std::pair<LinearOp, AddOp> linearBiasParts(Operation *root,
+                                                    StringAttr group) {
+    auto sameGroup = [&](Operation *op) {
+      return op && op->getAttr(MegacDialect::kFusionAttrName) == group;
+    };
+    Operation *addOp = isa<GeluOp>(root) ? root->getOperand(0).getDefiningOp()
+                                         : root;
+    auto add = dyn_cast_or_null<AddOp>(addOp);
+    if (!add || !sameGroup(add) ||
+        (add != root && (!add.getResult().hasOneUse() ||
+                         *add.getResult().getUsers().begin() != root)))
+      return {};
+    auto linear = add.getLhs().getDefiningOp<LinearOp>();
+    if (!linear || !sameGroup(linear) || !linear.getResult().hasOneUse() ||
+        cast<RankedTensorType>(add.getRhs().getType()).getRank() != 1)
+      return {};
+    return {linear, add};
+  }
+
   /// A product with its bias (and GeLU) epilogue, ending at \p root.
   LogicalResult emitLinearBias(Operation *root) {
     bool gelu = isa<GeluOp>(root);
-    auto add = cast<AddOp>(gelu ? root->getOperand(0).getDefiningOp() : root);
-    auto linear = cast<LinearOp>(add.getLhs().getDefiningOp());
+    auto [linear, add] = linearBiasParts(
+        root, root->getAttrOfType<StringAttr>(MegacDialect::kFusionAttrName));
     if (failed(addBuffer(root->getResult(0), "linear_bias")))
       return failure();
     std::vector<uint32_t> in = {buffers.lookup(linear.getInput()),
@@ -410,10 +442,25 @@ private:
       if (auto group =
               op.getAttrOfType<StringAttr>(MegacDialect::kFusionAttrName);
           group && kernelTable) {
-        if (!isGroupRoot(op, group))
-          return success();
-        return group.getValue().starts_with("e") ? emitFused(&op, group)
-                                                  : emitLinearBias(&op);
+        if (group.getValue().starts_with("e")) {
+          if (!isGroupRoot(op, group))
+            return success();
+          return emitFused(&op, group);
+        }
+        // A GEMM group: the product and the add are part of the root's
+        // instruction; marks that do not form one are ignored.
+        if (isGroupRoot(op, group)) {
+          if (linearBiasParts(&op, group).first)
+            return emitLinearBias(&op);
+        } else if (isa<LinearOp, AddOp>(op)) {
+          Operation *user = *op.getResult(0).getUsers().begin();
+          if (linearBiasParts(user, group).first ||
+              (user->getNumResults() == 1 &&
+               user->getResult(0).hasOneUse() &&
+               linearBiasParts(*user->getResult(0).getUsers().begin(), group)
+                   .first))
+            return success();
+        }
       }
       // A sharding constraint is only an annotation: the collectives that
       // realize it are already in place, its result is its operand.
