@@ -333,7 +333,9 @@ int runCompile(int argc, char **argv) {
   static cl::opt<std::string> mesh(
       "mesh",
       cl::desc("Device grid as name=size pairs, outermost first: tp=4, "
-               "dp=2,tp=4 (default: the module's own, or a single rank)"),
+               "dp=2,tp=4, dp=2,pp=2,tp=2 (dp: data, pp: pipeline stages, "
+               "tp: tensor parallelism; default: the module's own, or a "
+               "single rank)"),
       cl::cat(category));
   static cl::opt<int64_t> batch(
       "batch", cl::desc("Batch size (default: the model's, or 4)"),
