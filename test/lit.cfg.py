@@ -47,6 +47,9 @@ if subprocess.run([python, "-c", "import numpy"], capture_output=True).returncod
 # megac compile --target cuda needs NVRTC at build time (no GPU).
 if getattr(config, "megac_have_nvrtc", False):
     config.available_features.add("nvrtc")
+# megac-run's CUDA backend plugin is built (where the CUDA toolkit is).
+if getattr(config, "megac_have_cuda_backend", False):
+    config.available_features.add("cuda-backend")
 
 # GPU tests run only where a CUDA device answers.
 nvidia_smi = shutil.which("nvidia-smi")

@@ -32,6 +32,7 @@
 #include "safetensors.h"
 
 #include "megac_rt/plan_file.h"
+#include "cuda/device_run.h"
 
 #include <CLI/CLI.hpp>
 #include <mpi.h>
@@ -50,6 +51,7 @@
 #include <numeric>
 #include <sstream>
 #include <thread>
+#include <dlfcn.h>
 #include <unistd.h>
 
 using namespace megac_rt;
@@ -262,6 +264,9 @@ bool updatesParams(const RankProgram &RP) {
 void checkModeOptions(const Options &O, const Setup &S, const Program &P) {
   const RankProgram &RP = *P.ranks()->Get(uint32_t(WorldRank));
   const std::string Plan = O.plan;
+  if (O.backend == "cuda" && S.mode != Mode::Forward)
+    throw RunError("--backend cuda runs forward plans so far; training "
+                   "steps and --generate run on the CPU backend");
   if (P.pipeline_stages() > 1 && S.mode != Mode::Train)
     throw RunError(Plan + ": a pipeline-parallel plan (" +
                    std::to_string(P.pipeline_stages()) +
@@ -722,6 +727,91 @@ int runTraining(const Options &O, Setup &S) {
   return 0;
 }
 
+/// The CUDA backend plugin (libmegac_cuda.so beside this executable).
+std::unique_ptr<DeviceRun> openCudaRun(const Program &P) {
+  char Self[4096];
+  ssize_t Len = ::readlink("/proc/self/exe", Self, sizeof(Self) - 1);
+  std::string Dir = Len > 0 ? std::string(Self, size_t(Len)) : "";
+  Dir = Dir.substr(0, Dir.find_last_of('/') + 1);
+  const std::string Lib = Dir + "libmegac_cuda.so";
+  void *Handle = ::dlopen(Lib.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!Handle)
+    throw RunError(std::string("--backend cuda: cannot load the CUDA "
+                               "backend: ") +
+                   ::dlerror() +
+                   " (megac-run was built without the CUDA toolkit, or the "
+                   "CUDA driver is missing)");
+  using Create = DeviceRun *(*)(const Program *, uint32_t, int, char *, size_t);
+  auto Fn = reinterpret_cast<Create>(::dlsym(Handle, "megacCreateCudaRun"));
+  if (!Fn)
+    throw RunError(Lib + " has no megacCreateCudaRun");
+  // One device per rank: the launcher's local rank.
+  int Device = 0;
+  for (const char *Var : {"OMPI_COMM_WORLD_LOCAL_RANK", "LOCAL_RANK",
+                          "SLURM_LOCALID"})
+    if (const char *V = std::getenv(Var)) {
+      Device = std::atoi(V);
+      break;
+    }
+  char Err[1024] = {0};
+  DeviceRun *Run = Fn(&P, uint32_t(WorldRank), Device, Err, sizeof(Err));
+  if (!Run)
+    throw RunError(std::string("--backend cuda: ") + Err);
+  return std::unique_ptr<DeviceRun>(Run);
+}
+
+/// A forward run on the CUDA backend: parameters and inputs go to the
+/// device, the plan runs there, the outputs come back for the report.
+int runForwardOnDevice(const Options &O, Setup &S) {
+  const Program &P = *S.plan.program;
+  Executor &E = *S.exec;
+  const RankProgram &RP = E.rankProgram();
+  std::string Err;
+  std::unique_ptr<DeviceRun> Run;
+  double Ms = 0;
+  try {
+    Run = openCudaRun(P);
+    if (RP.params())
+      for (const Param *Pa : *RP.params())
+        Run->upload(Pa->buffer(), E.buffer(Pa->buffer()).data(),
+                    E.buffer(Pa->buffer()).bytes());
+    if (RP.inputs())
+      for (const Input *In : *RP.inputs())
+        Run->upload(In->buffer(), E.buffer(In->buffer()).data(),
+                    E.buffer(In->buffer()).bytes());
+    auto T0 = std::chrono::steady_clock::now();
+    Run->run(RP.instrs() ? RP.instrs()->size() : 0);
+    Ms = std::chrono::duration<double, std::milli>(
+             std::chrono::steady_clock::now() - T0)
+             .count();
+    if (RP.outputs())
+      for (const Output *Out : *RP.outputs())
+        Run->download(Out->buffer(), E.mutableBuffer(Out->buffer()).data(),
+                      E.buffer(Out->buffer()).bytes());
+  } catch (const std::exception &Ex) {
+    Err = Ex.what();
+  }
+  if (!agree(Err))
+    return 1;
+  info(O, "forward step on %s: %u instructions in %.1f ms",
+       Run->deviceName().c_str(), RP.instrs() ? RP.instrs()->size() : 0u, Ms);
+  report(O, S);
+  if (!O.saveOutputs.empty()) {
+    std::string SaveErr;
+    if (WorldRank == 0) {
+      try {
+        saveOutputs(O, S);
+      } catch (const std::exception &Ex) {
+        SaveErr = Ex.what();
+      }
+    }
+    if (!agree(SaveErr))
+      return 1;
+    info(O, "saved outputs to %s", O.saveOutputs.c_str());
+  }
+  return 0;
+}
+
 /// Prints bytes as text: printable ASCII, newline and tab as they are,
 /// everything else as \xNN.
 std::string escapeBytes(const std::vector<int32_t> &Toks, size_t From) {
@@ -937,7 +1027,7 @@ int runMain(int Argc, char **Argv) {
       ->default_str("300");
   App.add_flag("--quiet,-q", O.quiet, "Print nothing but errors");
   App.add_option("--backend", O.backend, "Execution backend")
-      ->check(CLI::IsMember({"cpu"}))
+      ->check(CLI::IsMember({"cpu", "cuda"}))
       ->default_str("cpu");
   App.add_option("--dump-plan", O.dumpPlan,
                  "Print the verified plan (text or json) and exit without "
@@ -1027,6 +1117,9 @@ int runMain(int Argc, char **Argv) {
     return runTraining(O, S);
   if (S.mode == Mode::Generate)
     return runGeneration(O, S);
+
+  if (O.backend == "cuda")
+    return runForwardOnDevice(O, S);
 
   // Phase 2: communication. Inputs are validated, so a failure here is an
   // internal error; abort the whole job rather than leave peers waiting.

@@ -1,0 +1,43 @@
+//===- device_run.h - A plan run on an accelerator, behind a C entry ---*- C++ -*-===//
+//
+// megac-run stays free of CUDA: the CUDA backend is a plugin
+// (libmegac_cuda.so, built where the CUDA toolkit is) that megac-run loads
+// with dlopen for `--backend cuda`. This header is all the two share.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MEGAC_RT_DEVICE_RUN_H
+#define MEGAC_RT_DEVICE_RUN_H
+
+#include "plan_generated.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace megac_rt {
+
+/// One rank's program on a device: its buffers live in device memory.
+class DeviceRun {
+public:
+  virtual ~DeviceRun() = default;
+  /// Copies \p Bytes of host data into buffer \p Id (parameters, inputs).
+  virtual void upload(uint32_t Id, const void *Data, size_t Bytes) = 0;
+  /// Copies buffer \p Id back to the host.
+  virtual void download(uint32_t Id, void *Data, size_t Bytes) = 0;
+  /// Runs instructions [0, End) once. Throws std::runtime_error naming the
+  /// instruction when one cannot run on the device.
+  virtual void run(uint32_t End) = 0;
+  /// "NVIDIA H100 80GB HBM3 (sm_90)".
+  virtual std::string deviceName() const = 0;
+};
+
+} // namespace megac_rt
+
+/// The plugin's entry: rank \p Rank of \p P on device \p Device; null with
+/// a message in \p Err when there is no usable device.
+extern "C" megac_rt::DeviceRun *
+megacCreateCudaRun(const megac::plan::Program *P, uint32_t Rank, int Device,
+                   char *Err, size_t ErrSize);
+
+#endif // MEGAC_RT_DEVICE_RUN_H
