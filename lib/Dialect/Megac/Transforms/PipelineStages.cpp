@@ -111,21 +111,36 @@ struct PipelineStagesPass
         return signalPassFailure();
   }
 
-  /// Stages of the placed ops that read each parameter.
+  /// Stages of the forward and backward ops that read each parameter,
+  /// directly or through ops later passes added and nothing placed yet (a
+  /// bf16 copy, a ZeRO slice).
   static llvm::DenseMap<Value, SmallVector<int64_t>>
   parameterStages(Block &body) {
     llvm::DenseMap<Value, SmallVector<int64_t>> stages;
-    for (Operation &op : body)
-      for (Value operand : op.getOperands())
-        if (isa<BlockArgument>(operand) && phaseRank(getPhase(&op)) >= 0 &&
-            phaseRank(getPhase(&op)) < 2)
-          for (int64_t stage : getStages(&op)) {
-            SmallVector<int64_t> &list = stages[operand];
-            if (!llvm::is_contained(list, stage))
-              list.push_back(stage);
+    for (BlockArgument arg : body.getArguments()) {
+      SmallVector<int64_t> list;
+      llvm::DenseSet<Operation *> seen;
+      SmallVector<Value> worklist = {arg};
+      while (!worklist.empty()) {
+        Value value = worklist.pop_back_val();
+        for (Operation *user : value.getUsers()) {
+          if (!seen.insert(user).second || updatedParameter(user))
+            continue;
+          int phase = phaseRank(getPhase(user));
+          if (phase == 0 || phase == 1) {
+            for (int64_t stage : getStages(user))
+              if (!llvm::is_contained(list, stage))
+                list.push_back(stage);
+          } else if (phase < 0) {
+            llvm::append_range(worklist, user->getResults());
           }
-    for (auto &entry : stages)
-      llvm::sort(entry.second);
+        }
+      }
+      if (!list.empty()) {
+        llvm::sort(list);
+        stages[arg] = list;
+      }
+    }
     return stages;
   }
 
