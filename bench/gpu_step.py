@@ -1,0 +1,200 @@
+#!/usr/bin/env python3
+"""GPU benchmark of one training step (issue #5): GPT-2 124M, 350M and a
+1.3B-shaped model (tp=1, bf16), side by side in one run on one GPU:
+
+- PyTorch eager and torch.compile (the peers), tokens/s and MFU;
+- megac (`megac compile --train --precision bf16 --target cuda`, then
+  `megac-run --backend cuda`), when its CUDA backend runs training steps;
+- the ceilings measured in the same run: a large bf16 GEMM (cuBLAS through
+  torch.matmul) and device-to-device copy bandwidth.
+
+Prints a markdown table with the date, the device and the command, for
+docs/performance.md. Needs a CUDA GPU and PyTorch (the device image has
+both); run it on the machine the `device` tool lends:
+
+  python3 bench/gpu_step.py [--models 124M,350M,1.3B] [--batch 8] [--seq 1024]
+
+MFU = model FLOPs per step / step time / the measured GEMM ceiling, with
+model FLOPs per token 6 N + 12 L H S (N parameters without the position
+table, L layers, H hidden, S sequence), as nanoGPT and the PaLM paper
+count them.
+"""
+import argparse
+import datetime
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+CONFIGS = {
+    "124M": dict(n_layer=12, n_embd=768, n_head=12),
+    "350M": dict(n_layer=24, n_embd=1024, n_head=16),
+    "1.3B": dict(n_layer=24, n_embd=2048, n_head=16),
+}
+VOCAB = 50304  # GPT-2's 50257 rounded up to a multiple of 64, as nanoGPT
+
+
+def build_model(torch, cfg, seq):
+    nn = torch.nn
+    F = torch.nn.functional
+
+    class Block(nn.Module):
+        def __init__(self, h, heads):
+            super().__init__()
+            self.ln_1 = nn.LayerNorm(h)
+            self.c_attn = nn.Linear(h, 3 * h)
+            self.c_proj = nn.Linear(h, h)
+            self.ln_2 = nn.LayerNorm(h)
+            self.c_fc = nn.Linear(h, 4 * h)
+            self.mlp_proj = nn.Linear(4 * h, h)
+            self.heads = heads
+
+        def forward(self, x):
+            b, s, h = x.shape
+            q, k, v = self.c_attn(self.ln_1(x)).split(h, dim=2)
+            q, k, v = (t.view(b, s, self.heads, h // self.heads).transpose(1, 2)
+                       for t in (q, k, v))
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            x = x + self.c_proj(y.transpose(1, 2).reshape(b, s, h))
+            return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+
+    class GPT(nn.Module):
+        def __init__(self):
+            super().__init__()
+            h = cfg["n_embd"]
+            self.wte = nn.Embedding(VOCAB, h)
+            self.wpe = nn.Embedding(seq, h)
+            self.blocks = nn.ModuleList(Block(h, cfg["n_head"]) for _ in range(cfg["n_layer"]))
+            self.ln_f = nn.LayerNorm(h)
+
+        def forward(self, idx, labels):
+            pos = torch.arange(idx.shape[1], device=idx.device)
+            x = self.wte(idx) + self.wpe(pos)
+            for block in self.blocks:
+                x = block(x)
+            logits = self.ln_f(x) @ self.wte.weight.t()  # tied output layer
+            return F.cross_entropy(logits.float().view(-1, VOCAB), labels.view(-1))
+
+    return GPT()
+
+
+def time_steps(torch, step, steps, warmup=3):
+    for _ in range(warmup):
+        step()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - start) / steps
+
+
+def torch_row(torch, name, cfg, args, compiled):
+    torch.manual_seed(0)
+    model = build_model(torch, cfg, args.seq).cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=6e-4, fused=True)
+    run = torch.compile(model) if compiled else model
+    idx = torch.randint(0, VOCAB, (args.batch, args.seq), device="cuda")
+    labels = torch.randint(0, VOCAB, (args.batch, args.seq), device="cuda")
+
+    def step():
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = run(idx, labels)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    sec = time_steps(torch, step, args.steps)
+    n = sum(p.numel() for p in model.parameters()) - model.wpe.weight.numel()
+    del model, opt
+    torch.cuda.empty_cache()
+    return sec, n
+
+
+def gemm_ceiling(torch, size=8192, reps=20):
+    a = torch.randn(size, size, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(size, size, device="cuda", dtype=torch.bfloat16)
+    sec = time_steps(torch, lambda: a @ b, reps)
+    return 2 * size ** 3 / sec
+
+
+def copy_bandwidth(torch, gib=2, reps=20):
+    src = torch.empty(gib << 30, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    sec = time_steps(torch, lambda: dst.copy_(src), reps)
+    return 2 * src.numel() / sec  # read + write
+
+
+def megac_row(cfg, args):
+    """Seconds per step of megac's CUDA backend, or why there is none."""
+    bindir = args.megac_bin
+    megac, run = os.path.join(bindir, "megac"), os.path.join(bindir, "megac-run")
+    if not (os.path.exists(megac) and os.path.exists(run)):
+        return None, f"no megac build at {bindir}"
+    with tempfile.TemporaryDirectory() as tmp:
+        config = os.path.join(tmp, "c.json")
+        with open(config, "w") as f:
+            f.write('{"n_layer": %d, "n_embd": %d, "n_head": %d, "vocab_size": %d, '
+                    '"n_positions": %d}' % (cfg["n_layer"], cfg["n_embd"], cfg["n_head"],
+                                            VOCAB, args.seq))
+        model, plan = os.path.join(tmp, "m.mlir"), os.path.join(tmp, "p.mgc")
+        metrics = os.path.join(tmp, "m.jsonl")
+        subprocess.run([megac, "import", "--hf-config", config, "-o", model], check=True)
+        subprocess.run([megac, "compile", model, "--train", "--precision", "bf16",
+                        "--target", "cuda", "--batch", str(args.batch), "--seq",
+                        str(args.seq), "-o", plan, "--quiet"], check=True)
+        out = subprocess.run([run, plan, "--backend", "cuda", "--steps",
+                              str(args.steps + 3), "--metrics", metrics, "-q"],
+                             capture_output=True, text=True)
+        if out.returncode != 0:
+            return None, out.stderr.strip().splitlines()[-1] if out.stderr else "failed"
+        import json
+        rates = [json.loads(line)["tokens_per_s"] for line in open(metrics)][3:]
+        return args.batch * args.seq / (sum(rates) / len(rates)), ""
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default="124M,350M,1.3B")
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--seq", type=int, default=1024)
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--megac-bin", default=os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "..", "build", "bin"))
+    args = parser.parse_args()
+    import torch
+    if not torch.cuda.is_available():
+        sys.exit("gpu_step.py: no CUDA device")
+    device = torch.cuda.get_device_name()
+    peak = gemm_ceiling(torch)
+    bandwidth = copy_bandwidth(torch)
+    print(f"Measured {datetime.date.today()} on {device} (torch {torch.__version__}).")
+    print(f"Command: python3 bench/gpu_step.py --models {args.models} --batch "
+          f"{args.batch} --seq {args.seq} --steps {args.steps}")
+    print(f"Ceilings in this run: bf16 GEMM 8192^3 {peak / 1e12:.0f} TFLOP/s, "
+          f"device copy {bandwidth / 1e9:.0f} GB/s.\n")
+    print("| model | params | runner | step ms | tokens/s | MFU (of the GEMM ceiling) |")
+    print("|---|---:|---|---:|---:|---:|")
+    tokens = args.batch * args.seq
+    for name in args.models.split(","):
+        cfg = CONFIGS[name]
+        rows = []
+        for label, compiled in (("PyTorch eager", False), ("torch.compile", True)):
+            sec, n = torch_row(torch, name, cfg, args, compiled)
+            rows.append((label, sec))
+        sec, why = megac_row(cfg, args)
+        flops = tokens * (6 * n + 12 * cfg["n_layer"] * cfg["n_embd"] * args.seq)
+        for label, s in rows + [("megac", sec)]:
+            if s is None:
+                print(f"| {name} | {n / 1e6:.0f}M | {label} | - | - | - ({why}) |")
+                continue
+            print(f"| {name} | {n / 1e6:.0f}M | {label} | {s * 1e3:.1f} | "
+                  f"{tokens / s:.0f} | {flops / s / peak:.3f} |")
+
+
+if __name__ == "__main__":
+    main()
