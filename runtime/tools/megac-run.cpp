@@ -727,6 +727,26 @@ int runTraining(const Options &O, Setup &S) {
   return 0;
 }
 
+/// After a forward step (on any backend): the report, and the outputs
+/// saved by rank 0 when asked.
+int reportForward(const Options &O, const Setup &S) {
+  report(O, S);
+  if (O.saveOutputs.empty())
+    return 0;
+  std::string SaveErr;
+  if (WorldRank == 0) {
+    try {
+      saveOutputs(O, S);
+    } catch (const std::exception &E) {
+      SaveErr = E.what();
+    }
+  }
+  if (!agree(SaveErr))
+    return 1;
+  info(O, "saved outputs to %s", O.saveOutputs.c_str());
+  return 0;
+}
+
 /// The CUDA backend plugin (libmegac_cuda.so beside this executable).
 std::unique_ptr<DeviceRun> openCudaRun(const Program &P) {
   char Self[4096];
@@ -795,21 +815,7 @@ int runForwardOnDevice(const Options &O, Setup &S) {
     return 1;
   info(O, "forward step on %s: %u instructions in %.1f ms",
        Run->deviceName().c_str(), RP.instrs() ? RP.instrs()->size() : 0u, Ms);
-  report(O, S);
-  if (!O.saveOutputs.empty()) {
-    std::string SaveErr;
-    if (WorldRank == 0) {
-      try {
-        saveOutputs(O, S);
-      } catch (const std::exception &Ex) {
-        SaveErr = Ex.what();
-      }
-    }
-    if (!agree(SaveErr))
-      return 1;
-    info(O, "saved outputs to %s", O.saveOutputs.c_str());
-  }
-  return 0;
+  return reportForward(O, S);
 }
 
 /// Prints bytes as text: printable ASCII, newline and tab as they are,
@@ -1143,22 +1149,7 @@ int runMain(int Argc, char **Argv) {
        Stats.instructions, Stats.collectives, MaxSec * 1e3);
   if (!O.trace.empty() && !writeTrace(O, S))
     return 1;
-  report(O, S);
-
-  if (!O.saveOutputs.empty()) {
-    std::string SaveErr;
-    if (WorldRank == 0) {
-      try {
-        saveOutputs(O, S);
-      } catch (const std::exception &E) {
-        SaveErr = E.what();
-      }
-    }
-    if (!agree(SaveErr))
-      return 1;
-    info(O, "saved outputs to %s", O.saveOutputs.c_str());
-  }
-  return 0;
+  return reportForward(O, S);
 }
 
 } // namespace
