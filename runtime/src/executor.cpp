@@ -332,6 +332,20 @@ RunStats Executor::runPipeline(Collectives &C, uint32_t End, RunStats Stats) {
   return Stats;
 }
 
+RunStats Executor::runForward(Collectives &C) {
+  if (!pipelined())
+    return run(C, forwardEnd());
+  RunStats Stats;
+  CurMicro = 0;
+  for (const Task *T : *RP.schedule()) {
+    const Segment &Seg = *RP.segments()->Get(T->segment());
+    if (T->micro_batch() == 0 && !Seg.backward())
+      Stats = runRange(C, Seg.begin(), Seg.end(), Stats);
+  }
+  C.finishSends();
+  return Stats;
+}
+
 RunStats Executor::run(Collectives &C, uint32_t End) {
   RunStats Stats;
   auto Start = std::chrono::steady_clock::now();

@@ -241,6 +241,10 @@ public:
   /// Executes instructions [0, End) (all by default) once; with gradient
   /// accumulation, [0, accumulate_end) once per micro-batch first.
   RunStats run(Collectives &C, uint32_t End = UINT32_MAX);
+  /// One forward pass on the current inputs (generation): the forward
+  /// part of the plan, or on a pipeline the forward segments of
+  /// micro-batch 0 in schedule order.
+  RunStats runForward(Collectives &C);
   /// Number of instructions of the forward part (forward_end, or all).
   uint32_t forwardEnd() const;
   /// Progress, for a watchdog on another thread: a counter bumped at every

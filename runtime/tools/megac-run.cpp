@@ -242,14 +242,15 @@ const Output *findOutput(const RankProgram &RP, const std::string &Name) {
   return nullptr;
 }
 
-/// The first rank that computes the loss (every rank, or on a pipeline
+/// The first rank that holds output \p Name (every rank, or on a pipeline
 /// those of the last stage); -1 if none does.
-int lossRank(const Program &P) {
+int outputRank(const Program &P, const std::string &Name) {
   for (uint32_t R = 0; R < P.ranks()->size(); ++R)
-    if (findOutput(*P.ranks()->Get(R), "loss"))
+    if (findOutput(*P.ranks()->Get(R), Name))
       return int(R);
   return -1;
 }
+int lossRank(const Program &P) { return outputRank(P, "loss"); }
 
 /// Whether the rank writes parameters (adam_w, or assign under ZeRO).
 bool updatesParams(const RankProgram &RP) {
@@ -267,11 +268,12 @@ void checkModeOptions(const Options &O, const Setup &S, const Program &P) {
   if (O.backend == "cuda" && S.mode != Mode::Forward)
     throw RunError("--backend cuda runs forward plans so far; training "
                    "steps and --generate run on the CPU backend");
-  if (P.pipeline_stages() > 1 && S.mode != Mode::Train)
+  const bool Pipelined = P.pipeline_stages() > 1;
+  if (Pipelined && S.mode == Mode::Forward)
     throw RunError(Plan + ": a pipeline-parallel plan (" +
                    std::to_string(P.pipeline_stages()) +
-                   " stages) can only train; compile without a pp axis to " +
-                   (S.mode == Mode::Generate ? "generate" : "run forward"));
+                   " stages) trains, or generates from a checkpoint; compile "
+                   "without a pp axis for a forward run");
   if (S.mode == Mode::Generate) {
     if (O.haveSteps || !O.metrics.empty() || !O.saveCheckpoint.empty() ||
         O.checkpointEvery)
@@ -283,27 +285,36 @@ void checkModeOptions(const Options &O, const Setup &S, const Program &P) {
       throw RunError(Plan + ": --generate uses byte-level tokens and needs a "
                             "vocabulary of at least 256 (the plan has " +
                      std::to_string(P.vocab_size()) + ")");
-    const Output *L = findOutput(RP, "logits");
+    // On a pipeline the last stage's ranks hold the logits.
+    const int Owner = outputRank(P, "logits");
+    const Output *L =
+        Owner < 0 ? nullptr : findOutput(*P.ranks()->Get(uint32_t(Owner)),
+                                         "logits");
     if (!L)
       throw RunError(Plan + ": --generate needs a \"logits\" output");
+    const RankProgram &LR = *P.ranks()->Get(uint32_t(Owner));
     // Outputs are whole on every rank: under data parallelism the logits
     // hold the global batch. Every row holds the prompt, row 0 is read.
     std::vector<int64_t> Want = {P.batch(), P.seq(), P.vocab_size()};
+    // (With micro-batches, the rows of one micro-batch.)
     std::vector<int64_t> WantGlobal = {
-        std::max<int64_t>(P.global_batch(), P.batch()), P.seq(),
-        P.vocab_size()};
-    const Buffer *B = RP.buffers()->Get(L->buffer());
+        std::max<int64_t>(P.global_batch() /
+                              std::max<int64_t>(1, P.micro_batches()),
+                          P.batch()),
+        P.seq(), P.vocab_size()};
+    const Buffer *B = LR.buffers()->Get(L->buffer());
     std::vector<int64_t> Have(B->shape()->begin(), B->shape()->end());
     if (Have != Want && Have != WantGlobal)
       throw RunError(Plan + ": --generate needs logits of shape " +
                      shapeString(Want) + " (batch, seq, vocab)");
     bool HasTokens = false;
-    if (RP.inputs())
-      for (const Input *In : *RP.inputs())
-        HasTokens |= In->kind()->str() == "tokens";
+    for (const RankProgram *R : *P.ranks())
+      if (R->inputs())
+        for (const Input *In : *R->inputs())
+          HasTokens |= In->kind()->str() == "tokens";
     if (!HasTokens)
       throw RunError(Plan + ": --generate needs a \"tokens\" input");
-    if (RP.forward_end() < 0 && updatesParams(RP))
+    if (!Pipelined && RP.forward_end() < 0 && updatesParams(RP))
       throw RunError(Plan + ": the plan updates parameters (adam_w) but does "
                             "not say where its forward part ends "
                             "(forward_end); refusing to generate with it");
@@ -392,7 +403,8 @@ void prepare(const Options &O, Setup &S) {
     return;
   }
   if (S.mode == Mode::Generate) {
-    S.logitsBuf = findOutput(RP, "logits")->buffer();
+    if (const Output *L = findOutput(RP, "logits"))
+      S.logitsBuf = L->buffer();
     return;
   }
   if (const Output *L = findOutput(RP, "loss"))
@@ -880,13 +892,16 @@ int runGeneration(const Options &O, Setup &S) {
     std::fputs(escapeBytes(Toks, 0).c_str(), stdout);
     std::fflush(stdout);
   }
-  const uint32_t End = E.forwardEnd();
+  // The rank whose logits choose the token (on a pipeline: the first of
+  // the last stage); every other rank receives its choice.
+  const int Chooser = outputRank(P, "logits");
   auto Start = std::chrono::steady_clock::now();
   int64_t New = 0;
   while (New < O.maxNewTokens && int64_t(Toks.size()) < Seq) {
     const int64_t Len = int64_t(Toks.size());
     int32_t Next = 0;
     try {
+      if (RP.inputs())
       for (const Input *In : *RP.inputs()) {
         const int64_t Shift = In->kind()->str() == "labels" ? 1 : 0;
         int32_t *D = E.mutableBuffer(In->buffer()).i.data();
@@ -895,16 +910,19 @@ int runGeneration(const Options &O, Setup &S) {
             D[Bi * Seq + Si] =
                 Si + Shift < Len ? Toks[size_t(Si + Shift)] : 0;
       }
-      E.run(*Comm, End);
-      const float *Row =
-          E.buffer(S.logitsBuf).f.data() + size_t((Len - 1) * V);
-      double U = double(splitmix64(Key + uint64_t(New)) >> 11) * 0x1.0p-53;
-      Next = sampleToken(Row, O.temperature, O.topK, U);
+      E.runForward(*Comm);
+      if (WorldRank == Chooser) {
+        const float *Row =
+            E.buffer(S.logitsBuf).f.data() + size_t((Len - 1) * V);
+        double U = double(splitmix64(Key + uint64_t(New)) >> 11) * 0x1.0p-53;
+        Next = sampleToken(Row, O.temperature, O.topK, U);
+      }
     } catch (const std::exception &Ex) {
       abortJob(Ex);
     }
-    // Every rank holds the same logits; rank 0's choice is authoritative.
-    MPI_Bcast(&Next, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    // The ranks holding logits hold the same ones; the chooser's token is
+    // everyone's.
+    MPI_Bcast(&Next, 1, MPI_INT, Chooser, MPI_COMM_WORLD);
     Toks.push_back(Next);
     ++New;
     if (WorldRank == 0) {
