@@ -9,6 +9,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "megac_rt/plan_file.h"
+#include "megac_rt/trace.h"
 #include "plan_enums.h"
 
 #include <algorithm>
@@ -36,27 +37,16 @@ std::string taskText(const Segment *S, int64_t Micro) {
          std::to_string(Micro);
 }
 
-std::vector<Event> rankEvents(const RankProgram &R) {
+/// The rank's sends and receives in the order it runs them.
+std::vector<Event> rankEvents(const Program &P, const RankProgram &R) {
   std::vector<Event> Events;
-  auto Add = [&](uint32_t Begin, uint32_t End, const Segment *S,
-                 int64_t Micro) {
-    for (uint32_t I = Begin; I < End && I < R.instrs()->size(); ++I) {
-      const Instr *In = R.instrs()->Get(I);
-      if (In->op() != op::Send && In->op() != op::Recv)
-        continue;
+  for (const ExecutionStep &St : executionOrder(P, R)) {
+    const Instr *In = R.instrs()->Get(St.instr);
+    if (In->op() == op::Send || In->op() == op::Recv)
       Events.push_back({In->op() == op::Send, In->ints()->Get(0),
-                        In->ints()->Get(1), Micro, I, taskText(S, Micro)});
-    }
-  };
-  if (!R.instrs())
-    return Events;
-  if (R.schedule())
-    for (const Task *T : *R.schedule()) {
-      const Segment *S = R.segments()->Get(T->segment());
-      Add(S->begin(), S->end(), S, T->micro_batch());
-    }
-  Add(R.accumulate_end() >= 0 ? uint32_t(R.accumulate_end()) : 0,
-      R.instrs()->size(), nullptr, 0);
+                        In->ints()->Get(1), St.micro, St.instr,
+                        taskText(St.segment, St.micro)});
+  }
   return Events;
 }
 
@@ -69,7 +59,7 @@ std::string checkPipelineTransfers(const Program &P) {
   std::vector<std::vector<Event>> Events(N);
   bool Any = false;
   for (size_t R = 0; R < N; ++R) {
-    Events[R] = rankEvents(*P.ranks()->Get(uint32_t(R)));
+    Events[R] = rankEvents(P, *P.ranks()->Get(uint32_t(R)));
     Any |= !Events[R].empty();
   }
   if (!Any)

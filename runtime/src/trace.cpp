@@ -22,37 +22,36 @@ bool communicatesOp(OpCode Op) {
 
 bool transferOp(OpCode Op) { return Op == op::Send || Op == op::Recv; }
 
-/// One instruction as a rank runs it, and on which micro-batch (-1: none).
-struct Step {
-  uint32_t instr;
-  int64_t micro;
-};
+} // namespace
 
-/// The order a rank runs its instructions in during one training step:
-/// with micro-batches [0, accumulate_end) once per micro-batch, on a
-/// pipeline the schedule's segments; then the rest once.
-std::vector<Step> executionOrder(const Program &P, const RankProgram &R) {
-  std::vector<Step> Order;
+std::vector<ExecutionStep> executionOrder(const Program &P,
+                                          const RankProgram &R) {
+  std::vector<ExecutionStep> Order;
   const uint32_t N = R.instrs() ? R.instrs()->size() : 0;
   const int32_t AccEnd = R.accumulate_end();
   uint32_t Rest = 0;
+  int64_t RestMicro = -1;
   if (R.segments() && R.segments()->size() && R.schedule()) {
     for (const Task *T : *R.schedule()) {
       const Segment *S = R.segments()->Get(T->segment());
       for (uint32_t I = S->begin(); I < S->end(); ++I)
-        Order.push_back({I, int64_t(T->micro_batch())});
+        Order.push_back({I, int64_t(T->micro_batch()), S});
     }
-    Rest = uint32_t(AccEnd);
+    Rest = uint32_t(std::max(AccEnd, 0));
+    RestMicro = 0;
   } else if (P.micro_batches() > 1 && AccEnd > 0) {
     for (int64_t K = 0; K < P.micro_batches(); ++K)
       for (uint32_t I = 0; I < uint32_t(AccEnd); ++I)
-        Order.push_back({I, K});
+        Order.push_back({I, K, nullptr});
     Rest = uint32_t(AccEnd);
+    RestMicro = 0;
   }
   for (uint32_t I = Rest; I < N; ++I)
-    Order.push_back({I, Rest ? 0 : -1});
+    Order.push_back({I, RestMicro, nullptr});
   return Order;
 }
+
+namespace {
 
 int64_t elementsOf(const RankProgram &R, uint32_t B) {
   int64_t N = 1;
@@ -186,7 +185,7 @@ std::string estimateSchedule(const Program &P, const CostModel &M,
       for (uint32_t R : *P.axes()->Get(A)->groups()->Get(G)->ranks())
         GroupOf[A][R] = G;
   Out.assign(N, {});
-  std::vector<std::vector<Step>> Order(N);
+  std::vector<std::vector<ExecutionStep>> Order(N);
   for (uint32_t R = 0; R < N; ++R)
     Order[R] = executionOrder(P, *P.ranks()->Get(R));
   std::vector<uint32_t> Ptr(N, 0);
@@ -201,7 +200,7 @@ std::string estimateSchedule(const Program &P, const CostModel &M,
     for (uint32_t R = 0; R < N; ++R) {
       const RankProgram &RP = *P.ranks()->Get(R);
       while (Ptr[R] < Order[R].size()) {
-        const Step St = Order[R][Ptr[R]];
+        const ExecutionStep St = Order[R][Ptr[R]];
         const Instr &In = *RP.instrs()->Get(St.instr);
         if (Training && In.generation_only()) {
           ++Ptr[R];

@@ -268,12 +268,8 @@ void checkModeOptions(const Options &O, const Setup &S, const Program &P) {
   if (O.backend == "cuda" && S.mode != Mode::Forward)
     throw RunError("--backend cuda runs forward plans so far; training "
                    "steps and --generate run on the CPU backend");
+  // (Pipeline plans are training plans: never Mode::Forward.)
   const bool Pipelined = P.pipeline_stages() > 1;
-  if (Pipelined && S.mode == Mode::Forward)
-    throw RunError(Plan + ": a pipeline-parallel plan (" +
-                   std::to_string(P.pipeline_stages()) +
-                   " stages) trains, or generates from a checkpoint; compile "
-                   "without a pp axis for a forward run");
   if (S.mode == Mode::Generate) {
     if (O.haveSteps || !O.metrics.empty() || !O.saveCheckpoint.empty() ||
         O.checkpointEvery)

@@ -389,3 +389,34 @@ TEST(PlanFile, RejectsBadFusedKernels) {
                 "gelu takes 1 arguments"),
             std::string::npos);
 }
+
+TEST(PlanFile, RejectsBadEpiloguesAndAccumulation) {
+  // linear_bias: x [2,4], w [4,3], bias of the output's width.
+  auto Gemm = [](std::vector<int64_t> BiasShape) {
+    ProgramDesc P;
+    RankDesc R;
+    uint32_t X = R.addBuffer(dt::F32, {2, 4}, "x");
+    uint32_t W = R.addBuffer(dt::F32, {4, 3}, "w");
+    uint32_t B = R.addBuffer(dt::F32, BiasShape, "b");
+    for (uint32_t Id : {X, W, B})
+      R.instrs.push_back({op::Fill, {}, {Id}, {}, {1.0}});
+    R.emit(op::LinearBias, {X, W, B}, {2, 3}, {0, 1});
+    P.ranks.push_back(R);
+    return P;
+  };
+  EXPECT_EQ(verify(Gemm({3})), "");
+  EXPECT_NE(verify(Gemm({4})).find("and bias [4] do not fit together"),
+            std::string::npos);
+  // A weight gradient written into a micro-batch sum needs micro-batches.
+  ProgramDesc P;
+  RankDesc R;
+  uint32_t X = R.addBuffer(dt::F32, {2, 4}, "x");
+  uint32_t DY = R.addBuffer(dt::F32, {2, 3}, "dy");
+  for (uint32_t Id : {X, DY})
+    R.instrs.push_back({op::Fill, {}, {Id}, {}, {1.0}});
+  R.emit(op::LinearWeightGrad, {X, DY}, {4, 3}, {0, 1});
+  P.ranks.push_back(R);
+  EXPECT_NE(verify(P).find("accumulates over micro-batches, but the plan has "
+                           "no accumulate_end"),
+            std::string::npos);
+}

@@ -419,8 +419,10 @@ int runCompile(int argc, char **argv) {
       "recompute",
       cl::desc("Activation recomputation: none; selective (the fused "
                "attention's scores and softmax, which megac always "
-               "recomputes); full (keep only each transformer block's input, "
-               "recompute the block's forward in its backward)"),
+               "recomputes, and with --sequence-parallel the LayerNorm "
+               "outputs gathered again in the backward pass); full (keep "
+               "only each transformer block's input, recompute the block's "
+               "forward in its backward)"),
       cl::init("none"), cl::cat(trainCategory));
   static cl::opt<bool> memoryReport(
       "memory-report",

@@ -42,6 +42,22 @@ struct CostModel {
   double collectiveLatencyUs = 20;
 };
 
+/// One instruction as a rank runs it in a training step: on which
+/// micro-batch (-1: the plan has none) and in which pipeline segment (null
+/// outside one).
+struct ExecutionStep {
+  uint32_t instr;
+  int64_t micro;
+  const megac::plan::Segment *segment;
+};
+
+/// The order rank program \p R runs its instructions in during one
+/// training step: with micro-batches [0, accumulate_end) once per
+/// micro-batch, on a pipeline the schedule's segments; then the rest once
+/// (as micro-batch 0). The runtime's Executor::run follows it.
+std::vector<ExecutionStep> executionOrder(const megac::plan::Program &P,
+                                          const megac::plan::RankProgram &R);
+
 /// The schedule every rank would follow under \p Model in one training
 /// step (micro-batches and a pipeline's schedule unrolled): each
 /// instruction takes max(flops / rate, bytes / bandwidth); a collective

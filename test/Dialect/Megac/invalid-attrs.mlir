@@ -202,3 +202,11 @@ func.func @bad_phase(%x: tensor<4xf32>) -> tensor<4xf32> {
 // expected-error @+1 {{megac.pipeline_stages must be a positive integer on a module}}
 module attributes {megac.pipeline_stages = 0 : i64} {
 }
+
+// -----
+
+func.func @bad_fusion(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{megac.fusion must name a kernel group as "e<number>" or "g<number>"}}
+  %y = megac.gelu %x {megac.fusion = "k1"} : (tensor<4xf32>) -> tensor<4xf32>
+  return %y : tensor<4xf32>
+}

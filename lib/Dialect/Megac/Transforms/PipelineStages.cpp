@@ -40,7 +40,7 @@ struct AssignStagesPass
     if (virtualStages < 1) {
       module.emitError("megac-assign-stages: virtual-stages must be "
                        "positive, got ")
-          << virtualStages;
+          << static_cast<int64_t>(virtualStages);
       return signalPassFailure();
     }
     int64_t stages = pp * virtualStages;
