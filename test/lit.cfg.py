@@ -51,6 +51,11 @@ if getattr(config, "megac_have_nvrtc", False):
 if getattr(config, "megac_have_cuda_backend", False):
     config.available_features.add("cuda-backend")
 
+# The CUDA backend's source on the host emulation of CUDA (always built):
+# `%cuda_emu megac-run ... --backend cuda` runs it without a GPU.
+config.substitutions.append(("%cuda_emu", "env MEGAC_CUDA_PLUGIN=" + os.path.join(
+    config.megac_tools_dir, "libmegac_cuda_emu.so")))
+
 # GPU tests run only where a CUDA device answers.
 nvidia_smi = shutil.which("nvidia-smi")
 if nvidia_smi and subprocess.run([nvidia_smi, "-L"], capture_output=True).returncode == 0:

@@ -755,13 +755,18 @@ int reportForward(const Options &O, const Setup &S) {
   return 0;
 }
 
-/// The CUDA backend plugin (libmegac_cuda.so beside this executable).
+/// The CUDA backend plugin: libmegac_cuda.so beside this executable, or
+/// the library MEGAC_CUDA_PLUGIN names (libmegac_cuda_emu.so runs the same
+/// backend on a host emulation of CUDA, for tests without a GPU).
 std::unique_ptr<DeviceRun> openCudaRun(const Program &P) {
   char Self[4096];
   ssize_t Len = ::readlink("/proc/self/exe", Self, sizeof(Self) - 1);
   std::string Dir = Len > 0 ? std::string(Self, size_t(Len)) : "";
   Dir = Dir.substr(0, Dir.find_last_of('/') + 1);
-  const std::string Lib = Dir + "libmegac_cuda.so";
+  const char *Override = std::getenv("MEGAC_CUDA_PLUGIN");
+  const std::string Lib = Override && *Override
+                              ? std::string(Override)
+                              : Dir + "libmegac_cuda.so";
   void *Handle = ::dlopen(Lib.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!Handle)
     throw RunError(std::string("--backend cuda: cannot load the CUDA "

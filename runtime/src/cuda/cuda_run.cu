@@ -16,9 +16,7 @@
 #include "megac_rt/memory_plan.h"
 #include "plan_enums.h"
 
-#include <cublas_v2.h>
-#include <cuda.h>
-#include <cuda_runtime.h>
+#include "cuda_api.h"
 
 #include <cmath>
 #include <cstdio>
@@ -318,6 +316,22 @@ private:
     if (Functions[Index])
       return Functions[Index];
     const Kernel &Kn = *P.kernels()->Get(Index);
+#ifdef MEGAC_CUDA_EMULATION
+    // The host runs the kernel's CUDA source, not its cubins. Fused
+    // kernels take (y, x0..xn-1, n, p0..pn-1).
+    std::vector<std::string> Types = {"float *"};
+    for (unsigned K = 0; K < Kn.inputs(); ++K)
+      Types.push_back("const float *");
+    Types.push_back("long long");
+    for (unsigned K = 0; K < Kn.inputs(); ++K)
+      Types.push_back("long long");
+    std::string Error;
+    if (megac_emu::moduleFromSource(&Modules[Index], Kn.source()->str(),
+                                    Kn.name()->str(), Types,
+                                    Error) != CUDA_SUCCESS)
+      throw std::runtime_error("kernel " + Kn.name()->str() +
+                               " does not compile on the host: " + Error);
+#else
     // A cubin runs on its own architecture and on later minor versions of
     // the same major one (sm_80 on sm_86 and sm_89).
     const KernelBinary *Best = nullptr;
@@ -335,6 +349,7 @@ private:
                                " has no binary for " + Arch);
     check(cuModuleLoadData(&Modules[Index], Best->cubin()->data()),
           "cuModuleLoadData");
+#endif
     check(cuModuleGetFunction(&Functions[Index], Modules[Index],
                               Kn.name()->c_str()),
           "cuModuleGetFunction");
@@ -351,7 +366,7 @@ private:
     switch (In.op()) {
     case op::Embedding: {
       auto T = shape(In0(0));
-      embeddingKernel<<<blocksFor(NY), kThreads>>>(
+      launch(embeddingKernel, blocksFor(NY), kThreads, 0, 
           f(In0(0)), T[0], T[1], i32(In0(1)), numel(In0(1)), Int(0), f(Y));
       return;
     }
@@ -367,24 +382,24 @@ private:
       const int64_t K = T ? W[1] : W[0], N = T ? W[0] : W[1];
       gemm(f(In0(0)), N ? NY / N : 0, K, f(In0(1)), N, T, f(Y));
       if (In.op() == op::LinearBias) {
-        broadcastKernel<<<blocksFor(NY), kThreads>>>(f(Y), NY, f(In0(2)), N,
+        launch(broadcastKernel, blocksFor(NY), kThreads, 0, f(Y), NY, f(In0(2)), N,
                                                      f(Y), 0);
         if (Int(1) != 0)
-          geluKernel<<<blocksFor(NY), kThreads>>>(f(Y), NY, f(Y));
+          launch(geluKernel, blocksFor(NY), kThreads, 0, f(Y), NY, f(Y));
       }
       return;
     }
     case op::Add:
     case op::Mul:
-      broadcastKernel<<<blocksFor(NY), kThreads>>>(
+      launch(broadcastKernel, blocksFor(NY), kThreads, 0, 
           f(In0(0)), NY, f(In0(1)), numel(In0(1)), f(Y), In.op() == op::Mul);
       return;
     case op::Gelu:
-      geluKernel<<<blocksFor(NY), kThreads>>>(f(In0(0)), NY, f(Y));
+      launch(geluKernel, blocksFor(NY), kThreads, 0, f(In0(0)), NY, f(Y));
       return;
     case op::LayerNorm: {
       const int64_t H = shape(In0(0)).back();
-      layerNormKernel<<<unsigned(std::min<int64_t>(NY / H, 65535)), kThreads>>>(
+      launch(layerNormKernel, unsigned(std::min<int64_t>(NY / H, 65535)), kThreads, 0, 
           f(In0(0)), NY / H, H, f(In0(1)), f(In0(2)), In.floats()->Get(0),
           f(Y));
       return;
@@ -394,7 +409,7 @@ private:
         throw std::runtime_error("attention dropout is not on the CUDA "
                                  "backend yet");
       auto S = shape(In0(0));
-      attentionKernel<<<blocksFor(S[0] * Int(0) * S[1]), kThreads>>>(
+      launch(attentionKernel, blocksFor(S[0] * Int(0) * S[1]), kThreads, 0, 
           f(In0(0)), f(In0(1)), f(In0(2)), S[0], S[1], S[2], Int(0),
           Int(1) != 0, f(Y));
       return;
@@ -412,18 +427,18 @@ private:
         Pm.OutShape[D] = X[size_t(Int(unsigned(D)))];
         Pm.InStride[D] = Stride[size_t(Int(unsigned(D)))];
       }
-      transposeKernel<<<blocksFor(NY), kThreads>>>(f(In0(0)), f(Y), NY, Pm);
+      launch(transposeKernel, blocksFor(NY), kThreads, 0, f(In0(0)), f(Y), NY, Pm);
       return;
     }
     case op::CrossEntropy: {
       auto L = shape(In0(0));
       const int64_t V = L.back(), Rows = numel(In0(0)) / V;
       scratch(size_t(Rows) * sizeof(double));
-      crossEntropyRows<<<blocksFor(Rows), kThreads>>>(
+      launch(crossEntropyRows, blocksFor(Rows), kThreads, 0, 
           f(In0(0)), Rows, V, i32(In0(1)), static_cast<double *>(Scratch));
       const double Norm = In.ints() && In.ints()->size() ? double(Int(0))
                                                          : double(Rows);
-      sumRows<<<1, 1>>>(static_cast<double *>(Scratch), Rows, Norm, f(Y));
+      launch(sumRows, 1, 1, 0, static_cast<double *>(Scratch), Rows, Norm, f(Y));
       return;
     }
     case op::Fused: {

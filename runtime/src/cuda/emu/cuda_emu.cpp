@@ -1,0 +1,336 @@
+//===- cuda_emu.cpp - The host stand-in for CUDA (see cuda_emu.h) ---------===//
+
+#include "cuda_emu.h"
+
+#include <dlfcn.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <stdexcept>
+
+#ifndef MEGAC_EMU_CXX
+#define MEGAC_EMU_CXX "c++"
+#endif
+#ifndef MEGAC_EMU_SIMT_HEADER
+#error "the build names simt.h for run-time compiled kernels"
+#endif
+
+namespace megac_emu {
+namespace {
+
+//===-- The SIMT scheduler ------------------------------------------------===//
+//
+// Every thread of a block is a fiber (ucontext) on the calling thread. The
+// scheduler runs each ready fiber until it ends or waits at a barrier; when
+// none is ready, the barrier opens for all. Blocks run one after another.
+
+constexpr size_t kStackBytes = 256 * 1024;
+
+struct Fiber {
+  ucontext_t Context;
+  ThreadState State;
+  std::unique_ptr<char[]> Stack;
+  bool Done = false;
+};
+
+struct Scheduler {
+  ucontext_t Main;
+  std::vector<Fiber> Fibers;
+  Fiber *Current = nullptr;
+  const std::function<void()> *Body = nullptr;
+  std::vector<double> Exchange;
+  std::vector<char> Shared;
+};
+
+Scheduler &scheduler() {
+  static Scheduler S;
+  return S;
+}
+
+ThreadState *currentThread() { return &scheduler().Current->State; }
+
+void syncThreads() {
+  Scheduler &S = scheduler();
+  swapcontext(&S.Current->Context, &S.Main);
+}
+
+double shuffleXor(double V, int LaneMask) {
+  Scheduler &S = scheduler();
+  const unsigned T = S.Current->State.Thread.x;
+  S.Exchange[T] = V;
+  syncThreads();
+  const unsigned Partner = (T & ~31u) | ((T & 31u) ^ unsigned(LaneMask));
+  const double R = Partner < S.Exchange.size() ? S.Exchange[Partner] : V;
+  syncThreads();
+  return R;
+}
+
+void *dynamicShared() { return scheduler().Shared.data(); }
+
+void fiberEntry() {
+  Scheduler &S = scheduler();
+  (*S.Body)();
+  S.Current->Done = true;
+  // uc_link returns to Main.
+}
+
+const SimtApi TheApi = {currentThread, syncThreads, shuffleXor,
+                        dynamicShared};
+
+struct BindApi {
+  BindApi() { simtApi = &TheApi; }
+} Binder;
+
+} // namespace
+
+void launch(Dim3 Grid, Dim3 Block, size_t SharedBytes,
+            const std::function<void()> &Body) {
+  Scheduler &S = scheduler();
+  const size_t Threads = size_t(Block.x) * Block.y * Block.z;
+  if (S.Fibers.size() < Threads)
+    S.Fibers.resize(Threads);
+  S.Exchange.assign(Threads, 0.0);
+  S.Shared.assign(SharedBytes + 16, 0);
+  S.Body = &Body;
+  for (unsigned Bz = 0; Bz < Grid.z; ++Bz)
+    for (unsigned By = 0; By < Grid.y; ++By)
+      for (unsigned Bx = 0; Bx < Grid.x; ++Bx) {
+        for (size_t T = 0; T < Threads; ++T) {
+          Fiber &F = S.Fibers[T];
+          if (!F.Stack)
+            F.Stack.reset(new char[kStackBytes]);
+          F.Done = false;
+          F.State.Block = {Bx, By, Bz};
+          F.State.GridSize = Grid;
+          F.State.BlockSize = Block;
+          F.State.Thread = {unsigned(T % Block.x),
+                               unsigned(T / Block.x % Block.y),
+                               unsigned(T / (size_t(Block.x) * Block.y))};
+          getcontext(&F.Context);
+          F.Context.uc_stack.ss_sp = F.Stack.get();
+          F.Context.uc_stack.ss_size = kStackBytes;
+          F.Context.uc_link = &S.Main;
+          makecontext(&F.Context, fiberEntry, 0);
+        }
+        // Each pass runs every live fiber to its end or to the barrier;
+        // a pass that ends some but not all fibers opens the barrier too
+        // (threads that returned no longer count, as on Volta and later).
+        for (bool Live = true; Live;) {
+          Live = false;
+          for (size_t T = 0; T < Threads; ++T) {
+            Fiber &F = S.Fibers[T];
+            if (F.Done)
+              continue;
+            S.Current = &F;
+            swapcontext(&S.Main, &F.Context);
+            Live |= !F.Done;
+          }
+        }
+        S.Current = nullptr;
+      }
+}
+
+namespace {
+
+//===-- Modules compiled from source -----------------------------------===//
+
+struct Module {
+  void *Handle = nullptr;
+  std::string Name;
+  void (*Entry)(const SimtApi *, void **) = nullptr;
+};
+
+std::string run(const std::string &Command) {
+  std::string Out;
+  FILE *Pipe = ::popen((Command + " 2>&1").c_str(), "r");
+  if (!Pipe)
+    return "cannot start: " + Command;
+  char Buf[4096];
+  size_t N;
+  while ((N = std::fread(Buf, 1, sizeof(Buf), Pipe)) > 0)
+    Out.append(Buf, N);
+  const int Status = ::pclose(Pipe);
+  return Status == 0 ? std::string() : (Out.empty() ? "failed" : Out);
+}
+
+} // namespace
+
+CUresult moduleFromSource(CUmodule *M, const std::string &Source,
+                          const std::string &Name,
+                          const std::vector<std::string> &ParamTypes,
+                          std::string &Error) {
+  char Dir[] = "/tmp/megac-emu-XXXXXX";
+  if (!::mkdtemp(Dir)) {
+    Error = "mkdtemp failed";
+    return CUDA_ERROR_INVALID_IMAGE;
+  }
+  const std::string Src = std::string(Dir) + "/kernel.cpp";
+  const std::string Lib = std::string(Dir) + "/kernel.so";
+  {
+    std::ofstream Out(Src);
+    Out << "#include \"" MEGAC_EMU_SIMT_HEADER "\"\n" << Source << "\n";
+    // The entry the emulator calls: binds the SIMT table, unpacks the
+    // arguments as cuLaunchKernel gets them.
+    Out << "extern \"C\" void megac_emu_entry(const megac_emu::SimtApi *A, "
+           "void **Args) {\n  megac_emu::simtApi = A;\n  "
+        << Name << "(";
+    for (size_t K = 0; K < ParamTypes.size(); ++K)
+      Out << (K ? ", " : "") << "*static_cast<" << ParamTypes[K]
+          << " *>(Args[" << K << "])";
+    Out << ");\n}\n";
+  }
+  Error = run(std::string(MEGAC_EMU_CXX) +
+              " -std=c++17 -O1 -shared -fPIC -w -o " + Lib + " " + Src);
+  void *Handle = Error.empty() ? ::dlopen(Lib.c_str(), RTLD_NOW | RTLD_LOCAL)
+                               : nullptr;
+  if (Error.empty() && !Handle)
+    Error = ::dlerror();
+  ::unlink(Src.c_str());
+  ::unlink(Lib.c_str());
+  ::rmdir(Dir);
+  if (!Handle)
+    return CUDA_ERROR_INVALID_IMAGE;
+  auto *Mod = new Module{Handle, Name, nullptr};
+  Mod->Entry = reinterpret_cast<void (*)(const SimtApi *, void **)>(
+      ::dlsym(Handle, "megac_emu_entry"));
+  *M = reinterpret_cast<CUmodule>(Mod);
+  return CUDA_SUCCESS;
+}
+
+} // namespace megac_emu
+
+using namespace megac_emu;
+
+//===-- Runtime API ----------------------------------------------------===//
+
+const char *cudaGetErrorString(cudaError_t E) {
+  return E == cudaSuccess ? "no error" : "out of memory (host emulation)";
+}
+cudaError_t cudaGetDeviceCount(int *Count) {
+  *Count = 1;
+  return cudaSuccess;
+}
+cudaError_t cudaSetDevice(int) { return cudaSuccess; }
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp *Prop, int) {
+  std::snprintf(Prop->name, sizeof(Prop->name), "host emulation of CUDA");
+  Prop->major = 9;
+  Prop->minor = 0;
+  Prop->totalGlobalMem = size_t(1) << 34;
+  return cudaSuccess;
+}
+cudaError_t cudaMalloc(void **Ptr, size_t Bytes) {
+  // Device memory is uninitialized: fill it with NaNs' bytes so that a
+  // kernel reading what nothing wrote shows in the results.
+  *Ptr = std::aligned_alloc(256, (Bytes + 255) / 256 * 256);
+  if (!*Ptr)
+    return cudaErrorMemoryAllocation;
+  std::memset(*Ptr, 0xff, Bytes);
+  return cudaSuccess;
+}
+cudaError_t cudaFree(void *Ptr) {
+  std::free(Ptr);
+  return cudaSuccess;
+}
+cudaError_t cudaMemcpy(void *Dst, const void *Src, size_t Bytes,
+                       cudaMemcpyKind) {
+  std::memmove(Dst, Src, Bytes);
+  return cudaSuccess;
+}
+cudaError_t cudaMemset(void *Ptr, int Value, size_t Bytes) {
+  std::memset(Ptr, Value, Bytes);
+  return cudaSuccess;
+}
+cudaError_t cudaGetLastError() { return cudaSuccess; }
+cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+
+//===-- Driver API -----------------------------------------------------===//
+
+CUresult cuGetErrorString(CUresult R, const char **Msg) {
+  *Msg = R == CUDA_SUCCESS ? "no error" : "kernel did not compile on the host";
+  return CUDA_SUCCESS;
+}
+CUresult cuModuleUnload(CUmodule M) {
+  auto *Mod = reinterpret_cast<Module *>(M);
+  ::dlclose(Mod->Handle);
+  delete Mod;
+  return CUDA_SUCCESS;
+}
+CUresult cuModuleGetFunction(CUfunction *F, CUmodule M, const char *Name) {
+  auto *Mod = reinterpret_cast<Module *>(M);
+  if (Mod->Name != Name || !Mod->Entry)
+    return CUDA_ERROR_INVALID_IMAGE;
+  *F = reinterpret_cast<CUfunction>(Mod);
+  return CUDA_SUCCESS;
+}
+CUresult cuLaunchKernel(CUfunction F, unsigned GridX, unsigned GridY,
+                        unsigned GridZ, unsigned BlockX, unsigned BlockY,
+                        unsigned BlockZ, unsigned SharedBytes, CUstream,
+                        void **Args, void **) {
+  auto *Mod = reinterpret_cast<Module *>(F);
+  launch({GridX, GridY, GridZ}, {BlockX, BlockY, BlockZ}, SharedBytes,
+         [&] { Mod->Entry(&TheApi, Args); });
+  return CUDA_SUCCESS;
+}
+
+//===-- cuBLAS ---------------------------------------------------------===//
+
+cublasStatus_t cublasCreate(cublasHandle_t *H) {
+  *H = reinterpret_cast<cublasHandle_t>(new int(0));
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasDestroy(cublasHandle_t H) {
+  delete reinterpret_cast<int *>(H);
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasSetMathMode(cublasHandle_t, cublasMath_t) {
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasSgemmStridedBatched(
+    cublasHandle_t, cublasOperation_t TransA, cublasOperation_t TransB, int M,
+    int N, int K, const float *Alpha, const float *A, int Lda,
+    long long StrideA, const float *B, int Ldb, long long StrideB,
+    const float *Beta, float *C, int Ldc, long long StrideC, int BatchCount) {
+  // cuBLAS checks its leading dimensions; so does the stand-in, since a
+  // wrong one is exactly the mistake it is here to catch.
+  if (M < 0 || N < 0 || K < 0 ||
+      Lda < std::max(1, TransA == CUBLAS_OP_N ? M : K) ||
+      Ldb < std::max(1, TransB == CUBLAS_OP_N ? K : N) ||
+      Ldc < std::max(1, M))
+    return CUBLAS_STATUS_INVALID_VALUE;
+  for (int Batch = 0; Batch < BatchCount; ++Batch) {
+    const float *Ab = A + Batch * StrideA, *Bb = B + Batch * StrideB;
+    float *Cb = C + Batch * StrideC;
+    for (int J = 0; J < N; ++J)
+      for (int I = 0; I < M; ++I) {
+        double S = 0;
+        for (int P = 0; P < K; ++P) {
+          const float Aip = TransA == CUBLAS_OP_N ? Ab[I + size_t(P) * Lda]
+                                                  : Ab[P + size_t(I) * Lda];
+          const float Bpj = TransB == CUBLAS_OP_N ? Bb[P + size_t(J) * Ldb]
+                                                  : Bb[J + size_t(P) * Ldb];
+          S += double(Aip) * double(Bpj);
+        }
+        float &Cij = Cb[I + size_t(J) * Ldc];
+        // beta = 0 ignores C (it may hold NaNs), as cuBLAS does.
+        Cij = float(double(*Alpha) * S +
+                    (*Beta == 0.0f ? 0.0 : double(*Beta) * double(Cij)));
+      }
+  }
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasSgemm(cublasHandle_t H, cublasOperation_t TransA,
+                           cublasOperation_t TransB, int M, int N, int K,
+                           const float *Alpha, const float *A, int Lda,
+                           const float *B, int Ldb, const float *Beta, float *C,
+                           int Ldc) {
+  return cublasSgemmStridedBatched(H, TransA, TransB, M, N, K, Alpha, A, Lda, 0,
+                                   B, Ldb, 0, Beta, C, Ldc, 0, 1);
+}

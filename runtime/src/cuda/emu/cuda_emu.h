@@ -1,0 +1,111 @@
+//===- cuda_emu.h - The CUDA APIs the backend uses, on the host ---*- C++ -*-===//
+//
+// A host stand-in for the part of the CUDA runtime, driver and cuBLAS APIs
+// that runtime/src/cuda/cuda_run.cu calls, so that the very same backend
+// source builds without the toolkit and runs in CI as
+// libmegac_cuda_emu.so: device memory is host memory, kernels run on the
+// SIMT emulator (simt.h), GEMMs are a reference loop with cuBLAS's
+// column-major conventions, and a plan's generated kernels are compiled
+// from their CUDA source by the host compiler at run time.
+//
+// It checks the backend's logic (dispatch, arena offsets, kernel indexing
+// and reductions, GEMM operand conventions) against the CPU backend. It
+// says nothing about speed, and nothing about what only hardware shows
+// (memory-model races between blocks, occupancy, cubin loading).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MEGAC_CUDA_EMU_CUDA_EMU_H
+#define MEGAC_CUDA_EMU_CUDA_EMU_H
+
+#include "simt.h"
+
+#include <cstddef>
+#include <functional>
+#include <string>
+#include <vector>
+
+//===-- Runtime API ----------------------------------------------------===//
+
+enum cudaError_t { cudaSuccess = 0, cudaErrorMemoryAllocation = 2 };
+enum cudaMemcpyKind {
+  cudaMemcpyHostToDevice,
+  cudaMemcpyDeviceToHost,
+  cudaMemcpyDeviceToDevice
+};
+struct cudaDeviceProp {
+  char name[256];
+  int major, minor;
+  size_t totalGlobalMem;
+};
+using cudaStream_t = struct CUstream_st *;
+
+const char *cudaGetErrorString(cudaError_t E);
+cudaError_t cudaGetDeviceCount(int *Count);
+cudaError_t cudaSetDevice(int Device);
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp *Prop, int Device);
+cudaError_t cudaMalloc(void **Ptr, size_t Bytes);
+cudaError_t cudaFree(void *Ptr);
+cudaError_t cudaMemcpy(void *Dst, const void *Src, size_t Bytes,
+                       cudaMemcpyKind Kind);
+cudaError_t cudaMemset(void *Ptr, int Value, size_t Bytes);
+cudaError_t cudaGetLastError();
+cudaError_t cudaDeviceSynchronize();
+
+//===-- Driver API: modules are compiled from CUDA source ---------------===//
+
+enum CUresult { CUDA_SUCCESS = 0, CUDA_ERROR_INVALID_IMAGE = 200 };
+using CUmodule = struct CUmod_st *;
+using CUfunction = struct CUfunc_st *;
+using CUstream = cudaStream_t;
+
+CUresult cuGetErrorString(CUresult R, const char **Msg);
+CUresult cuModuleUnload(CUmodule M);
+CUresult cuModuleGetFunction(CUfunction *F, CUmodule M, const char *Name);
+CUresult cuLaunchKernel(CUfunction F, unsigned GridX, unsigned GridY,
+                        unsigned GridZ, unsigned BlockX, unsigned BlockY,
+                        unsigned BlockZ, unsigned SharedBytes, CUstream Stream,
+                        void **Args, void **Extra);
+
+namespace megac_emu {
+
+/// Compiles \p Source (a kernel file as NVRTC gets it) with the host
+/// compiler, with one entry for the kernel \p Name whose parameters have
+/// the C++ types \p ParamTypes. The error text is the compiler's output.
+CUresult moduleFromSource(CUmodule *M, const std::string &Source,
+                          const std::string &Name,
+                          const std::vector<std::string> &ParamTypes,
+                          std::string &Error);
+
+/// Runs \p Body as every thread of a \p Grid x \p Block launch.
+void launch(Dim3 Grid, Dim3 Block, size_t SharedBytes,
+            const std::function<void()> &Body);
+
+} // namespace megac_emu
+
+//===-- cuBLAS -----------------------------------------------------------===//
+
+enum cublasStatus_t {
+  CUBLAS_STATUS_SUCCESS = 0,
+  CUBLAS_STATUS_INVALID_VALUE = 7
+};
+enum cublasOperation_t { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1 };
+enum cublasMath_t { CUBLAS_DEFAULT_MATH = 0, CUBLAS_PEDANTIC_MATH = 2 };
+using cublasHandle_t = struct cublasContext *;
+
+cublasStatus_t cublasCreate(cublasHandle_t *H);
+cublasStatus_t cublasDestroy(cublasHandle_t H);
+cublasStatus_t cublasSetMathMode(cublasHandle_t H, cublasMath_t Mode);
+/// C = alpha op(A) op(B) + beta C, column-major, as cuBLAS.
+cublasStatus_t cublasSgemm(cublasHandle_t H, cublasOperation_t TransA,
+                           cublasOperation_t TransB, int M, int N, int K,
+                           const float *Alpha, const float *A, int Lda,
+                           const float *B, int Ldb, const float *Beta, float *C,
+                           int Ldc);
+cublasStatus_t cublasSgemmStridedBatched(
+    cublasHandle_t H, cublasOperation_t TransA, cublasOperation_t TransB, int M,
+    int N, int K, const float *Alpha, const float *A, int Lda,
+    long long StrideA, const float *B, int Ldb, long long StrideB,
+    const float *Beta, float *C, int Ldc, long long StrideC, int BatchCount);
+
+#endif // MEGAC_CUDA_EMU_CUDA_EMU_H
