@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """compare_safetensors.py - relative L2 error between two safetensors files.
 
-  compare_safetensors.py A B [--tensor logits ...] [--tol 1e-5]
+  compare_safetensors.py A B [--tensor logits ... | --prefix param/] [--tol 1e-5]
 
 Compares every floating-point tensor the files have in common (or only the
 named ones), prints the relative error ||a-b|| / ||b|| of each, and exits 1
@@ -29,13 +29,16 @@ def main():
     p.add_argument("b")
     p.add_argument("--tensor", action="append", default=None,
                    help="compare only this tensor (repeatable)")
+    p.add_argument("--prefix", default="",
+                   help="compare only the tensors whose names start with this")
     p.add_argument("--tol", type=float, default=1e-5)
     p.add_argument("--abs-floor", type=float, default=0.0,
                    help="below this reference norm, compare absolute error")
     args = p.parse_args()
     A, _ = safetensors_np.load(args.a)
     B, _ = safetensors_np.load(args.b)
-    names = args.tensor or sorted(set(A) & set(B))
+    names = args.tensor or sorted(n for n in set(A) & set(B)
+                                  if n.startswith(args.prefix))
     if not names:
         sys.exit("compare_safetensors.py: error: no tensors in common")
     ok = True

@@ -260,6 +260,11 @@ public:
   bool pipelined() const {
     return RP.segments() && RP.segments()->size() > 0;
   }
+  /// Micro-batches per step (1 without gradient accumulation).
+  int64_t microBatches() const;
+  /// Copies micro-batch \p K's rows (of those setInputs filled) into the
+  /// input buffers.
+  void loadMicroBatch(int64_t K);
   /// Whether the rank has adam_w instructions.
   bool hasOptimizer() const { return !Adam.empty(); }
 
@@ -308,7 +313,6 @@ private:
   /// Runs the schedule's tasks, then the once-per-step part.
   RunStats runPipeline(Collectives &C, uint32_t End, RunStats Stats);
 
-  int64_t microBatches() const;
   /// The step that keys dropout masks (micro-batches counted).
   uint64_t dropoutStep() const;
   /// Attention probability dropout of \p In (its dropout ints start at
@@ -316,8 +320,6 @@ private:
   const kernels::AttentionDropout *
   attentionDropout(const megac::plan::Instr &In, unsigned First,
                    kernels::AttentionDropout &Drop) const;
-  /// Copies micro-batch \p K's rows into the input buffers.
-  void loadMicroBatch(int64_t K);
   RunStats runRange(Collectives &C, uint32_t Begin, uint32_t End,
                     RunStats Stats);
   void exec(uint32_t Idx, const megac::plan::Instr &In, Collectives &C,

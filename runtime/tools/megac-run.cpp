@@ -265,9 +265,12 @@ bool updatesParams(const RankProgram &RP) {
 void checkModeOptions(const Options &O, const Setup &S, const Program &P) {
   const RankProgram &RP = *P.ranks()->Get(uint32_t(WorldRank));
   const std::string Plan = O.plan;
-  if (O.backend == "cuda" && S.mode != Mode::Forward)
-    throw RunError("--backend cuda runs forward plans so far; training "
-                   "steps and --generate run on the CPU backend");
+  if (O.backend == "cuda" && S.mode == Mode::Generate)
+    throw RunError("--backend cuda runs forward plans and training steps so "
+                   "far; --generate runs on the CPU backend");
+  if (O.backend == "cuda" && !O.trace.empty())
+    throw RunError("--trace records the CPU backend's instructions; the "
+                   "CUDA backend has no timeline yet");
   // (Pipeline plans are training plans: never Mode::Forward.)
   const bool Pipelined = P.pipeline_stages() > 1;
   if (S.mode == Mode::Generate) {
@@ -619,6 +622,114 @@ bool writeTrace(const Options &O, Setup &S) {
 /// JSON each).
 constexpr size_t kMaxTraceEvents = 2000000;
 
+/// The CUDA backend plugin: libmegac_cuda.so beside this executable, or
+/// the library MEGAC_CUDA_PLUGIN names (libmegac_cuda_emu.so runs the same
+/// backend on a host emulation of CUDA, for tests without a GPU).
+std::unique_ptr<DeviceRun> openCudaRun(const Program &P) {
+  char Self[4096];
+  ssize_t Len = ::readlink("/proc/self/exe", Self, sizeof(Self) - 1);
+  std::string Dir = Len > 0 ? std::string(Self, size_t(Len)) : "";
+  Dir = Dir.substr(0, Dir.find_last_of('/') + 1);
+  const char *Override = std::getenv("MEGAC_CUDA_PLUGIN");
+  const std::string Lib = Override && *Override
+                              ? std::string(Override)
+                              : Dir + "libmegac_cuda.so";
+  void *Handle = ::dlopen(Lib.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!Handle)
+    throw RunError(std::string("--backend cuda: cannot load the CUDA "
+                               "backend: ") +
+                   ::dlerror() +
+                   " (megac-run was built without the CUDA toolkit, or the "
+                   "CUDA driver is missing)");
+  using Create = DeviceRun *(*)(const Program *, uint32_t, int, char *, size_t);
+  auto Fn = reinterpret_cast<Create>(::dlsym(Handle, "megacCreateCudaRun"));
+  if (!Fn)
+    throw RunError(Lib + " has no megacCreateCudaRun");
+  // One device per rank: the launcher's local rank.
+  int Device = 0;
+  for (const char *Var : {"OMPI_COMM_WORLD_LOCAL_RANK", "LOCAL_RANK",
+                          "SLURM_LOCALID"})
+    if (const char *V = std::getenv(Var)) {
+      Device = std::atoi(V);
+      break;
+    }
+  char Err[1024] = {0};
+  DeviceRun *Run = Fn(&P, uint32_t(WorldRank), Device, Err, sizeof(Err));
+  if (!Run)
+    throw RunError(std::string("--backend cuda: ") + Err);
+  return std::unique_ptr<DeviceRun>(Run);
+}
+
+
+/// A rank's plan on the CUDA backend, beside the executor that still
+/// prepares its parameters and inputs on the host (and saves checkpoints).
+class DeviceSession {
+public:
+  explicit DeviceSession(Executor &E) : E(E), Run(openCudaRun(E.program())) {
+    Run->setStep(1, 0.0, E.seed());
+    const RankProgram &RP = E.rankProgram();
+    if (RP.params())
+      for (const Param *Pa : *RP.params())
+        upload(Pa->buffer());
+    // Moments of a resumed run.
+    for (AdamState &St : E.adamStates())
+      Run->moments(St.instr, St.m.data(), St.v.data(), St.m.size(), true);
+  }
+
+  /// One step on the inputs setInputs filled: with gradient accumulation
+  /// the accumulating part once per micro-batch, then the rest.
+  void step(bool Training) {
+    const RankProgram &RP = E.rankProgram();
+    const uint32_t End = RP.instrs() ? RP.instrs()->size() : 0;
+    const int64_t M = E.microBatches();
+    const uint32_t AccEnd =
+        RP.accumulate_end() >= 0 ? uint32_t(RP.accumulate_end()) : 0;
+    Run->setStep(E.step(), Lr, E.seed());
+    if (M > 1 && AccEnd > 0) {
+      for (int64_t K = 0; K < M; ++K) {
+        E.loadMicroBatch(K);
+        uploadInputs();
+        Run->run(0, AccEnd, K, Training);
+      }
+      Run->run(AccEnd, End, 0, Training);
+    } else {
+      uploadInputs();
+      Run->run(0, End, 0, Training);
+    }
+  }
+  void setLearningRate(double L) { Lr = L; }
+
+  /// Copies buffer \p Id back into the executor's.
+  void pull(uint32_t Id) {
+    Run->download(Id, E.mutableBuffer(Id).data(), E.buffer(Id).bytes());
+  }
+  /// Parameters and moments back to the host (before a checkpoint).
+  void pullState() {
+    const RankProgram &RP = E.rankProgram();
+    if (RP.params())
+      for (const Param *Pa : *RP.params())
+        pull(Pa->buffer());
+    for (AdamState &St : E.adamStates())
+      Run->moments(St.instr, St.m.data(), St.v.data(), St.m.size(), false);
+  }
+  const DeviceRun &device() const { return *Run; }
+
+private:
+  void upload(uint32_t Id) {
+    Run->upload(Id, E.buffer(Id).data(), E.buffer(Id).bytes());
+  }
+  void uploadInputs() {
+    const RankProgram &RP = E.rankProgram();
+    if (RP.inputs())
+      for (const Input *In : *RP.inputs())
+        upload(In->buffer());
+  }
+
+  Executor &E;
+  std::unique_ptr<DeviceRun> Run;
+  double Lr = 0;
+};
+
 int runTraining(const Options &O, Setup &S) {
   const Program &P = *S.plan.program;
   const TrainConfig &TC = *P.train();
@@ -655,6 +766,18 @@ int runTraining(const Options &O, Setup &S) {
   // Ranks without the loss (on a pipeline) receive it from this one; -1:
   // every rank computes it.
   const int LossRoot = E.pipelined() ? lossRank(P) : -1;
+  std::unique_ptr<DeviceSession> Dev;
+  if (O.backend == "cuda") {
+    std::string Err;
+    try {
+      Dev = std::make_unique<DeviceSession>(E);
+    } catch (const std::exception &Ex) {
+      Err = Ex.what();
+    }
+    if (!agree(Err))
+      return 1;
+    info(O, "training on %s", Dev->device().deviceName().c_str());
+  }
   if (!O.trace.empty()) {
     MPI_Barrier(MPI_COMM_WORLD); // a common origin for every rank's times
     E.enableTrace(kMaxTraceEvents);
@@ -667,7 +790,13 @@ int runTraining(const Options &O, Setup &S) {
     try {
       E.setStep(T, Lr);
       E.setInputs(S.stream, S.dataPos);
-      E.run(*Comm);
+      if (Dev) {
+        Dev->setLearningRate(Lr);
+        Dev->step(/*Training=*/true);
+        Dev->pull(S.lossBuf);
+      } else {
+        E.run(*Comm);
+      }
       Loss = LossRoot < 0 || LossRoot == WorldRank
                  ? E.buffer(S.lossBuf).f[0]
                  : 0.0f;
@@ -711,6 +840,8 @@ int runTraining(const Options &O, Setup &S) {
       std::fflush(stdout);
     }
     if (O.checkpointEvery && T % O.checkpointEvery == 0 && T != Last) {
+      if (Dev)
+        Dev->pullState();
       if (!saveCheckpoint(O, S, T))
         return 1;
       info(O, "saved checkpoint %s/%s", O.saveCheckpoint.c_str(),
@@ -718,6 +849,8 @@ int runTraining(const Options &O, Setup &S) {
     }
   }
   if (!O.saveCheckpoint.empty()) {
+    if (Dev)
+      Dev->pullState();
     if (!saveCheckpoint(O, S, Last))
       return 1;
     info(O, "saved checkpoint %s/%s", O.saveCheckpoint.c_str(),
@@ -755,79 +888,31 @@ int reportForward(const Options &O, const Setup &S) {
   return 0;
 }
 
-/// The CUDA backend plugin: libmegac_cuda.so beside this executable, or
-/// the library MEGAC_CUDA_PLUGIN names (libmegac_cuda_emu.so runs the same
-/// backend on a host emulation of CUDA, for tests without a GPU).
-std::unique_ptr<DeviceRun> openCudaRun(const Program &P) {
-  char Self[4096];
-  ssize_t Len = ::readlink("/proc/self/exe", Self, sizeof(Self) - 1);
-  std::string Dir = Len > 0 ? std::string(Self, size_t(Len)) : "";
-  Dir = Dir.substr(0, Dir.find_last_of('/') + 1);
-  const char *Override = std::getenv("MEGAC_CUDA_PLUGIN");
-  const std::string Lib = Override && *Override
-                              ? std::string(Override)
-                              : Dir + "libmegac_cuda.so";
-  void *Handle = ::dlopen(Lib.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (!Handle)
-    throw RunError(std::string("--backend cuda: cannot load the CUDA "
-                               "backend: ") +
-                   ::dlerror() +
-                   " (megac-run was built without the CUDA toolkit, or the "
-                   "CUDA driver is missing)");
-  using Create = DeviceRun *(*)(const Program *, uint32_t, int, char *, size_t);
-  auto Fn = reinterpret_cast<Create>(::dlsym(Handle, "megacCreateCudaRun"));
-  if (!Fn)
-    throw RunError(Lib + " has no megacCreateCudaRun");
-  // One device per rank: the launcher's local rank.
-  int Device = 0;
-  for (const char *Var : {"OMPI_COMM_WORLD_LOCAL_RANK", "LOCAL_RANK",
-                          "SLURM_LOCALID"})
-    if (const char *V = std::getenv(Var)) {
-      Device = std::atoi(V);
-      break;
-    }
-  char Err[1024] = {0};
-  DeviceRun *Run = Fn(&P, uint32_t(WorldRank), Device, Err, sizeof(Err));
-  if (!Run)
-    throw RunError(std::string("--backend cuda: ") + Err);
-  return std::unique_ptr<DeviceRun>(Run);
-}
-
 /// A forward run on the CUDA backend: parameters and inputs go to the
 /// device, the plan runs there, the outputs come back for the report.
 int runForwardOnDevice(const Options &O, Setup &S) {
-  const Program &P = *S.plan.program;
-  Executor &E = *S.exec;
-  const RankProgram &RP = E.rankProgram();
+  const RankProgram &RP = S.exec->rankProgram();
   std::string Err;
-  std::unique_ptr<DeviceRun> Run;
+  std::unique_ptr<DeviceSession> Dev;
   double Ms = 0;
   try {
-    Run = openCudaRun(P);
-    if (RP.params())
-      for (const Param *Pa : *RP.params())
-        Run->upload(Pa->buffer(), E.buffer(Pa->buffer()).data(),
-                    E.buffer(Pa->buffer()).bytes());
-    if (RP.inputs())
-      for (const Input *In : *RP.inputs())
-        Run->upload(In->buffer(), E.buffer(In->buffer()).data(),
-                    E.buffer(In->buffer()).bytes());
+    Dev = std::make_unique<DeviceSession>(*S.exec);
     auto T0 = std::chrono::steady_clock::now();
-    Run->run(RP.instrs() ? RP.instrs()->size() : 0);
+    Dev->step(/*Training=*/false);
     Ms = std::chrono::duration<double, std::milli>(
              std::chrono::steady_clock::now() - T0)
              .count();
     if (RP.outputs())
       for (const Output *Out : *RP.outputs())
-        Run->download(Out->buffer(), E.mutableBuffer(Out->buffer()).data(),
-                      E.buffer(Out->buffer()).bytes());
+        Dev->pull(Out->buffer());
   } catch (const std::exception &Ex) {
     Err = Ex.what();
   }
   if (!agree(Err))
     return 1;
   info(O, "forward step on %s: %u instructions in %.1f ms",
-       Run->deviceName().c_str(), RP.instrs() ? RP.instrs()->size() : 0u, Ms);
+       Dev->device().deviceName().c_str(),
+       RP.instrs() ? RP.instrs()->size() : 0u, Ms);
   return reportForward(O, S);
 }
 

@@ -1,23 +1,28 @@
-//===- cuda_run.cu - Forward plans on one CUDA device ---------------------===//
+//===- cuda_run.cu - One rank's plan on one CUDA device -------------------===//
 //
-// The first slice of the CUDA backend (issue #5): one rank's forward plan
-// (no collectives, no training ops yet) on one device. Buffers live in one
-// device arena laid out by the compiler's memory plan; parameters have
-// their own allocations. Products go to cuBLAS in fp32 (no TF32, so results
-// stay within 1e-5 of the CPU backend); the fused elementwise kernels are
-// the plan's own cubins; every other op is a simple kernel here that
-// computes what the CPU kernel computes, in the same precision.
+// The CUDA backend (issue #5): the forward pass and training steps (with
+// gradient accumulation, dropout and mixed precision) of plans of one rank,
+// on one device. Buffers live in one device arena laid out by the
+// compiler's memory plan; parameters and AdamW moments have their own
+// allocations. Products go to cuBLAS in fp32 (no TF32, so results stay
+// within 1e-5 of the CPU backend); the fused elementwise kernels are the
+// plan's own cubins; every other op is a kernel of cuda_kernels.cuh that
+// computes what the CPU kernel computes.
 //
-// Not yet run on a GPU: see docs/performance.md and issue #5.
+// CI runs this file on the host emulation of CUDA (cuda_api.h); it has not
+// yet run on a GPU: see docs/performance.md and issue #5.
 //
 //===----------------------------------------------------------------------===//
 
 #include "device_run.h"
 #include "megac_rt/memory_plan.h"
 #include "plan_enums.h"
+#include "rng.h"
 
 #include "cuda_api.h"
+#include "cuda_kernels.cuh"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -26,6 +31,7 @@
 #include <vector>
 
 using namespace megac::plan;
+using namespace megac_rt::cuda;
 
 namespace megac_rt {
 namespace {
@@ -47,173 +53,12 @@ void check(CUresult R, const char *What) {
   }
 }
 
-constexpr int kThreads = 256;
-unsigned blocksFor(int64_t N) {
-  return unsigned(std::min<int64_t>((N + kThreads - 1) / kThreads, 65535));
-}
-
-//===-- Kernels: each computes what runtime/src/kernels.cpp computes ------===//
-
-__global__ void embeddingKernel(const float *Table, int64_t Rows, int64_t H,
-                                const int32_t *Ids, int64_t N, int64_t Start,
-                                float *Y) {
-  for (int64_t I = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; I < N * H;
-       I += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t R = I / H, J = I % H;
-    const int64_t Row = int64_t(Ids[R]) - Start;
-    Y[I] = Row >= 0 && Row < Rows ? Table[Row * H + J] : 0.0f;
-  }
-}
-
-__global__ void broadcastKernel(const float *A, int64_t NA, const float *B,
-                                int64_t NB, float *Y, int Mul) {
-  for (int64_t I = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; I < NA;
-       I += int64_t(gridDim.x) * blockDim.x) {
-    const float X = A[I], Z = B[I % NB];
-    Y[I] = Mul ? X * Z : X + Z;
-  }
-}
-
-__device__ float geluDev(float V) {
-  const float C = 0.7978845608028654f;
-  return 0.5f * V * (1.0f + tanhf(C * (V + 0.044715f * V * V * V)));
-}
-
-__global__ void geluKernel(const float *X, int64_t N, float *Y) {
-  for (int64_t I = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; I < N;
-       I += int64_t(gridDim.x) * blockDim.x)
-    Y[I] = geluDev(X[I]);
-}
-
-/// One block per row; mean and variance accumulated in double, as the CPU.
-__global__ void layerNormKernel(const float *X, int64_t Rows, int64_t H,
-                                const float *Gamma, const float *Beta,
-                                double Eps, float *Y) {
-  __shared__ double Part[kThreads];
-  for (int64_t R = blockIdx.x; R < Rows; R += gridDim.x) {
-    const float *Xr = X + R * H;
-    double S = 0;
-    for (int64_t J = threadIdx.x; J < H; J += blockDim.x)
-      S += Xr[J];
-    Part[threadIdx.x] = S;
-    __syncthreads();
-    for (int W = blockDim.x / 2; W > 0; W /= 2) {
-      if (int(threadIdx.x) < W)
-        Part[threadIdx.x] += Part[threadIdx.x + W];
-      __syncthreads();
-    }
-    const double Mean = Part[0] / double(H);
-    __syncthreads();
-    double V = 0;
-    for (int64_t J = threadIdx.x; J < H; J += blockDim.x)
-      V += (Xr[J] - Mean) * (Xr[J] - Mean);
-    Part[threadIdx.x] = V;
-    __syncthreads();
-    for (int W = blockDim.x / 2; W > 0; W /= 2) {
-      if (int(threadIdx.x) < W)
-        Part[threadIdx.x] += Part[threadIdx.x + W];
-      __syncthreads();
-    }
-    const double Inv = 1.0 / sqrt(Part[0] / double(H) + Eps);
-    __syncthreads();
-    for (int64_t J = threadIdx.x; J < H; J += blockDim.x)
-      Y[R * H + J] = float((Xr[J] - Mean) * Inv) * Gamma[J] + Beta[J];
-  }
-}
-
-/// Attention of q, k, v [B, S, Hl] with NH heads: one thread per (batch,
-/// head, query), scores in double over the keys it may see.
-__global__ void attentionKernel(const float *Q, const float *K, const float *V,
-                                int64_t B, int64_t S, int64_t Hl, int64_t NH,
-                                int Causal, float *Y) {
-  const int64_t D = Hl / NH;
-  const double Scale = 1.0 / sqrt(double(D));
-  for (int64_t T = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-       T < B * NH * S; T += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t Bi = T / (NH * S), Hh = (T / S) % NH, I = T % S;
-    const float *Qi = Q + (Bi * S + I) * Hl + Hh * D;
-    const int64_t Last = Causal ? I : S - 1;
-    double Max = -INFINITY;
-    for (int64_t J = 0; J <= Last; ++J) {
-      const float *Kj = K + (Bi * S + J) * Hl + Hh * D;
-      double Dot = 0;
-      for (int64_t E = 0; E < D; ++E)
-        Dot += double(Qi[E]) * double(Kj[E]);
-      Max = fmax(Max, Dot * Scale);
-    }
-    double Sum = 0;
-    for (int64_t J = 0; J <= Last; ++J) {
-      const float *Kj = K + (Bi * S + J) * Hl + Hh * D;
-      double Dot = 0;
-      for (int64_t E = 0; E < D; ++E)
-        Dot += double(Qi[E]) * double(Kj[E]);
-      Sum += exp(Dot * Scale - Max);
-    }
-    float *Yi = Y + (Bi * S + I) * Hl + Hh * D;
-    for (int64_t E = 0; E < D; ++E)
-      Yi[E] = 0.0f;
-    for (int64_t J = 0; J <= Last; ++J) {
-      const float *Kj = K + (Bi * S + J) * Hl + Hh * D;
-      double Dot = 0;
-      for (int64_t E = 0; E < D; ++E)
-        Dot += double(Qi[E]) * double(Kj[E]);
-      const double P = exp(Dot * Scale - Max) / Sum;
-      const float *Vj = V + (Bi * S + J) * Hl + Hh * D;
-      for (int64_t E = 0; E < D; ++E)
-        Yi[E] += float(P * double(Vj[E]));
-    }
-  }
-}
-
-/// Per row: logsumexp - logit[label], in double.
-__global__ void crossEntropyRows(const float *L, int64_t Rows, int64_t V,
-                                 const int32_t *Labels, double *Out) {
-  for (int64_t R = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; R < Rows;
-       R += int64_t(gridDim.x) * blockDim.x) {
-    const float *Lr = L + R * V;
-    double Max = -INFINITY;
-    for (int64_t J = 0; J < V; ++J)
-      Max = fmax(Max, double(Lr[J]));
-    double Sum = 0;
-    for (int64_t J = 0; J < V; ++J)
-      Sum += exp(double(Lr[J]) - Max);
-    const int32_t Lab = Labels[R];
-    Out[R] = (Lab >= 0 && Lab < V) ? Max + log(Sum) - double(Lr[Lab]) : NAN;
-  }
-}
-
-/// The rows' losses summed in order (deterministic) over the normalizer.
-__global__ void sumRows(const double *Rows, int64_t N, double Normalizer,
-                        float *Y) {
-  double S = 0;
-  for (int64_t R = 0; R < N; ++R)
-    S += Rows[R];
-  Y[0] = float(S / Normalizer);
-}
-
-/// Y = permutation of X (rank <= 8): Y index -> X index through strides.
-struct Perm {
-  int Rank;
-  int64_t OutShape[8], InStride[8];
-};
-__global__ void transposeKernel(const float *X, float *Y, int64_t N, Perm P) {
-  for (int64_t I = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; I < N;
-       I += int64_t(gridDim.x) * blockDim.x) {
-    int64_t Rem = I, Src = 0;
-    for (int D = P.Rank - 1; D >= 0; --D) {
-      Src += (Rem % P.OutShape[D]) * P.InStride[D];
-      Rem /= P.OutShape[D];
-    }
-    Y[I] = X[Src];
-  }
-}
-
 //===-- The run --------------------------------------------------------===//
 
 class CudaRun final : public DeviceRun {
 public:
   CudaRun(const Program &P, uint32_t Rank, int Device)
-      : P(P), RP(*P.ranks()->Get(Rank)) {
+      : P(P), RP(*P.ranks()->Get(Rank)), Seed(P.seed()) {
     check(cudaSetDevice(Device), "cudaSetDevice");
     cudaDeviceProp Prop;
     check(cudaGetDeviceProperties(&Prop, Device), "cudaGetDeviceProperties");
@@ -224,8 +69,7 @@ public:
     // Plain fp32 products: no TF32, so results stay close to the CPU's.
     check(cublasSetMathMode(Blas, CUBLAS_PEDANTIC_MATH), "cublasSetMathMode");
     const MemoryPlan Plan = planMemory(P, RP);
-    check(cudaMalloc(&Arena, std::max<uint64_t>(Plan.arenaBytes, 64)),
-          "cudaMalloc (arena)");
+    Arena = allocate(std::max<uint64_t>(Plan.arenaBytes, 64), "arena");
     const uint32_t N = RP.buffers() ? RP.buffers()->size() : 0;
     Ptr.assign(N, nullptr);
     Bytes.assign(N, 0);
@@ -234,13 +78,23 @@ public:
       for (int64_t D : *RP.buffers()->Get(B)->shape())
         Count *= size_t(D);
       Bytes[B] = Count * 4;
-      if (Plan.offset[B] >= 0) {
-        Ptr[B] = static_cast<char *>(Arena) + Plan.offset[B];
+      Ptr[B] = Plan.offset[B] >= 0
+                   ? static_cast<char *>(Arena) + Plan.offset[B]
+                   : allocate(std::max<size_t>(Bytes[B], 4), "parameter");
+    }
+    // AdamW moments start at zero, as the CPU backend's.
+    const uint32_t NI = RP.instrs() ? RP.instrs()->size() : 0;
+    MomentM.assign(NI, nullptr);
+    MomentV.assign(NI, nullptr);
+    for (uint32_t I = 0; I < NI; ++I) {
+      const Instr &In = *RP.instrs()->Get(I);
+      if (In.op() != op::AdamW)
         continue;
-      }
-      check(cudaMalloc(&Ptr[B], std::max<size_t>(Bytes[B], 4)),
-            "cudaMalloc (parameter)");
-      Owned.push_back(Ptr[B]);
+      const size_t B = Bytes[In.outputs()->Get(0)];
+      MomentM[I] = allocate(std::max<size_t>(B, 4), "AdamW moments");
+      MomentV[I] = allocate(std::max<size_t>(B, 4), "AdamW moments");
+      check(cudaMemset(MomentM[I], 0, B), "cudaMemset");
+      check(cudaMemset(MomentV[I], 0, B), "cudaMemset");
     }
   }
 
@@ -250,7 +104,6 @@ public:
         cuModuleUnload(M);
     for (void *Q : Owned)
       cudaFree(Q);
-    cudaFree(Arena);
     cudaFree(Scratch);
     cublasDestroy(Blas);
   }
@@ -267,14 +120,39 @@ public:
           "cudaMemcpy (download)");
   }
 
+  void setStep(int64_t S, double L, uint64_t Sd) override {
+    Step = S;
+    Lr = L;
+    Seed = Sd;
+  }
+
+  void moments(uint32_t I, float *M, float *V, size_t N,
+               bool ToDevice) override {
+    if (I >= MomentM.size() || !MomentM[I])
+      throw std::runtime_error("instruction " + std::to_string(I) +
+                               " is not an adam_w");
+    const size_t B = std::min(N * 4, Bytes[RP.instrs()->Get(I)->outputs()->Get(0)]);
+    const auto Kind = ToDevice ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost;
+    check(cudaMemcpy(ToDevice ? MomentM[I] : M, ToDevice ? M : MomentM[I], B,
+                     Kind),
+          "cudaMemcpy (moments)");
+    check(cudaMemcpy(ToDevice ? MomentV[I] : V, ToDevice ? V : MomentV[I], B,
+                     Kind),
+          "cudaMemcpy (moments)");
+  }
+
   std::string deviceName() const override { return Name; }
 
-  void run(uint32_t End) override {
+  void run(uint32_t Begin, uint32_t End, int64_t Micro,
+           bool Training) override {
+    CurMicro = Micro;
     const uint32_t N = RP.instrs() ? RP.instrs()->size() : 0;
-    for (uint32_t I = 0; I < N && I < End; ++I) {
+    for (uint32_t I = Begin; I < N && I < End; ++I) {
       const Instr &In = *RP.instrs()->Get(I);
+      if (Training && In.generation_only())
+        continue;
       try {
-        exec(In);
+        execUnaliased(I, In);
         check(cudaGetLastError(), "kernel launch");
       } catch (const std::exception &E) {
         throw std::runtime_error("instruction " + std::to_string(I) + " (" +
@@ -286,6 +164,13 @@ public:
   }
 
 private:
+  void *allocate(size_t N, const char *What) {
+    void *Q = nullptr;
+    check(cudaMalloc(&Q, N), (std::string("cudaMalloc (") + What + ")").c_str());
+    Owned.push_back(Q);
+    return Q;
+  }
+
   std::vector<int64_t> shape(uint32_t B) const {
     const auto *S = RP.buffers()->Get(B)->shape();
     return std::vector<int64_t>(S->begin(), S->end());
@@ -296,16 +181,72 @@ private:
     return static_cast<const int32_t *>(Ptr[B]);
   }
 
-  /// y[M,N] = x[M,K] w (w [K,N], or [N,K] transposed), row-major, through
-  /// column-major cuBLAS: y^T = w^T x^T.
+  /// As the CPU backend: only adam_w may write one of its inputs; anything
+  /// else that would is computed into a temporary, so kernels never see
+  /// aliased arguments.
+  void execUnaliased(uint32_t I, const Instr &In) {
+    if (In.op() != op::AdamW && In.op() != op::AllReduce && In.inputs() &&
+        In.outputs() && In.outputs()->size()) {
+      const uint32_t Y = In.outputs()->Get(0);
+      bool Aliased = false;
+      for (uint32_t X : *In.inputs())
+        Aliased |= X == Y;
+      if (Aliased) {
+        void *Real = Ptr[Y], *Tmp = nullptr;
+        check(cudaMalloc(&Tmp, std::max<size_t>(Bytes[Y], 4)), "cudaMalloc");
+        Ptr[Y] = Tmp;
+        try {
+          exec(I, In);
+        } catch (...) {
+          Ptr[Y] = Real;
+          cudaFree(Tmp);
+          throw;
+        }
+        Ptr[Y] = Real;
+        check(cudaMemcpy(Real, Tmp, Bytes[Y], cudaMemcpyDeviceToDevice),
+              "cudaMemcpy");
+        check(cudaFree(Tmp), "cudaFree");
+        return;
+      }
+    }
+    exec(I, In);
+  }
+
+  /// Row-major y[M,N] = alpha x[M,K] w + beta y (w [K,N], or [N,K] read
+  /// transposed), through column-major cuBLAS: y^T = w^T x^T.
   void gemm(const float *X, int64_t M, int64_t K, const float *W, int64_t N,
-            bool Transposed, float *Y) {
-    const float One = 1.0f, Zero = 0.0f;
+            bool Transposed, float *Y, float Beta = 0.0f) {
+    if (M == 0 || N == 0)
+      return;
+    const float One = 1.0f;
     check(cublasSgemm(Blas, Transposed ? CUBLAS_OP_T : CUBLAS_OP_N,
                       CUBLAS_OP_N, int(N), int(M), int(K), &One, W,
-                      Transposed ? int(K) : int(N), X, int(K), &Zero, Y,
+                      Transposed ? int(K) : int(N), X, int(K), &Beta, Y,
                       int(N)),
           "cublasSgemm");
+  }
+
+  /// The dropout key of a stream for the current step and micro-batch, as
+  /// the CPU backend draws it (executor.cpp, dropoutStep).
+  uint64_t dropoutKeyOf(int64_t Stream) const {
+    const uint64_t M = uint64_t(std::max<int64_t>(1, P.micro_batches()));
+    return dropoutKey(Seed, uint64_t(Stream),
+                      uint64_t(Step - 1) * M + uint64_t(CurMicro) + 1);
+  }
+
+  /// Attention probability dropout of \p In, its ints from \p First:
+  /// [stream, global batch, global heads, batch offset, head offset].
+  AttnDropout attnDropout(const Instr &In, unsigned First) const {
+    AttnDropout Dr;
+    if (!In.floats() || In.floats()->size() != 1 || !In.ints() ||
+        In.ints()->size() != First + 5)
+      return Dr;
+    Dr.Rate = In.floats()->Get(0);
+    Dr.Key = dropoutKeyOf(In.ints()->Get(First));
+    Dr.GlobalHeads = In.ints()->Get(First + 2);
+    Dr.BatchOffset = In.ints()->Get(First + 3);
+    Dr.HeadOffset = In.ints()->Get(First + 4);
+    return Dr;
   }
 
   CUfunction kernel(uint32_t Index) {
@@ -356,128 +297,303 @@ private:
     return Functions[Index];
   }
 
-  void exec(const Instr &In) {
-    auto In0 = [&](unsigned K) { return In.inputs()->Get(K); };
+  void launchFused(const Instr &In, uint32_t Y) {
+    CUfunction Fn = kernel(uint32_t(In.ints()->Get(0)));
+    const unsigned NIn = In.inputs()->size();
+    std::vector<void *> Ptrs(NIn);
+    std::vector<long long> Periods(NIn);
+    long long NN = numel(Y);
+    void *Out = Ptr[Y];
+    std::vector<void *> Args = {&Out};
+    for (unsigned K = 0; K < NIn; ++K) {
+      Ptrs[K] = Ptr[In.inputs()->Get(K)];
+      Args.push_back(&Ptrs[K]);
+    }
+    Args.push_back(&NN);
+    for (unsigned K = 0; K < NIn; ++K) {
+      Periods[K] = std::max<long long>(1, numel(In.inputs()->Get(K)));
+      Args.push_back(&Periods[K]);
+    }
+    check(cuLaunchKernel(Fn, blocksFor(NN), 1, 1, kThreads, 1, 1, 0, nullptr,
+                         Args.data(), nullptr),
+          "cuLaunchKernel");
+  }
+
+  void copy(uint32_t Y, uint32_t X) {
+    check(cudaMemcpy(Ptr[Y], Ptr[X], std::min(Bytes[Y], Bytes[X]),
+                     cudaMemcpyDeviceToDevice),
+          "cudaMemcpy");
+  }
+
+  void exec(uint32_t Idx, const Instr &In) {
+    auto X = [&](unsigned K) { return In.inputs()->Get(K); };
     auto Int = [&](unsigned K) { return In.ints()->Get(K); };
+    auto NumInts = [&]() { return In.ints() ? In.ints()->size() : 0u; };
+    auto Flt = [&](unsigned K) { return In.floats()->Get(K); };
     const uint32_t Y = In.outputs() && In.outputs()->size()
                            ? In.outputs()->Get(0)
                            : 0;
     const int64_t NY = numel(Y);
-    switch (In.op()) {
-    case op::Embedding: {
-      auto T = shape(In0(0));
-      launch(embeddingKernel, blocksFor(NY), kThreads, 0, 
-          f(In0(0)), T[0], T[1], i32(In0(1)), numel(In0(1)), Int(0), f(Y));
+    if (In.op() == op::Fill) { // the only opcode without inputs
+      launch(fillKernel, blocksFor(NY), kThreads, 0, f(Y), NY, float(Flt(0)));
       return;
     }
-    case op::PositionEmbedding:
+    const std::vector<int64_t> A = shape(X(0));
+    const int64_t Last = A.empty() ? 1 : A.back();
+    const int64_t Rows = Last ? numel(X(0)) / Last : 0;
+    // A micro-batch after the first adds to the sums it accumulates.
+    const bool Accumulating = CurMicro > 0;
+    switch (In.op()) {
+    case op::Embedding:
+      launch(embeddingKernel, blocksFor(NY), kThreads, 0, f(X(0)), A[0], A[1],
+             i32(X(1)), numel(X(1)), Int(0), f(Y));
+      return;
+    case op::PositionEmbedding: // rows 0..S-1 of the table: contiguous
     case op::Reshape:
-      check(cudaMemcpy(Ptr[Y], Ptr[In0(0)], Bytes[Y], cudaMemcpyDeviceToDevice),
-            "cudaMemcpy");
+    case op::Assign:
+      copy(Y, X(0));
       return;
     case op::Linear:
     case op::LinearBias: {
-      auto W = shape(In0(1));
+      auto W = shape(X(1));
       const bool T = Int(0) != 0;
       const int64_t K = T ? W[1] : W[0], N = T ? W[0] : W[1];
-      gemm(f(In0(0)), N ? NY / N : 0, K, f(In0(1)), N, T, f(Y));
+      gemm(f(X(0)), N ? NY / N : 0, K, f(X(1)), N, T, f(Y));
       if (In.op() == op::LinearBias) {
-        launch(broadcastKernel, blocksFor(NY), kThreads, 0, f(Y), NY, f(In0(2)), N,
-                                                     f(Y), 0);
+        launch(broadcastKernel, blocksFor(NY), kThreads, 0, f(Y), NY, f(X(2)),
+               N, f(Y), 0);
         if (Int(1) != 0)
           launch(geluKernel, blocksFor(NY), kThreads, 0, f(Y), NY, f(Y));
       }
       return;
     }
-    case op::Add:
-    case op::Mul:
-      launch(broadcastKernel, blocksFor(NY), kThreads, 0, 
-          f(In0(0)), NY, f(In0(1)), numel(In0(1)), f(Y), In.op() == op::Mul);
-      return;
-    case op::Gelu:
-      launch(geluKernel, blocksFor(NY), kThreads, 0, f(In0(0)), NY, f(Y));
-      return;
-    case op::LayerNorm: {
-      const int64_t H = shape(In0(0)).back();
-      launch(layerNormKernel, unsigned(std::min<int64_t>(NY / H, 65535)), kThreads, 0, 
-          f(In0(0)), NY / H, H, f(In0(1)), f(In0(2)), In.floats()->Get(0),
-          f(Y));
+    case op::MatMul: {
+      const size_t R = A.size();
+      const int64_t M = A[R - 2], K = A[R - 1], N = shape(X(1))[R - 1];
+      if (M * N == 0)
+        return;
+      const float One = 1.0f, Zero = 0.0f;
+      // Row-major y = a b per batch is column-major y^T = b^T a^T.
+      check(cublasSgemmStridedBatched(
+                Blas, CUBLAS_OP_N, CUBLAS_OP_N, int(N), int(M), int(K), &One,
+                f(X(1)), int(N), K * N, f(X(0)), int(K), M * K, &Zero, f(Y),
+                int(N), M * N, int(NY / (M * N))),
+            "cublasSgemmStridedBatched");
       return;
     }
-    case op::Attention: {
-      if (In.floats() && In.floats()->size())
-        throw std::runtime_error("attention dropout is not on the CUDA "
-                                 "backend yet");
-      auto S = shape(In0(0));
-      launch(attentionKernel, blocksFor(S[0] * Int(0) * S[1]), kThreads, 0, 
-          f(In0(0)), f(In0(1)), f(In0(2)), S[0], S[1], S[2], Int(0),
-          Int(1) != 0, f(Y));
+    case op::LinearWeightGrad: {
+      // dw [K,N] = x^T dy, or [N,K] = dy^T x when the weight was used
+      // transposed; a micro-batch sum adds (beta = 1) after the first.
+      const int64_t N = shape(X(1)).back();
+      const float Beta =
+          NumInts() > 1 && Int(1) != 0 && Accumulating ? 1.0f : 0.0f;
+      const bool T = Int(0) != 0;
+      if (Rows == 0) {
+        if (Beta == 0.0f)
+          check(cudaMemset(Ptr[Y], 0, Bytes[Y]), "cudaMemset");
+        return;
+      }
+      const float One = 1.0f;
+      // Column-major views: dw^T [N,K] = dy^T x (not transposed), dw^T
+      // [K,N] = x^T dy (transposed); both "A * B^T" over the rows.
+      check(cublasSgemm(Blas, CUBLAS_OP_N, CUBLAS_OP_T, T ? int(Last) : int(N),
+                        T ? int(N) : int(Last), int(Rows), &One,
+                        T ? f(X(0)) : f(X(1)), T ? int(Last) : int(N),
+                        T ? f(X(1)) : f(X(0)), T ? int(N) : int(Last), &Beta,
+                        f(Y), T ? int(Last) : int(N)),
+            "cublasSgemm (weight gradient)");
+      return;
+    }
+    case op::Add:
+    case op::Mul:
+      launch(broadcastKernel, blocksFor(NY), kThreads, 0, f(X(0)), NY, f(X(1)),
+             numel(X(1)), f(Y), In.op() == op::Mul);
+      return;
+    case op::Gelu:
+      launch(geluKernel, blocksFor(NY), kThreads, 0, f(X(0)), NY, f(Y));
+      return;
+    case op::GeluGrad:
+      launch(geluGradKernel, blocksFor(NY), kThreads, 0, f(X(0)), f(X(1)), NY,
+             f(Y));
+      return;
+    case op::RoundBf16:
+      launch(roundBf16Kernel, blocksFor(NY), kThreads, 0, f(X(0)), NY, f(Y));
+      return;
+    case op::LayerNorm:
+      if (Last)
+        launch(layerNormKernel, rowBlocks(Rows), kThreads, 0, f(X(0)), Rows,
+               Last, f(X(1)), f(X(2)), Flt(0), f(Y));
+      return;
+    case op::LayerNormGrad:
+      if (Last)
+        launch(layerNormGradKernel, rowBlocks(Rows), kThreads, 0, f(X(0)),
+               Rows, Last, f(X(1)), f(X(2)), Flt(0), f(Y));
+      return;
+    case op::Normalize:
+      if (Last)
+        launch(normalizeKernel, rowBlocks(Rows), kThreads, 0, f(X(0)), Rows,
+               Last, Flt(0), f(Y));
+      return;
+    case op::Softmax:
+      if (Last)
+        launch(softmaxKernel, rowBlocks(Rows), kThreads, 0, f(X(0)), Rows,
+               Last, f(Y));
+      return;
+    case op::SoftmaxGrad:
+      if (Last)
+        launch(softmaxGradKernel, rowBlocks(Rows), kThreads, 0, f(X(0)),
+               f(X(1)), Rows, Last, f(Y));
+      return;
+    case op::Attention:
+    case op::AttentionGrad: {
+      if (A.size() != 3 || numel(X(0)) == 0)
+        return;
+      const int64_t B = A[0], S = A[1], Hl = A[2], NH = Int(0);
+      const int Causal = Int(1) != 0;
+      const int64_t Threads = B * NH * S;
+      const bool Grad = In.op() == op::AttentionGrad;
+      const AttnDropout Dr = attnDropout(In, Grad ? 3 : 2);
+      // Scratch: the rows' (max, sum), then the backward pass's deltas.
+      double *Stats = static_cast<double *>(
+          scratch(size_t(Threads) * 3 * sizeof(double)));
+      double *Delta = Stats + 2 * Threads;
+      launch(attentionRowStatsKernel, blocksFor(Threads), kThreads, 0,
+             f(X(0)), f(X(1)), B, S, Hl, NH, Causal, Stats);
+      if (!Grad) {
+        launch(attentionForwardKernel, blocksFor(Threads), kThreads, 0,
+               f(X(0)), f(X(1)), f(X(2)), B, S, Hl, NH, Causal,
+               static_cast<const double *>(Stats), Dr, f(Y));
+        return;
+      }
+      const int Which = int(Int(2));
+      if (Which != 2)
+        launch(attentionDeltaKernel, blocksFor(Threads), kThreads, 0, f(X(0)),
+               f(X(1)), f(X(2)), f(X(3)), B, S, Hl, NH, Causal,
+               static_cast<const double *>(Stats), Dr, Delta);
+      launch(attentionGradKernel, blocksFor(Threads), kThreads, 0, f(X(0)),
+             f(X(1)), f(X(2)), f(X(3)), B, S, Hl, NH, Causal, Which,
+             static_cast<const double *>(Stats),
+             static_cast<const double *>(Delta), Dr, f(Y));
       return;
     }
     case op::Transpose: {
-      auto X = shape(In0(0));
       Perm Pm{};
-      Pm.Rank = int(X.size());
+      Pm.Rank = int(A.size());
       if (Pm.Rank > 8)
         throw std::runtime_error("transpose of rank above 8");
-      std::vector<int64_t> Stride(X.size(), 1);
-      for (int D = int(X.size()) - 2; D >= 0; --D)
-        Stride[size_t(D)] = Stride[size_t(D + 1)] * X[size_t(D + 1)];
+      std::vector<int64_t> Stride(A.size(), 1);
+      for (int D = int(A.size()) - 2; D >= 0; --D)
+        Stride[size_t(D)] = Stride[size_t(D + 1)] * A[size_t(D + 1)];
       for (int D = 0; D < Pm.Rank; ++D) {
-        Pm.OutShape[D] = X[size_t(Int(unsigned(D)))];
+        Pm.OutShape[D] = A[size_t(Int(unsigned(D)))];
         Pm.InStride[D] = Stride[size_t(Int(unsigned(D)))];
       }
-      launch(transposeKernel, blocksFor(NY), kThreads, 0, f(In0(0)), f(Y), NY, Pm);
+      launch(transposeKernel, blocksFor(NY), kThreads, 0, f(X(0)), f(Y), NY,
+             Pm);
       return;
     }
     case op::CrossEntropy: {
-      auto L = shape(In0(0));
-      const int64_t V = L.back(), Rows = numel(In0(0)) / V;
-      scratch(size_t(Rows) * sizeof(double));
-      launch(crossEntropyRows, blocksFor(Rows), kThreads, 0, 
-          f(In0(0)), Rows, V, i32(In0(1)), static_cast<double *>(Scratch));
-      const double Norm = In.ints() && In.ints()->size() ? double(Int(0))
-                                                         : double(Rows);
-      launch(sumRows, 1, 1, 0, static_cast<double *>(Scratch), Rows, Norm, f(Y));
+      double *Out =
+          static_cast<double *>(scratch(size_t(Rows) * sizeof(double)));
+      launch(crossEntropyRowsKernel, rowBlocks(Rows), kThreads, 0, f(X(0)),
+             Rows, Last, i32(X(1)), Out);
+      const double Norm = NumInts() && Int(0) > 0 ? double(Int(0))
+                                                  : double(Rows);
+      launch(sumRowsKernel, 1, 1, 0, static_cast<const double *>(Out), Rows,
+             Norm, f(Y));
       return;
     }
-    case op::Fused: {
-      CUfunction Fn = kernel(uint32_t(Int(0)));
-      const unsigned NIn = In.inputs()->size();
-      std::vector<void *> Ptrs(NIn);
-      std::vector<long long> Periods(NIn);
-      long long NN = NY;
-      void *Out = Ptr[Y];
-      std::vector<void *> Args = {&Out};
-      for (unsigned K = 0; K < NIn; ++K) {
-        Ptrs[K] = Ptr[In0(K)];
-        Args.push_back(&Ptrs[K]);
-      }
-      Args.push_back(&NN);
-      for (unsigned K = 0; K < NIn; ++K) {
-        Periods[K] = std::max<long long>(1, numel(In0(K)));
-        Args.push_back(&Periods[K]);
-      }
-      check(cuLaunchKernel(Fn, blocksFor(NY), 1, 1, kThreads, 1, 1, 0,
-                           nullptr, Args.data(), nullptr),
-            "cuLaunchKernel");
+    case op::CrossEntropyGrad: {
+      if (In.inputs()->size() == 4)
+        throw std::runtime_error("the vocabulary-parallel loss gradient is "
+                                 "not on the CUDA backend yet");
+      const double Norm = NumInts() && Int(0) > 0
+                              ? double(Int(0))
+                              : double(std::max<int64_t>(Rows, 1));
+      launch(crossEntropyGradKernel, rowBlocks(Rows), kThreads, 0, f(X(0)),
+             Rows, Last, i32(X(1)), static_cast<const float *>(f(X(2))), Norm,
+             f(Y));
       return;
     }
+    case op::EmbeddingGrad:
+      check(cudaMemset(Ptr[Y], 0, Bytes[Y]), "cudaMemset");
+      launch(embeddingGradKernel, blocksFor(numel(X(2))), kThreads, 0,
+             i32(X(1)), numel(X(1)), static_cast<const float *>(f(X(2))),
+             A[0], A[1], Int(0), f(Y));
+      return;
+    case op::PositionEmbeddingGrad:
+      // Rows below S are dy, the rest zero.
+      check(cudaMemset(Ptr[Y], 0, Bytes[Y]), "cudaMemset");
+      copy(Y, X(1));
+      return;
+    case op::SumLeading: {
+      if (NY == 0)
+        return;
+      const bool Add = NumInts() > 0 && Int(0) != 0 && Accumulating;
+      launch(sumLeadingKernel, blocksFor(NY), kThreads, 0, f(X(0)),
+             numel(X(0)) / NY, NY, f(Y), int(Add));
+      return;
+    }
+    case op::SumSquares:
+      launch(sumSquaresKernel, 1, kThreads, 0, f(X(0)), numel(X(0)), f(Y));
+      return;
+    case op::ClipCoefficient:
+      launch(clipCoefficientKernel, 1, 1, 0, f(X(0)), Flt(0), f(Y));
+      return;
+    case op::AdamW: {
+      const double Bc1 = 1.0 - std::pow(Flt(0), double(Step));
+      const double Bc2 = 1.0 - std::pow(Flt(1), double(Step));
+      launch(adamwKernel, blocksFor(NY), kThreads, 0, f(Y), f(X(1)), NY,
+             static_cast<const float *>(f(X(2))),
+             static_cast<float *>(MomentM[Idx]),
+             static_cast<float *>(MomentV[Idx]), Lr, Flt(0), Flt(1), Flt(2),
+             Flt(3), Bc1, Bc2);
+      return;
+    }
+    case op::Accumulate:
+      launch(accumulateKernel, blocksFor(NY), kThreads, 0, f(X(0)), NY, f(Y),
+             int(Accumulating));
+      return;
+    case op::Dropout: {
+      // ints [stream, r, global shape (r), offset (r)], floats [rate].
+      Block Bl{};
+      Bl.Rank = int(Int(1));
+      if (Bl.Rank > 8 || size_t(Bl.Rank) != A.size())
+        throw std::runtime_error("dropout of rank above 8");
+      for (int D = 0; D < Bl.Rank; ++D) {
+        Bl.Local[D] = A[size_t(D)];
+        Bl.Global[D] = Int(unsigned(2 + D));
+        Bl.Offset[D] = Int(unsigned(2 + Bl.Rank + D));
+      }
+      if (!(Flt(0) > 0)) {
+        copy(Y, X(0));
+        return;
+      }
+      launch(dropoutKernel, blocksFor(NY), kThreads, 0, f(X(0)), NY, Bl,
+             dropoutKeyOf(Int(0)), double(Flt(0)), f(Y));
+      return;
+    }
+    case op::Fused:
+      launchFused(In, Y);
+      return;
     default:
       throw std::runtime_error(
           "opcode " + std::to_string(int(In.op())) +
-          " is not on the CUDA backend yet (it runs forward plans of one "
-          "rank: embeddings, products, LayerNorm, attention, GeLU, "
-          "elementwise and fused kernels, the loss)");
+          " is not on the CUDA backend yet (it runs plans of one rank: no "
+          "collectives, transfers or vocabulary-parallel loss)");
     }
   }
 
-  void scratch(size_t N) {
-    if (N <= ScratchBytes)
-      return;
-    cudaFree(Scratch);
-    check(cudaMalloc(&Scratch, N), "cudaMalloc (scratch)");
-    ScratchBytes = N;
+  /// Device scratch of at least \p N bytes (its contents do not persist
+  /// across instructions).
+  void *scratch(size_t N) {
+    if (N > ScratchBytes) {
+      cudaFree(Scratch);
+      Scratch = nullptr;
+      check(cudaMalloc(&Scratch, N), "cudaMalloc (scratch)");
+      ScratchBytes = N;
+    }
+    return Scratch;
   }
 
   const Program &P;
@@ -489,8 +605,13 @@ private:
   size_t ScratchBytes = 0;
   std::vector<void *> Ptr, Owned;
   std::vector<size_t> Bytes;
+  /// Per adam_w instruction (null elsewhere): its moments on the device.
+  std::vector<void *> MomentM, MomentV;
   std::vector<CUmodule> Modules;
   std::vector<CUfunction> Functions;
+  int64_t Step = 1, CurMicro = 0;
+  double Lr = 0;
+  uint64_t Seed;
 };
 
 } // namespace
@@ -510,9 +631,6 @@ extern "C" megac_rt::DeviceRun *megacCreateCudaRun(const Program *P,
     if (P->world_size() != 1)
       throw std::runtime_error("the CUDA backend runs plans of one rank so "
                                "far (NCCL collectives are not in yet)");
-    if (P->train())
-      throw std::runtime_error("the CUDA backend runs forward plans so far; "
-                               "training steps are not in yet");
     return new megac_rt::CudaRun(*P, Rank, Device);
   } catch (const std::exception &E) {
     std::snprintf(Err, ErrSize, "%s", E.what());

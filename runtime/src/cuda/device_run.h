@@ -25,9 +25,21 @@ public:
   virtual void upload(uint32_t Id, const void *Data, size_t Bytes) = 0;
   /// Copies buffer \p Id back to the host.
   virtual void download(uint32_t Id, void *Data, size_t Bytes) = 0;
-  /// Runs instructions [0, End) once. Throws std::runtime_error naming the
+  /// What the next instructions read besides buffers: the optimizer step
+  /// \p Step (1-based; also keys dropout masks), the learning rate, the
+  /// run's seed and the plan's micro-batches per step (dropout keys count
+  /// micro-batches). Before any call: step 1, the plan's seed.
+  virtual void setStep(int64_t Step, double Lr, uint64_t Seed) = 0;
+  /// Runs instructions [Begin, End) once, as micro-batch \p Micro of the
+  /// step (gradient accumulation); \p Training skips generation-only
+  /// instructions (the logits). Throws std::runtime_error naming the
   /// instruction when one cannot run on the device.
-  virtual void run(uint32_t End) = 0;
+  virtual void run(uint32_t Begin, uint32_t End, int64_t Micro,
+                   bool Training) = 0;
+  /// The AdamW moments of instruction \p Instr (\p N floats each): copied
+  /// to the host (checkpoints), or from it when \p ToDevice (resume).
+  virtual void moments(uint32_t Instr, float *M, float *V, size_t N,
+                       bool ToDevice) = 0;
   /// "NVIDIA H100 80GB HBM3 (sm_90)".
   virtual std::string deviceName() const = 0;
 };

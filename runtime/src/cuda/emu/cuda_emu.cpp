@@ -26,21 +26,84 @@ namespace {
 
 //===-- The SIMT scheduler ------------------------------------------------===//
 //
-// Every thread of a block is a fiber (ucontext) on the calling thread. The
-// scheduler runs each ready fiber until it ends or waits at a barrier; when
-// none is ready, the barrier opens for all. Blocks run one after another.
+// Every thread of a block is a fiber on the calling thread. The scheduler
+// runs each ready fiber until it ends or waits at a barrier; when none is
+// ready, the barrier opens for all. Blocks run one after another.
+//
+// A launch makes a fiber per thread, so switches must be cheap: on x86-64
+// a switch saves the callee-saved registers and swaps stacks (ucontext's
+// swapcontext also saves the signal mask, a system call each time, which
+// made the emulated backend ten times slower); elsewhere, ucontext.
 
 constexpr size_t kStackBytes = 256 * 1024;
 
+#if defined(__x86_64__)
+extern "C" void megacEmuSwitch(void **SaveSp, void *NewSp);
+asm(R"(
+  .text
+  .globl megacEmuSwitch
+  .type megacEmuSwitch, @function
+megacEmuSwitch:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .size megacEmuSwitch, .-megacEmuSwitch
+)");
+
+/// A suspended execution: its stack pointer.
+struct Context {
+  void *Sp = nullptr;
+};
+inline void switchTo(Context &Save, Context &To) {
+  megacEmuSwitch(&Save.Sp, To.Sp);
+}
+/// A context that starts \p Entry (which never returns) on \p Stack.
+inline void makeContext(Context &C, char *Stack, size_t Bytes,
+                        void (*Entry)()) {
+  auto Top = reinterpret_cast<uintptr_t>(Stack + Bytes) & ~uintptr_t(15);
+  auto *Sp = reinterpret_cast<void **>(Top) - 8;
+  for (int K = 0; K < 6; ++K) // r15 r14 r13 r12 rbx rbp
+    Sp[K] = nullptr;
+  Sp[6] = reinterpret_cast<void *>(Entry); // where the first switch returns
+  Sp[7] = nullptr; // Entry's return address: it never returns
+  C.Sp = Sp;
+}
+#else
+struct Context {
+  ucontext_t U;
+};
+inline void switchTo(Context &Save, Context &To) { swapcontext(&Save.U, &To.U); }
+inline void makeContext(Context &C, char *Stack, size_t Bytes,
+                        void (*Entry)()) {
+  getcontext(&C.U);
+  C.U.uc_stack.ss_sp = Stack;
+  C.U.uc_stack.ss_size = Bytes;
+  C.U.uc_link = nullptr;
+  makecontext(&C.U, Entry, 0);
+}
+#endif
+
 struct Fiber {
-  ucontext_t Context;
+  Context Ctx;
   ThreadState State;
   std::unique_ptr<char[]> Stack;
   bool Done = false;
 };
 
 struct Scheduler {
-  ucontext_t Main;
+  Context Main;
   std::vector<Fiber> Fibers;
   Fiber *Current = nullptr;
   const std::function<void()> *Body = nullptr;
@@ -57,7 +120,7 @@ ThreadState *currentThread() { return &scheduler().Current->State; }
 
 void syncThreads() {
   Scheduler &S = scheduler();
-  swapcontext(&S.Current->Context, &S.Main);
+  switchTo(S.Current->Ctx, S.Main);
 }
 
 double shuffleXor(double V, int LaneMask) {
@@ -73,11 +136,12 @@ double shuffleXor(double V, int LaneMask) {
 
 void *dynamicShared() { return scheduler().Shared.data(); }
 
-void fiberEntry() {
+[[noreturn]] void fiberEntry() {
   Scheduler &S = scheduler();
   (*S.Body)();
   S.Current->Done = true;
-  // uc_link returns to Main.
+  switchTo(S.Current->Ctx, S.Main);
+  std::abort(); // a finished fiber is never resumed
 }
 
 const SimtApi TheApi = {currentThread, syncThreads, shuffleXor,
@@ -112,11 +176,7 @@ void launch(Dim3 Grid, Dim3 Block, size_t SharedBytes,
           F.State.Thread = {unsigned(T % Block.x),
                                unsigned(T / Block.x % Block.y),
                                unsigned(T / (size_t(Block.x) * Block.y))};
-          getcontext(&F.Context);
-          F.Context.uc_stack.ss_sp = F.Stack.get();
-          F.Context.uc_stack.ss_size = kStackBytes;
-          F.Context.uc_link = &S.Main;
-          makecontext(&F.Context, fiberEntry, 0);
+          makeContext(F.Ctx, F.Stack.get(), kStackBytes, fiberEntry);
         }
         // Each pass runs every live fiber to its end or to the barrier;
         // a pass that ends some but not all fibers opens the barrier too
@@ -128,7 +188,7 @@ void launch(Dim3 Grid, Dim3 Block, size_t SharedBytes,
             if (F.Done)
               continue;
             S.Current = &F;
-            swapcontext(&S.Main, &F.Context);
+            switchTo(S.Main, F.Ctx);
             Live |= !F.Done;
           }
         }

@@ -1,0 +1,566 @@
+//===- cuda_kernels.cuh - The CUDA backend's hand-written kernels -*- CUDA -*-===//
+//
+// Each kernel computes what its CPU counterpart in runtime/src/kernels.cpp
+// computes, with sums in double where the CPU sums in double, so that the
+// two backends agree within 1e-5 in fp32. They favour being obviously right
+// over being fast: the fast paths (fused epilogues, flash attention) come
+// after a GPU has checked these.
+//
+// Included by cuda_run.cu only; builds with nvcc and with the host
+// emulation (cuda_api.h).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MEGAC_RT_CUDA_KERNELS_CUH
+#define MEGAC_RT_CUDA_KERNELS_CUH
+
+#include "cuda_api.h"
+
+#include <cstdint>
+
+namespace megac_rt {
+namespace cuda {
+
+constexpr int kThreads = 256;
+
+/// Blocks for a grid-stride loop over \p N elements.
+inline unsigned blocksFor(int64_t N) {
+  const int64_t B = (N + kThreads - 1) / kThreads;
+  return unsigned(B < 1 ? 1 : (B > 65535 ? 65535 : B));
+}
+/// Blocks for one-block-per-row kernels.
+inline unsigned rowBlocks(int64_t Rows) {
+  return unsigned(Rows < 1 ? 1 : (Rows > 65535 ? 65535 : Rows));
+}
+
+#define MEGAC_GRID_LOOP(I, N)                                                  \
+  for (int64_t I = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; I < (N);   \
+       I += int64_t(gridDim.x) * blockDim.x)
+
+//===-- Block reductions (every thread of the block calls them) ---------===//
+
+/// The sum of every thread's \p V, in double, returned to all threads.
+__device__ inline double blockSum(double V, double *Part) {
+  Part[threadIdx.x] = V;
+  __syncthreads();
+  for (unsigned W = blockDim.x / 2; W > 0; W /= 2) {
+    if (threadIdx.x < W)
+      Part[threadIdx.x] += Part[threadIdx.x + W];
+    __syncthreads();
+  }
+  const double R = Part[0];
+  __syncthreads();
+  return R;
+}
+
+/// The largest of every thread's \p V.
+__device__ inline double blockMax(double V, double *Part) {
+  Part[threadIdx.x] = V;
+  __syncthreads();
+  for (unsigned W = blockDim.x / 2; W > 0; W /= 2) {
+    if (threadIdx.x < W)
+      Part[threadIdx.x] = fmax(Part[threadIdx.x], Part[threadIdx.x + W]);
+    __syncthreads();
+  }
+  const double R = Part[0];
+  __syncthreads();
+  return R;
+}
+
+//===-- Random numbers (runtime/src/rng.h, on the device) -----------------===//
+
+__device__ inline uint64_t splitmix64Dev(uint64_t X) {
+  uint64_t Z = X + 0x9e3779b97f4a7c15ull;
+  Z = (Z ^ (Z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  Z = (Z ^ (Z >> 27)) * 0x94d049bb133111ebull;
+  return Z ^ (Z >> 31);
+}
+/// Dropout's multiplier of element \p G under \p Key: 0 or 1 / (1 - rate).
+__device__ inline double dropoutScaleDev(uint64_t Key, uint64_t G,
+                                         double Rate) {
+  const double U = double(splitmix64Dev(Key + G) >> 11) * 0x1.0p-53;
+  return U >= Rate ? 1.0 / (1.0 - Rate) : 0.0;
+}
+
+//===-- Elementwise -------------------------------------------------------===//
+
+__device__ inline float geluDev(float V) {
+  const float C = 0.7978845608028654f;
+  return 0.5f * V * (1.0f + tanhf(C * (V + 0.044715f * V * V * V)));
+}
+
+__device__ inline float geluGradDev(float X, float DY) {
+  const double C = 0.7978845608028654, A = 0.044715;
+  const double V = X;
+  const double T = tanh(C * (V + A * V * V * V));
+  const double D =
+      0.5 * (1.0 + T) + 0.5 * V * (1.0 - T * T) * C * (1.0 + 3.0 * A * V * V);
+  return float(double(DY) * D);
+}
+
+__device__ inline float roundBf16Dev(float X) {
+  unsigned U = __float_as_uint(X);
+  if ((U & 0x7f800000u) == 0x7f800000u) {
+    if (U & 0x007fffffu)
+      U |= 0x00400000u;
+  } else {
+    U += 0x7fffu + ((U >> 16) & 1u);
+  }
+  return __uint_as_float(U & 0xffff0000u);
+}
+
+__global__ void fillKernel(float *Y, int64_t N, float V) {
+  MEGAC_GRID_LOOP(I, N) Y[I] = V;
+}
+
+/// y = a + b or a * b, b repeating with period NB (a trailing broadcast).
+__global__ void broadcastKernel(const float *A, int64_t NA, const float *B,
+                                int64_t NB, float *Y, int Mul) {
+  MEGAC_GRID_LOOP(I, NA) {
+    const float X = A[I], Z = B[I % NB];
+    Y[I] = Mul ? X * Z : X + Z;
+  }
+}
+
+__global__ void geluKernel(const float *X, int64_t N, float *Y) {
+  MEGAC_GRID_LOOP(I, N) Y[I] = geluDev(X[I]);
+}
+
+__global__ void geluGradKernel(const float *X, const float *DY, int64_t N,
+                               float *DX) {
+  MEGAC_GRID_LOOP(I, N) DX[I] = geluGradDev(X[I], DY[I]);
+}
+
+__global__ void roundBf16Kernel(const float *X, int64_t N, float *Y) {
+  MEGAC_GRID_LOOP(I, N) Y[I] = roundBf16Dev(X[I]);
+}
+
+/// acc = x (first micro-batch) or acc += x.
+__global__ void accumulateKernel(const float *X, int64_t N, float *Acc,
+                                 int Add) {
+  MEGAC_GRID_LOOP(I, N) Acc[I] = Add ? Acc[I] + X[I] : X[I];
+}
+
+/// Shapes of a tensor and of the whole it is a block of (rank <= 8).
+struct Block {
+  int Rank;
+  int64_t Local[8], Global[8], Offset[8];
+};
+
+/// Dropout of a block of a global tensor: element masks depend on the
+/// global row-major index only (plan.fbs, Dropout).
+__global__ void dropoutKernel(const float *X, int64_t N, Block Bl,
+                              uint64_t Key, double Rate, float *Y) {
+  MEGAC_GRID_LOOP(I, N) {
+    int64_t Rem = I, G = 0, Stride = 1;
+    for (int D = Bl.Rank - 1; D >= 0; --D) {
+      G += (Rem % Bl.Local[D] + Bl.Offset[D]) * Stride;
+      Rem /= Bl.Local[D];
+      Stride *= Bl.Global[D];
+    }
+    const double S = dropoutScaleDev(Key, uint64_t(G), Rate);
+    Y[I] = S == 0.0 ? 0.0f : float(double(X[I]) * S);
+  }
+}
+
+/// AdamW with decoupled weight decay, the moments kept on the device.
+__global__ void adamwKernel(float *Param, const float *Grad, int64_t N,
+                            const float *Coef, float *M, float *V, double Lr,
+                            double Beta1, double Beta2, double Eps,
+                            double WeightDecay, double Bc1, double Bc2) {
+  const double C = double(Coef[0]);
+  MEGAC_GRID_LOOP(I, N) {
+    const double G = double(Grad[I]) * C;
+    M[I] = float(Beta1 * M[I] + (1.0 - Beta1) * G);
+    V[I] = float(Beta2 * V[I] + (1.0 - Beta2) * G * G);
+    const double Mhat = M[I] / Bc1, Vhat = V[I] / Bc2;
+    const double P = Param[I];
+    Param[I] =
+        float(P - Lr * (Mhat / (sqrt(Vhat) + Eps) + WeightDecay * P));
+  }
+}
+
+/// Y = permutation of X (rank <= 8): Y index -> X index through strides.
+struct Perm {
+  int Rank;
+  int64_t OutShape[8], InStride[8];
+};
+__global__ void transposeKernel(const float *X, float *Y, int64_t N, Perm P) {
+  MEGAC_GRID_LOOP(I, N) {
+    int64_t Rem = I, Src = 0;
+    for (int D = P.Rank - 1; D >= 0; --D) {
+      Src += (Rem % P.OutShape[D]) * P.InStride[D];
+      Rem /= P.OutShape[D];
+    }
+    Y[I] = X[Src];
+  }
+}
+
+//===-- Embeddings --------------------------------------------------------===//
+
+__global__ void embeddingKernel(const float *Table, int64_t Rows, int64_t H,
+                                const int32_t *Ids, int64_t N, int64_t Start,
+                                float *Y) {
+  MEGAC_GRID_LOOP(I, N * H) {
+    const int64_t R = I / H, J = I % H;
+    const int64_t Row = int64_t(Ids[R]) - Start;
+    Y[I] = Row >= 0 && Row < Rows ? Table[Row * H + J] : 0.0f;
+  }
+}
+
+/// dtable[id - start] += dy[token], for ids of this rank's rows (dtable
+/// zeroed first). Atomic adds: the order of a row's sum is not fixed.
+__global__ void embeddingGradKernel(const int32_t *Ids, int64_t N,
+                                    const float *DY, int64_t Rows, int64_t H,
+                                    int64_t Start, float *DT) {
+  MEGAC_GRID_LOOP(I, N * H) {
+    const int64_t Row = int64_t(Ids[I / H]) - Start;
+    if (Row >= 0 && Row < Rows)
+      atomicAdd(&DT[Row * H + I % H], DY[I]);
+  }
+}
+
+//===-- Row kernels: one block per row --------------------------------===//
+
+/// Mean and 1 / sqrt(var + eps) of a row, in double (as the CPU's rowStats).
+__device__ inline void rowStatsDev(const float *Xr, int64_t H, double Eps,
+                                   double *Part, double &Mean, double &Inv) {
+  double S = 0;
+  for (int64_t J = threadIdx.x; J < H; J += blockDim.x)
+    S += Xr[J];
+  Mean = blockSum(S, Part) / double(H);
+  double V = 0;
+  for (int64_t J = threadIdx.x; J < H; J += blockDim.x)
+    V += (Xr[J] - Mean) * (Xr[J] - Mean);
+  Inv = 1.0 / sqrt(blockSum(V, Part) / double(H) + Eps);
+}
+
+__global__ void layerNormKernel(const float *X, int64_t Rows, int64_t H,
+                                const float *Gamma, const float *Beta,
+                                double Eps, float *Y) {
+  __shared__ double Part[kThreads];
+  for (int64_t R = blockIdx.x; R < Rows; R += gridDim.x) {
+    const float *Xr = X + R * H;
+    double Mean, Inv;
+    rowStatsDev(Xr, H, Eps, Part, Mean, Inv);
+    for (int64_t J = threadIdx.x; J < H; J += blockDim.x)
+      Y[R * H + J] = float((Xr[J] - Mean) * Inv) * Gamma[J] + Beta[J];
+  }
+}
+
+/// Y = (x - mean) / sqrt(var + eps), without gamma and beta.
+__global__ void normalizeKernel(const float *X, int64_t Rows, int64_t H,
+                                double Eps, float *Y) {
+  __shared__ double Part[kThreads];
+  for (int64_t R = blockIdx.x; R < Rows; R += gridDim.x) {
+    const float *Xr = X + R * H;
+    double Mean, Inv;
+    rowStatsDev(Xr, H, Eps, Part, Mean, Inv);
+    for (int64_t J = threadIdx.x; J < H; J += blockDim.x)
+      Y[R * H + J] = float((Xr[J] - Mean) * Inv);
+  }
+}
+
+__global__ void layerNormGradKernel(const float *X, int64_t Rows, int64_t H,
+                                    const float *Gamma, const float *DY,
+                                    double Eps, float *DX) {
+  __shared__ double Part[kThreads];
+  for (int64_t R = blockIdx.x; R < Rows; R += gridDim.x) {
+    const float *Xr = X + R * H, *Dr = DY + R * H;
+    double Mean, Inv;
+    rowStatsDev(Xr, H, Eps, Part, Mean, Inv);
+    double SG = 0, SGX = 0;
+    for (int64_t J = threadIdx.x; J < H; J += blockDim.x) {
+      const double G = double(Dr[J]) * Gamma[J];
+      SG += G;
+      SGX += G * (Xr[J] - Mean) * Inv;
+    }
+    const double SumG = blockSum(SG, Part) / double(H);
+    const double SumGX = blockSum(SGX, Part) / double(H);
+    for (int64_t J = threadIdx.x; J < H; J += blockDim.x) {
+      const double G = double(Dr[J]) * Gamma[J];
+      const double Xh = (Xr[J] - Mean) * Inv;
+      DX[R * H + J] = float(Inv * (G - SumG - Xh * SumGX));
+    }
+  }
+}
+
+/// Softmax over the last dimension: max in float, sum in double.
+__global__ void softmaxKernel(const float *X, int64_t Rows, int64_t C,
+                              float *Y) {
+  __shared__ double Part[kThreads];
+  for (int64_t R = blockIdx.x; R < Rows; R += gridDim.x) {
+    const float *Xr = X + R * C;
+    double M = -INFINITY;
+    for (int64_t J = threadIdx.x; J < C; J += blockDim.x)
+      M = fmax(M, double(Xr[J]));
+    const float Max = float(blockMax(M, Part));
+    double S = 0;
+    for (int64_t J = threadIdx.x; J < C; J += blockDim.x)
+      S += double(expf(Xr[J] - Max));
+    const float Inv = float(1.0 / blockSum(S, Part));
+    for (int64_t J = threadIdx.x; J < C; J += blockDim.x)
+      Y[R * C + J] = expf(Xr[J] - Max) * Inv;
+  }
+}
+
+/// dx = y * (dy - sum(dy * y)).
+__global__ void softmaxGradKernel(const float *Y, const float *DY,
+                                  int64_t Rows, int64_t C, float *DX) {
+  __shared__ double Part[kThreads];
+  for (int64_t R = blockIdx.x; R < Rows; R += gridDim.x) {
+    const float *Yr = Y + R * C, *Dr = DY + R * C;
+    double D = 0;
+    for (int64_t J = threadIdx.x; J < C; J += blockDim.x)
+      D += double(Yr[J]) * Dr[J];
+    const double Dot = blockSum(D, Part);
+    for (int64_t J = threadIdx.x; J < C; J += blockDim.x)
+      DX[R * C + J] = float(double(Yr[J]) * (double(Dr[J]) - Dot));
+  }
+}
+
+/// Per row: max and sum of exp(logit - max), in double; the loss's and its
+/// gradient's common softmax.
+__device__ inline void rowSoftmaxDev(const float *Lr, int64_t V, double *Part,
+                                     double &Max, double &Sum) {
+  double M = -INFINITY;
+  for (int64_t J = threadIdx.x; J < V; J += blockDim.x)
+    M = fmax(M, double(Lr[J]));
+  Max = blockMax(M, Part);
+  double S = 0;
+  for (int64_t J = threadIdx.x; J < V; J += blockDim.x)
+    S += exp(double(Lr[J]) - Max);
+  Sum = blockSum(S, Part);
+}
+
+/// Per row: logsumexp - logit[label] (NaN for a label outside [0, V)).
+__global__ void crossEntropyRowsKernel(const float *L, int64_t Rows, int64_t V,
+                                       const int32_t *Labels, double *Out) {
+  __shared__ double Part[kThreads];
+  for (int64_t R = blockIdx.x; R < Rows; R += gridDim.x) {
+    const float *Lr = L + R * V;
+    double Max, Sum;
+    rowSoftmaxDev(Lr, V, Part, Max, Sum);
+    const int32_t Lab = Labels[R];
+    if (threadIdx.x == 0)
+      Out[R] = (Lab >= 0 && Lab < V) ? Max + log(Sum) - double(Lr[Lab]) : NAN;
+  }
+}
+
+/// The rows' losses summed in order (deterministic) over the normalizer.
+__global__ void sumRowsKernel(const double *Rows, int64_t N, double Normalizer,
+                              float *Y) {
+  double S = 0;
+  for (int64_t R = 0; R < N; ++R)
+    S += Rows[R];
+  Y[0] = float(S / Normalizer);
+}
+
+/// dlogits = (softmax - onehot(label)) * dloss / normalizer.
+__global__ void crossEntropyGradKernel(const float *L, int64_t Rows, int64_t V,
+                                       const int32_t *Labels, const float *DLoss,
+                                       double Normalizer, float *D) {
+  __shared__ double Part[kThreads];
+  const double Scale = double(DLoss[0]) / Normalizer;
+  for (int64_t R = blockIdx.x; R < Rows; R += gridDim.x) {
+    const float *Lr = L + R * V;
+    double Max, Sum;
+    rowSoftmaxDev(Lr, V, Part, Max, Sum);
+    const int64_t Lab = Labels[R];
+    for (int64_t J = threadIdx.x; J < V; J += blockDim.x) {
+      const double P = exp(double(Lr[J]) - Max) / Sum;
+      D[R * V + J] = float((P - (J == Lab ? 1.0 : 0.0)) * Scale);
+    }
+  }
+}
+
+//===-- Reductions over rows ------------------------------------------===//
+
+/// y[j] (+)= sum over i of x[i, j], in double.
+__global__ void sumLeadingKernel(const float *X, int64_t Outer, int64_t Inner,
+                                 float *Y, int Add) {
+  MEGAC_GRID_LOOP(J, Inner) {
+    double S = 0;
+    for (int64_t I = 0; I < Outer; ++I)
+      S += X[I * Inner + J];
+    Y[J] = Add ? Y[J] + float(S) : float(S);
+  }
+}
+
+/// y = sum of x^2, in double, by one block.
+__global__ void sumSquaresKernel(const float *X, int64_t N, float *Y) {
+  __shared__ double Part[kThreads];
+  double S = 0;
+  for (int64_t I = threadIdx.x; I < N; I += blockDim.x)
+    S += double(X[I]) * X[I];
+  S = blockSum(S, Part);
+  if (threadIdx.x == 0)
+    Y[0] = float(S);
+}
+
+/// c = min(1, max_norm / (sqrt(total) + 1e-6)).
+__global__ void clipCoefficientKernel(const float *Total, double MaxNorm,
+                                      float *C) {
+  const double Norm = sqrt(fmax(0.0, double(Total[0])));
+  C[0] = float(fmin(1.0, MaxNorm / (Norm + 1e-6)));
+}
+
+//===-- Attention -------------------------------------------------------===//
+//
+// q, k, v, y: [B, S, Hl] with NH heads of D = Hl / NH columns. Scores are
+// scale * q_i . k_j in double; p = softmax over the keys row i may see;
+// with probability dropout, p' = p * mask. Row statistics (max, sum) are
+// kept per (batch, head, query) so the backward kernels see the forward's
+// probabilities.
+
+/// Attention dropout of a launch: off when Rate <= 0.
+struct AttnDropout {
+  double Rate = 0;
+  uint64_t Key = 0;
+  int64_t GlobalHeads = 0, BatchOffset = 0, HeadOffset = 0;
+};
+
+__device__ inline double attnMaskDev(const AttnDropout &Dr, int64_t Bi,
+                                     int64_t Hh, int64_t S, int64_t I,
+                                     int64_t J) {
+  if (!(Dr.Rate > 0))
+    return 1.0;
+  const uint64_t Base =
+      uint64_t(((Bi + Dr.BatchOffset) * Dr.GlobalHeads + Hh + Dr.HeadOffset) *
+               S * S);
+  return dropoutScaleDev(Dr.Key, Base + uint64_t(I * S + J), Dr.Rate);
+}
+
+__device__ inline double attnScoreDev(const float *Qi, const float *Kj,
+                                      int64_t D, double Scale) {
+  double Dot = 0;
+  for (int64_t E = 0; E < D; ++E)
+    Dot += double(Qi[E]) * double(Kj[E]);
+  return Dot * Scale;
+}
+
+/// One thread per (batch, head, query): its row's max and sum.
+__global__ void attentionRowStatsKernel(const float *Q, const float *K,
+                                        int64_t B, int64_t S, int64_t Hl,
+                                        int64_t NH, int Causal,
+                                        double *Stats) {
+  const int64_t D = Hl / NH;
+  const double Scale = 1.0 / sqrt(double(D));
+  MEGAC_GRID_LOOP(T, B * NH * S) {
+    const int64_t Bi = T / (NH * S), Hh = (T / S) % NH, I = T % S;
+    const float *Qi = Q + (Bi * S + I) * Hl + Hh * D;
+    const int64_t Last = Causal ? I : S - 1;
+    double Max = -INFINITY;
+    for (int64_t J = 0; J <= Last; ++J)
+      Max = fmax(Max, attnScoreDev(Qi, K + (Bi * S + J) * Hl + Hh * D, D,
+                                   Scale));
+    double Sum = 0;
+    for (int64_t J = 0; J <= Last; ++J)
+      Sum += exp(attnScoreDev(Qi, K + (Bi * S + J) * Hl + Hh * D, D, Scale) -
+                 Max);
+    Stats[2 * T] = Max;
+    Stats[2 * T + 1] = Sum;
+  }
+}
+
+/// y_i = sum_j p'_ij v_j.
+__global__ void attentionForwardKernel(const float *Q, const float *K,
+                                       const float *V, int64_t B, int64_t S,
+                                       int64_t Hl, int64_t NH, int Causal,
+                                       const double *Stats, AttnDropout Dr,
+                                       float *Y) {
+  const int64_t D = Hl / NH;
+  const double Scale = 1.0 / sqrt(double(D));
+  MEGAC_GRID_LOOP(T, B * NH * S) {
+    const int64_t Bi = T / (NH * S), Hh = (T / S) % NH, I = T % S;
+    const float *Qi = Q + (Bi * S + I) * Hl + Hh * D;
+    const int64_t Last = Causal ? I : S - 1;
+    float *Yi = Y + (Bi * S + I) * Hl + Hh * D;
+    for (int64_t E = 0; E < D; ++E)
+      Yi[E] = 0.0f;
+    for (int64_t J = 0; J <= Last; ++J) {
+      const int64_t Row = (Bi * S + J) * Hl + Hh * D;
+      const double P =
+          exp(attnScoreDev(Qi, K + Row, D, Scale) - Stats[2 * T]) /
+          Stats[2 * T + 1] * attnMaskDev(Dr, Bi, Hh, S, I, J);
+      for (int64_t E = 0; E < D; ++E)
+        Yi[E] += float(P * double(V[Row + E]));
+    }
+  }
+}
+
+/// Per (batch, head, query): delta_i = sum_j p_ij dp_ij, where dp_ij =
+/// (dy_i . v_j) * mask_ij, the gradient of the probabilities.
+__global__ void attentionDeltaKernel(const float *Q, const float *K,
+                                     const float *V, const float *DY, int64_t B,
+                                     int64_t S, int64_t Hl, int64_t NH,
+                                     int Causal, const double *Stats,
+                                     AttnDropout Dr, double *Delta) {
+  const int64_t D = Hl / NH;
+  const double Scale = 1.0 / sqrt(double(D));
+  MEGAC_GRID_LOOP(T, B * NH * S) {
+    const int64_t Bi = T / (NH * S), Hh = (T / S) % NH, I = T % S;
+    const int64_t QRow = (Bi * S + I) * Hl + Hh * D;
+    const int64_t Last = Causal ? I : S - 1;
+    double Sum = 0;
+    for (int64_t J = 0; J <= Last; ++J) {
+      const int64_t Row = (Bi * S + J) * Hl + Hh * D;
+      const double P =
+          exp(attnScoreDev(Q + QRow, K + Row, D, Scale) - Stats[2 * T]) /
+          Stats[2 * T + 1];
+      Sum += P * attnScoreDev(DY + QRow, V + Row, D, 1.0) *
+             attnMaskDev(Dr, Bi, Hh, S, I, J);
+    }
+    Delta[T] = Sum;
+  }
+}
+
+/// d(q|k|v) by \p Which (0, 1, 2). dq_i = scale sum_j ds_ij k_j; dk_j =
+/// scale sum_i ds_ij q_i; dv_j = sum_i p'_ij dy_i; ds_ij = p_ij (dp_ij -
+/// delta_i). One thread per (batch, head, row of the result).
+__global__ void attentionGradKernel(const float *Q, const float *K,
+                                    const float *V, const float *DY, int64_t B,
+                                    int64_t S, int64_t Hl, int64_t NH,
+                                    int Causal, int Which, const double *Stats,
+                                    const double *Delta, AttnDropout Dr,
+                                    float *DX) {
+  const int64_t D = Hl / NH;
+  const double Scale = 1.0 / sqrt(double(D));
+  MEGAC_GRID_LOOP(T, B * NH * S) {
+    const int64_t Bi = T / (NH * S), Hh = (T / S) % NH, R = T % S;
+    const int64_t Base = Bi * NH * S + Hh * S; // row statistics of this head
+    float *Out = DX + (Bi * S + R) * Hl + Hh * D;
+    for (int64_t E = 0; E < D; ++E)
+      Out[E] = 0.0f;
+    // dq sums over the keys row R sees; dk and dv over the queries that
+    // see key R.
+    const int64_t From = Which == 0 ? 0 : (Causal ? R : 0);
+    const int64_t To = Which == 0 ? (Causal ? R : S - 1) : S - 1;
+    for (int64_t O = From; O <= To; ++O) {
+      const int64_t I = Which == 0 ? R : O, J = Which == 0 ? O : R;
+      const int64_t QRow = (Bi * S + I) * Hl + Hh * D;
+      const int64_t KRow = (Bi * S + J) * Hl + Hh * D;
+      const double P =
+          exp(attnScoreDev(Q + QRow, K + KRow, D, Scale) -
+              Stats[2 * (Base + I)]) /
+          Stats[2 * (Base + I) + 1];
+      const double Mask = attnMaskDev(Dr, Bi, Hh, S, I, J);
+      if (Which == 2) {
+        const double Pd = P * Mask;
+        for (int64_t E = 0; E < D; ++E)
+          Out[E] += float(Pd * double(DY[QRow + E]));
+        continue;
+      }
+      const double Dp = attnScoreDev(DY + QRow, V + KRow, D, 1.0) * Mask;
+      const double Ds = P * (Dp - Delta[Base + I]) * Scale;
+      const float *Other = Which == 0 ? K + KRow : Q + QRow;
+      for (int64_t E = 0; E < D; ++E)
+        Out[E] += float(Ds * double(Other[E]));
+    }
+  }
+}
+
+} // namespace cuda
+} // namespace megac_rt
+
+#endif // MEGAC_RT_CUDA_KERNELS_CUH
