@@ -641,7 +641,8 @@ std::unique_ptr<DeviceRun> openCudaRun(const Program &P) {
                    ::dlerror() +
                    " (megac-run was built without the CUDA toolkit, or the "
                    "CUDA driver is missing)");
-  using Create = DeviceRun *(*)(const Program *, uint32_t, int, char *, size_t);
+  using Create = DeviceRun *(*)(const Program *, uint32_t, int,
+                                const DeviceBootstrap *, char *, size_t);
   auto Fn = reinterpret_cast<Create>(::dlsym(Handle, "megacCreateCudaRun"));
   if (!Fn)
     throw RunError(Lib + " has no megacCreateCudaRun");
@@ -654,7 +655,15 @@ std::unique_ptr<DeviceRun> openCudaRun(const Program &P) {
       break;
     }
   char Err[1024] = {0};
-  DeviceRun *Run = Fn(&P, uint32_t(WorldRank), Device, Err, sizeof(Err));
+  // The plugin's communicators get their ids over MPI.
+  DeviceBootstrap Boot;
+  Boot.Ctx = nullptr;
+  Boot.allGather = [](const void *Mine, size_t Bytes, void *All, void *) {
+    return MPI_Allgather(Mine, int(Bytes), MPI_BYTE, All, int(Bytes),
+                         MPI_BYTE, MPI_COMM_WORLD) == MPI_SUCCESS;
+  };
+  DeviceRun *Run =
+      Fn(&P, uint32_t(WorldRank), Device, &Boot, Err, sizeof(Err));
   if (!Run)
     throw RunError(std::string("--backend cuda: ") + Err);
   return std::unique_ptr<DeviceRun>(Run);

@@ -18,6 +18,40 @@
 #include <cublas_v2.h>
 #include <cuda.h>
 #include <cuda_runtime.h>
+#ifndef MEGAC_NO_NCCL
+#include <nccl.h>
+#else
+// Built without NCCL (the toolkit lacked it): every NCCL call fails with
+// this message, and megacCreateCudaRun refuses plans of several ranks.
+enum ncclResult_t { ncclSuccess = 0, ncclInvalidUsage = 5 };
+enum ncclDataType_t { ncclFloat = 7 };
+enum ncclRedOp_t { ncclSum = 0 };
+struct ncclUniqueId {
+  char internal[128];
+};
+using ncclComm_t = struct ncclComm *;
+inline const char *ncclGetErrorString(ncclResult_t) {
+  return "libmegac_cuda.so was built without NCCL";
+}
+inline ncclResult_t ncclGetUniqueId(ncclUniqueId *) { return ncclInvalidUsage; }
+inline ncclResult_t ncclCommInitRank(ncclComm_t *, int, ncclUniqueId, int) {
+  return ncclInvalidUsage;
+}
+inline ncclResult_t ncclCommDestroy(ncclComm_t) { return ncclSuccess; }
+inline ncclResult_t ncclAllReduce(const void *, void *, size_t, ncclDataType_t,
+                                  ncclRedOp_t, ncclComm_t, cudaStream_t) {
+  return ncclInvalidUsage;
+}
+inline ncclResult_t ncclAllGather(const void *, void *, size_t, ncclDataType_t,
+                                  ncclComm_t, cudaStream_t) {
+  return ncclInvalidUsage;
+}
+inline ncclResult_t ncclReduceScatter(const void *, void *, size_t,
+                                      ncclDataType_t, ncclRedOp_t, ncclComm_t,
+                                      cudaStream_t) {
+  return ncclInvalidUsage;
+}
+#endif
 #define MEGAC_DYNAMIC_SHARED(Type, Name)                                       \
   extern __shared__ Type Name##Storage[];                                      \
   Type *Name = Name##Storage

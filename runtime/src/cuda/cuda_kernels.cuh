@@ -196,6 +196,30 @@ __global__ void transposeKernel(const float *X, float *Y, int64_t N, Perm P) {
   }
 }
 
+//===-- Chunks of a dimension (collectives' layouts) -------------------===//
+//
+// A tensor viewed as [Outer, Parts * Len, Inner] has Parts chunks along
+// its middle dimension, each Outer rows of Row = Len * Inner elements.
+
+/// y = chunk Index: y[o, r] = x[o * Parts + Index, r].
+__global__ void sliceChunkKernel(const float *X, int64_t Outer, int64_t Row,
+                                 int64_t Parts, int64_t Index, float *Y) {
+  MEGAC_GRID_LOOP(I, Outer * Row) {
+    const int64_t O = I / Row, R = I % Row;
+    Y[I] = X[(O * Parts + Index) * Row + R];
+  }
+}
+
+/// The chunks laid one after another (as a gather delivers them) put in
+/// place: y[o * Parts + p, r] = chunks[p][o, r].
+__global__ void concatChunksKernel(const float *Chunks, int64_t Outer,
+                                   int64_t Row, int64_t Parts, float *Y) {
+  MEGAC_GRID_LOOP(I, Parts * Outer * Row) {
+    const int64_t P = I / (Outer * Row), O = I / Row % Outer, R = I % Row;
+    Y[(O * Parts + P) * Row + R] = Chunks[I];
+  }
+}
+
 //===-- Embeddings --------------------------------------------------------===//
 
 __global__ void embeddingKernel(const float *Table, int64_t Rows, int64_t H,
@@ -371,6 +395,71 @@ __global__ void crossEntropyGradKernel(const float *L, int64_t Rows, int64_t V,
       const double P = exp(double(Lr[J]) - Max) / Sum;
       D[R * V + J] = float((P - (J == Lab ? 1.0 : 0.0)) * Scale);
     }
+  }
+}
+
+//===-- The vocabulary-parallel loss (plan.fbs, CrossEntropyStats) -----===//
+
+/// Per (row, block of Width logits): the block's max logit, its sum of
+/// exp(logit - max), and the label's logit if the label falls in it.
+__global__ void crossEntropyStatsKernel(const float *L, int64_t Rows,
+                                        int64_t V, const int32_t *Labels,
+                                        int64_t VocabStart, int64_t Blocks,
+                                        float *Stats) {
+  __shared__ double Part[kThreads];
+  const int64_t Width = V / Blocks;
+  for (int64_t T = blockIdx.x; T < Rows * Blocks; T += gridDim.x) {
+    const int64_t R = T / Blocks, K = T % Blocks;
+    const float *Lb = L + R * V + K * Width;
+    double Max, Sum;
+    rowSoftmaxDev(Lb, Width, Part, Max, Sum);
+    if (threadIdx.x == 0) {
+      const int64_t Local = int64_t(Labels[R]) - VocabStart - K * Width;
+      float *St = Stats + T * 3;
+      St[0] = float(Max);
+      St[1] = float(Sum);
+      St[2] = Local >= 0 && Local < Width ? Lb[Local] : 0.0f;
+    }
+  }
+}
+
+/// log sum_v exp(logit_v) of one token from its blocks' statistics.
+__device__ inline double logSumExpOfBlocksDev(const float *St,
+                                              int64_t Blocks) {
+  float Max = St[0];
+  for (int64_t K = 1; K < Blocks; ++K)
+    Max = St[3 * K] > Max ? St[3 * K] : Max;
+  double Sum = 0;
+  for (int64_t K = 0; K < Blocks; ++K)
+    Sum += double(St[3 * K + 1]) * exp(double(St[3 * K]) - Max);
+  return log(Sum) + Max;
+}
+
+/// Per row: logsumexp over all blocks - the label's logit.
+__global__ void crossEntropyFromStatsKernel(const float *Stats, int64_t Rows,
+                                            int64_t Blocks, double *Out) {
+  MEGAC_GRID_LOOP(R, Rows) {
+    const float *St = Stats + R * Blocks * 3;
+    double Target = 0;
+    for (int64_t K = 0; K < Blocks; ++K)
+      Target += St[3 * K + 2];
+    Out[R] = logSumExpOfBlocksDev(St, Blocks) - Target;
+  }
+}
+
+/// The gradient of one vocabulary block of logits, the softmax's
+/// normalizer taken from the statistics of all blocks.
+__global__ void crossEntropyGradFromStatsKernel(
+    const float *L, int64_t Rows, int64_t V, const int32_t *Labels,
+    const float *Stats, int64_t Blocks, int64_t VocabStart, const float *DLoss,
+    double Normalizer, float *D) {
+  const double Scale = double(DLoss[0]) / Normalizer;
+  MEGAC_GRID_LOOP(I, Rows * V) {
+    const int64_t R = I / V, J = I % V;
+    const double Lse = logSumExpOfBlocksDev(Stats + R * Blocks * 3, Blocks);
+    const int64_t Local = int64_t(Labels[R]) - VocabStart;
+    const double P = exp(double(L[I]) - Lse);
+    D[I] = float((P - (J == Local ? 1.0 : 0.0)) * Scale);
   }
 }
 

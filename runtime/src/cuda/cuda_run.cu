@@ -45,6 +45,10 @@ void check(cublasStatus_t S, const char *What) {
     throw std::runtime_error(std::string(What) + ": cuBLAS status " +
                              std::to_string(int(S)));
 }
+void check(ncclResult_t R, const char *What) {
+  if (R != ncclSuccess)
+    throw std::runtime_error(std::string(What) + ": " + ncclGetErrorString(R));
+}
 void check(CUresult R, const char *What) {
   if (R != CUDA_SUCCESS) {
     const char *Msg = nullptr;
@@ -57,7 +61,8 @@ void check(CUresult R, const char *What) {
 
 class CudaRun final : public DeviceRun {
 public:
-  CudaRun(const Program &P, uint32_t Rank, int Device)
+  CudaRun(const Program &P, uint32_t Rank, int Device,
+          const DeviceBootstrap *Boot)
       : P(P), RP(*P.ranks()->Get(Rank)), Seed(P.seed()) {
     check(cudaSetDevice(Device), "cudaSetDevice");
     cudaDeviceProp Prop;
@@ -82,6 +87,7 @@ public:
                    ? static_cast<char *>(Arena) + Plan.offset[B]
                    : allocate(std::max<size_t>(Bytes[B], 4), "parameter");
     }
+    joinCommunicators(Rank, Boot);
     // AdamW moments start at zero, as the CPU backend's.
     const uint32_t NI = RP.instrs() ? RP.instrs()->size() : 0;
     MomentM.assign(NI, nullptr);
@@ -99,6 +105,9 @@ public:
   }
 
   ~CudaRun() override {
+    for (ncclComm_t C : Comms)
+      if (C)
+        ncclCommDestroy(C);
     for (CUmodule M : Modules)
       if (M)
         cuModuleUnload(M);
@@ -164,6 +173,61 @@ public:
   }
 
 private:
+  /// One NCCL communicator per grid axis, over this rank's group along it;
+  /// the group's first member makes the id, the launcher hands it round.
+  void joinCommunicators(uint32_t Rank, const DeviceBootstrap *Boot) {
+    const uint32_t NA = P.axes() ? P.axes()->size() : 0;
+    Comms.assign(NA, nullptr);
+    if (P.world_size() <= 1)
+      return;
+    if (!Boot || !Boot->allGather)
+      throw std::runtime_error("a plan of several ranks needs the "
+                               "launcher's bootstrap");
+    std::vector<ncclUniqueId> All(P.world_size());
+    for (uint32_t A = 0; A < NA; ++A) {
+      const Group *Mine = nullptr;
+      for (const Group *G : *P.axes()->Get(A)->groups())
+        for (uint32_t R : *G->ranks())
+          if (R == Rank)
+            Mine = G;
+      if (!Mine)
+        throw std::runtime_error("rank " + std::to_string(Rank) +
+                                 " is in no group of axis " +
+                                 P.axes()->Get(A)->name()->str());
+      const uint32_t Leader = Mine->ranks()->Get(0);
+      int Index = 0;
+      for (uint32_t K = 0; K < Mine->ranks()->size(); ++K)
+        if (Mine->ranks()->Get(K) == Rank)
+          Index = int(K);
+      ncclUniqueId Id{};
+      if (Rank == Leader)
+        check(ncclGetUniqueId(&Id), "ncclGetUniqueId");
+      if (!Boot->allGather(&Id, sizeof(Id), All.data(), Boot->Ctx))
+        throw std::runtime_error("the launcher could not share NCCL ids");
+      check(ncclCommInitRank(&Comms[A], int(Mine->ranks()->size()),
+                             All[Leader], Index),
+            "ncclCommInitRank");
+    }
+  }
+
+  ncclComm_t comm(const Instr &In) const {
+    if (In.axis() < 0 || size_t(In.axis()) >= Comms.size() ||
+        !Comms[size_t(In.axis())])
+      throw std::runtime_error("collective on an axis without a "
+                               "communicator");
+    return Comms[size_t(In.axis())];
+  }
+
+  /// A tensor viewed as [Outer, dim D, Inner] (the chunked dimension D).
+  static void around(const std::vector<int64_t> &Shape, int64_t D,
+                     int64_t &Outer, int64_t &Inner) {
+    Outer = Inner = 1;
+    for (int64_t K = 0; K < D; ++K)
+      Outer *= Shape[size_t(K)];
+    for (size_t K = size_t(D) + 1; K < Shape.size(); ++K)
+      Inner *= Shape[K];
+  }
+
   void *allocate(size_t N, const char *What) {
     void *Q = nullptr;
     check(cudaMalloc(&Q, N), (std::string("cudaMalloc (") + What + ")").c_str());
@@ -503,13 +567,33 @@ private:
              Norm, f(Y));
       return;
     }
+    case op::CrossEntropyStats:
+      launch(crossEntropyStatsKernel, rowBlocks(Rows * (shape(Y).back() / 3)),
+             kThreads, 0, f(X(0)), Rows, Last, i32(X(1)), Int(0),
+             shape(Y).back() / 3, f(Y));
+      return;
+    case op::CrossEntropyFromStats: {
+      double *Out =
+          static_cast<double *>(scratch(size_t(Rows) * sizeof(double)));
+      launch(crossEntropyFromStatsKernel, blocksFor(Rows), kThreads, 0,
+             static_cast<const float *>(f(X(0))), Rows, Last / 3, Out);
+      const double Norm = NumInts() && Int(0) > 0 ? double(Int(0))
+                                                  : double(Rows);
+      launch(sumRowsKernel, 1, 1, 0, static_cast<const double *>(Out), Rows,
+             Norm, f(Y));
+      return;
+    }
     case op::CrossEntropyGrad: {
-      if (In.inputs()->size() == 4)
-        throw std::runtime_error("the vocabulary-parallel loss gradient is "
-                                 "not on the CUDA backend yet");
       const double Norm = NumInts() && Int(0) > 0
                               ? double(Int(0))
                               : double(std::max<int64_t>(Rows, 1));
+      if (In.inputs()->size() == 4) { // one vocabulary block, with stats
+        launch(crossEntropyGradFromStatsKernel, blocksFor(NY), kThreads, 0,
+               f(X(0)), Rows, Last, i32(X(1)),
+               static_cast<const float *>(f(X(3))), shape(X(3)).back() / 3,
+               Int(1), static_cast<const float *>(f(X(2))), Norm, f(Y));
+        return;
+      }
       launch(crossEntropyGradKernel, rowBlocks(Rows), kThreads, 0, f(X(0)),
              Rows, Last, i32(X(1)), static_cast<const float *>(f(X(2))), Norm,
              f(Y));
@@ -576,11 +660,98 @@ private:
     case op::Fused:
       launchFused(In, Y);
       return;
+    case op::AllReduce: {
+      const uint32_t N = In.inputs()->size();
+      if (N == 1) { // in place when the plan says so
+        if (Y != X(0))
+          copy(Y, X(0));
+        check(ncclAllReduce(f(Y), f(Y), size_t(NY), ncclFloat, ncclSum,
+                            comm(In), nullptr),
+              "ncclAllReduce");
+        return;
+      }
+      // A bucket: one collective over the inputs laid end to end.
+      size_t Total = 0;
+      for (uint32_t K = 0; K < N; ++K)
+        Total += size_t(numel(X(K)));
+      char *Packed = static_cast<char *>(scratch(Total * 4));
+      size_t At = 0;
+      for (uint32_t K = 0; K < N; ++K) {
+        check(cudaMemcpy(Packed + At, Ptr[X(K)], Bytes[X(K)],
+                         cudaMemcpyDeviceToDevice),
+              "cudaMemcpy");
+        At += Bytes[X(K)];
+      }
+      check(ncclAllReduce(Packed, Packed, Total, ncclFloat, ncclSum, comm(In),
+                          nullptr),
+            "ncclAllReduce");
+      At = 0;
+      for (uint32_t K = 0; K < N; ++K) {
+        const uint32_t Out = In.outputs()->Get(K);
+        check(cudaMemcpy(Ptr[Out], Packed + At, Bytes[Out],
+                         cudaMemcpyDeviceToDevice),
+              "cudaMemcpy");
+        At += Bytes[Out];
+      }
+      return;
+    }
+    case op::AllGather:
+    case op::SliceShard: {
+      const int64_t D = Int(0);
+      const int64_t G = P.axes()->Get(In.axis())->size();
+      int64_t Outer, Inner;
+      around(A, D, Outer, Inner);
+      if (In.op() == op::SliceShard) {
+        const int64_t Coord = RP.coords()->Get(In.axis());
+        launch(sliceChunkKernel, blocksFor(NY), kThreads, 0, f(X(0)), Outer,
+               shape(Y)[size_t(D)] * Inner, G, Coord, f(Y));
+        return;
+      }
+      // The gather lays the members' tensors one after another; unless D
+      // is the outermost dimension they are then put in place.
+      const int64_t NX = numel(X(0));
+      if (Outer == 1) {
+        check(ncclAllGather(f(X(0)), f(Y), size_t(NX), ncclFloat, comm(In),
+                            nullptr),
+              "ncclAllGather");
+        return;
+      }
+      float *Chunks = static_cast<float *>(scratch(size_t(NX * G) * 4));
+      check(ncclAllGather(f(X(0)), Chunks, size_t(NX), ncclFloat, comm(In),
+                          nullptr),
+            "ncclAllGather");
+      launch(concatChunksKernel, blocksFor(NY), kThreads, 0,
+             static_cast<const float *>(Chunks), Outer, A[size_t(D)] * Inner,
+             G, f(Y));
+      return;
+    }
+    case op::ReduceScatter: {
+      // Member k receives chunk k along D of the sum; unless D is the
+      // outermost dimension the chunks are first laid one after another.
+      const int64_t D = Int(0);
+      const int64_t G = P.axes()->Get(In.axis())->size();
+      int64_t Outer, Inner;
+      around(A, D, Outer, Inner);
+      if (Outer == 1) {
+        check(ncclReduceScatter(f(X(0)), f(Y), size_t(NY), ncclFloat, ncclSum,
+                                comm(In), nullptr),
+              "ncclReduceScatter");
+        return;
+      }
+      float *Send = static_cast<float *>(scratch(size_t(numel(X(0))) * 4));
+      const int64_t Row = shape(Y)[size_t(D)] * Inner;
+      for (int64_t K = 0; K < G; ++K)
+        launch(sliceChunkKernel, blocksFor(NY), kThreads, 0, f(X(0)), Outer,
+               Row, G, K, Send + K * NY);
+      check(ncclReduceScatter(Send, f(Y), size_t(NY), ncclFloat, ncclSum,
+                              comm(In), nullptr),
+            "ncclReduceScatter");
+      return;
+    }
     default:
       throw std::runtime_error(
           "opcode " + std::to_string(int(In.op())) +
-          " is not on the CUDA backend yet (it runs plans of one rank: no "
-          "collectives, transfers or vocabulary-parallel loss)");
+          " is not on the CUDA backend yet (pipeline transfers are not)");
     }
   }
 
@@ -609,6 +780,8 @@ private:
   std::vector<void *> MomentM, MomentV;
   std::vector<CUmodule> Modules;
   std::vector<CUfunction> Functions;
+  /// Per grid axis: the communicator of this rank's group along it.
+  std::vector<ncclComm_t> Comms;
   int64_t Step = 1, CurMicro = 0;
   double Lr = 0;
   uint64_t Seed;
@@ -617,21 +790,40 @@ private:
 } // namespace
 } // namespace megac_rt
 
-extern "C" megac_rt::DeviceRun *megacCreateCudaRun(const Program *P,
-                                                   uint32_t Rank, int Device,
-                                                   char *Err, size_t ErrSize) {
+extern "C" megac_rt::DeviceRun *
+megacCreateCudaRun(const Program *P, uint32_t Rank, int Device,
+                   const DeviceBootstrap *Boot, char *Err, size_t ErrSize) {
+  // Every rank finds out whether all can go on before any joins a
+  // communicator, so that one rank's missing device does not leave the
+  // others waiting in NCCL.
+  std::string Why;
+  int Count = 0;
+  if (cudaGetDeviceCount(&Count) != cudaSuccess || Count == 0)
+    Why = "no CUDA device is visible to this process";
+  else if (Device < 0 || Device >= Count)
+    Why = "device " + std::to_string(Device) + " does not exist (" +
+          std::to_string(Count) + " visible)";
+#ifdef MEGAC_NO_NCCL
+  else if (P->world_size() > 1)
+    Why = "this libmegac_cuda.so was built without NCCL: plans of one rank "
+          "only";
+#endif
+  else if (P->pipeline_stages() > 1)
+    Why = "pipeline plans are not on the CUDA backend yet (their transfers "
+          "are not)";
+  if (P->world_size() > 1 && Boot && Boot->allGather) {
+    std::vector<char> Ok(P->world_size());
+    const char Mine = Why.empty();
+    if (!Boot->allGather(&Mine, 1, Ok.data(), Boot->Ctx) && Why.empty())
+      Why = "the launcher could not share device status";
+    for (uint32_t R = 0; R < P->world_size() && Why.empty(); ++R)
+      if (!Ok[R])
+        Why = "rank " + std::to_string(R) + " has no usable device";
+  }
   try {
-    int Count = 0;
-    if (cudaGetDeviceCount(&Count) != cudaSuccess || Count == 0)
-      throw std::runtime_error("no CUDA device is visible to this process");
-    if (Device < 0 || Device >= Count)
-      throw std::runtime_error("device " + std::to_string(Device) +
-                               " does not exist (" + std::to_string(Count) +
-                               " visible)");
-    if (P->world_size() != 1)
-      throw std::runtime_error("the CUDA backend runs plans of one rank so "
-                               "far (NCCL collectives are not in yet)");
-    return new megac_rt::CudaRun(*P, Rank, Device);
+    if (!Why.empty())
+      throw std::runtime_error(Why);
+    return new megac_rt::CudaRun(*P, Rank, Device, Boot);
   } catch (const std::exception &E) {
     std::snprintf(Err, ErrSize, "%s", E.what());
     return nullptr;

@@ -46,10 +46,21 @@ public:
 
 } // namespace megac_rt
 
-/// The plugin's entry: rank \p Rank of \p P on device \p Device; null with
-/// a message in \p Err when there is no usable device.
+/// What the plugin needs from the launcher to set up its communicators
+/// (NCCL's unique ids travel over megac-run's MPI): every rank's \p Bytes
+/// bytes of \p Mine, in world-rank order, into \p All. Collective over the
+/// world; returns false on failure.
+struct DeviceBootstrap {
+  bool (*allGather)(const void *Mine, size_t Bytes, void *All, void *Ctx);
+  void *Ctx;
+};
+
+/// The plugin's entry: rank \p Rank of \p P on device \p Device, its
+/// communicators (one per grid axis) set up through \p Boot; null with a
+/// message in \p Err when there is no usable device. Collective over the
+/// world when the plan has more than one rank.
 extern "C" megac_rt::DeviceRun *
 megacCreateCudaRun(const megac::plan::Program *P, uint32_t Rank, int Device,
-                   char *Err, size_t ErrSize);
+                   const DeviceBootstrap *Boot, char *Err, size_t ErrSize);
 
 #endif // MEGAC_RT_DEVICE_RUN_H

@@ -1,12 +1,13 @@
 //===- cuda_emu.h - The CUDA APIs the backend uses, on the host ---*- C++ -*-===//
 //
-// A host stand-in for the part of the CUDA runtime, driver and cuBLAS APIs
+// A host stand-in for the part of the CUDA runtime, driver, cuBLAS and NCCL APIs
 // that runtime/src/cuda/cuda_run.cu calls, so that the very same backend
 // source builds without the toolkit and runs in CI as
 // libmegac_cuda_emu.so: device memory is host memory, kernels run on the
 // SIMT emulator (simt.h), GEMMs are a reference loop with cuBLAS's
-// column-major conventions, and a plan's generated kernels are compiled
-// from their CUDA source by the host compiler at run time.
+// column-major conventions, a plan's generated kernels are compiled from
+// their CUDA source by the host compiler at run time, and NCCL's
+// collectives are MPI's (nccl_emu.cpp).
 //
 // It checks the backend's logic (dispatch, arena offsets, kernel indexing
 // and reductions, GEMM operand conventions) against the CPU backend. It
@@ -107,5 +108,33 @@ cublasStatus_t cublasSgemmStridedBatched(
     int N, int K, const float *Alpha, const float *A, int Lda,
     long long StrideA, const float *B, int Ldb, long long StrideB,
     const float *Beta, float *C, int Ldc, long long StrideC, int BatchCount);
+
+//===-- NCCL, over MPI (the ranks are megac-run's MPI processes) ---------===//
+
+enum ncclResult_t { ncclSuccess = 0, ncclSystemError = 2 };
+enum ncclDataType_t { ncclFloat = 7 };
+enum ncclRedOp_t { ncclSum = 0 };
+struct ncclUniqueId {
+  char internal[128];
+};
+using ncclComm_t = struct ncclComm *;
+
+const char *ncclGetErrorString(ncclResult_t R);
+ncclResult_t ncclGetUniqueId(ncclUniqueId *Id);
+/// Collective over every MPI rank: each initializes its communicators in
+/// the same order (what megac's backend does, one per grid axis).
+ncclResult_t ncclCommInitRank(ncclComm_t *Comm, int NRanks, ncclUniqueId Id,
+                              int Rank);
+ncclResult_t ncclCommDestroy(ncclComm_t Comm);
+ncclResult_t ncclCommAbort(ncclComm_t Comm);
+ncclResult_t ncclAllReduce(const void *Send, void *Recv, size_t Count,
+                           ncclDataType_t Type, ncclRedOp_t Op, ncclComm_t Comm,
+                           cudaStream_t Stream);
+ncclResult_t ncclAllGather(const void *Send, void *Recv, size_t Count,
+                           ncclDataType_t Type, ncclComm_t Comm,
+                           cudaStream_t Stream);
+ncclResult_t ncclReduceScatter(const void *Send, void *Recv, size_t Count,
+                               ncclDataType_t Type, ncclRedOp_t Op,
+                               ncclComm_t Comm, cudaStream_t Stream);
 
 #endif // MEGAC_CUDA_EMU_CUDA_EMU_H

@@ -1,0 +1,89 @@
+//===- nccl_emu.cpp - NCCL's collectives as MPI's, for the emulation ------===//
+//
+// The emulated backend runs in megac-run's MPI processes, so a
+// communicator is an MPI communicator split from the world: the unique id
+// carries the world rank of the group's first member, which colours the
+// split. Device memory is host memory, so buffers go to MPI as they are.
+//
+//===----------------------------------------------------------------------===//
+
+#include "cuda_emu.h"
+
+#include <mpi.h>
+
+#include <climits>
+#include <cstring>
+
+struct ncclComm {
+  MPI_Comm Comm;
+};
+
+namespace {
+ncclResult_t ok(int Rc) { return Rc == MPI_SUCCESS ? ncclSuccess : ncclSystemError; }
+} // namespace
+
+const char *ncclGetErrorString(ncclResult_t R) {
+  return R == ncclSuccess ? "no error" : "MPI call failed (emulated NCCL)";
+}
+
+ncclResult_t ncclGetUniqueId(ncclUniqueId *Id) {
+  std::memset(Id->internal, 0, sizeof(Id->internal));
+  int Rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &Rank);
+  std::memcpy(Id->internal, &Rank, sizeof(Rank));
+  return ncclSuccess;
+}
+
+ncclResult_t ncclCommInitRank(ncclComm_t *Comm, int NRanks, ncclUniqueId Id,
+                              int Rank) {
+  int Leader = 0;
+  std::memcpy(&Leader, Id.internal, sizeof(Leader));
+  auto *C = new ncclComm;
+  if (MPI_Comm_split(MPI_COMM_WORLD, Leader, Rank, &C->Comm) != MPI_SUCCESS) {
+    delete C;
+    return ncclSystemError;
+  }
+  int Size = 0;
+  MPI_Comm_size(C->Comm, &Size);
+  if (Size != NRanks) {
+    MPI_Comm_free(&C->Comm);
+    delete C;
+    return ncclSystemError;
+  }
+  *Comm = C;
+  return ncclSuccess;
+}
+
+ncclResult_t ncclCommDestroy(ncclComm_t Comm) {
+  MPI_Comm_free(&Comm->Comm);
+  delete Comm;
+  return ncclSuccess;
+}
+
+ncclResult_t ncclCommAbort(ncclComm_t Comm) { return ncclCommDestroy(Comm); }
+
+ncclResult_t ncclAllReduce(const void *Send, void *Recv, size_t Count,
+                           ncclDataType_t, ncclRedOp_t, ncclComm_t Comm,
+                           cudaStream_t) {
+  if (Count > size_t(INT_MAX))
+    return ncclSystemError;
+  return ok(MPI_Allreduce(Send == Recv ? MPI_IN_PLACE : Send, Recv, int(Count),
+                          MPI_FLOAT, MPI_SUM, Comm->Comm));
+}
+
+ncclResult_t ncclAllGather(const void *Send, void *Recv, size_t Count,
+                           ncclDataType_t, ncclComm_t Comm, cudaStream_t) {
+  if (Count > size_t(INT_MAX))
+    return ncclSystemError;
+  return ok(MPI_Allgather(Send, int(Count), MPI_FLOAT, Recv, int(Count),
+                          MPI_FLOAT, Comm->Comm));
+}
+
+ncclResult_t ncclReduceScatter(const void *Send, void *Recv, size_t Count,
+                               ncclDataType_t, ncclRedOp_t, ncclComm_t Comm,
+                               cudaStream_t) {
+  if (Count > size_t(INT_MAX))
+    return ncclSystemError;
+  return ok(MPI_Reduce_scatter_block(Send, Recv, int(Count), MPI_FLOAT, MPI_SUM,
+                                     Comm->Comm));
+}
