@@ -260,8 +260,26 @@ private:
   unsigned index = 0;
 };
 
+/// Keeps --help to the subcommand's own options and MLIR's (--mlir-*):
+/// the LLVM libraries megac links register hundreds of code-generation
+/// flags (--x86-..., --amdgpu-...) that mean nothing here. Hidden options
+/// still parse, and --help-hidden lists them.
+void hideForeignOptions() {
+  for (auto &entry : cl::getRegisteredOptions()) {
+    cl::Option *option = entry.second;
+    StringRef name = option->ArgStr;
+    bool ours = false;
+    for (cl::OptionCategory *cat : option->Categories)
+      ours |= cat->getName().starts_with("megac ");
+    if (!ours && !name.starts_with("mlir-") && name != "help" &&
+        name != "version")
+      option->setHiddenFlag(cl::Hidden);
+  }
+}
+
 llvm::SmallVector<char *> shiftArgs(int argc, char **argv,
                                     std::string &programName) {
+  hideForeignOptions();
   // argv[0] becomes "megac compile" so --help reads naturally.
   programName = std::string(argv[0]) + " " + argv[1];
   llvm::SmallVector<char *> args = {programName.data()};
