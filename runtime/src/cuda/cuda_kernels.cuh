@@ -649,6 +649,242 @@ __global__ void attentionGradKernel(const float *Q, const float *K,
   }
 }
 
+//===-- Flash attention ---------------------------------------------------===//
+//
+// Tiled attention in the manner of FlashAttention (Dao et al., 2022): a
+// block owns kFlashRows rows (queries in the forward pass and for dq, keys
+// for dk and dv), one per thread, with the row and its accumulator in
+// registers; the other side streams through shared memory kFlashTile rows
+// at a time; the softmax is computed online (running max and sum), so no
+// S x S matrix is ever stored: memory is O(S) per head. The backward pass
+// recomputes the probabilities from each row's max and sum, as FlashAttention
+// 2 does. Head sizes 32, 64 and 128 (the GPT shapes) take these kernels;
+// other sizes the simple ones above.
+//
+// The arithmetic is fp32 (scores as the CPU's sgemm computes them, scale
+// applied after the dot product), so results stay within 1e-5 of the CPU.
+
+constexpr int kFlashRows = 64;
+constexpr int kFlashTile = 32;
+
+inline bool flashHeadSize(int64_t D) { return D == 32 || D == 64 || D == 128; }
+
+/// Where a block's rows are: its (batch, head) and first row.
+struct FlashBlock {
+  int64_t Bi, Hh, Row0;
+};
+__device__ inline FlashBlock flashBlock(int64_t S, int64_t NH) {
+  const int64_t Tiles = (S + kFlashRows - 1) / kFlashRows;
+  const int64_t BH = blockIdx.x / Tiles;
+  return {BH / NH, BH % NH, (blockIdx.x % Tiles) * kFlashRows};
+}
+
+template <int D>
+__device__ inline float dotRow(const float *A, const float *B) {
+  float S = 0;
+  for (int E = 0; E < D; ++E)
+    S += A[E] * B[E];
+  return S;
+}
+
+/// Copies rows [R0, R0 + kFlashTile) of head (Bi, Hh) of X into Tile (zeros
+/// past S); every thread of the block takes part.
+template <int D>
+__device__ inline void loadTile(const float *X, int64_t Bi, int64_t Hh,
+                                int64_t S, int64_t Hl, int64_t R0,
+                                float *Tile) {
+  for (int64_t E = threadIdx.x; E < int64_t(kFlashTile) * D; E += blockDim.x) {
+    const int64_t R = R0 + E / D;
+    Tile[E] = R < S ? X[(Bi * S + R) * Hl + Hh * D + E % D] : 0.0f;
+  }
+}
+
+template <int D>
+__device__ inline void loadRow(const float *X, int64_t Base, bool Active,
+                               float *R) {
+  for (int E = 0; E < D; ++E)
+    R[E] = Active ? X[Base + E] : 0.0f;
+}
+
+/// y_i = sum_j softmax(s_i)_j mask_ij v_j, online over key tiles (no y
+/// when \p Y is null). With \p Stats, each row's max score m and 1 / sum_j
+/// exp(s_ij - m): the backward pass's p_ij = exp(s_ij - m) / sum, the
+/// CPU's formula (float exponentials, the sum in double).
+template <int D>
+__global__ void __launch_bounds__(kFlashRows)
+    flashForwardKernel(const float *Q, const float *K, const float *V,
+                       int64_t S, int64_t Hl, int64_t NH, int Causal,
+                       float Scale, AttnDropout Dr, float *Y, float *Stats) {
+  __shared__ float Ks[kFlashTile * D];
+  __shared__ float Vs[kFlashTile * D];
+  const FlashBlock Bl = flashBlock(S, NH);
+  const int64_t I = Bl.Row0 + threadIdx.x;
+  const bool Active = I < S;
+  const int64_t Base = (Bl.Bi * S + I) * Hl + Bl.Hh * D;
+  float Qr[D], Acc[D];
+  loadRow<D>(Q, Base, Active, Qr);
+  for (int E = 0; E < D; ++E)
+    Acc[E] = 0.0f;
+  float M = -INFINITY;
+  double L = 0;
+  const int64_t End =
+      Causal ? (Bl.Row0 + kFlashRows < S ? Bl.Row0 + kFlashRows : S) : S;
+  for (int64_t J0 = 0; J0 < End; J0 += kFlashTile) {
+    loadTile<D>(K, Bl.Bi, Bl.Hh, S, Hl, J0, Ks);
+    loadTile<D>(V, Bl.Bi, Bl.Hh, S, Hl, J0, Vs);
+    __syncthreads();
+    for (int C = 0; Active && C < kFlashTile; ++C) {
+      const int64_t J = J0 + C;
+      if (J >= S || (Causal && J > I))
+        break;
+      const float Sc = dotRow<D>(Qr, Ks + C * D) * Scale;
+      if (Sc > M) { // a new maximum rescales what is summed so far
+        const float Corr = expf(M - Sc);
+        L *= double(Corr);
+        for (int E = 0; E < D; ++E)
+          Acc[E] *= Corr;
+        M = Sc;
+      }
+      const float P = expf(Sc - M);
+      L += double(P);
+      if (!Y) // the statistics only
+        continue;
+      const float Pd =
+          Dr.Rate > 0
+              ? float(double(P) * attnMaskDev(Dr, Bl.Bi, Bl.Hh, S, I, J))
+              : P;
+      for (int E = 0; E < D; ++E)
+        Acc[E] += Pd * Vs[C * D + E];
+    }
+    __syncthreads();
+  }
+  if (!Active)
+    return;
+  if (Y)
+    for (int E = 0; E < D; ++E)
+      Y[Base + E] = float(double(Acc[E]) / L);
+  if (Stats) {
+    const int64_t Row = (Bl.Bi * NH + Bl.Hh) * S + I;
+    Stats[2 * Row] = M;
+    Stats[2 * Row + 1] = float(1.0 / L);
+  }
+}
+
+/// Per query row i: delta_i = sum_j p_ij dp_ij, dp_ij = (dy_i . v_j) mask_ij.
+/// With \p DQ, also dq_i = scale sum_j p_ij (dp_ij - delta_i) k_j (a second
+/// pass over the keys, once delta_i is known).
+template <int D>
+__global__ void __launch_bounds__(kFlashRows)
+    flashQueryGradKernel(const float *Q, const float *K, const float *V,
+                         const float *DY, int64_t S, int64_t Hl, int64_t NH,
+                         int Causal, float Scale, AttnDropout Dr,
+                         const float *Stats, float *Delta, float *DQ) {
+  __shared__ float Ks[kFlashTile * D];
+  __shared__ float Vs[kFlashTile * D];
+  const FlashBlock Bl = flashBlock(S, NH);
+  const int64_t I = Bl.Row0 + threadIdx.x;
+  const bool Active = I < S;
+  const int64_t Base = (Bl.Bi * S + I) * Hl + Bl.Hh * D;
+  const int64_t Row = (Bl.Bi * NH + Bl.Hh) * S + I;
+  float Qr[D], Dyr[D], Acc[D];
+  loadRow<D>(Q, Base, Active, Qr);
+  loadRow<D>(DY, Base, Active, Dyr);
+  for (int E = 0; E < D; ++E)
+    Acc[E] = 0.0f;
+  const float Mx = Active ? Stats[2 * Row] : 0.0f;
+  const float Inv = Active ? Stats[2 * Row + 1] : 0.0f;
+  const int64_t End =
+      Causal ? (Bl.Row0 + kFlashRows < S ? Bl.Row0 + kFlashRows : S) : S;
+  double Dl = 0;
+  for (int Pass = 0; Pass < (DQ ? 2 : 1); ++Pass) {
+    for (int64_t J0 = 0; J0 < End; J0 += kFlashTile) {
+      loadTile<D>(K, Bl.Bi, Bl.Hh, S, Hl, J0, Ks);
+      loadTile<D>(V, Bl.Bi, Bl.Hh, S, Hl, J0, Vs);
+      __syncthreads();
+      for (int C = 0; Active && C < kFlashTile; ++C) {
+        const int64_t J = J0 + C;
+        if (J >= S || (Causal && J > I))
+          break;
+        const float P = expf(dotRow<D>(Qr, Ks + C * D) * Scale - Mx) * Inv;
+        const double Dp = double(dotRow<D>(Dyr, Vs + C * D)) *
+                          attnMaskDev(Dr, Bl.Bi, Bl.Hh, S, I, J);
+        if (Pass == 0) {
+          Dl += double(P) * Dp;
+          continue;
+        }
+        const float Ds = float(double(P) * (Dp - Dl)) * Scale;
+        for (int E = 0; E < D; ++E)
+          Acc[E] += Ds * Ks[C * D + E];
+      }
+      __syncthreads();
+    }
+  }
+  if (!Active)
+    return;
+  Delta[Row] = float(Dl);
+  if (DQ)
+    for (int E = 0; E < D; ++E)
+      DQ[Base + E] = Acc[E];
+}
+
+/// Per key row j: dk_j = scale sum_i p_ij (dp_ij - delta_i) q_i (\p Which
+/// 1) or dv_j = sum_i p_ij mask_ij dy_i (\p Which 2), over query tiles.
+template <int D>
+__global__ void __launch_bounds__(kFlashRows)
+    flashKeyGradKernel(const float *Q, const float *K, const float *V,
+                       const float *DY, int64_t S, int64_t Hl, int64_t NH,
+                       int Causal, float Scale, int Which, AttnDropout Dr,
+                       const float *Stats, const float *Delta, float *Out) {
+  __shared__ float Qs[kFlashTile * D];
+  __shared__ float Ds[kFlashTile * D];
+  __shared__ float Mx[kFlashTile], Inv[kFlashTile], Dl[kFlashTile];
+  const FlashBlock Bl = flashBlock(S, NH);
+  const int64_t J = Bl.Row0 + threadIdx.x;
+  const bool Active = J < S;
+  const int64_t Base = (Bl.Bi * S + J) * Hl + Bl.Hh * D;
+  const int64_t Rows = (Bl.Bi * NH + Bl.Hh) * S;
+  float Kr[D], Vr[D], Acc[D];
+  loadRow<D>(K, Base, Active, Kr);
+  loadRow<D>(V, Base, Active, Vr);
+  for (int E = 0; E < D; ++E)
+    Acc[E] = 0.0f;
+  // Causal: only queries at or after the block's first key see it.
+  for (int64_t I0 = Causal ? Bl.Row0 / kFlashTile * kFlashTile : 0; I0 < S;
+       I0 += kFlashTile) {
+    loadTile<D>(Q, Bl.Bi, Bl.Hh, S, Hl, I0, Qs);
+    loadTile<D>(DY, Bl.Bi, Bl.Hh, S, Hl, I0, Ds);
+    for (int64_t C = threadIdx.x; C < kFlashTile; C += blockDim.x) {
+      Mx[C] = I0 + C < S ? Stats[2 * (Rows + I0 + C)] : 0.0f;
+      Inv[C] = I0 + C < S ? Stats[2 * (Rows + I0 + C) + 1] : 0.0f;
+      Dl[C] = I0 + C < S ? Delta[Rows + I0 + C] : 0.0f;
+    }
+    __syncthreads();
+    for (int C = 0; Active && C < kFlashTile; ++C) {
+      const int64_t I = I0 + C;
+      if (I >= S)
+        break;
+      if (Causal && I < J)
+        continue;
+      const float P = expf(dotRow<D>(Qs + C * D, Kr) * Scale - Mx[C]) * Inv[C];
+      const double Mask = attnMaskDev(Dr, Bl.Bi, Bl.Hh, S, I, J);
+      if (Which == 2) {
+        const float Pd = float(double(P) * Mask);
+        for (int E = 0; E < D; ++E)
+          Acc[E] += Pd * Ds[C * D + E];
+        continue;
+      }
+      const double Dp = double(dotRow<D>(Ds + C * D, Vr)) * Mask;
+      const float G = float(double(P) * (Dp - double(Dl[C]))) * Scale;
+      for (int E = 0; E < D; ++E)
+        Acc[E] += G * Qs[C * D + E];
+    }
+    __syncthreads();
+  }
+  if (Active)
+    for (int E = 0; E < D; ++E)
+      Out[Base + E] = Acc[E];
+}
+
 } // namespace cuda
 } // namespace megac_rt
 

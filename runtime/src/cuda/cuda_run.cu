@@ -517,7 +517,21 @@ private:
       const int64_t Threads = B * NH * S;
       const bool Grad = In.op() == op::AttentionGrad;
       const AttnDropout Dr = attnDropout(In, Grad ? 3 : 2);
-      // Scratch: the rows' (max, sum), then the backward pass's deltas.
+      const int64_t D = NH ? Hl / NH : 0;
+      if (flashHeadSize(D)) {
+        const float *Qp = f(X(0)), *Kp = f(X(1)), *Vp = f(X(2));
+        const float *Dy = Grad ? f(X(3)) : nullptr;
+        const int Which = Grad ? int(Int(2)) : -1;
+        if (D == 32)
+          flash<32>(Qp, Kp, Vp, Dy, B, S, Hl, NH, Causal, Which, Dr, f(Y));
+        else if (D == 64)
+          flash<64>(Qp, Kp, Vp, Dy, B, S, Hl, NH, Causal, Which, Dr, f(Y));
+        else
+          flash<128>(Qp, Kp, Vp, Dy, B, S, Hl, NH, Causal, Which, Dr, f(Y));
+        return;
+      }
+      // Other head sizes: the simple kernels. Scratch: the rows' (max,
+      // sum), then the backward pass's deltas.
       double *Stats = static_cast<double *>(
           scratch(size_t(Threads) * 3 * sizeof(double)));
       double *Delta = Stats + 2 * Threads;
@@ -753,6 +767,41 @@ private:
           "opcode " + std::to_string(int(In.op())) +
           " is not on the CUDA backend yet (pipeline transfers are not)");
     }
+  }
+
+  /// Attention (\p Which < 0) or the gradient of its input \p Which (0 q,
+  /// 1 k, 2 v) by the flash kernels for head size \p D.
+  template <int D>
+  void flash(const float *Q, const float *K, const float *V, const float *DY,
+             int64_t B, int64_t S, int64_t Hl, int64_t NH, int Causal,
+             int Which, const AttnDropout &Dr, float *Out) {
+    const unsigned Blocks =
+        unsigned(B * NH * ((S + kFlashRows - 1) / kFlashRows));
+    // The scale as the CPU's attention computes it.
+    const float Scale = float(1.0 / std::sqrt(double(D)));
+    if (Which < 0) {
+      launch(flashForwardKernel<D>, Blocks, kFlashRows, 0, Q, K, V, S, Hl, NH,
+             Causal, Scale, Dr, Out, static_cast<float *>(nullptr));
+      return;
+    }
+    // Scratch: each row's max and 1 / sum, then its delta.
+    float *Stats = static_cast<float *>(scratch(size_t(B * NH * S) * 12));
+    float *Delta = Stats + 2 * B * NH * S;
+    launch(flashForwardKernel<D>, Blocks, kFlashRows, 0, Q, K, V, S, Hl, NH,
+           Causal, Scale, Dr, static_cast<float *>(nullptr), Stats);
+    if (Which == 0) {
+      launch(flashQueryGradKernel<D>, Blocks, kFlashRows, 0, Q, K, V, DY, S,
+             Hl, NH, Causal, Scale, Dr, static_cast<const float *>(Stats), Delta,
+             Out);
+      return;
+    }
+    if (Which == 1)
+      launch(flashQueryGradKernel<D>, Blocks, kFlashRows, 0, Q, K, V, DY, S,
+             Hl, NH, Causal, Scale, Dr, static_cast<const float *>(Stats), Delta,
+             static_cast<float *>(nullptr));
+    launch(flashKeyGradKernel<D>, Blocks, kFlashRows, 0, Q, K, V, DY, S, Hl,
+           NH, Causal, Scale, Which, Dr, static_cast<const float *>(Stats),
+           static_cast<const float *>(Delta), Out);
   }
 
   /// Device scratch of at least \p N bytes (its contents do not persist
