@@ -256,6 +256,17 @@ public:
   }
   /// Counts as progress (the caller finished something of its own).
   void note() { Beat.fetch_add(1, std::memory_order_relaxed); }
+  /// Progress made elsewhere (the CUDA backend): instruction \p I is being
+  /// run (UINT32_MAX: none), and whether the host now only waits for the
+  /// device to finish what it was given.
+  void notePosition(uint32_t I, bool WaitingForDevice) {
+    Current.store(I, std::memory_order_relaxed);
+    OnDevice.store(WaitingForDevice, std::memory_order_relaxed);
+    note();
+  }
+  bool waitingForDevice() const {
+    return OnDevice.load(std::memory_order_relaxed);
+  }
   /// Whether the plan is pipelined (the rank runs a schedule of segments).
   bool pipelined() const {
     return RP.segments() && RP.segments()->size() > 0;
@@ -289,6 +300,7 @@ private:
   std::atomic<uint64_t> Beat{0};
   std::atomic<int64_t> Published{1};
   std::atomic<uint32_t> Current{UINT32_MAX};
+  std::atomic<bool> OnDevice{false};
   int64_t CurStep = 1;
   double CurLr = 0;
   uint64_t RunSeed = 0;

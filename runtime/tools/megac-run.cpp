@@ -88,6 +88,10 @@ enum class Mode { Forward, Train, Generate };
 /// died or hangs leaves this rank waiting in a collective or a pipeline
 /// receive forever. The launcher then stops the other ranks, since this
 /// one exits non-zero. The message names the instruction it waited in.
+/// The device backend of this rank while one is open: the watchdog aborts
+/// its communicators before ending the process.
+std::atomic<DeviceRun *> LiveDevice{nullptr};
+
 class Watchdog {
 public:
   Watchdog(const Executor &E, double Seconds, int Rank)
@@ -124,8 +128,12 @@ private:
       const RankProgram &RP = E.rankProgram();
       if (RP.instrs() && I < RP.instrs()->size()) {
         const Instr &In = *RP.instrs()->Get(I);
-        Where = "in instruction " + std::to_string(I) + " (" +
-                opcodeName(In.op());
+        // The CUDA backend issues work ahead of the device: it may be
+        // waiting for everything up to I rather than in I itself.
+        Where = (E.waitingForDevice()
+                     ? "for the device to finish instructions up to "
+                     : "in instruction ") +
+                std::to_string(I) + " (" + opcodeName(In.op());
         if (In.axis() >= 0 && E.program().axes())
           Where += " over " + E.program().axes()->Get(In.axis())->name()->str();
         if ((In.op() == op::Send || In.op() == op::Recv) && In.ints())
@@ -141,6 +149,8 @@ private:
                    "hung, so this rank ends the job (--watchdog)\n",
                    Rank, Seconds, Where.c_str(), (long long)E.publishedStep());
       std::fflush(stderr);
+      if (DeviceRun *D = LiveDevice.load())
+        D->abort();
       std::_Exit(3);
     }
   }
@@ -625,7 +635,8 @@ constexpr size_t kMaxTraceEvents = 2000000;
 /// The CUDA backend plugin: libmegac_cuda.so beside this executable, or
 /// the library MEGAC_CUDA_PLUGIN names (libmegac_cuda_emu.so runs the same
 /// backend on a host emulation of CUDA, for tests without a GPU).
-std::unique_ptr<DeviceRun> openCudaRun(const Program &P) {
+std::unique_ptr<DeviceRun> openCudaRun(Executor &E) {
+  const Program &P = E.program();
   char Self[4096];
   ssize_t Len = ::readlink("/proc/self/exe", Self, sizeof(Self) - 1);
   std::string Dir = Len > 0 ? std::string(Self, size_t(Len)) : "";
@@ -657,10 +668,14 @@ std::unique_ptr<DeviceRun> openCudaRun(const Program &P) {
   char Err[1024] = {0};
   // The plugin's communicators get their ids over MPI.
   DeviceBootstrap Boot;
-  Boot.Ctx = nullptr;
+  Boot.Ctx = &E;
   Boot.allGather = [](const void *Mine, size_t Bytes, void *All, void *) {
     return MPI_Allgather(Mine, int(Bytes), MPI_BYTE, All, int(Bytes),
                          MPI_BYTE, MPI_COMM_WORLD) == MPI_SUCCESS;
+  };
+  // The device's progress is the watchdog's heartbeat.
+  Boot.progress = [](uint32_t I, bool Waiting, void *Ctx) {
+    static_cast<Executor *>(Ctx)->notePosition(I, Waiting);
   };
   DeviceRun *Run =
       Fn(&P, uint32_t(WorldRank), Device, &Boot, Err, sizeof(Err));
@@ -674,7 +689,7 @@ std::unique_ptr<DeviceRun> openCudaRun(const Program &P) {
 /// prepares its parameters and inputs on the host (and saves checkpoints).
 class DeviceSession {
 public:
-  explicit DeviceSession(Executor &E) : E(E), Run(openCudaRun(E.program())) {
+  explicit DeviceSession(Executor &E) : E(E), Run(openCudaRun(E)) {
     Run->setStep(1, 0.0, E.seed());
     const RankProgram &RP = E.rankProgram();
     if (RP.params())
@@ -683,6 +698,7 @@ public:
     // Moments of a resumed run.
     for (AdamState &St : E.adamStates())
       Run->moments(St.instr, St.m.data(), St.v.data(), St.m.size(), true);
+    LiveDevice.store(Run.get());
   }
 
   /// One step on the inputs setInputs filled: with gradient accumulation
@@ -721,6 +737,9 @@ public:
     for (AdamState &St : E.adamStates())
       Run->moments(St.instr, St.m.data(), St.v.data(), St.m.size(), false);
   }
+  ~DeviceSession() { LiveDevice.store(nullptr); }
+  DeviceSession(const DeviceSession &) = delete;
+  DeviceSession &operator=(const DeviceSession &) = delete;
   const DeviceRun &device() const { return *Run; }
 
 private:

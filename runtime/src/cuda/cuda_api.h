@@ -38,6 +38,7 @@ inline ncclResult_t ncclCommInitRank(ncclComm_t *, int, ncclUniqueId, int) {
   return ncclInvalidUsage;
 }
 inline ncclResult_t ncclCommDestroy(ncclComm_t) { return ncclSuccess; }
+inline ncclResult_t ncclCommAbort(ncclComm_t) { return ncclSuccess; }
 inline ncclResult_t ncclAllReduce(const void *, void *, size_t, ncclDataType_t,
                                   ncclRedOp_t, ncclComm_t, cudaStream_t) {
   return ncclInvalidUsage;

@@ -23,6 +23,7 @@
 #include "cuda_kernels.cuh"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -63,7 +64,9 @@ class CudaRun final : public DeviceRun {
 public:
   CudaRun(const Program &P, uint32_t Rank, int Device,
           const DeviceBootstrap *Boot)
-      : P(P), RP(*P.ranks()->Get(Rank)), Seed(P.seed()) {
+      : P(P), RP(*P.ranks()->Get(Rank)), Seed(P.seed()),
+        Progress(Boot ? Boot->progress : nullptr),
+        ProgressCtx(Boot ? Boot->Ctx : nullptr) {
     check(cudaSetDevice(Device), "cudaSetDevice");
     cudaDeviceProp Prop;
     check(cudaGetDeviceProperties(&Prop, Device), "cudaGetDeviceProperties");
@@ -105,9 +108,10 @@ public:
   }
 
   ~CudaRun() override {
-    for (ncclComm_t C : Comms)
-      if (C)
-        ncclCommDestroy(C);
+    if (!Aborted.load())
+      for (ncclComm_t C : Comms)
+        if (C)
+          ncclCommDestroy(C);
     for (CUmodule M : Modules)
       if (M)
         cuModuleUnload(M);
@@ -160,6 +164,8 @@ public:
       const Instr &In = *RP.instrs()->Get(I);
       if (Training && In.generation_only())
         continue;
+      if (Progress)
+        Progress(I, false, ProgressCtx);
       try {
         execUnaliased(I, In);
         check(cudaGetLastError(), "kernel launch");
@@ -169,7 +175,19 @@ public:
                                  "): " + E.what());
       }
     }
+    if (Progress)
+      Progress(End > 0 ? std::min(End, N) - 1 : 0, true, ProgressCtx);
     check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    if (Progress)
+      Progress(UINT32_MAX, false, ProgressCtx);
+  }
+
+  void abort() override {
+    if (Aborted.exchange(true))
+      return;
+    for (ncclComm_t C : Comms)
+      if (C)
+        ncclCommAbort(C);
   }
 
 private:
@@ -834,6 +852,9 @@ private:
   int64_t Step = 1, CurMicro = 0;
   double Lr = 0;
   uint64_t Seed;
+  std::atomic<bool> Aborted{false};
+  void (*Progress)(uint32_t, bool, void *);
+  void *ProgressCtx;
 };
 
 } // namespace

@@ -42,16 +42,24 @@ public:
                        bool ToDevice) = 0;
   /// "NVIDIA H100 80GB HBM3 (sm_90)".
   virtual std::string deviceName() const = 0;
+  /// Aborts the communicators (ncclCommAbort), so that a rank the
+  /// launcher's watchdog ends does not hang in a collective on its way
+  /// out. May be called from another thread while run() waits.
+  virtual void abort() = 0;
 };
 
 } // namespace megac_rt
 
-/// What the plugin needs from the launcher to set up its communicators
-/// (NCCL's unique ids travel over megac-run's MPI): every rank's \p Bytes
-/// bytes of \p Mine, in world-rank order, into \p All. Collective over the
-/// world; returns false on failure.
+/// What the plugin needs from the launcher.
 struct DeviceBootstrap {
+  /// Sets up communicators (NCCL's unique ids travel over megac-run's
+  /// MPI): every rank's \p Bytes bytes of \p Mine, in world-rank order,
+  /// into \p All. Collective over the world; false on failure.
   bool (*allGather)(const void *Mine, size_t Bytes, void *All, void *Ctx);
+  /// Progress, for the launcher's watchdog: instruction \p Instr is being
+  /// issued, or (\p Waiting) the host waits for the device to finish what
+  /// was issued up to it. May be null.
+  void (*progress)(uint32_t Instr, bool Waiting, void *Ctx);
   void *Ctx;
 };
 

@@ -60,7 +60,9 @@ ncclResult_t ncclCommDestroy(ncclComm_t Comm) {
   return ncclSuccess;
 }
 
-ncclResult_t ncclCommAbort(ncclComm_t Comm) { return ncclCommDestroy(Comm); }
+// Called from the watchdog's thread while another may be inside MPI,
+// which is not thread-safe here; the process is about to exit anyway.
+ncclResult_t ncclCommAbort(ncclComm_t) { return ncclSuccess; }
 
 ncclResult_t ncclAllReduce(const void *Send, void *Recv, size_t Count,
                            ncclDataType_t, ncclRedOp_t, ncclComm_t Comm,
