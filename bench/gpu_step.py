@@ -4,9 +4,11 @@
 
 - PyTorch eager and torch.compile (the peers), tokens/s and MFU;
 - megac (`megac compile --train --precision bf16 --target cuda`, then
-  `megac-run --backend cuda`), when its CUDA backend runs training steps;
+  `megac-run --backend cuda`);
 - the ceilings measured in the same run: a large bf16 GEMM (cuBLAS through
-  torch.matmul) and device-to-device copy bandwidth.
+  torch.matmul) and device-to-device copy bandwidth;
+- megac's time per op (`megac-run --profile`, device events) against those
+  ceilings: FLOP/s for products and attention, bytes/s for the rest.
 
 Prints a markdown table with the date, the device and the command, for
 docs/performance.md. Needs a CUDA GPU and PyTorch (the device image has
@@ -134,7 +136,7 @@ def megac_row(cfg, args):
     bindir = args.megac_bin
     megac, run = os.path.join(bindir, "megac"), os.path.join(bindir, "megac-run")
     if not (os.path.exists(megac) and os.path.exists(run)):
-        return None, f"no megac build at {bindir}"
+        return None, f"no megac build at {bindir}", None
     with tempfile.TemporaryDirectory() as tmp:
         config = os.path.join(tmp, "c.json")
         with open(config, "w") as f:
@@ -147,14 +149,38 @@ def megac_row(cfg, args):
         subprocess.run([megac, "compile", model, "--train", "--precision", "bf16",
                         "--target", "cuda", "--batch", str(args.batch), "--seq",
                         str(args.seq), "-o", plan, "--quiet"], check=True)
+        profile = os.path.join(tmp, "profile.json")
         out = subprocess.run([run, plan, "--backend", "cuda", "--steps",
-                              str(args.steps + 3), "--metrics", metrics, "-q"],
+                              str(args.steps + 3), "--metrics", metrics,
+                              "--profile", profile, "-q"],
                              capture_output=True, text=True)
         if out.returncode != 0:
-            return None, out.stderr.strip().splitlines()[-1] if out.stderr else "failed"
+            return None, out.stderr.strip().splitlines()[-1] if out.stderr else "failed", None
         import json
         rates = [json.loads(line)["tokens_per_s"] for line in open(metrics)][3:]
-        return args.batch * args.seq / (sum(rates) / len(rates)), ""
+        with open(profile) as f:
+            ops = json.load(f)["ops"]
+        return args.batch * args.seq / (sum(rates) / len(rates)), "", ops
+
+
+# Ops whose time is bound by arithmetic (the rest by memory traffic).
+COMPUTE_OPS = {"linear", "linear_bias", "linear_weight_grad", "matmul",
+               "attention", "attention_grad"}
+
+
+def kernel_table(name, ops, peak, bandwidth, limit=12):
+    """megac's time per op (all steps, warm-up included) against the
+    ceilings measured in this run."""
+    print(f"\nmegac per op, {name} (`megac-run --profile`; ceilings from this run):\n")
+    print("| op | runs | ms | share | achieved | of ceiling |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for op in ops[:limit]:
+        if op["op"] in COMPUTE_OPS:
+            got, of = f'{op["flops_per_s"] / 1e12:.1f} TFLOP/s', op["flops_per_s"] / peak
+        else:
+            got, of = f'{op["bytes_per_s"] / 1e9:.0f} GB/s', op["bytes_per_s"] / bandwidth
+        print(f'| {op["op"]} | {op["runs"]} | {op["ms"]:.1f} | {op["share"]:.3f} | '
+              f"{got} | {of:.3f} |")
 
 
 def main():
@@ -180,13 +206,16 @@ def main():
     print("| model | params | runner | step ms | tokens/s | MFU (of the GEMM ceiling) |")
     print("|---|---:|---|---:|---:|---:|")
     tokens = args.batch * args.seq
+    profiles = []
     for name in args.models.split(","):
         cfg = CONFIGS[name]
         rows = []
         for label, compiled in (("PyTorch eager", False), ("torch.compile", True)):
             sec, n = torch_row(torch, name, cfg, args, compiled)
             rows.append((label, sec))
-        sec, why = megac_row(cfg, args)
+        sec, why, ops = megac_row(cfg, args)
+        if ops:
+            profiles.append((name, ops))
         flops = tokens * (6 * n + 12 * cfg["n_layer"] * cfg["n_embd"] * args.seq)
         for label, s in rows + [("megac", sec)]:
             if s is None:
@@ -194,6 +223,8 @@ def main():
                 continue
             print(f"| {name} | {n / 1e6:.0f}M | {label} | {s * 1e3:.1f} | "
                   f"{tokens / s:.0f} | {flops / s / peak:.3f} |")
+    for name, ops in profiles:
+        kernel_table(name, ops, peak, bandwidth)
 
 
 if __name__ == "__main__":

@@ -64,8 +64,8 @@ const flatbuffers::Vector<int64_t> &shapeOf(const RankProgram &R, uint32_t B) {
   return *R.buffers()->Get(B)->shape();
 }
 
-/// Floating-point operations of a compute instruction (the products
-/// dominate; everything else counts a few per output element).
+} // namespace
+
 double flopsOf(const RankProgram &R, const Instr &In) {
   if (In.op() == op::Send || In.op() == op::Recv)
     return 0;
@@ -73,7 +73,8 @@ double flopsOf(const RankProgram &R, const Instr &In) {
   const uint32_t Y = In.outputs()->Get(0);
   const double Out = double(elementsOf(R, Y));
   switch (In.op()) {
-  case op::Linear: {
+  case op::Linear:
+  case op::LinearBias: {
     const auto &S = shapeOf(R, X);
     return 2.0 * Out * double(S[S.size() - 1]);
   }
@@ -104,6 +105,8 @@ double bytesOf(const RankProgram &R, const Instr &In) {
     Bytes += 4.0 * double(elementsOf(R, B));
   return Bytes;
 }
+
+namespace {
 
 /// Ring algorithms: an all-reduce moves 2 (g-1)/g of the data per rank,
 /// an all-gather or reduce-scatter (g-1)/g of the whole.

@@ -70,7 +70,7 @@ struct Options {
   bool haveSteps = false;
   std::string metrics, saveCheckpoint, loadCheckpoint;
   std::string sample = "sequential";
-  std::string trace;
+  std::string trace, profile;
   int64_t checkpointEvery = 0;
   // Seconds without progress after which a rank gives up (0: never).
   double watchdog = 300;
@@ -278,6 +278,9 @@ void checkModeOptions(const Options &O, const Setup &S, const Program &P) {
   if (O.backend == "cuda" && S.mode == Mode::Generate)
     throw RunError("--backend cuda runs forward plans and training steps so "
                    "far; --generate runs on the CPU backend");
+  if (S.mode == Mode::Generate && !O.profile.empty())
+    throw RunError("--profile times forward runs and training steps, not "
+                   "--generate");
   if (O.backend == "cuda" && !O.trace.empty())
     throw RunError("--trace records the CPU backend's instructions; the "
                    "CUDA backend has no timeline yet");
@@ -632,6 +635,101 @@ bool writeTrace(const Options &O, Setup &S) {
 /// JSON each).
 constexpr size_t kMaxTraceEvents = 2000000;
 
+/// Per instruction: milliseconds and runs, from the executor's trace (the
+/// CPU backend's --profile).
+void profileFromTrace(const Executor &E, std::vector<double> &Ms,
+                      std::vector<uint64_t> &Runs) {
+  const RankProgram &RP = E.rankProgram();
+  const size_t N = RP.instrs() ? RP.instrs()->size() : 0;
+  Ms.assign(N, 0.0);
+  Runs.assign(N, 0);
+  for (const TraceSpan &Sp : E.trace())
+    if (Sp.instr < N) {
+      Ms[Sp.instr] += Sp.durUs / 1e3;
+      Runs[Sp.instr] += 1;
+    }
+}
+
+/// --profile: rank 0's instruction times summed per opcode (with the
+/// cost model's FLOPs and bytes, for rates), printed and written as JSON.
+bool writeProfile(const Options &O, const Setup &S, const std::string &Where,
+                  const std::vector<double> &Ms,
+                  const std::vector<uint64_t> &Runs) {
+  std::string Err;
+  if (WorldRank == 0) {
+    const RankProgram &RP = S.exec->rankProgram();
+    struct OpSum {
+      uint64_t Instrs = 0, Runs = 0;
+      double Ms = 0, Flops = 0, Bytes = 0;
+    };
+    std::map<std::string, OpSum> Sums;
+    double Total = 0;
+    for (size_t I = 0; I < Ms.size() && RP.instrs() && I < RP.instrs()->size();
+         ++I) {
+      if (!Runs[I])
+        continue;
+      const Instr &In = *RP.instrs()->Get(uint32_t(I));
+      OpSum &Sum = Sums[opcodeName(In.op())];
+      Sum.Instrs += 1;
+      Sum.Runs += Runs[I];
+      Sum.Ms += Ms[I];
+      Sum.Flops += flopsOf(RP, In) * double(Runs[I]);
+      Sum.Bytes += bytesOf(RP, In) * double(Runs[I]);
+      Total += Ms[I];
+    }
+    std::vector<std::pair<std::string, OpSum>> Order(Sums.begin(), Sums.end());
+    std::sort(Order.begin(), Order.end(), [](const auto &A, const auto &B) {
+      return A.second.Ms > B.second.Ms;
+    });
+    std::string Json = "{\n  \"device\": \"" + Where + "\",\n  \"rank\": 0,\n"
+                       "  \"total_ms\": " + std::to_string(Total) +
+                       ",\n  \"ops\": [";
+    for (size_t K = 0; K < Order.size(); ++K) {
+      const OpSum &Sum = Order[K].second;
+      const double Sec = Sum.Ms / 1e3;
+      char Buf[512];
+      std::snprintf(Buf, sizeof(Buf),
+                    "%s\n    {\"op\": \"%s\", \"instructions\": %llu, "
+                    "\"runs\": %llu, \"ms\": %.6f, \"share\": %.6f, "
+                    "\"flops\": %.6g, \"bytes\": %.6g, \"flops_per_s\": "
+                    "%.6g, \"bytes_per_s\": %.6g}",
+                    K ? "," : "", Order[K].first.c_str(),
+                    (unsigned long long)Sum.Instrs,
+                    (unsigned long long)Sum.Runs, Sum.Ms,
+                    Total > 0 ? Sum.Ms / Total : 0.0, Sum.Flops, Sum.Bytes,
+                    Sec > 0 ? Sum.Flops / Sec : 0.0,
+                    Sec > 0 ? Sum.Bytes / Sec : 0.0);
+      Json += Buf;
+    }
+    Json += "\n  ]\n}\n";
+    std::FILE *F = std::fopen(O.profile.c_str(), "wb");
+    if (!F || std::fwrite(Json.data(), 1, Json.size(), F) != Json.size())
+      Err = "cannot write the profile " + O.profile;
+    if (F && std::fclose(F) != 0 && Err.empty())
+      Err = "cannot write the profile " + O.profile;
+    if (Err.empty() && !O.quiet) {
+      std::printf("profile of rank 0 on %s: %.1f ms in %zu ops\n",
+                  Where.c_str(), Total, Order.size());
+      std::printf("  %-26s %8s %10s %6s %10s %10s\n", "op", "runs", "ms",
+                  "share", "GFLOP/s", "GB/s");
+      for (size_t K = 0; K < Order.size() && K < 10; ++K) {
+        const OpSum &Sum = Order[K].second;
+        const double Sec = Sum.Ms / 1e3;
+        std::printf("  %-26s %8llu %10.2f %5.1f%% %10.1f %10.1f\n",
+                    Order[K].first.c_str(), (unsigned long long)Sum.Runs,
+                    Sum.Ms, Total > 0 ? 100.0 * Sum.Ms / Total : 0.0,
+                    Sec > 0 ? Sum.Flops / Sec / 1e9 : 0.0,
+                    Sec > 0 ? Sum.Bytes / Sec / 1e9 : 0.0);
+      }
+      std::fflush(stdout);
+    }
+  }
+  if (!agree(Err))
+    return false;
+  info(O, "wrote the profile to %s", O.profile.c_str());
+  return true;
+}
+
 /// The CUDA backend plugin: libmegac_cuda.so beside this executable, or
 /// the library MEGAC_CUDA_PLUGIN names (libmegac_cuda_emu.so runs the same
 /// backend on a host emulation of CUDA, for tests without a GPU).
@@ -738,6 +836,10 @@ public:
       Run->moments(St.instr, St.m.data(), St.v.data(), St.m.size(), false);
   }
   ~DeviceSession() { LiveDevice.store(nullptr); }
+  void enableProfiling() { Run->enableProfiling(); }
+  void profile(std::vector<double> &Ms, std::vector<uint64_t> &Runs) const {
+    Run->profile(Ms, Runs);
+  }
   DeviceSession(const DeviceSession &) = delete;
   DeviceSession &operator=(const DeviceSession &) = delete;
   const DeviceRun &device() const { return *Run; }
@@ -757,6 +859,19 @@ private:
   std::unique_ptr<DeviceRun> Run;
   double Lr = 0;
 };
+
+/// --profile from the device's events, or from the executor's trace.
+bool writeDeviceOrHostProfile(const Options &O, const Setup &S,
+                              const DeviceSession *Dev) {
+  std::vector<double> Ms;
+  std::vector<uint64_t> Runs;
+  if (Dev)
+    Dev->profile(Ms, Runs);
+  else
+    profileFromTrace(*S.exec, Ms, Runs);
+  return writeProfile(O, S, Dev ? Dev->device().deviceName() : "the CPU",
+                      Ms, Runs);
+}
 
 int runTraining(const Options &O, Setup &S) {
   const Program &P = *S.plan.program;
@@ -805,6 +920,12 @@ int runTraining(const Options &O, Setup &S) {
     if (!agree(Err))
       return 1;
     info(O, "training on %s", Dev->device().deviceName().c_str());
+  }
+  if (!O.profile.empty()) {
+    if (Dev)
+      Dev->enableProfiling();
+    else if (O.trace.empty())
+      E.enableTrace(kMaxTraceEvents);
   }
   if (!O.trace.empty()) {
     MPI_Barrier(MPI_COMM_WORLD); // a common origin for every rank's times
@@ -886,6 +1007,8 @@ int runTraining(const Options &O, Setup &S) {
   }
   if (!O.trace.empty() && !writeTrace(O, S))
     return 1;
+  if (!O.profile.empty() && !writeDeviceOrHostProfile(O, S, Dev.get()))
+    return 1;
   double MaxSec = 0;
   MPI_Allreduce(&TotalSec, &MaxSec, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   info(O, "trained %lld steps (%lld..%lld): loss %.6f -> %.6f, %.0f tokens/s "
@@ -925,6 +1048,8 @@ int runForwardOnDevice(const Options &O, Setup &S) {
   double Ms = 0;
   try {
     Dev = std::make_unique<DeviceSession>(*S.exec);
+    if (!O.profile.empty())
+      Dev->enableProfiling();
     auto T0 = std::chrono::steady_clock::now();
     Dev->step(/*Training=*/false);
     Ms = std::chrono::duration<double, std::milli>(
@@ -941,6 +1066,8 @@ int runForwardOnDevice(const Options &O, Setup &S) {
   info(O, "forward step on %s: %u instructions in %.1f ms",
        Dev->device().deviceName().c_str(),
        RP.instrs() ? RP.instrs()->size() : 0u, Ms);
+  if (!O.profile.empty() && !writeDeviceOrHostProfile(O, S, Dev.get()))
+    return 1;
   return reportForward(O, S);
 }
 
@@ -1107,6 +1234,12 @@ int runMain(int Argc, char **Argv) {
                  "nanoGPT samples; resumes bit-exactly)")
       ->check(CLI::IsMember({"sequential", "random"}))
       ->option_text("sequential|random");
+  App.add_option("--profile", O.profile,
+                 "Time every instruction of rank 0 (device events on "
+                 "--backend cuda, the host's clock on the CPU), print the "
+                 "costliest ops with their FLOP/s and bytes/s, and write "
+                 "the summary per op as JSON")
+      ->option_text("FILE.json");
   App.add_option("--trace", O.trace,
                  "Write the measured timeline (every instruction of every "
                  "rank; forward runs and training steps) as Chrome "
@@ -1265,7 +1398,7 @@ int runMain(int Argc, char **Argv) {
   try {
     MpiCollectives Comm(P, uint32_t(WorldRank));
     MPI_Barrier(MPI_COMM_WORLD);
-    if (!O.trace.empty())
+    if (!O.trace.empty() || !O.profile.empty())
       S.exec->enableTrace(kMaxTraceEvents);
     Stats = S.exec->run(Comm);
   } catch (const std::exception &E) {
@@ -1280,6 +1413,8 @@ int runMain(int Argc, char **Argv) {
   info(O, "forward step: %zu instructions (%zu collectives) per rank in %.1f ms",
        Stats.instructions, Stats.collectives, MaxSec * 1e3);
   if (!O.trace.empty() && !writeTrace(O, S))
+    return 1;
+  if (!O.profile.empty() && !writeDeviceOrHostProfile(O, S, nullptr))
     return 1;
   return reportForward(O, S);
 }

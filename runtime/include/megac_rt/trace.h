@@ -34,6 +34,14 @@ std::string traceEventsJson(const megac::plan::Program &P, uint32_t Rank,
 /// A whole trace file from the ranks' event lists.
 std::string traceFileJson(const std::vector<std::string> &PerRank);
 
+/// Floating-point operations of a compute instruction (the products and
+/// attention dominate; everything else counts a few per output element).
+double flopsOf(const megac::plan::RankProgram &R,
+               const megac::plan::Instr &In);
+/// Bytes an instruction reads and writes (its inputs and outputs once).
+double bytesOf(const megac::plan::RankProgram &R,
+               const megac::plan::Instr &In);
+
 /// A simple machine model for the expected schedule.
 struct CostModel {
   double flopsPerUs = 20e3;      // 20 GFLOP/s per rank

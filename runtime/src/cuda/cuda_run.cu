@@ -108,6 +108,8 @@ public:
   }
 
   ~CudaRun() override {
+    for (cudaEvent_t E : Events)
+      cudaEventDestroy(E);
     if (!Aborted.load())
       for (ncclComm_t C : Comms)
         if (C)
@@ -167,8 +169,15 @@ public:
       if (Progress)
         Progress(I, false, ProgressCtx);
       try {
+        if (Profiling)
+          check(cudaEventRecord(event(2 * Timed.size())), "cudaEventRecord");
         execUnaliased(I, In);
         check(cudaGetLastError(), "kernel launch");
+        if (Profiling) {
+          check(cudaEventRecord(event(2 * Timed.size() + 1)),
+                "cudaEventRecord");
+          Timed.push_back(I);
+        }
       } catch (const std::exception &E) {
         throw std::runtime_error("instruction " + std::to_string(I) + " (" +
                                  (In.loc() ? In.loc()->str() : "") +
@@ -180,6 +189,27 @@ public:
     check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
     if (Progress)
       Progress(UINT32_MAX, false, ProgressCtx);
+    for (size_t K = 0; K < Timed.size(); ++K) {
+      float Ms = 0;
+      check(cudaEventElapsedTime(&Ms, Events[2 * K], Events[2 * K + 1]),
+            "cudaEventElapsedTime");
+      InstrMs[Timed[K]] += Ms;
+      InstrRuns[Timed[K]] += 1;
+    }
+    Timed.clear();
+  }
+
+  void enableProfiling() override {
+    Profiling = true;
+    const size_t N = RP.instrs() ? RP.instrs()->size() : 0;
+    InstrMs.assign(N, 0.0);
+    InstrRuns.assign(N, 0);
+  }
+
+  void profile(std::vector<double> &Ms,
+               std::vector<uint64_t> &Runs) const override {
+    Ms = InstrMs;
+    Runs = InstrRuns;
   }
 
   void abort() override {
@@ -244,6 +274,17 @@ private:
       Outer *= Shape[size_t(K)];
     for (size_t K = size_t(D) + 1; K < Shape.size(); ++K)
       Inner *= Shape[K];
+  }
+
+  /// Event \p K of the profiling pool (created on first use: a run
+  /// records two per instruction).
+  cudaEvent_t event(size_t K) {
+    while (Events.size() <= K) {
+      cudaEvent_t E;
+      check(cudaEventCreate(&E), "cudaEventCreate");
+      Events.push_back(E);
+    }
+    return Events[K];
   }
 
   void *allocate(size_t N, const char *What) {
@@ -853,6 +894,13 @@ private:
   double Lr = 0;
   uint64_t Seed;
   std::atomic<bool> Aborted{false};
+  /// Profiling: the event pool, the instructions timed in this run, and
+  /// the sums per instruction.
+  bool Profiling = false;
+  std::vector<cudaEvent_t> Events;
+  std::vector<uint32_t> Timed;
+  std::vector<double> InstrMs;
+  std::vector<uint64_t> InstrRuns;
   void (*Progress)(uint32_t, bool, void *);
   void *ProgressCtx;
 };

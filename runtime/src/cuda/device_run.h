@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace megac_rt {
 
@@ -42,6 +43,13 @@ public:
                        bool ToDevice) = 0;
   /// "NVIDIA H100 80GB HBM3 (sm_90)".
   virtual std::string deviceName() const = 0;
+  /// Times every instruction run from now on with device events (which
+  /// serialize nothing, but cost a little): see profile().
+  virtual void enableProfiling() = 0;
+  /// Per instruction of the rank program: milliseconds on the device and
+  /// runs, summed since enableProfiling().
+  virtual void profile(std::vector<double> &Ms,
+                       std::vector<uint64_t> &Runs) const = 0;
   /// Aborts the communicators (ncclCommAbort), so that a rank the
   /// launcher's watchdog ends does not hang in a collective on its way
   /// out. May be called from another thread while run() waits.

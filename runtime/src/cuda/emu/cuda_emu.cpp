@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -309,6 +310,27 @@ cudaError_t cudaMemset(void *Ptr, int Value, size_t Bytes) {
   return cudaSuccess;
 }
 cudaError_t cudaGetLastError() { return cudaSuccess; }
+
+struct CUevent_st {
+  std::chrono::steady_clock::time_point At;
+};
+cudaError_t cudaEventCreate(cudaEvent_t *E) {
+  *E = new CUevent_st;
+  return cudaSuccess;
+}
+cudaError_t cudaEventDestroy(cudaEvent_t E) {
+  delete E;
+  return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t E, cudaStream_t) {
+  E->At = std::chrono::steady_clock::now();
+  return cudaSuccess;
+}
+cudaError_t cudaEventElapsedTime(float *Ms, cudaEvent_t Start,
+                                 cudaEvent_t End) {
+  *Ms = std::chrono::duration<float, std::milli>(End->At - Start->At).count();
+  return cudaSuccess;
+}
 cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
 
 //===-- Driver API -----------------------------------------------------===//

@@ -52,6 +52,12 @@ cudaError_t cudaMemcpy(void *Dst, const void *Src, size_t Bytes,
 cudaError_t cudaMemset(void *Ptr, int Value, size_t Bytes);
 cudaError_t cudaGetLastError();
 cudaError_t cudaDeviceSynchronize();
+/// Events record the host's clock: the emulation runs everything at once.
+using cudaEvent_t = struct CUevent_st *;
+cudaError_t cudaEventCreate(cudaEvent_t *E);
+cudaError_t cudaEventDestroy(cudaEvent_t E);
+cudaError_t cudaEventRecord(cudaEvent_t E, cudaStream_t Stream = nullptr);
+cudaError_t cudaEventElapsedTime(float *Ms, cudaEvent_t Start, cudaEvent_t End);
 
 //===-- Driver API: modules are compiled from CUDA source ---------------===//
 
