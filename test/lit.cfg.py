@@ -51,15 +51,20 @@ if getattr(config, "megac_have_nvrtc", False):
 if getattr(config, "megac_have_cuda_backend", False):
     config.available_features.add("cuda-backend")
 
-# The CUDA backend's source on the host emulation of CUDA (always built):
-# `%cuda_emu megac-run ... --backend cuda` runs it without a GPU.
-config.substitutions.append(("%cuda_emu", "env MEGAC_CUDA_PLUGIN=" + os.path.join(
-    config.megac_tools_dir, "libmegac_cuda_emu.so")))
-
 # GPU tests run only where a CUDA device answers.
 nvidia_smi = shutil.which("nvidia-smi")
 if nvidia_smi and subprocess.run([nvidia_smi, "-L"], capture_output=True).returncode == 0:
     config.available_features.add("cuda")
+
+# The CUDA backend's source on the host emulation of CUDA (always built):
+# `%cuda_emu megac-run ... --backend cuda` runs it without a GPU. Tests of
+# one rank use `%cuda_backend` instead: the real backend where a GPU and
+# the plugin are, else the emulation (a GPU runs one rank; the multi-rank
+# tests stay on the emulation).
+cuda_emu = "env MEGAC_CUDA_PLUGIN=" + os.path.join(config.megac_tools_dir, "libmegac_cuda_emu.so")
+config.substitutions.append(("%cuda_emu", cuda_emu))
+on_gpu = "cuda" in config.available_features and "cuda-backend" in config.available_features
+config.substitutions.append(("%cuda_backend", "env" if on_gpu else cuda_emu))
 
 # The built-in training corpus (scripts/setup.sh installs jargon-text).
 jargon = "/usr/share/doc/jargon-text/jargon.txt.gz"

@@ -919,7 +919,8 @@ int runTraining(const Options &O, Setup &S) {
     }
     if (!agree(Err))
       return 1;
-    info(O, "training on %s", Dev->device().deviceName().c_str());
+    info(O, "training on %s: %s", Dev->device().deviceName().c_str(),
+         Dev->device().notes().c_str());
   }
   if (!O.profile.empty()) {
     if (Dev)

@@ -135,6 +135,19 @@ __global__ void roundBf16Kernel(const float *X, int64_t N, float *Y) {
   MEGAC_GRID_LOOP(I, N) Y[I] = roundBf16Dev(X[I]);
 }
 
+/// The bf16 bits of values that are bf16 already (a plan's rounded
+/// tensors): fp32's upper half, exactly. Sets *Inexact if a value had
+/// more bits (the backend's analysis of the plan was wrong).
+__global__ void packBf16Kernel(const float *X, int64_t N, uint16_t *Y,
+                               int *Inexact) {
+  MEGAC_GRID_LOOP(I, N) {
+    const unsigned U = __float_as_uint(X[I]);
+    if (U & 0xffffu)
+      *Inexact = 1;
+    Y[I] = uint16_t(U >> 16);
+  }
+}
+
 /// acc = x (first micro-batch) or acc += x.
 __global__ void accumulateKernel(const float *X, int64_t N, float *Acc,
                                  int Add) {

@@ -76,6 +76,9 @@ public:
     check(cublasCreate(&Blas), "cublasCreate");
     // Plain fp32 products: no TF32, so results stay close to the CPU's.
     check(cublasSetMathMode(Blas, CUBLAS_PEDANTIC_MATH), "cublasSetMathMode");
+    // Products of bf16 values: tensor cores, fp32 accumulation.
+    check(cublasCreate(&BlasBf16), "cublasCreate");
+    findBf16Values();
     const MemoryPlan Plan = planMemory(P, RP);
     Arena = allocate(std::max<uint64_t>(Plan.arenaBytes, 64), "arena");
     const uint32_t N = RP.buffers() ? RP.buffers()->size() : 0;
@@ -120,7 +123,9 @@ public:
     for (void *Q : Owned)
       cudaFree(Q);
     cudaFree(Scratch);
+    cudaFree(GemmScratch);
     cublasDestroy(Blas);
+    cublasDestroy(BlasBf16);
   }
 
   void upload(uint32_t Id, const void *Data, size_t N) override {
@@ -157,6 +162,13 @@ public:
   }
 
   std::string deviceName() const override { return Name; }
+
+  std::string notes() const override {
+    return std::to_string(Bf16Products) + " of " +
+           std::to_string(Products) +
+           " products on bf16 values (tensor cores, fp32 accumulation), the "
+           "rest in fp32";
+  }
 
   void run(uint32_t Begin, uint32_t End, int64_t Micro,
            bool Training) override {
@@ -335,18 +347,92 @@ private:
     exec(I, In);
   }
 
-  /// Row-major y[M,N] = alpha x[M,K] w + beta y (w [K,N], or [N,K] read
-  /// transposed), through column-major cuBLAS: y^T = w^T x^T.
+  /// Which buffers hold bf16 values in fp32 (a --precision bf16 plan's
+  /// rounded tensors: written by round_bf16, or by a fused kernel whose
+  /// last step is one), and how many products read only such values.
+  void findBf16Values() {
+    const uint32_t NB = RP.buffers() ? RP.buffers()->size() : 0;
+    Bf16.assign(NB, 0);
+    if (!RP.instrs())
+      return;
+    for (const Instr *In : *RP.instrs()) {
+      bool Rounds = In->op() == op::RoundBf16;
+      if (In->op() == op::Fused && P.kernels() && In->ints() &&
+          In->ints()->size() &&
+          uint32_t(In->ints()->Get(0)) < P.kernels()->size()) {
+        const auto *Steps = P.kernels()->Get(uint32_t(In->ints()->Get(0)))
+                                ->steps();
+        Rounds = Steps && Steps->size() &&
+                 Steps->Get(Steps->size() - 1)->op() == op::RoundBf16;
+      }
+      if (Rounds && In->outputs())
+        for (uint32_t Y : *In->outputs())
+          Bf16[Y] = 1;
+    }
+    for (const Instr *In : *RP.instrs())
+      if (In->op() == op::Linear || In->op() == op::LinearBias ||
+          In->op() == op::LinearWeightGrad) {
+        ++Products;
+        Bf16Products += bf16Operands(*In);
+      }
+  }
+  bool bf16Operands(const Instr &In) const {
+    return Bf16[In.inputs()->Get(0)] && Bf16[In.inputs()->Get(1)];
+  }
+
+  /// Column-major C = A op B + beta C as cuBLAS takes it; A and B are
+  /// whole buffers (leading dimension = their rows). \p Bf16: both hold
+  /// bf16 values, so they go to the tensor cores as bf16, exactly, and
+  /// accumulate in fp32.
+  void colGemm(cublasOperation_t TA, cublasOperation_t TB, int64_t M,
+               int64_t N, int64_t K, const float *A, int64_t Lda,
+               const float *B, int64_t Ldb, float Beta, float *C, int64_t Ldc,
+               bool Bf16Values) {
+    const float One = 1.0f;
+    if (!Bf16Values) {
+      check(cublasSgemm(Blas, TA, TB, int(M), int(N), int(K), &One, A,
+                        int(Lda), B, int(Ldb), &Beta, C, int(Ldc)),
+            "cublasSgemm");
+      return;
+    }
+    const int64_t NA = Lda * (TA == CUBLAS_OP_N ? K : M);
+    const int64_t NB = Ldb * (TB == CUBLAS_OP_N ? N : K);
+    // The operands' bf16 copies, then a flag for values that were not.
+    const size_t Need = size_t(NA + NB) * 2 + 16;
+    if (Need > GemmScratchBytes) {
+      cudaFree(GemmScratch);
+      GemmScratch = nullptr;
+      check(cudaMalloc(&GemmScratch, Need), "cudaMalloc (bf16 operands)");
+      GemmScratchBytes = Need;
+    }
+    uint16_t *Pa = static_cast<uint16_t *>(GemmScratch), *Pb = Pa + NA;
+    int *Inexact = reinterpret_cast<int *>(
+        static_cast<char *>(GemmScratch) + (size_t(NA + NB) * 2 + 3) / 4 * 4);
+    check(cudaMemset(Inexact, 0, sizeof(int)), "cudaMemset");
+    launch(packBf16Kernel, blocksFor(NA), kThreads, 0, A, NA, Pa, Inexact);
+    launch(packBf16Kernel, blocksFor(NB), kThreads, 0, B, NB, Pb, Inexact);
+#ifdef MEGAC_CUDA_EMULATION
+    // Tests check the plan analysis that sends products here: reading
+    // the flag back would stall a GPU, so only the emulation does.
+    if (*Inexact)
+      throw std::runtime_error("a product's operands were taken for bf16 "
+                               "values but are not");
+#endif
+    check(cublasGemmEx(BlasBf16, TA, TB, int(M), int(N), int(K), &One, Pa,
+                       CUDA_R_16BF, int(Lda), Pb, CUDA_R_16BF, int(Ldb), &Beta,
+                       C, CUDA_R_32F, int(Ldc), CUBLAS_COMPUTE_32F,
+                       CUBLAS_GEMM_DEFAULT),
+          "cublasGemmEx (bf16)");
+  }
+
+  /// Row-major y[M,N] = x[M,K] w (w [K,N], or [N,K] read transposed),
+  /// through column-major cuBLAS: y^T = w^T x^T.
   void gemm(const float *X, int64_t M, int64_t K, const float *W, int64_t N,
-            bool Transposed, float *Y, float Beta = 0.0f) {
+            bool Transposed, float *Y, bool Bf16Values) {
     if (M == 0 || N == 0)
       return;
-    const float One = 1.0f;
-    check(cublasSgemm(Blas, Transposed ? CUBLAS_OP_T : CUBLAS_OP_N,
-                      CUBLAS_OP_N, int(N), int(M), int(K), &One, W,
-                      Transposed ? int(K) : int(N), X, int(K), &Beta, Y,
-                      int(N)),
-          "cublasSgemm");
+    colGemm(Transposed ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, W,
+            Transposed ? K : N, X, K, 0.0f, Y, N, Bf16Values);
   }
 
   /// The dropout key of a stream for the current step and micro-batch, as
@@ -481,7 +567,8 @@ private:
       auto W = shape(X(1));
       const bool T = Int(0) != 0;
       const int64_t K = T ? W[1] : W[0], N = T ? W[0] : W[1];
-      gemm(f(X(0)), N ? NY / N : 0, K, f(X(1)), N, T, f(Y));
+      gemm(f(X(0)), N ? NY / N : 0, K, f(X(1)), N, T, f(Y),
+           bf16Operands(In));
       if (In.op() == op::LinearBias) {
         launch(broadcastKernel, blocksFor(NY), kThreads, 0, f(Y), NY, f(X(2)),
                N, f(Y), 0);
@@ -516,15 +603,11 @@ private:
           check(cudaMemset(Ptr[Y], 0, Bytes[Y]), "cudaMemset");
         return;
       }
-      const float One = 1.0f;
       // Column-major views: dw^T [N,K] = dy^T x (not transposed), dw^T
       // [K,N] = x^T dy (transposed); both "A * B^T" over the rows.
-      check(cublasSgemm(Blas, CUBLAS_OP_N, CUBLAS_OP_T, T ? int(Last) : int(N),
-                        T ? int(N) : int(Last), int(Rows), &One,
-                        T ? f(X(0)) : f(X(1)), T ? int(Last) : int(N),
-                        T ? f(X(1)) : f(X(0)), T ? int(N) : int(Last), &Beta,
-                        f(Y), T ? int(Last) : int(N)),
-            "cublasSgemm (weight gradient)");
+      colGemm(CUBLAS_OP_N, CUBLAS_OP_T, T ? Last : N, T ? N : Last, Rows,
+              T ? f(X(0)) : f(X(1)), T ? Last : N, T ? f(X(1)) : f(X(0)),
+              T ? N : Last, Beta, f(Y), T ? Last : N, bf16Operands(In));
       return;
     }
     case op::Add:
@@ -879,7 +962,12 @@ private:
   const RankProgram &RP;
   std::string Arch, Name;
   int Major = 0;
-  cublasHandle_t Blas = nullptr;
+  cublasHandle_t Blas = nullptr, BlasBf16 = nullptr;
+  /// Per buffer: holds bf16 values (see findBf16Values).
+  std::vector<char> Bf16;
+  unsigned Products = 0, Bf16Products = 0;
+  void *GemmScratch = nullptr;
+  size_t GemmScratchBytes = 0;
   void *Arena = nullptr, *Scratch = nullptr;
   size_t ScratchBytes = 0;
   std::vector<void *> Ptr, Owned;

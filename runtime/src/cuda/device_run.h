@@ -43,6 +43,9 @@ public:
                        bool ToDevice) = 0;
   /// "NVIDIA H100 80GB HBM3 (sm_90)".
   virtual std::string deviceName() const = 0;
+  /// How the plan maps onto the device ("48 of 60 products on bf16
+  /// values ..."), for megac-run's log.
+  virtual std::string notes() const = 0;
   /// Times every instruction run from now on with device events (which
   /// serialize nothing, but cost a little): see profile().
   virtual void enableProfiling() = 0;

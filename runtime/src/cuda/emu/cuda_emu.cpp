@@ -410,6 +410,36 @@ cublasStatus_t cublasSgemmStridedBatched(
   return CUBLAS_STATUS_SUCCESS;
 }
 
+cublasStatus_t cublasGemmEx(cublasHandle_t H, cublasOperation_t TransA,
+                            cublasOperation_t TransB, int M, int N, int K,
+                            const void *Alpha, const void *A,
+                            cudaDataType_t TypeA, int Lda, const void *B,
+                            cudaDataType_t TypeB, int Ldb, const void *Beta,
+                            void *C, cudaDataType_t TypeC, int Ldc,
+                            cublasComputeType_t, cublasGemmAlgo_t) {
+  if (TypeC != CUDA_R_32F)
+    return CUBLAS_STATUS_INVALID_VALUE;
+  // Widen the operands to fp32 (bf16 is fp32's upper half), then the
+  // reference product.
+  auto widen = [](const void *X, cudaDataType_t T, size_t N) {
+    std::vector<float> W(N);
+    for (size_t I = 0; I < N; ++I)
+      W[I] = T == CUDA_R_32F
+                 ? static_cast<const float *>(X)[I]
+                 : uintAsFloat(unsigned(static_cast<const uint16_t *>(X)[I])
+                               << 16);
+    return W;
+  };
+  const std::vector<float> Aw =
+      widen(A, TypeA, size_t(Lda) * size_t(TransA == CUBLAS_OP_N ? K : M));
+  const std::vector<float> Bw =
+      widen(B, TypeB, size_t(Ldb) * size_t(TransB == CUBLAS_OP_N ? N : K));
+  return cublasSgemm(H, TransA, TransB, M, N, K,
+                     static_cast<const float *>(Alpha), Aw.data(), Lda,
+                     Bw.data(), Ldb, static_cast<const float *>(Beta),
+                     static_cast<float *>(C), Ldc);
+}
+
 cublasStatus_t cublasSgemm(cublasHandle_t H, cublasOperation_t TransA,
                            cublasOperation_t TransB, int M, int N, int K,
                            const float *Alpha, const float *A, int Lda,

@@ -109,6 +109,18 @@ cublasStatus_t cublasSgemm(cublasHandle_t H, cublasOperation_t TransA,
                            const float *Alpha, const float *A, int Lda,
                            const float *B, int Ldb, const float *Beta, float *C,
                            int Ldc);
+enum cudaDataType_t { CUDA_R_32F = 0, CUDA_R_16BF = 14 };
+enum cublasComputeType_t { CUBLAS_COMPUTE_32F = 68 };
+enum cublasGemmAlgo_t { CUBLAS_GEMM_DEFAULT = -1 };
+/// Mixed precision: A and B in \p TypeA / \p TypeB (fp32 or bf16), C in
+/// fp32, accumulated in fp32 or better.
+cublasStatus_t cublasGemmEx(cublasHandle_t H, cublasOperation_t TransA,
+                            cublasOperation_t TransB, int M, int N, int K,
+                            const void *Alpha, const void *A,
+                            cudaDataType_t TypeA, int Lda, const void *B,
+                            cudaDataType_t TypeB, int Ldb, const void *Beta,
+                            void *C, cudaDataType_t TypeC, int Ldc,
+                            cublasComputeType_t Compute, cublasGemmAlgo_t Algo);
 cublasStatus_t cublasSgemmStridedBatched(
     cublasHandle_t H, cublasOperation_t TransA, cublasOperation_t TransB, int M,
     int N, int K, const float *Alpha, const float *A, int Lda,
