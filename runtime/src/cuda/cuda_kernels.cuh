@@ -489,15 +489,32 @@ __global__ void sumLeadingKernel(const float *X, int64_t Outer, int64_t Inner,
   }
 }
 
-/// y = sum of x^2, in double, by one block.
-__global__ void sumSquaresKernel(const float *X, int64_t N, float *Y) {
+/// Pass 1 of sum of x^2: block b's part (in double) into Parts[b].
+__global__ void sumSquaresPartsKernel(const float *X, int64_t N,
+                                      double *Parts) {
+  __shared__ double Part[kThreads];
+  double S = 0;
+  MEGAC_GRID_LOOP(I, N) S += double(X[I]) * X[I];
+  S = blockSum(S, Part);
+  if (threadIdx.x == 0)
+    Parts[blockIdx.x] = S;
+}
+
+/// Pass 2, one block: y = the parts' sum (the same order every run).
+__global__ void sumPartsKernel(const double *Parts, int64_t N, float *Y) {
   __shared__ double Part[kThreads];
   double S = 0;
   for (int64_t I = threadIdx.x; I < N; I += blockDim.x)
-    S += double(X[I]) * X[I];
+    S += Parts[I];
   S = blockSum(S, Part);
   if (threadIdx.x == 0)
     Y[0] = float(S);
+}
+
+/// Blocks for a two-pass reduction over \p N elements.
+inline unsigned reductionBlocks(int64_t N) {
+  const unsigned B = blocksFor(N);
+  return B < 1024 ? B : 1024;
 }
 
 /// c = min(1, max_norm / (sqrt(total) + 1e-6)).

@@ -774,9 +774,17 @@ private:
              numel(X(0)) / NY, NY, f(Y), int(Add));
       return;
     }
-    case op::SumSquares:
-      launch(sumSquaresKernel, 1, kThreads, 0, f(X(0)), numel(X(0)), f(Y));
+    case op::SumSquares: {
+      // Two passes over many blocks: a parameter can have 10^8 elements.
+      const unsigned Blocks = reductionBlocks(numel(X(0)));
+      double *Parts =
+          static_cast<double *>(scratch(size_t(Blocks) * sizeof(double)));
+      launch(sumSquaresPartsKernel, Blocks, kThreads, 0, f(X(0)), numel(X(0)),
+             Parts);
+      launch(sumPartsKernel, 1, kThreads, 0,
+             static_cast<const double *>(Parts), int64_t(Blocks), f(Y));
       return;
+    }
     case op::ClipCoefficient:
       launch(clipCoefficientKernel, 1, 1, 0, f(X(0)), Flt(0), f(Y));
       return;
