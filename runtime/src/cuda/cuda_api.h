@@ -23,13 +23,7 @@
 #else
 // Built without NCCL (the toolkit lacked it): every NCCL call fails with
 // this message, and megacCreateCudaRun refuses plans of several ranks.
-enum ncclResult_t { ncclSuccess = 0, ncclInvalidUsage = 5 };
-enum ncclDataType_t { ncclFloat = 7 };
-enum ncclRedOp_t { ncclSum = 0 };
-struct ncclUniqueId {
-  char internal[128];
-};
-using ncclComm_t = struct ncclComm *;
+#include "emu/nccl_types.h"
 inline const char *ncclGetErrorString(ncclResult_t) {
   return "libmegac_cuda.so was built without NCCL";
 }

@@ -84,30 +84,7 @@ __device__ inline double dropoutScaleDev(uint64_t Key, uint64_t G,
 
 //===-- Elementwise -------------------------------------------------------===//
 
-__device__ inline float geluDev(float V) {
-  const float C = 0.7978845608028654f;
-  return 0.5f * V * (1.0f + tanhf(C * (V + 0.044715f * V * V * V)));
-}
-
-__device__ inline float geluGradDev(float X, float DY) {
-  const double C = 0.7978845608028654, A = 0.044715;
-  const double V = X;
-  const double T = tanh(C * (V + A * V * V * V));
-  const double D =
-      0.5 * (1.0 + T) + 0.5 * V * (1.0 - T * T) * C * (1.0 + 3.0 * A * V * V);
-  return float(double(DY) * D);
-}
-
-__device__ inline float roundBf16Dev(float X) {
-  unsigned U = __float_as_uint(X);
-  if ((U & 0x7f800000u) == 0x7f800000u) {
-    if (U & 0x007fffffu)
-      U |= 0x00400000u;
-  } else {
-    U += 0x7fffu + ((U >> 16) & 1u);
-  }
-  return __uint_as_float(U & 0xffff0000u);
-}
+#include "elementwise.cuh"
 
 __global__ void fillKernel(float *Y, int64_t N, float V) {
   MEGAC_GRID_LOOP(I, N) Y[I] = V;
@@ -123,16 +100,16 @@ __global__ void broadcastKernel(const float *A, int64_t NA, const float *B,
 }
 
 __global__ void geluKernel(const float *X, int64_t N, float *Y) {
-  MEGAC_GRID_LOOP(I, N) Y[I] = geluDev(X[I]);
+  MEGAC_GRID_LOOP(I, N) Y[I] = megac_gelu(X[I]);
 }
 
 __global__ void geluGradKernel(const float *X, const float *DY, int64_t N,
                                float *DX) {
-  MEGAC_GRID_LOOP(I, N) DX[I] = geluGradDev(X[I], DY[I]);
+  MEGAC_GRID_LOOP(I, N) DX[I] = megac_gelu_grad(X[I], DY[I]);
 }
 
 __global__ void roundBf16Kernel(const float *X, int64_t N, float *Y) {
-  MEGAC_GRID_LOOP(I, N) Y[I] = roundBf16Dev(X[I]);
+  MEGAC_GRID_LOOP(I, N) Y[I] = megac_round_bf16(X[I]);
 }
 
 /// The bf16 bits of values that are bf16 already (a plan's rounded
@@ -736,6 +713,30 @@ __device__ inline void loadRow(const float *X, int64_t Base, bool Active,
     R[E] = Active ? X[Base + E] : 0.0f;
 }
 
+/// Calls Visit(C, J) for each key J that query row I sees, in order: the
+/// block loads the keys and values tile by tile into Ks and Vs (every
+/// thread takes part), and the row's thread visits tile row C.
+template <int D, class VisitFn>
+__device__ inline void forEachKey(const float *K, const float *V,
+                                  const FlashBlock &Bl, int64_t S, int64_t Hl,
+                                  int Causal, int64_t I, bool Active,
+                                  float *Ks, float *Vs, VisitFn Visit) {
+  const int64_t End =
+      Causal ? (Bl.Row0 + kFlashRows < S ? Bl.Row0 + kFlashRows : S) : S;
+  for (int64_t J0 = 0; J0 < End; J0 += kFlashTile) {
+    loadTile<D>(K, Bl.Bi, Bl.Hh, S, Hl, J0, Ks);
+    loadTile<D>(V, Bl.Bi, Bl.Hh, S, Hl, J0, Vs);
+    __syncthreads();
+    for (int C = 0; Active && C < kFlashTile; ++C) {
+      const int64_t J = J0 + C;
+      if (J >= S || (Causal && J > I))
+        break;
+      Visit(C, J);
+    }
+    __syncthreads();
+  }
+}
+
 /// y_i = sum_j softmax(s_i)_j mask_ij v_j, online over key tiles (no y
 /// when \p Y is null). With \p Stats, each row's max score m and 1 / sum_j
 /// exp(s_ij - m): the backward pass's p_ij = exp(s_ij - m) / sum, the
@@ -757,37 +758,28 @@ __global__ void __launch_bounds__(kFlashRows)
     Acc[E] = 0.0f;
   float M = -INFINITY;
   double L = 0;
-  const int64_t End =
-      Causal ? (Bl.Row0 + kFlashRows < S ? Bl.Row0 + kFlashRows : S) : S;
-  for (int64_t J0 = 0; J0 < End; J0 += kFlashTile) {
-    loadTile<D>(K, Bl.Bi, Bl.Hh, S, Hl, J0, Ks);
-    loadTile<D>(V, Bl.Bi, Bl.Hh, S, Hl, J0, Vs);
-    __syncthreads();
-    for (int C = 0; Active && C < kFlashTile; ++C) {
-      const int64_t J = J0 + C;
-      if (J >= S || (Causal && J > I))
-        break;
-      const float Sc = dotRow<D>(Qr, Ks + C * D) * Scale;
-      if (Sc > M) { // a new maximum rescales what is summed so far
-        const float Corr = expf(M - Sc);
-        L *= double(Corr);
-        for (int E = 0; E < D; ++E)
-          Acc[E] *= Corr;
-        M = Sc;
-      }
-      const float P = expf(Sc - M);
-      L += double(P);
-      if (!Y) // the statistics only
-        continue;
-      const float Pd =
-          Dr.Rate > 0
-              ? float(double(P) * attnMaskDev(Dr, Bl.Bi, Bl.Hh, S, I, J))
-              : P;
-      for (int E = 0; E < D; ++E)
-        Acc[E] += Pd * Vs[C * D + E];
-    }
-    __syncthreads();
-  }
+  forEachKey<D>(K, V, Bl, S, Hl, Causal, I, Active, Ks, Vs,
+                [&](int C, int64_t J) {
+                  const float Sc = dotRow<D>(Qr, Ks + C * D) * Scale;
+                  if (Sc > M) { // a new maximum rescales the sums so far
+                    const float Corr = expf(M - Sc);
+                    L *= double(Corr);
+                    for (int E = 0; E < D; ++E)
+                      Acc[E] *= Corr;
+                    M = Sc;
+                  }
+                  const float P = expf(Sc - M);
+                  L += double(P);
+                  if (!Y) // the statistics only
+                    return;
+                  const float Pd =
+                      Dr.Rate > 0 ? float(double(P) * attnMaskDev(Dr, Bl.Bi,
+                                                                  Bl.Hh, S, I,
+                                                                  J))
+                                  : P;
+                  for (int E = 0; E < D; ++E)
+                    Acc[E] += Pd * Vs[C * D + E];
+                });
   if (!Active)
     return;
   if (Y)
@@ -823,32 +815,22 @@ __global__ void __launch_bounds__(kFlashRows)
     Acc[E] = 0.0f;
   const float Mx = Active ? Stats[2 * Row] : 0.0f;
   const float Inv = Active ? Stats[2 * Row + 1] : 0.0f;
-  const int64_t End =
-      Causal ? (Bl.Row0 + kFlashRows < S ? Bl.Row0 + kFlashRows : S) : S;
   double Dl = 0;
-  for (int Pass = 0; Pass < (DQ ? 2 : 1); ++Pass) {
-    for (int64_t J0 = 0; J0 < End; J0 += kFlashTile) {
-      loadTile<D>(K, Bl.Bi, Bl.Hh, S, Hl, J0, Ks);
-      loadTile<D>(V, Bl.Bi, Bl.Hh, S, Hl, J0, Vs);
-      __syncthreads();
-      for (int C = 0; Active && C < kFlashTile; ++C) {
-        const int64_t J = J0 + C;
-        if (J >= S || (Causal && J > I))
-          break;
-        const float P = expf(dotRow<D>(Qr, Ks + C * D) * Scale - Mx) * Inv;
-        const double Dp = double(dotRow<D>(Dyr, Vs + C * D)) *
-                          attnMaskDev(Dr, Bl.Bi, Bl.Hh, S, I, J);
-        if (Pass == 0) {
-          Dl += double(P) * Dp;
-          continue;
-        }
-        const float Ds = float(double(P) * (Dp - Dl)) * Scale;
-        for (int E = 0; E < D; ++E)
-          Acc[E] += Ds * Ks[C * D + E];
-      }
-      __syncthreads();
-    }
-  }
+  for (int Pass = 0; Pass < (DQ ? 2 : 1); ++Pass)
+    forEachKey<D>(K, V, Bl, S, Hl, Causal, I, Active, Ks, Vs,
+                  [&](int C, int64_t J) {
+                    const float P =
+                        expf(dotRow<D>(Qr, Ks + C * D) * Scale - Mx) * Inv;
+                    const double Dp = double(dotRow<D>(Dyr, Vs + C * D)) *
+                                      attnMaskDev(Dr, Bl.Bi, Bl.Hh, S, I, J);
+                    if (Pass == 0) {
+                      Dl += double(P) * Dp;
+                      return;
+                    }
+                    const float Ds = float(double(P) * (Dp - Dl)) * Scale;
+                    for (int E = 0; E < D; ++E)
+                      Acc[E] += Ds * Ks[C * D + E];
+                  });
   if (!Active)
     return;
   Delta[Row] = float(Dl);

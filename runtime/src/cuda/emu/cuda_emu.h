@@ -19,6 +19,7 @@
 #ifndef MEGAC_CUDA_EMU_CUDA_EMU_H
 #define MEGAC_CUDA_EMU_CUDA_EMU_H
 
+#include "nccl_types.h"
 #include "simt.h"
 
 #include <cstddef>
@@ -129,13 +130,6 @@ cublasStatus_t cublasSgemmStridedBatched(
 
 //===-- NCCL, over MPI (the ranks are megac-run's MPI processes) ---------===//
 
-enum ncclResult_t { ncclSuccess = 0, ncclSystemError = 2 };
-enum ncclDataType_t { ncclFloat = 7 };
-enum ncclRedOp_t { ncclSum = 0 };
-struct ncclUniqueId {
-  char internal[128];
-};
-using ncclComm_t = struct ncclComm *;
 
 const char *ncclGetErrorString(ncclResult_t R);
 ncclResult_t ncclGetUniqueId(ncclUniqueId *Id);
