@@ -149,8 +149,17 @@ private:
                    "hung, so this rank ends the job (--watchdog)\n",
                    Rank, Seconds, Where.c_str(), (long long)E.publishedStep());
       std::fflush(stderr);
-      if (DeviceRun *D = LiveDevice.load())
-        D->abort();
+      if (DeviceRun *D = LiveDevice.load()) {
+        // ncclCommAbort could itself block (the main thread may be inside
+        // NCCL): give it a few seconds on its own thread, then exit anyway.
+        std::atomic<bool> Done{false};
+        std::thread([D, &Done] {
+          D->abort();
+          Done.store(true);
+        }).detach();
+        for (int K = 0; K < 50 && !Done.load(); ++K)
+          std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
       std::_Exit(3);
     }
   }

@@ -23,6 +23,11 @@ namespace cuda {
 
 constexpr int kThreads = 256;
 
+/// Faults kernels flag for the host to report after a run (an int each).
+constexpr int kFaultBadToken = 0; // an id or label outside the vocabulary
+constexpr int kFaultNotBf16 = 1;  // a bf16 product's operand is not bf16
+constexpr int kFaultKinds = 2;
+
 /// Blocks for a grid-stride loop over \p N elements.
 inline unsigned blocksFor(int64_t N) {
   const int64_t B = (N + kThreads - 1) / kThreads;
@@ -212,11 +217,15 @@ __global__ void concatChunksKernel(const float *Chunks, int64_t Outer,
 
 //===-- Embeddings --------------------------------------------------------===//
 
+/// Rows of this rank's block of the table (ids outside it: zeros), ids
+/// outside [0, Vocab) flagged in *Bad.
 __global__ void embeddingKernel(const float *Table, int64_t Rows, int64_t H,
                                 const int32_t *Ids, int64_t N, int64_t Start,
-                                float *Y) {
+                                int64_t Vocab, float *Y, int *Bad) {
   MEGAC_GRID_LOOP(I, N * H) {
     const int64_t R = I / H, J = I % H;
+    if (J == 0 && (Ids[R] < 0 || Ids[R] >= Vocab))
+      *Bad = 1;
     const int64_t Row = int64_t(Ids[R]) - Start;
     Y[I] = Row >= 0 && Row < Rows ? Table[Row * H + J] : 0.0f;
   }
@@ -347,17 +356,22 @@ __device__ inline void rowSoftmaxDev(const float *Lr, int64_t V, double *Part,
   Sum = blockSum(S, Part);
 }
 
-/// Per row: logsumexp - logit[label] (NaN for a label outside [0, V)).
+/// Per row: logsumexp - logit[label] (a label outside [0, V): NaN, and
+/// flagged in *Bad).
 __global__ void crossEntropyRowsKernel(const float *L, int64_t Rows, int64_t V,
-                                       const int32_t *Labels, double *Out) {
+                                       const int32_t *Labels, double *Out,
+                                       int *Bad) {
   __shared__ double Part[kThreads];
   for (int64_t R = blockIdx.x; R < Rows; R += gridDim.x) {
     const float *Lr = L + R * V;
     double Max, Sum;
     rowSoftmaxDev(Lr, V, Part, Max, Sum);
     const int32_t Lab = Labels[R];
-    if (threadIdx.x == 0)
+    if (threadIdx.x == 0) {
       Out[R] = (Lab >= 0 && Lab < V) ? Max + log(Sum) - double(Lr[Lab]) : NAN;
+      if (Lab < 0 || Lab >= V)
+        *Bad = 1;
+    }
   }
 }
 
@@ -394,8 +408,9 @@ __global__ void crossEntropyGradKernel(const float *L, int64_t Rows, int64_t V,
 /// exp(logit - max), and the label's logit if the label falls in it.
 __global__ void crossEntropyStatsKernel(const float *L, int64_t Rows,
                                         int64_t V, const int32_t *Labels,
-                                        int64_t VocabStart, int64_t Blocks,
-                                        float *Stats) {
+                                        int64_t VocabStart, int64_t Vocab,
+                                        int64_t Blocks, float *Stats,
+                                        int *Bad) {
   __shared__ double Part[kThreads];
   const int64_t Width = V / Blocks;
   for (int64_t T = blockIdx.x; T < Rows * Blocks; T += gridDim.x) {
@@ -404,6 +419,8 @@ __global__ void crossEntropyStatsKernel(const float *L, int64_t Rows,
     double Max, Sum;
     rowSoftmaxDev(Lb, Width, Part, Max, Sum);
     if (threadIdx.x == 0) {
+      if (Labels[R] < 0 || Labels[R] >= Vocab)
+        *Bad = 1;
       const int64_t Local = int64_t(Labels[R]) - VocabStart - K * Width;
       float *St = Stats + T * 3;
       St[0] = float(Max);

@@ -27,6 +27,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -73,6 +74,10 @@ public:
     Arch = "sm_" + std::to_string(Prop.major) + std::to_string(Prop.minor);
     Name = std::string(Prop.name) + " (" + Arch + ")";
     Major = Prop.major;
+    // Communicators first: every rank gets here (the factory checked the
+    // devices), so a later failure on one rank (memory) cannot leave the
+    // others waiting in NCCL's setup; the factory then agrees on success.
+    joinCommunicators(Rank, Boot);
     check(cublasCreate(&Blas), "cublasCreate");
     // Plain fp32 products: no TF32, so results stay close to the CPU's.
     check(cublasSetMathMode(Blas, CUBLAS_PEDANTIC_MATH), "cublasSetMathMode");
@@ -93,7 +98,9 @@ public:
                    ? static_cast<char *>(Arena) + Plan.offset[B]
                    : allocate(std::max<size_t>(Bytes[B], 4), "parameter");
     }
-    joinCommunicators(Rank, Boot);
+    // Faults the kernels flag (out-of-range ids and labels, products of
+    // values that are not bf16), checked after each run.
+    Faults = static_cast<int *>(allocate(sizeof(int) * kFaultKinds, "flags"));
     // AdamW moments start at zero, as the CPU backend's.
     const uint32_t NI = RP.instrs() ? RP.instrs()->size() : 0;
     MomentM.assign(NI, nullptr);
@@ -113,6 +120,9 @@ public:
   ~CudaRun() override {
     for (cudaEvent_t E : Events)
       cudaEventDestroy(E);
+    // After a failure peers may be gone: destroying would wait for them.
+    if (Failed)
+      abort();
     if (!Aborted.load())
       for (ncclComm_t C : Comms)
         if (C)
@@ -173,6 +183,7 @@ public:
   void run(uint32_t Begin, uint32_t End, int64_t Micro,
            bool Training) override {
     CurMicro = Micro;
+    check(cudaMemset(Faults, 0, sizeof(int) * kFaultKinds), "cudaMemset");
     const uint32_t N = RP.instrs() ? RP.instrs()->size() : 0;
     for (uint32_t I = Begin; I < N && I < End; ++I) {
       const Instr &In = *RP.instrs()->Get(I);
@@ -191,6 +202,7 @@ public:
           Timed.push_back(I);
         }
       } catch (const std::exception &E) {
+        Failed = true;
         throw std::runtime_error("instruction " + std::to_string(I) + " (" +
                                  (In.loc() ? In.loc()->str() : "") +
                                  "): " + E.what());
@@ -201,6 +213,7 @@ public:
     check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
     if (Progress)
       Progress(UINT32_MAX, false, ProgressCtx);
+    checkFaults();
     for (size_t K = 0; K < Timed.size(); ++K) {
       float Ms = 0;
       check(cudaEventElapsedTime(&Ms, Events[2 * K], Events[2 * K + 1]),
@@ -210,6 +223,25 @@ public:
     }
     Timed.clear();
   }
+
+  /// The kernels' fault flags of the run that just ended (one small copy
+  /// after the synchronization the run ends with anyway).
+  void checkFaults() {
+    int Flags[kFaultKinds] = {};
+    check(cudaMemcpy(Flags, Faults, sizeof(Flags), cudaMemcpyDeviceToHost),
+          "cudaMemcpy (fault flags)");
+    if (Flags[kFaultBadToken] || Flags[kFaultNotBf16])
+      Failed = true;
+    if (Flags[kFaultBadToken])
+      throw std::runtime_error("a token id or label is outside the "
+                               "vocabulary (the CPU backend names it)");
+    if (Flags[kFaultNotBf16])
+      throw std::runtime_error("a product's operands were taken for bf16 "
+                               "values but are not (megac bug)");
+  }
+
+  /// Peers failed: the destructor aborts the communicators.
+  void markFailed() { Failed = true; }
 
   void enableProfiling() override {
     Profiling = true;
@@ -316,43 +348,28 @@ private:
     return static_cast<const int32_t *>(Ptr[B]);
   }
 
-  /// As the CPU backend: only adam_w may write one of its inputs; anything
-  /// else that would is computed into a temporary, so kernels never see
-  /// aliased arguments.
+  /// Only adam_w (and an in-place all-reduce) may write one of its
+  /// inputs: the plan verifier refuses anything else, and the kernels here
+  /// assume unaliased arguments.
   void execUnaliased(uint32_t I, const Instr &In) {
     if (In.op() != op::AdamW && In.op() != op::AllReduce && In.inputs() &&
-        In.outputs() && In.outputs()->size()) {
-      const uint32_t Y = In.outputs()->Get(0);
-      bool Aliased = false;
-      for (uint32_t X : *In.inputs())
-        Aliased |= X == Y;
-      if (Aliased) {
-        void *Real = Ptr[Y], *Tmp = nullptr;
-        check(cudaMalloc(&Tmp, std::max<size_t>(Bytes[Y], 4)), "cudaMalloc");
-        Ptr[Y] = Tmp;
-        try {
-          exec(I, In);
-        } catch (...) {
-          Ptr[Y] = Real;
-          cudaFree(Tmp);
-          throw;
-        }
-        Ptr[Y] = Real;
-        check(cudaMemcpy(Real, Tmp, Bytes[Y], cudaMemcpyDeviceToDevice),
-              "cudaMemcpy");
-        check(cudaFree(Tmp), "cudaFree");
-        return;
-      }
-    }
+        In.outputs())
+      for (uint32_t Y : *In.outputs())
+        for (uint32_t X : *In.inputs())
+          if (X == Y)
+            throw std::runtime_error("writes its input buffer " +
+                                     std::to_string(X) + " in place");
     exec(I, In);
   }
 
   /// Which buffers hold bf16 values in fp32 (a --precision bf16 plan's
-  /// rounded tensors: written by round_bf16, or by a fused kernel whose
-  /// last step is one), and how many products read only such values.
+  /// rounded tensors): every instruction that writes them rounds (a
+  /// round_bf16, or a fused kernel whose last step is one; an in-place
+  /// all-reduce of rounded values does not). And how many products read
+  /// only such values.
   void findBf16Values() {
     const uint32_t NB = RP.buffers() ? RP.buffers()->size() : 0;
-    Bf16.assign(NB, 0);
+    std::vector<int> Rounded(NB, 0), Other(NB, 0);
     if (!RP.instrs())
       return;
     for (const Instr *In : *RP.instrs()) {
@@ -365,10 +382,13 @@ private:
         Rounds = Steps && Steps->size() &&
                  Steps->Get(Steps->size() - 1)->op() == op::RoundBf16;
       }
-      if (Rounds && In->outputs())
+      if (In->outputs())
         for (uint32_t Y : *In->outputs())
-          Bf16[Y] = 1;
+          ++(Rounds ? Rounded : Other)[Y];
     }
+    Bf16.assign(NB, 0);
+    for (uint32_t B = 0; B < NB; ++B)
+      Bf16[B] = Rounded[B] > 0 && Other[B] == 0;
     for (const Instr *In : *RP.instrs())
       if (In->op() == op::Linear || In->op() == op::LinearBias ||
           In->op() == op::LinearWeightGrad) {
@@ -397,27 +417,23 @@ private:
     }
     const int64_t NA = Lda * (TA == CUBLAS_OP_N ? K : M);
     const int64_t NB = Ldb * (TB == CUBLAS_OP_N ? N : K);
-    // The operands' bf16 copies, then a flag for values that were not.
-    const size_t Need = size_t(NA + NB) * 2 + 16;
+    // The operands' bf16 copies, B's 16-byte aligned as cuBLAS's fast
+    // kernels want.
+    const size_t OffB = (size_t(NA) * 2 + 15) / 16 * 16;
+    const size_t Need = OffB + size_t(NB) * 2;
     if (Need > GemmScratchBytes) {
       cudaFree(GemmScratch);
       GemmScratch = nullptr;
       check(cudaMalloc(&GemmScratch, Need), "cudaMalloc (bf16 operands)");
       GemmScratchBytes = Need;
     }
-    uint16_t *Pa = static_cast<uint16_t *>(GemmScratch), *Pb = Pa + NA;
-    int *Inexact = reinterpret_cast<int *>(
-        static_cast<char *>(GemmScratch) + (size_t(NA + NB) * 2 + 3) / 4 * 4);
-    check(cudaMemset(Inexact, 0, sizeof(int)), "cudaMemset");
-    launch(packBf16Kernel, blocksFor(NA), kThreads, 0, A, NA, Pa, Inexact);
-    launch(packBf16Kernel, blocksFor(NB), kThreads, 0, B, NB, Pb, Inexact);
-#ifdef MEGAC_CUDA_EMULATION
-    // Tests check the plan analysis that sends products here: reading
-    // the flag back would stall a GPU, so only the emulation does.
-    if (*Inexact)
-      throw std::runtime_error("a product's operands were taken for bf16 "
-                               "values but are not");
-#endif
+    uint16_t *Pa = static_cast<uint16_t *>(GemmScratch);
+    uint16_t *Pb = reinterpret_cast<uint16_t *>(
+        static_cast<char *>(GemmScratch) + OffB);
+    launch(packBf16Kernel, blocksFor(NA), kThreads, 0, A, NA, Pa,
+           Faults + kFaultNotBf16);
+    launch(packBf16Kernel, blocksFor(NB), kThreads, 0, B, NB, Pb,
+           Faults + kFaultNotBf16);
     check(cublasGemmEx(BlasBf16, TA, TB, int(M), int(N), int(K), &One, Pa,
                        CUDA_R_16BF, int(Lda), Pb, CUDA_R_16BF, int(Ldb), &Beta,
                        C, CUDA_R_32F, int(Ldc), CUBLAS_COMPUTE_32F,
@@ -431,8 +447,18 @@ private:
             bool Transposed, float *Y, bool Bf16Values) {
     if (M == 0 || N == 0)
       return;
+    if (K == 0) { // an empty sum (cuBLAS refuses a leading dimension of 0)
+      check(cudaMemset(Y, 0, size_t(M * N) * 4), "cudaMemset");
+      return;
+    }
     colGemm(Transposed ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, W,
             Transposed ? K : N, X, K, 0.0f, Y, N, Bf16Values);
+  }
+
+  /// Ids and labels must lie in the model's vocabulary (the CPU checks
+  /// the same); a plan without one is checked against \p Local.
+  int64_t vocabSize(int64_t Local) const {
+    return P.vocab_size() > 0 ? int64_t(P.vocab_size()) : Local;
   }
 
   /// The dropout key of a stream for the current step and micro-batch, as
@@ -497,7 +523,10 @@ private:
     if (!Best)
       throw std::runtime_error("kernel " + Kn.name()->str() +
                                " has no binary for " + Arch);
-    check(cuModuleLoadData(&Modules[Index], Best->cubin()->data()),
+    // The plan's bytes are only 4-byte aligned; the loader gets 8.
+    std::vector<uint64_t> Image((Best->cubin()->size() + 7) / 8);
+    std::memcpy(Image.data(), Best->cubin()->data(), Best->cubin()->size());
+    check(cuModuleLoadData(&Modules[Index], Image.data()),
           "cuModuleLoadData");
 #endif
     check(cuModuleGetFunction(&Functions[Index], Modules[Index],
@@ -555,7 +584,8 @@ private:
     switch (In.op()) {
     case op::Embedding:
       launch(embeddingKernel, blocksFor(NY), kThreads, 0, f(X(0)), A[0], A[1],
-             i32(X(1)), numel(X(1)), Int(0), f(Y));
+             i32(X(1)), numel(X(1)), Int(0), vocabSize(Int(0) + A[0]),
+             f(Y), Faults + kFaultBadToken);
       return;
     case op::PositionEmbedding: // rows 0..S-1 of the table: contiguous
     case op::Reshape:
@@ -582,6 +612,10 @@ private:
       const int64_t M = A[R - 2], K = A[R - 1], N = shape(X(1))[R - 1];
       if (M * N == 0)
         return;
+      if (K == 0) {
+        check(cudaMemset(Ptr[Y], 0, Bytes[Y]), "cudaMemset");
+        return;
+      }
       const float One = 1.0f, Zero = 0.0f;
       // Row-major y = a b per batch is column-major y^T = b^T a^T.
       check(cublasSgemmStridedBatched(
@@ -598,6 +632,8 @@ private:
       const float Beta =
           NumInts() > 1 && Int(1) != 0 && Accumulating ? 1.0f : 0.0f;
       const bool T = Int(0) != 0;
+      if (N == 0 || Last == 0)
+        return;
       if (Rows == 0) {
         if (Beta == 0.0f)
           check(cudaMemset(Ptr[Y], 0, Bytes[Y]), "cudaMemset");
@@ -713,10 +749,14 @@ private:
       return;
     }
     case op::CrossEntropy: {
+      if (Rows == 0 || Last == 0) { // the CPU's loss of no tokens
+        check(cudaMemset(Ptr[Y], 0, Bytes[Y]), "cudaMemset");
+        return;
+      }
       double *Out =
           static_cast<double *>(scratch(size_t(Rows) * sizeof(double)));
       launch(crossEntropyRowsKernel, rowBlocks(Rows), kThreads, 0, f(X(0)),
-             Rows, Last, i32(X(1)), Out);
+             Rows, Last, i32(X(1)), Out, Faults + kFaultBadToken);
       const double Norm = NumInts() && Int(0) > 0 ? double(Int(0))
                                                   : double(Rows);
       launch(sumRowsKernel, 1, 1, 0, static_cast<const double *>(Out), Rows,
@@ -726,9 +766,14 @@ private:
     case op::CrossEntropyStats:
       launch(crossEntropyStatsKernel, rowBlocks(Rows * (shape(Y).back() / 3)),
              kThreads, 0, f(X(0)), Rows, Last, i32(X(1)), Int(0),
-             shape(Y).back() / 3, f(Y));
+             vocabSize(Int(0) + Last), shape(Y).back() / 3, f(Y),
+             Faults + kFaultBadToken);
       return;
     case op::CrossEntropyFromStats: {
+      if (Rows == 0 || Last == 0) {
+        check(cudaMemset(Ptr[Y], 0, Bytes[Y]), "cudaMemset");
+        return;
+      }
       double *Out =
           static_cast<double *>(scratch(size_t(Rows) * sizeof(double)));
       launch(crossEntropyFromStatsKernel, blocksFor(Rows), kThreads, 0,
@@ -990,6 +1035,10 @@ private:
   double Lr = 0;
   uint64_t Seed;
   std::atomic<bool> Aborted{false};
+  /// A run failed: the communicators are aborted, not destroyed.
+  bool Failed = false;
+  /// Device flags, one per kFault* kind.
+  int *Faults = nullptr;
   /// Profiling: the event pool, the instructions timed in this run, and
   /// the sums per instruction.
   bool Profiling = false;
@@ -1034,12 +1083,30 @@ megacCreateCudaRun(const Program *P, uint32_t Rank, int Device,
       if (!Ok[R])
         Why = "rank " + std::to_string(R) + " has no usable device";
   }
+  std::unique_ptr<megac_rt::CudaRun> Run;
   try {
     if (!Why.empty())
       throw std::runtime_error(Why);
-    return new megac_rt::CudaRun(*P, Rank, Device, Boot);
+    Run = std::make_unique<megac_rt::CudaRun>(*P, Rank, Device, Boot);
   } catch (const std::exception &E) {
-    std::snprintf(Err, ErrSize, "%s", E.what());
+    Why = E.what();
+  }
+  // Setting up can fail on one rank only (memory): all agree before any
+  // goes on to a collective the failed one would never join.
+  if (P->world_size() > 1 && Boot && Boot->allGather) {
+    std::vector<char> Ok(P->world_size());
+    const char Mine = Why.empty();
+    if (!Boot->allGather(&Mine, 1, Ok.data(), Boot->Ctx) && Why.empty())
+      Why = "the launcher could not share device status";
+    for (uint32_t R = 0; R < P->world_size() && Why.empty(); ++R)
+      if (!Ok[R])
+        Why = "rank " + std::to_string(R) + " could not set up its device";
+    if (!Why.empty() && Run)
+      Run->markFailed(); // peers may be gone: abort, do not wait for them
+  }
+  if (!Why.empty()) {
+    std::snprintf(Err, ErrSize, "%s", Why.c_str());
     return nullptr;
   }
+  return Run.release();
 }
