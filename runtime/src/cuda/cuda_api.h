@@ -4,7 +4,7 @@
 // toolkit (libmegac_cuda.so), and with the host compiler against the SIMT
 // emulation in emu/ (libmegac_cuda_emu.so, MEGAC_CUDA_EMULATION), so that
 // CI runs the backend's own kernels and logic without a GPU. Kernels are
-// launched through launch() rather than <<<>>>, the one construct a host
+// launched through launchOn() rather than <<<>>>, the one construct a host
 // compiler cannot parse.
 //
 //===----------------------------------------------------------------------===//
@@ -56,15 +56,16 @@ inline ncclResult_t ncclReduceScatter(const void *, void *, size_t,
 
 namespace megac_rt {
 
-/// Kernel<<<Grid, Block, SharedBytes>>>(Args...) on the default stream.
+/// Kernel<<<Grid, Block, SharedBytes, Stream>>>(Args...). The arguments
+/// are taken by value (the emulation may run the launch later).
 template <class... Params, class... Args>
-void launch(void (*Kernel)(Params...), unsigned Grid, unsigned Block,
-            size_t SharedBytes, Args... A) {
+void launchOn(cudaStream_t Stream, void (*Kernel)(Params...), unsigned Grid,
+              unsigned Block, size_t SharedBytes, Args... A) {
 #ifdef MEGAC_CUDA_EMULATION
-  megac_emu::launch({Grid, 1, 1}, {Block, 1, 1}, SharedBytes,
-                    [&] { Kernel(Params(A)...); });
+  megac_emu::launch({Grid, 1, 1}, {Block, 1, 1}, SharedBytes, Stream,
+                    [=] { Kernel(Params(A)...); });
 #else
-  Kernel<<<Grid, Block, SharedBytes>>>(Params(A)...);
+  Kernel<<<Grid, Block, SharedBytes, Stream>>>(Params(A)...);
 #endif
 }
 

@@ -27,6 +27,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -74,6 +75,12 @@ public:
     Arch = "sm_" + std::to_string(Prop.major) + std::to_string(Prop.minor);
     Name = std::string(Prop.name) + " (" + Arch + ")";
     Major = Prop.major;
+    // The compute stream first (the emulation runs the first stream's
+    // work at once and defers the others'), then the collectives'.
+    check(cudaStreamCreateWithFlags(&Compute, cudaStreamNonBlocking),
+          "cudaStreamCreateWithFlags");
+    check(cudaStreamCreateWithFlags(&Comm, cudaStreamNonBlocking),
+          "cudaStreamCreateWithFlags");
     // Communicators first: every rank gets here (the factory checked the
     // devices), so a later failure on one rank (memory) cannot leave the
     // others waiting in NCCL's setup; the factory then agrees on success.
@@ -83,6 +90,8 @@ public:
     check(cublasSetMathMode(Blas, CUBLAS_PEDANTIC_MATH), "cublasSetMathMode");
     // Products of bf16 values: tensor cores, fp32 accumulation.
     check(cublasCreate(&BlasBf16), "cublasCreate");
+    check(cublasSetStream(Blas, Compute), "cublasSetStream");
+    check(cublasSetStream(BlasBf16, Compute), "cublasSetStream");
     findBf16Values();
     const MemoryPlan Plan = planMemory(P, RP);
     Arena = allocate(std::max<uint64_t>(Plan.arenaBytes, 64), "arena");
@@ -118,8 +127,14 @@ public:
   }
 
   ~CudaRun() override {
+    cudaDeviceSynchronize();
     for (cudaEvent_t E : Events)
       cudaEventDestroy(E);
+    for (cudaEvent_t E : AllEvents)
+      cudaEventDestroy(E);
+    if (Ready)
+      cudaEventDestroy(Ready);
+    cudaFree(CommScratch);
     // After a failure peers may be gone: destroying would wait for them.
     if (Failed)
       abort();
@@ -136,6 +151,10 @@ public:
     cudaFree(GemmScratch);
     cublasDestroy(Blas);
     cublasDestroy(BlasBf16);
+    if (Comm)
+      cudaStreamDestroy(Comm);
+    if (Compute)
+      cudaStreamDestroy(Compute);
   }
 
   void upload(uint32_t Id, const void *Data, size_t N) override {
@@ -183,7 +202,8 @@ public:
   void run(uint32_t Begin, uint32_t End, int64_t Micro,
            bool Training) override {
     CurMicro = Micro;
-    check(cudaMemset(Faults, 0, sizeof(int) * kFaultKinds), "cudaMemset");
+    check(cudaMemsetAsync(Faults, 0, sizeof(int) * kFaultKinds, Compute),
+          "cudaMemsetAsync");
     const uint32_t N = RP.instrs() ? RP.instrs()->size() : 0;
     for (uint32_t I = Begin; I < N && I < End; ++I) {
       const Instr &In = *RP.instrs()->Get(I);
@@ -192,12 +212,16 @@ public:
       if (Progress)
         Progress(I, false, ProgressCtx);
       try {
-        if (Profiling)
-          check(cudaEventRecord(event(2 * Timed.size())), "cudaEventRecord");
+        const bool Coll = isCollective(In.op());
+        if (!Coll) // its memory must be free of collectives in flight
+          waitForCollectives(rangesOf(In));
+        if (Profiling && !Coll) // collectives time themselves
+          check(cudaEventRecord(event(2 * Timed.size()), Compute),
+                "cudaEventRecord");
         execUnaliased(I, In);
         check(cudaGetLastError(), "kernel launch");
-        if (Profiling) {
-          check(cudaEventRecord(event(2 * Timed.size() + 1)),
+        if (Profiling && !Coll) {
+          check(cudaEventRecord(event(2 * Timed.size() + 1), Compute),
                 "cudaEventRecord");
           Timed.push_back(I);
         }
@@ -208,8 +232,13 @@ public:
                                  "): " + E.what());
       }
     }
+    // The host now waits for the device: for the oldest collective in
+    // flight, as far as the watchdog can tell, else the last instruction.
+    const uint32_t Last = End > 0 ? std::min(End, N) - 1 : 0;
+    const uint32_t Oldest = Pending.empty() ? Last : Pending.front().Instr;
+    waitForAllCollectives();
     if (Progress)
-      Progress(End > 0 ? std::min(End, N) - 1 : 0, true, ProgressCtx);
+      Progress(Oldest, true, ProgressCtx);
     check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
     if (Progress)
       Progress(UINT32_MAX, false, ProgressCtx);
@@ -311,6 +340,11 @@ private:
   }
 
   /// A tensor viewed as [Outer, dim D, Inner] (the chunked dimension D).
+  static bool isCollective(OpCode Op) {
+    return Op == op::AllReduce || Op == op::AllGather ||
+           Op == op::ReduceScatter;
+  }
+
   static void around(const std::vector<int64_t> &Shape, int64_t D,
                      int64_t &Outer, int64_t &Inner) {
     Outer = Inner = 1;
@@ -430,9 +464,9 @@ private:
     uint16_t *Pa = static_cast<uint16_t *>(GemmScratch);
     uint16_t *Pb = reinterpret_cast<uint16_t *>(
         static_cast<char *>(GemmScratch) + OffB);
-    launch(packBf16Kernel, blocksFor(NA), kThreads, 0, A, NA, Pa,
+    launchOn(Compute, packBf16Kernel, blocksFor(NA), kThreads, 0, A, NA, Pa,
            Faults + kFaultNotBf16);
-    launch(packBf16Kernel, blocksFor(NB), kThreads, 0, B, NB, Pb,
+    launchOn(Compute, packBf16Kernel, blocksFor(NB), kThreads, 0, B, NB, Pb,
            Faults + kFaultNotBf16);
     check(cublasGemmEx(BlasBf16, TA, TB, int(M), int(N), int(K), &One, Pa,
                        CUDA_R_16BF, int(Lda), Pb, CUDA_R_16BF, int(Ldb), &Beta,
@@ -448,7 +482,7 @@ private:
     if (M == 0 || N == 0)
       return;
     if (K == 0) { // an empty sum (cuBLAS refuses a leading dimension of 0)
-      check(cudaMemset(Y, 0, size_t(M * N) * 4), "cudaMemset");
+      check(cudaMemsetAsync(Y, 0, size_t(M * N) * 4, Compute), "cudaMemsetAsync");
       return;
     }
     colGemm(Transposed ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, W,
@@ -552,15 +586,15 @@ private:
       Periods[K] = std::max<long long>(1, numel(In.inputs()->Get(K)));
       Args.push_back(&Periods[K]);
     }
-    check(cuLaunchKernel(Fn, blocksFor(NN), 1, 1, kThreads, 1, 1, 0, nullptr,
+    check(cuLaunchKernel(Fn, blocksFor(NN), 1, 1, kThreads, 1, 1, 0, Compute,
                          Args.data(), nullptr),
           "cuLaunchKernel");
   }
 
   void copy(uint32_t Y, uint32_t X) {
-    check(cudaMemcpy(Ptr[Y], Ptr[X], std::min(Bytes[Y], Bytes[X]),
-                     cudaMemcpyDeviceToDevice),
-          "cudaMemcpy");
+    check(cudaMemcpyAsync(Ptr[Y], Ptr[X], std::min(Bytes[Y], Bytes[X]),
+                          cudaMemcpyDeviceToDevice, Compute),
+          "cudaMemcpyAsync");
   }
 
   void exec(uint32_t Idx, const Instr &In) {
@@ -573,7 +607,7 @@ private:
                            : 0;
     const int64_t NY = numel(Y);
     if (In.op() == op::Fill) { // the only opcode without inputs
-      launch(fillKernel, blocksFor(NY), kThreads, 0, f(Y), NY, float(Flt(0)));
+      launchOn(Compute, fillKernel, blocksFor(NY), kThreads, 0, f(Y), NY, float(Flt(0)));
       return;
     }
     const std::vector<int64_t> A = shape(X(0));
@@ -583,7 +617,7 @@ private:
     const bool Accumulating = CurMicro > 0;
     switch (In.op()) {
     case op::Embedding:
-      launch(embeddingKernel, blocksFor(NY), kThreads, 0, f(X(0)), A[0], A[1],
+      launchOn(Compute, embeddingKernel, blocksFor(NY), kThreads, 0, f(X(0)), A[0], A[1],
              i32(X(1)), numel(X(1)), Int(0), vocabSize(Int(0) + A[0]),
              f(Y), Faults + kFaultBadToken);
       return;
@@ -600,10 +634,10 @@ private:
       gemm(f(X(0)), N ? NY / N : 0, K, f(X(1)), N, T, f(Y),
            bf16Operands(In));
       if (In.op() == op::LinearBias) {
-        launch(broadcastKernel, blocksFor(NY), kThreads, 0, f(Y), NY, f(X(2)),
+        launchOn(Compute, broadcastKernel, blocksFor(NY), kThreads, 0, f(Y), NY, f(X(2)),
                N, f(Y), 0);
         if (Int(1) != 0)
-          launch(geluKernel, blocksFor(NY), kThreads, 0, f(Y), NY, f(Y));
+          launchOn(Compute, geluKernel, blocksFor(NY), kThreads, 0, f(Y), NY, f(Y));
       }
       return;
     }
@@ -613,7 +647,7 @@ private:
       if (M * N == 0)
         return;
       if (K == 0) {
-        check(cudaMemset(Ptr[Y], 0, Bytes[Y]), "cudaMemset");
+        check(cudaMemsetAsync(Ptr[Y], 0, Bytes[Y], Compute), "cudaMemsetAsync");
         return;
       }
       const float One = 1.0f, Zero = 0.0f;
@@ -636,7 +670,7 @@ private:
         return;
       if (Rows == 0) {
         if (Beta == 0.0f)
-          check(cudaMemset(Ptr[Y], 0, Bytes[Y]), "cudaMemset");
+          check(cudaMemsetAsync(Ptr[Y], 0, Bytes[Y], Compute), "cudaMemsetAsync");
         return;
       }
       // Column-major views: dw^T [N,K] = dy^T x (not transposed), dw^T
@@ -648,42 +682,42 @@ private:
     }
     case op::Add:
     case op::Mul:
-      launch(broadcastKernel, blocksFor(NY), kThreads, 0, f(X(0)), NY, f(X(1)),
+      launchOn(Compute, broadcastKernel, blocksFor(NY), kThreads, 0, f(X(0)), NY, f(X(1)),
              numel(X(1)), f(Y), In.op() == op::Mul);
       return;
     case op::Gelu:
-      launch(geluKernel, blocksFor(NY), kThreads, 0, f(X(0)), NY, f(Y));
+      launchOn(Compute, geluKernel, blocksFor(NY), kThreads, 0, f(X(0)), NY, f(Y));
       return;
     case op::GeluGrad:
-      launch(geluGradKernel, blocksFor(NY), kThreads, 0, f(X(0)), f(X(1)), NY,
+      launchOn(Compute, geluGradKernel, blocksFor(NY), kThreads, 0, f(X(0)), f(X(1)), NY,
              f(Y));
       return;
     case op::RoundBf16:
-      launch(roundBf16Kernel, blocksFor(NY), kThreads, 0, f(X(0)), NY, f(Y));
+      launchOn(Compute, roundBf16Kernel, blocksFor(NY), kThreads, 0, f(X(0)), NY, f(Y));
       return;
     case op::LayerNorm:
       if (Last)
-        launch(layerNormKernel, rowBlocks(Rows), kThreads, 0, f(X(0)), Rows,
+        launchOn(Compute, layerNormKernel, rowBlocks(Rows), kThreads, 0, f(X(0)), Rows,
                Last, f(X(1)), f(X(2)), Flt(0), f(Y));
       return;
     case op::LayerNormGrad:
       if (Last)
-        launch(layerNormGradKernel, rowBlocks(Rows), kThreads, 0, f(X(0)),
+        launchOn(Compute, layerNormGradKernel, rowBlocks(Rows), kThreads, 0, f(X(0)),
                Rows, Last, f(X(1)), f(X(2)), Flt(0), f(Y));
       return;
     case op::Normalize:
       if (Last)
-        launch(normalizeKernel, rowBlocks(Rows), kThreads, 0, f(X(0)), Rows,
+        launchOn(Compute, normalizeKernel, rowBlocks(Rows), kThreads, 0, f(X(0)), Rows,
                Last, Flt(0), f(Y));
       return;
     case op::Softmax:
       if (Last)
-        launch(softmaxKernel, rowBlocks(Rows), kThreads, 0, f(X(0)), Rows,
+        launchOn(Compute, softmaxKernel, rowBlocks(Rows), kThreads, 0, f(X(0)), Rows,
                Last, f(Y));
       return;
     case op::SoftmaxGrad:
       if (Last)
-        launch(softmaxGradKernel, rowBlocks(Rows), kThreads, 0, f(X(0)),
+        launchOn(Compute, softmaxGradKernel, rowBlocks(Rows), kThreads, 0, f(X(0)),
                f(X(1)), Rows, Last, f(Y));
       return;
     case op::Attention:
@@ -713,20 +747,20 @@ private:
       double *Stats = static_cast<double *>(
           scratch(size_t(Threads) * 3 * sizeof(double)));
       double *Delta = Stats + 2 * Threads;
-      launch(attentionRowStatsKernel, blocksFor(Threads), kThreads, 0,
+      launchOn(Compute, attentionRowStatsKernel, blocksFor(Threads), kThreads, 0,
              f(X(0)), f(X(1)), B, S, Hl, NH, Causal, Stats);
       if (!Grad) {
-        launch(attentionForwardKernel, blocksFor(Threads), kThreads, 0,
+        launchOn(Compute, attentionForwardKernel, blocksFor(Threads), kThreads, 0,
                f(X(0)), f(X(1)), f(X(2)), B, S, Hl, NH, Causal,
                static_cast<const double *>(Stats), Dr, f(Y));
         return;
       }
       const int Which = int(Int(2));
       if (Which != 2)
-        launch(attentionDeltaKernel, blocksFor(Threads), kThreads, 0, f(X(0)),
+        launchOn(Compute, attentionDeltaKernel, blocksFor(Threads), kThreads, 0, f(X(0)),
                f(X(1)), f(X(2)), f(X(3)), B, S, Hl, NH, Causal,
                static_cast<const double *>(Stats), Dr, Delta);
-      launch(attentionGradKernel, blocksFor(Threads), kThreads, 0, f(X(0)),
+      launchOn(Compute, attentionGradKernel, blocksFor(Threads), kThreads, 0, f(X(0)),
              f(X(1)), f(X(2)), f(X(3)), B, S, Hl, NH, Causal, Which,
              static_cast<const double *>(Stats),
              static_cast<const double *>(Delta), Dr, f(Y));
@@ -744,43 +778,43 @@ private:
         Pm.OutShape[D] = A[size_t(Int(unsigned(D)))];
         Pm.InStride[D] = Stride[size_t(Int(unsigned(D)))];
       }
-      launch(transposeKernel, blocksFor(NY), kThreads, 0, f(X(0)), f(Y), NY,
+      launchOn(Compute, transposeKernel, blocksFor(NY), kThreads, 0, f(X(0)), f(Y), NY,
              Pm);
       return;
     }
     case op::CrossEntropy: {
       if (Rows == 0 || Last == 0) { // the CPU's loss of no tokens
-        check(cudaMemset(Ptr[Y], 0, Bytes[Y]), "cudaMemset");
+        check(cudaMemsetAsync(Ptr[Y], 0, Bytes[Y], Compute), "cudaMemsetAsync");
         return;
       }
       double *Out =
           static_cast<double *>(scratch(size_t(Rows) * sizeof(double)));
-      launch(crossEntropyRowsKernel, rowBlocks(Rows), kThreads, 0, f(X(0)),
+      launchOn(Compute, crossEntropyRowsKernel, rowBlocks(Rows), kThreads, 0, f(X(0)),
              Rows, Last, i32(X(1)), Out, Faults + kFaultBadToken);
       const double Norm = NumInts() && Int(0) > 0 ? double(Int(0))
                                                   : double(Rows);
-      launch(sumRowsKernel, 1, 1, 0, static_cast<const double *>(Out), Rows,
+      launchOn(Compute, sumRowsKernel, 1, 1, 0, static_cast<const double *>(Out), Rows,
              Norm, f(Y));
       return;
     }
     case op::CrossEntropyStats:
-      launch(crossEntropyStatsKernel, rowBlocks(Rows * (shape(Y).back() / 3)),
+      launchOn(Compute, crossEntropyStatsKernel, rowBlocks(Rows * (shape(Y).back() / 3)),
              kThreads, 0, f(X(0)), Rows, Last, i32(X(1)), Int(0),
              vocabSize(Int(0) + Last), shape(Y).back() / 3, f(Y),
              Faults + kFaultBadToken);
       return;
     case op::CrossEntropyFromStats: {
       if (Rows == 0 || Last == 0) {
-        check(cudaMemset(Ptr[Y], 0, Bytes[Y]), "cudaMemset");
+        check(cudaMemsetAsync(Ptr[Y], 0, Bytes[Y], Compute), "cudaMemsetAsync");
         return;
       }
       double *Out =
           static_cast<double *>(scratch(size_t(Rows) * sizeof(double)));
-      launch(crossEntropyFromStatsKernel, blocksFor(Rows), kThreads, 0,
+      launchOn(Compute, crossEntropyFromStatsKernel, blocksFor(Rows), kThreads, 0,
              static_cast<const float *>(f(X(0))), Rows, Last / 3, Out);
       const double Norm = NumInts() && Int(0) > 0 ? double(Int(0))
                                                   : double(Rows);
-      launch(sumRowsKernel, 1, 1, 0, static_cast<const double *>(Out), Rows,
+      launchOn(Compute, sumRowsKernel, 1, 1, 0, static_cast<const double *>(Out), Rows,
              Norm, f(Y));
       return;
     }
@@ -789,33 +823,33 @@ private:
                               ? double(Int(0))
                               : double(std::max<int64_t>(Rows, 1));
       if (In.inputs()->size() == 4) { // one vocabulary block, with stats
-        launch(crossEntropyGradFromStatsKernel, blocksFor(NY), kThreads, 0,
+        launchOn(Compute, crossEntropyGradFromStatsKernel, blocksFor(NY), kThreads, 0,
                f(X(0)), Rows, Last, i32(X(1)),
                static_cast<const float *>(f(X(3))), shape(X(3)).back() / 3,
                Int(1), static_cast<const float *>(f(X(2))), Norm, f(Y));
         return;
       }
-      launch(crossEntropyGradKernel, rowBlocks(Rows), kThreads, 0, f(X(0)),
+      launchOn(Compute, crossEntropyGradKernel, rowBlocks(Rows), kThreads, 0, f(X(0)),
              Rows, Last, i32(X(1)), static_cast<const float *>(f(X(2))), Norm,
              f(Y));
       return;
     }
     case op::EmbeddingGrad:
-      check(cudaMemset(Ptr[Y], 0, Bytes[Y]), "cudaMemset");
-      launch(embeddingGradKernel, blocksFor(numel(X(2))), kThreads, 0,
+      check(cudaMemsetAsync(Ptr[Y], 0, Bytes[Y], Compute), "cudaMemsetAsync");
+      launchOn(Compute, embeddingGradKernel, blocksFor(numel(X(2))), kThreads, 0,
              i32(X(1)), numel(X(1)), static_cast<const float *>(f(X(2))),
              A[0], A[1], Int(0), f(Y));
       return;
     case op::PositionEmbeddingGrad:
       // Rows below S are dy, the rest zero.
-      check(cudaMemset(Ptr[Y], 0, Bytes[Y]), "cudaMemset");
+      check(cudaMemsetAsync(Ptr[Y], 0, Bytes[Y], Compute), "cudaMemsetAsync");
       copy(Y, X(1));
       return;
     case op::SumLeading: {
       if (NY == 0)
         return;
       const bool Add = NumInts() > 0 && Int(0) != 0 && Accumulating;
-      launch(sumLeadingKernel, blocksFor(NY), kThreads, 0, f(X(0)),
+      launchOn(Compute, sumLeadingKernel, blocksFor(NY), kThreads, 0, f(X(0)),
              numel(X(0)) / NY, NY, f(Y), int(Add));
       return;
     }
@@ -824,19 +858,19 @@ private:
       const unsigned Blocks = reductionBlocks(numel(X(0)));
       double *Parts =
           static_cast<double *>(scratch(size_t(Blocks) * sizeof(double)));
-      launch(sumSquaresPartsKernel, Blocks, kThreads, 0, f(X(0)), numel(X(0)),
+      launchOn(Compute, sumSquaresPartsKernel, Blocks, kThreads, 0, f(X(0)), numel(X(0)),
              Parts);
-      launch(sumPartsKernel, 1, kThreads, 0,
+      launchOn(Compute, sumPartsKernel, 1, kThreads, 0,
              static_cast<const double *>(Parts), int64_t(Blocks), f(Y));
       return;
     }
     case op::ClipCoefficient:
-      launch(clipCoefficientKernel, 1, 1, 0, f(X(0)), Flt(0), f(Y));
+      launchOn(Compute, clipCoefficientKernel, 1, 1, 0, f(X(0)), Flt(0), f(Y));
       return;
     case op::AdamW: {
       const double Bc1 = 1.0 - std::pow(Flt(0), double(Step));
       const double Bc2 = 1.0 - std::pow(Flt(1), double(Step));
-      launch(adamwKernel, blocksFor(NY), kThreads, 0, f(Y), f(X(1)), NY,
+      launchOn(Compute, adamwKernel, blocksFor(NY), kThreads, 0, f(Y), f(X(1)), NY,
              static_cast<const float *>(f(X(2))),
              static_cast<float *>(MomentM[Idx]),
              static_cast<float *>(MomentV[Idx]), Lr, Flt(0), Flt(1), Flt(2),
@@ -844,7 +878,7 @@ private:
       return;
     }
     case op::Accumulate:
-      launch(accumulateKernel, blocksFor(NY), kThreads, 0, f(X(0)), NY, f(Y),
+      launchOn(Compute, accumulateKernel, blocksFor(NY), kThreads, 0, f(X(0)), NY, f(Y),
              int(Accumulating));
       return;
     case op::Dropout: {
@@ -862,99 +896,26 @@ private:
         copy(Y, X(0));
         return;
       }
-      launch(dropoutKernel, blocksFor(NY), kThreads, 0, f(X(0)), NY, Bl,
+      launchOn(Compute, dropoutKernel, blocksFor(NY), kThreads, 0, f(X(0)), NY, Bl,
              dropoutKeyOf(Int(0)), double(Flt(0)), f(Y));
       return;
     }
     case op::Fused:
       launchFused(In, Y);
       return;
-    case op::AllReduce: {
-      const uint32_t N = In.inputs()->size();
-      if (N == 1) { // in place when the plan says so
-        if (Y != X(0))
-          copy(Y, X(0));
-        check(ncclAllReduce(f(Y), f(Y), size_t(NY), ncclFloat, ncclSum,
-                            comm(In), nullptr),
-              "ncclAllReduce");
-        return;
-      }
-      // A bucket: one collective over the inputs laid end to end.
-      size_t Total = 0;
-      for (uint32_t K = 0; K < N; ++K)
-        Total += size_t(numel(X(K)));
-      char *Packed = static_cast<char *>(scratch(Total * 4));
-      size_t At = 0;
-      for (uint32_t K = 0; K < N; ++K) {
-        check(cudaMemcpy(Packed + At, Ptr[X(K)], Bytes[X(K)],
-                         cudaMemcpyDeviceToDevice),
-              "cudaMemcpy");
-        At += Bytes[X(K)];
-      }
-      check(ncclAllReduce(Packed, Packed, Total, ncclFloat, ncclSum, comm(In),
-                          nullptr),
-            "ncclAllReduce");
-      At = 0;
-      for (uint32_t K = 0; K < N; ++K) {
-        const uint32_t Out = In.outputs()->Get(K);
-        check(cudaMemcpy(Ptr[Out], Packed + At, Bytes[Out],
-                         cudaMemcpyDeviceToDevice),
-              "cudaMemcpy");
-        At += Bytes[Out];
-      }
-      return;
-    }
+    case op::AllReduce:
     case op::AllGather:
+    case op::ReduceScatter:
+      collective(Idx, In);
+      return;
     case op::SliceShard: {
       const int64_t D = Int(0);
-      const int64_t G = P.axes()->Get(In.axis())->size();
       int64_t Outer, Inner;
       around(A, D, Outer, Inner);
-      if (In.op() == op::SliceShard) {
-        const int64_t Coord = RP.coords()->Get(In.axis());
-        launch(sliceChunkKernel, blocksFor(NY), kThreads, 0, f(X(0)), Outer,
-               shape(Y)[size_t(D)] * Inner, G, Coord, f(Y));
-        return;
-      }
-      // The gather lays the members' tensors one after another; unless D
-      // is the outermost dimension they are then put in place.
-      const int64_t NX = numel(X(0));
-      if (Outer == 1) {
-        check(ncclAllGather(f(X(0)), f(Y), size_t(NX), ncclFloat, comm(In),
-                            nullptr),
-              "ncclAllGather");
-        return;
-      }
-      float *Chunks = static_cast<float *>(scratch(size_t(NX * G) * 4));
-      check(ncclAllGather(f(X(0)), Chunks, size_t(NX), ncclFloat, comm(In),
-                          nullptr),
-            "ncclAllGather");
-      launch(concatChunksKernel, blocksFor(NY), kThreads, 0,
-             static_cast<const float *>(Chunks), Outer, A[size_t(D)] * Inner,
-             G, f(Y));
-      return;
-    }
-    case op::ReduceScatter: {
-      // Member k receives chunk k along D of the sum; unless D is the
-      // outermost dimension the chunks are first laid one after another.
-      const int64_t D = Int(0);
-      const int64_t G = P.axes()->Get(In.axis())->size();
-      int64_t Outer, Inner;
-      around(A, D, Outer, Inner);
-      if (Outer == 1) {
-        check(ncclReduceScatter(f(X(0)), f(Y), size_t(NY), ncclFloat, ncclSum,
-                                comm(In), nullptr),
-              "ncclReduceScatter");
-        return;
-      }
-      float *Send = static_cast<float *>(scratch(size_t(numel(X(0))) * 4));
-      const int64_t Row = shape(Y)[size_t(D)] * Inner;
-      for (int64_t K = 0; K < G; ++K)
-        launch(sliceChunkKernel, blocksFor(NY), kThreads, 0, f(X(0)), Outer,
-               Row, G, K, Send + K * NY);
-      check(ncclReduceScatter(Send, f(Y), size_t(NY), ncclFloat, ncclSum,
-                              comm(In), nullptr),
-            "ncclReduceScatter");
+      launchOn(Compute, sliceChunkKernel, blocksFor(NY), kThreads, 0, f(X(0)),
+               Outer, shape(Y)[size_t(D)] * Inner,
+               int64_t(P.axes()->Get(In.axis())->size()),
+               int64_t(RP.coords()->Get(In.axis())), f(Y));
       return;
     }
     default:
@@ -962,6 +923,225 @@ private:
           "opcode " + std::to_string(int(In.op())) +
           " is not on the CUDA backend yet (pipeline transfers are not)");
     }
+  }
+
+  //===-- Collectives on their own stream ----------------------------===//
+  //
+  // A collective waits (on the device) for the compute stream to reach it,
+  // then runs on the communication stream while compute goes on. The
+  // compute stream waits for it only before an instruction that touches
+  // its memory: reads what it writes, or writes what it reads or writes.
+  // Memory, not buffer ids: the arena reuses a dead buffer's bytes.
+
+  struct Range {
+    const char *Begin, *End;
+  };
+  struct InFlight {
+    cudaEvent_t Done;
+    std::vector<Range> Ranges;
+    uint32_t Instr;
+  };
+
+  Range rangeOf(uint32_t B) const {
+    const char *P0 = static_cast<const char *>(Ptr[B]);
+    return {P0, P0 + Bytes[B]};
+  }
+  static bool overlaps(const std::vector<Range> &A,
+                       const std::vector<Range> &B) {
+    for (const Range &X : A)
+      for (const Range &Y : B)
+        if (X.Begin < Y.End && Y.Begin < X.End)
+          return true;
+    return false;
+  }
+  /// Makes the compute stream wait for every collective in flight that
+  /// touches \p Touched.
+  void waitForCollectives(const std::vector<Range> &Touched) {
+    for (size_t K = 0; K < Pending.size();) {
+      if (!overlaps(Pending[K].Ranges, Touched)) {
+        ++K;
+        continue;
+      }
+      waitingFor(Pending[K].Instr);
+      check(cudaStreamWaitEvent(Compute, Pending[K].Done, 0),
+            "cudaStreamWaitEvent");
+      FreeEvents.push_back(Pending[K].Done);
+      Pending.erase(Pending.begin() + long(K));
+    }
+  }
+  /// Tells the watchdog which collective the device now waits for (the
+  /// host may wait in it too: the emulation does, a GPU at the end).
+  void waitingFor(uint32_t Instr) {
+    if (Progress)
+      Progress(Instr, true, ProgressCtx);
+  }
+  void waitForAllCollectives() {
+    for (InFlight &F : Pending) {
+      waitingFor(F.Instr);
+      check(cudaStreamWaitEvent(Compute, F.Done, 0), "cudaStreamWaitEvent");
+      FreeEvents.push_back(F.Done);
+    }
+    Pending.clear();
+  }
+  cudaEvent_t freeEvent() {
+    if (FreeEvents.empty()) {
+      cudaEvent_t E;
+      check(cudaEventCreate(&E), "cudaEventCreate");
+      AllEvents.push_back(E);
+      return E;
+    }
+    cudaEvent_t E = FreeEvents.back();
+    FreeEvents.pop_back();
+    return E;
+  }
+  std::vector<Range> rangesOf(const Instr &In) const {
+    std::vector<Range> R;
+    if (In.inputs())
+      for (uint32_t B : *In.inputs())
+        R.push_back(rangeOf(B));
+    if (In.outputs())
+      for (uint32_t B : *In.outputs())
+        R.push_back(rangeOf(B));
+    return R;
+  }
+
+  /// The communication stream's staging memory (bucket packing, chunk
+  /// layouts), at least \p N bytes; compute writes it only after the
+  /// collectives that use it are done.
+  char *commScratch(size_t N) {
+    if (N > CommScratchBytes) {
+      waitForAllCollectives();
+      check(cudaStreamSynchronize(Comm), "cudaStreamSynchronize");
+      cudaFree(CommScratch);
+      CommScratch = nullptr;
+      check(cudaMalloc(&CommScratch, N), "cudaMalloc (collective staging)");
+      CommScratchBytes = N;
+    }
+    waitForCollectives({{static_cast<const char *>(CommScratch),
+                         static_cast<const char *>(CommScratch) + N}});
+    return static_cast<char *>(CommScratch);
+  }
+
+  void collective(uint32_t Idx, const Instr &In) {
+    auto X = [&](unsigned K) { return In.inputs()->Get(K); };
+    const uint32_t Y = In.outputs()->Get(0);
+    const int64_t NY = numel(Y);
+    const std::vector<int64_t> A = shape(X(0));
+    std::vector<Range> Touched = rangesOf(In);
+    // Compute-side preparation (a copy, packing or laying out chunks into
+    // the staging memory), then the hand-over.
+    const char *Staged = nullptr;
+    size_t StagedBytes = 0;
+    std::function<void()> Issue;
+    const int64_t G =
+        In.op() == op::AllReduce ? 1 : P.axes()->Get(In.axis())->size();
+    int64_t Outer = 1, Inner = 1;
+    if (In.op() != op::AllReduce)
+      around(A, In.ints()->Get(0), Outer, Inner);
+    ncclComm_t C = comm(In);
+    if (In.op() == op::AllReduce && In.inputs()->size() == 1) {
+      waitForCollectives(Touched);
+      if (Y != X(0))
+        copy(Y, X(0));
+      Issue = [=] {
+        check(ncclAllReduce(f(Y), f(Y), size_t(NY), ncclFloat, ncclSum, C,
+                            Comm),
+              "ncclAllReduce");
+      };
+    } else if (In.op() == op::AllReduce) {
+      // A bucket: one collective over the inputs laid end to end.
+      size_t Total = 0;
+      for (uint32_t K = 0; K < In.inputs()->size(); ++K)
+        Total += Bytes[X(K)];
+      waitForCollectives(Touched);
+      char *Packed = commScratch(Total);
+      Staged = Packed;
+      StagedBytes = Total;
+      size_t At = 0;
+      for (uint32_t K = 0; K < In.inputs()->size(); ++K) {
+        check(cudaMemcpyAsync(Packed + At, Ptr[X(K)], Bytes[X(K)],
+                              cudaMemcpyDeviceToDevice, Compute),
+              "cudaMemcpyAsync");
+        At += Bytes[X(K)];
+      }
+      Issue = [=, &In] {
+        check(ncclAllReduce(Packed, Packed, Total / 4, ncclFloat, ncclSum, C,
+                            Comm),
+              "ncclAllReduce");
+        size_t Off = 0;
+        for (uint32_t K = 0; K < In.outputs()->size(); ++K) {
+          const uint32_t Out = In.outputs()->Get(K);
+          check(cudaMemcpyAsync(Ptr[Out], Packed + Off, Bytes[Out],
+                                cudaMemcpyDeviceToDevice, Comm),
+                "cudaMemcpyAsync");
+          Off += Bytes[Out];
+        }
+      };
+    } else if (In.op() == op::AllGather) {
+      // The gather lays the members' tensors one after another; unless
+      // the dimension is the outermost they are then put in place.
+      const int64_t NX = numel(X(0));
+      waitForCollectives(Touched);
+      if (Outer == 1) {
+        Issue = [=] {
+          check(ncclAllGather(f(X(0)), f(Y), size_t(NX), ncclFloat, C, Comm),
+                "ncclAllGather");
+        };
+      } else {
+        float *Chunks = reinterpret_cast<float *>(
+            commScratch(size_t(NX * G) * 4));
+        Staged = reinterpret_cast<const char *>(Chunks);
+        StagedBytes = size_t(NX * G) * 4;
+        const int64_t Row = A[size_t(In.ints()->Get(0))] * Inner;
+        Issue = [=] {
+          check(ncclAllGather(f(X(0)), Chunks, size_t(NX), ncclFloat, C, Comm),
+                "ncclAllGather");
+          launchOn(Comm, concatChunksKernel, blocksFor(NY), kThreads, 0,
+                   static_cast<const float *>(Chunks), Outer, Row, G, f(Y));
+        };
+      }
+    } else {
+      // Reduce-scatter: member k receives chunk k of the sum; unless the
+      // dimension is the outermost the chunks are first laid in order.
+      waitForCollectives(Touched);
+      const float *Send = f(X(0));
+      if (Outer != 1) {
+        float *Laid = reinterpret_cast<float *>(
+            commScratch(size_t(numel(X(0))) * 4));
+        Staged = reinterpret_cast<const char *>(Laid);
+        StagedBytes = size_t(numel(X(0))) * 4;
+        const int64_t Row = shape(Y)[size_t(In.ints()->Get(0))] * Inner;
+        for (int64_t K = 0; K < G; ++K)
+          launchOn(Compute, sliceChunkKernel, blocksFor(NY), kThreads, 0,
+                   f(X(0)), Outer, Row, G, K, Laid + K * NY);
+        Send = Laid;
+      }
+      Issue = [=] {
+        check(ncclReduceScatter(Send, f(Y), size_t(NY), ncclFloat, ncclSum, C,
+                                Comm),
+              "ncclReduceScatter");
+      };
+    }
+    // Hand-over: the communication stream starts once compute got here.
+    // (One event serves every hand-over: a wait holds the state the event
+    // had when it was issued.)
+    if (!Ready)
+      check(cudaEventCreate(&Ready), "cudaEventCreate");
+    check(cudaEventRecord(Ready, Compute), "cudaEventRecord");
+    check(cudaStreamWaitEvent(Comm, Ready, 0), "cudaStreamWaitEvent");
+    if (Profiling)
+      check(cudaEventRecord(event(2 * Timed.size()), Comm), "cudaEventRecord");
+    Issue();
+    if (Profiling) {
+      check(cudaEventRecord(event(2 * Timed.size() + 1), Comm),
+            "cudaEventRecord");
+      Timed.push_back(Idx);
+    }
+    if (Staged)
+      Touched.push_back({Staged, Staged + StagedBytes});
+    InFlight F{freeEvent(), std::move(Touched), Idx};
+    check(cudaEventRecord(F.Done, Comm), "cudaEventRecord");
+    Pending.push_back(std::move(F));
   }
 
   /// Attention (\p Which < 0) or the gradient of its input \p Which (0 q,
@@ -975,26 +1155,26 @@ private:
     // The scale as the CPU's attention computes it.
     const float Scale = float(1.0 / std::sqrt(double(D)));
     if (Which < 0) {
-      launch(flashForwardKernel<D>, Blocks, kFlashRows, 0, Q, K, V, S, Hl, NH,
+      launchOn(Compute, flashForwardKernel<D>, Blocks, kFlashRows, 0, Q, K, V, S, Hl, NH,
              Causal, Scale, Dr, Out, static_cast<float *>(nullptr));
       return;
     }
     // Scratch: each row's max and 1 / sum, then its delta.
     float *Stats = static_cast<float *>(scratch(size_t(B * NH * S) * 12));
     float *Delta = Stats + 2 * B * NH * S;
-    launch(flashForwardKernel<D>, Blocks, kFlashRows, 0, Q, K, V, S, Hl, NH,
+    launchOn(Compute, flashForwardKernel<D>, Blocks, kFlashRows, 0, Q, K, V, S, Hl, NH,
            Causal, Scale, Dr, static_cast<float *>(nullptr), Stats);
     if (Which == 0) {
-      launch(flashQueryGradKernel<D>, Blocks, kFlashRows, 0, Q, K, V, DY, S,
+      launchOn(Compute, flashQueryGradKernel<D>, Blocks, kFlashRows, 0, Q, K, V, DY, S,
              Hl, NH, Causal, Scale, Dr, static_cast<const float *>(Stats), Delta,
              Out);
       return;
     }
     if (Which == 1)
-      launch(flashQueryGradKernel<D>, Blocks, kFlashRows, 0, Q, K, V, DY, S,
+      launchOn(Compute, flashQueryGradKernel<D>, Blocks, kFlashRows, 0, Q, K, V, DY, S,
              Hl, NH, Causal, Scale, Dr, static_cast<const float *>(Stats), Delta,
              static_cast<float *>(nullptr));
-    launch(flashKeyGradKernel<D>, Blocks, kFlashRows, 0, Q, K, V, DY, S, Hl,
+    launchOn(Compute, flashKeyGradKernel<D>, Blocks, kFlashRows, 0, Q, K, V, DY, S, Hl,
            NH, Causal, Scale, Which, Dr, static_cast<const float *>(Stats),
            static_cast<const float *>(Delta), Out);
   }
@@ -1031,6 +1211,14 @@ private:
   std::vector<CUfunction> Functions;
   /// Per grid axis: the communicator of this rank's group along it.
   std::vector<ncclComm_t> Comms;
+  /// Kernels, copies and products go to Compute; collectives to Comm.
+  cudaStream_t Compute = nullptr, Comm = nullptr;
+  /// Collectives in flight, and the events to mark them.
+  std::vector<InFlight> Pending;
+  std::vector<cudaEvent_t> FreeEvents, AllEvents;
+  cudaEvent_t Ready = nullptr;
+  void *CommScratch = nullptr;
+  size_t CommScratchBytes = 0;
   int64_t Step = 1, CurMicro = 0;
   double Lr = 0;
   uint64_t Seed;

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <deque>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -154,8 +155,9 @@ struct BindApi {
 
 } // namespace
 
-void launch(Dim3 Grid, Dim3 Block, size_t SharedBytes,
-            const std::function<void()> &Body) {
+namespace {
+void launchNow(Dim3 Grid, Dim3 Block, size_t SharedBytes,
+               const std::function<void()> &Body) {
   Scheduler &S = scheduler();
   const size_t Threads = size_t(Block.x) * Block.y * Block.z;
   if (S.Fibers.size() < Threads)
@@ -195,6 +197,68 @@ void launch(Dim3 Grid, Dim3 Block, size_t SharedBytes,
         }
         S.Current = nullptr;
       }
+}
+
+/// A stream's queued work; an operation returns false while it must wait
+/// (for an event not yet reached).
+struct StreamQueue {
+  bool Eager = false;
+  std::deque<std::function<bool()>> Ops;
+};
+std::vector<StreamQueue *> &streams() {
+  static std::vector<StreamQueue *> All;
+  return All;
+}
+StreamQueue *queueOf(cudaStream_t S) {
+  return reinterpret_cast<StreamQueue *>(S);
+}
+
+/// Runs queued work of every deferred stream until \p Done holds (or all
+/// queues are empty when it is null). A wait nothing can satisfy is a
+/// deadlock the backend must never make: it aborts.
+void drain(const std::function<bool()> &Done) {
+  for (;;) {
+    if (Done && Done())
+      return;
+    bool Progress = false, Left = false;
+    for (StreamQueue *Q : streams())
+      while (!Q->Ops.empty()) {
+        if (!Q->Ops.front()())
+          break;
+        Q->Ops.pop_front();
+        Progress = true;
+        if (Done && Done())
+          return;
+      }
+    for (StreamQueue *Q : streams())
+      Left |= !Q->Ops.empty();
+    if (!Left && !Done)
+      return;
+    if (!Progress) {
+      std::fprintf(stderr, "cuda emulation: streams wait for each other "
+                           "(deadlock)\n");
+      std::abort();
+    }
+  }
+}
+
+} // namespace
+
+void submit(cudaStream_t S, std::function<void()> Work) {
+  StreamQueue *Q = queueOf(S);
+  if (!Q || Q->Eager) {
+    Work();
+    return;
+  }
+  Q->Ops.push_back([W = std::move(Work)] {
+    W();
+    return true;
+  });
+}
+
+void launch(Dim3 Grid, Dim3 Block, size_t SharedBytes, cudaStream_t S,
+            std::function<void()> Body) {
+  submit(S, [=] { launchNow(Grid, Block, SharedBytes, Body); });
 }
 
 namespace {
@@ -297,6 +361,7 @@ cudaError_t cudaMalloc(void **Ptr, size_t Bytes) {
   return cudaSuccess;
 }
 cudaError_t cudaFree(void *Ptr) {
+  drain(nullptr); // as CUDA's, it waits for the device
   std::free(Ptr);
   return cudaSuccess;
 }
@@ -313,6 +378,7 @@ cudaError_t cudaGetLastError() { return cudaSuccess; }
 
 struct CUevent_st {
   std::chrono::steady_clock::time_point At;
+  int Pending = 0; // records queued on a deferred stream, not yet run
 };
 cudaError_t cudaEventCreate(cudaEvent_t *E) {
   *E = new CUevent_st;
@@ -322,8 +388,64 @@ cudaError_t cudaEventDestroy(cudaEvent_t E) {
   delete E;
   return cudaSuccess;
 }
-cudaError_t cudaEventRecord(cudaEvent_t E, cudaStream_t) {
-  E->At = std::chrono::steady_clock::now();
+cudaError_t cudaEventRecord(cudaEvent_t E, cudaStream_t S) {
+  StreamQueue *Q = queueOf(S);
+  if (!Q || Q->Eager) {
+    E->At = std::chrono::steady_clock::now();
+    return cudaSuccess;
+  }
+  ++E->Pending;
+  Q->Ops.push_back([E] {
+    E->At = std::chrono::steady_clock::now();
+    --E->Pending;
+    return true;
+  });
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamWaitEvent(cudaStream_t S, cudaEvent_t E, unsigned) {
+  StreamQueue *Q = queueOf(S);
+  if (!Q || Q->Eager) {
+    // The eager stream goes on only once the event's stream got there.
+    drain([E] { return E->Pending == 0; });
+    return cudaSuccess;
+  }
+  // Waits until no record of the event is outstanding (CUDA waits for
+  // the latest one only; the backend records each event once per use).
+  Q->Ops.push_back([E] { return E->Pending == 0; });
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *S, unsigned) {
+  auto *Q = new StreamQueue;
+  Q->Eager = streams().empty();
+  streams().push_back(Q);
+  *S = reinterpret_cast<cudaStream_t>(Q);
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamDestroy(cudaStream_t S) {
+  drain(nullptr);
+  auto &All = streams();
+  All.erase(std::remove(All.begin(), All.end(), queueOf(S)), All.end());
+  delete queueOf(S);
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t) {
+  drain(nullptr);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemcpyAsync(void *Dst, const void *Src, size_t Bytes,
+                            cudaMemcpyKind, cudaStream_t S) {
+  submit(S, [=] { std::memmove(Dst, Src, Bytes); });
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemsetAsync(void *Ptr, int Value, size_t Bytes,
+                            cudaStream_t S) {
+  submit(S, [=] { std::memset(Ptr, Value, Bytes); });
   return cudaSuccess;
 }
 cudaError_t cudaEventElapsedTime(float *Ms, cudaEvent_t Start,
@@ -331,7 +453,10 @@ cudaError_t cudaEventElapsedTime(float *Ms, cudaEvent_t Start,
   *Ms = std::chrono::duration<float, std::milli>(End->At - Start->At).count();
   return cudaSuccess;
 }
-cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+cudaError_t cudaDeviceSynchronize() {
+  drain(nullptr);
+  return cudaSuccess;
+}
 
 //===-- Driver API -----------------------------------------------------===//
 
@@ -354,29 +479,42 @@ CUresult cuModuleGetFunction(CUfunction *F, CUmodule M, const char *Name) {
 }
 CUresult cuLaunchKernel(CUfunction F, unsigned GridX, unsigned GridY,
                         unsigned GridZ, unsigned BlockX, unsigned BlockY,
-                        unsigned BlockZ, unsigned SharedBytes, CUstream,
+                        unsigned BlockZ, unsigned SharedBytes, CUstream Stream,
                         void **Args, void **) {
   auto *Mod = reinterpret_cast<Module *>(F);
-  launch({GridX, GridY, GridZ}, {BlockX, BlockY, BlockZ}, SharedBytes,
-         [&] { Mod->Entry(&TheApi, Args); });
+  // The argument array points at the caller's variables: a queued launch
+  // would read them after they are gone, so plan kernels must go to a
+  // stream that runs at once (the backend's compute stream does).
+  if (queueOf(Stream) && !queueOf(Stream)->Eager)
+    return CUDA_ERROR_INVALID_IMAGE;
+  launchNow({GridX, GridY, GridZ}, {BlockX, BlockY, BlockZ}, SharedBytes,
+            [&] { Mod->Entry(&TheApi, Args); });
   return CUDA_SUCCESS;
 }
 
 //===-- cuBLAS ---------------------------------------------------------===//
 
+struct cublasContext {
+  cudaStream_t Stream = nullptr;
+};
 cublasStatus_t cublasCreate(cublasHandle_t *H) {
-  *H = reinterpret_cast<cublasHandle_t>(new int(0));
+  *H = new cublasContext;
   return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasDestroy(cublasHandle_t H) {
-  delete reinterpret_cast<int *>(H);
+  delete H;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasSetStream(cublasHandle_t H, cudaStream_t S) {
+  H->Stream = S;
   return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasSetMathMode(cublasHandle_t, cublasMath_t) {
   return CUBLAS_STATUS_SUCCESS;
 }
 
-cublasStatus_t cublasSgemmStridedBatched(
+namespace {
+cublasStatus_t gemmNow(
     cublasHandle_t, cublasOperation_t TransA, cublasOperation_t TransB, int M,
     int N, int K, const float *Alpha, const float *A, int Lda,
     long long StrideA, const float *B, int Ldb, long long StrideB,
@@ -409,6 +547,27 @@ cublasStatus_t cublasSgemmStridedBatched(
   }
   return CUBLAS_STATUS_SUCCESS;
 }
+} // namespace
+
+cublasStatus_t cublasSgemmStridedBatched(
+    cublasHandle_t H, cublasOperation_t TransA, cublasOperation_t TransB, int M,
+    int N, int K, const float *Alpha, const float *A, int Lda,
+    long long StrideA, const float *B, int Ldb, long long StrideB,
+    const float *Beta, float *C, int Ldc, long long StrideC, int BatchCount) {
+  // On the handle's stream; alpha and beta are the caller's, read now,
+  // and the arguments are checked now, as cuBLAS does.
+  const float Al = *Alpha, Be = *Beta;
+  if (M < 0 || N < 0 || K < 0 ||
+      Lda < std::max(1, TransA == CUBLAS_OP_N ? M : K) ||
+      Ldb < std::max(1, TransB == CUBLAS_OP_N ? K : N) ||
+      Ldc < std::max(1, M))
+    return CUBLAS_STATUS_INVALID_VALUE;
+  megac_emu::submit(H->Stream, [=] {
+    gemmNow(H, TransA, TransB, M, N, K, &Al, A, Lda, StrideA, B, Ldb, StrideB,
+            &Be, C, Ldc, StrideC, BatchCount);
+  });
+  return CUBLAS_STATUS_SUCCESS;
+}
 
 cublasStatus_t cublasGemmEx(cublasHandle_t H, cublasOperation_t TransA,
                             cublasOperation_t TransB, int M, int N, int K,
@@ -419,25 +578,33 @@ cublasStatus_t cublasGemmEx(cublasHandle_t H, cublasOperation_t TransA,
                             cublasComputeType_t, cublasGemmAlgo_t) {
   if (TypeC != CUDA_R_32F)
     return CUBLAS_STATUS_INVALID_VALUE;
-  // Widen the operands to fp32 (bf16 is fp32's upper half), then the
-  // reference product.
-  auto widen = [](const void *X, cudaDataType_t T, size_t N) {
-    std::vector<float> W(N);
-    for (size_t I = 0; I < N; ++I)
-      W[I] = T == CUDA_R_32F
-                 ? static_cast<const float *>(X)[I]
-                 : uintAsFloat(unsigned(static_cast<const uint16_t *>(X)[I])
-                               << 16);
-    return W;
-  };
-  const std::vector<float> Aw =
-      widen(A, TypeA, size_t(Lda) * size_t(TransA == CUBLAS_OP_N ? K : M));
-  const std::vector<float> Bw =
-      widen(B, TypeB, size_t(Ldb) * size_t(TransB == CUBLAS_OP_N ? N : K));
-  return cublasSgemm(H, TransA, TransB, M, N, K,
-                     static_cast<const float *>(Alpha), Aw.data(), Lda,
-                     Bw.data(), Ldb, static_cast<const float *>(Beta),
-                     static_cast<float *>(C), Ldc);
+  if (M < 0 || N < 0 || K < 0 ||
+      Lda < std::max(1, TransA == CUBLAS_OP_N ? M : K) ||
+      Ldb < std::max(1, TransB == CUBLAS_OP_N ? K : N) ||
+      Ldc < std::max(1, M))
+    return CUBLAS_STATUS_INVALID_VALUE;
+  const float Al = *static_cast<const float *>(Alpha),
+              Be = *static_cast<const float *>(Beta);
+  megac_emu::submit(H->Stream, [=] {
+    // Widen the operands to fp32 (bf16 is fp32's upper half), then the
+    // reference product.
+    auto widen = [](const void *X, cudaDataType_t T, size_t N) {
+      std::vector<float> W(N);
+      for (size_t I = 0; I < N; ++I)
+        W[I] = T == CUDA_R_32F
+                   ? static_cast<const float *>(X)[I]
+                   : uintAsFloat(unsigned(static_cast<const uint16_t *>(X)[I])
+                                 << 16);
+      return W;
+    };
+    const std::vector<float> Aw =
+        widen(A, TypeA, size_t(Lda) * size_t(TransA == CUBLAS_OP_N ? K : M));
+    const std::vector<float> Bw =
+        widen(B, TypeB, size_t(Ldb) * size_t(TransB == CUBLAS_OP_N ? N : K));
+    gemmNow(H, TransA, TransB, M, N, K, &Al, Aw.data(), Lda, 0, Bw.data(), Ldb,
+            0, &Be, static_cast<float *>(C), Ldc, 0, 1);
+  });
+  return CUBLAS_STATUS_SUCCESS;
 }
 
 cublasStatus_t cublasSgemm(cublasHandle_t H, cublasOperation_t TransA,

@@ -53,12 +53,32 @@ cudaError_t cudaMemcpy(void *Dst, const void *Src, size_t Bytes,
 cudaError_t cudaMemset(void *Ptr, int Value, size_t Bytes);
 cudaError_t cudaGetLastError();
 cudaError_t cudaDeviceSynchronize();
+
+//===-- Streams ----------------------------------------------------------===//
+//
+// Streams are where a missing synchronization would hide, so the emulation
+// makes it show: the first stream created (the backend's compute stream)
+// runs its work at once, every later one (the communication stream) queues
+// its work and runs it only when something waits for it (an event the
+// compute stream waits on, a stream or device synchronization). Work that
+// reads a collective's result without waiting reads stale data. The null
+// stream runs at once and waits for nothing.
+constexpr unsigned cudaStreamNonBlocking = 1;
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *S, unsigned Flags);
+cudaError_t cudaStreamDestroy(cudaStream_t S);
+cudaError_t cudaStreamSynchronize(cudaStream_t S);
+cudaError_t cudaMemcpyAsync(void *Dst, const void *Src, size_t Bytes,
+                            cudaMemcpyKind Kind, cudaStream_t S);
+cudaError_t cudaMemsetAsync(void *Ptr, int Value, size_t Bytes,
+                            cudaStream_t S);
 /// Events record the host's clock: the emulation runs everything at once.
 using cudaEvent_t = struct CUevent_st *;
 cudaError_t cudaEventCreate(cudaEvent_t *E);
 cudaError_t cudaEventDestroy(cudaEvent_t E);
 cudaError_t cudaEventRecord(cudaEvent_t E, cudaStream_t Stream = nullptr);
 cudaError_t cudaEventElapsedTime(float *Ms, cudaEvent_t Start, cudaEvent_t End);
+cudaError_t cudaStreamWaitEvent(cudaStream_t S, cudaEvent_t E,
+                                unsigned Flags = 0);
 
 //===-- Driver API: modules are compiled from CUDA source ---------------===//
 
@@ -85,9 +105,12 @@ CUresult moduleFromSource(CUmodule *M, const std::string &Source,
                           const std::vector<std::string> &ParamTypes,
                           std::string &Error);
 
-/// Runs \p Body as every thread of a \p Grid x \p Block launch.
-void launch(Dim3 Grid, Dim3 Block, size_t SharedBytes,
-            const std::function<void()> &Body);
+/// Runs \p Body as every thread of a \p Grid x \p Block launch, on
+/// stream \p S (now, or when the stream runs its queue).
+void launch(Dim3 Grid, Dim3 Block, size_t SharedBytes, cudaStream_t S,
+            std::function<void()> Body);
+/// Runs \p Work on stream \p S: now, or queued (see Streams above).
+void submit(cudaStream_t S, std::function<void()> Work);
 
 } // namespace megac_emu
 
@@ -104,6 +127,7 @@ using cublasHandle_t = struct cublasContext *;
 cublasStatus_t cublasCreate(cublasHandle_t *H);
 cublasStatus_t cublasDestroy(cublasHandle_t H);
 cublasStatus_t cublasSetMathMode(cublasHandle_t H, cublasMath_t Mode);
+cublasStatus_t cublasSetStream(cublasHandle_t H, cudaStream_t S);
 /// C = alpha op(A) op(B) + beta C, column-major, as cuBLAS.
 cublasStatus_t cublasSgemm(cublasHandle_t H, cublasOperation_t TransA,
                            cublasOperation_t TransB, int M, int N, int K,

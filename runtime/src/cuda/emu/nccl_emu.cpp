@@ -21,6 +21,8 @@ struct ncclComm {
 namespace {
 ncclResult_t ok(int Rc) { return Rc == MPI_SUCCESS ? ncclSuccess : ncclSystemError; }
 } // namespace
+// (MPI's default error handler ends the job on a failed collective, so a
+// queued one has no status to return.)
 
 const char *ncclGetErrorString(ncclResult_t R) {
   return R == ncclSuccess ? "no error" : "MPI call failed (emulated NCCL)";
@@ -64,28 +66,40 @@ ncclResult_t ncclCommDestroy(ncclComm_t Comm) {
 // which is not thread-safe here; the process is about to exit anyway.
 ncclResult_t ncclCommAbort(ncclComm_t) { return ncclSuccess; }
 
+// Collectives run on their stream (now, or when the stream runs its
+// queue); the counts are checked now.
 ncclResult_t ncclAllReduce(const void *Send, void *Recv, size_t Count,
                            ncclDataType_t, ncclRedOp_t, ncclComm_t Comm,
-                           cudaStream_t) {
+                           cudaStream_t Stream) {
   if (Count > size_t(INT_MAX))
     return ncclSystemError;
-  return ok(MPI_Allreduce(Send == Recv ? MPI_IN_PLACE : Send, Recv, int(Count),
-                          MPI_FLOAT, MPI_SUM, Comm->Comm));
+  megac_emu::submit(Stream, [=] {
+    ok(MPI_Allreduce(Send == Recv ? MPI_IN_PLACE : Send, Recv, int(Count),
+                     MPI_FLOAT, MPI_SUM, Comm->Comm));
+  });
+  return ncclSuccess;
 }
 
 ncclResult_t ncclAllGather(const void *Send, void *Recv, size_t Count,
-                           ncclDataType_t, ncclComm_t Comm, cudaStream_t) {
+                           ncclDataType_t, ncclComm_t Comm,
+                           cudaStream_t Stream) {
   if (Count > size_t(INT_MAX))
     return ncclSystemError;
-  return ok(MPI_Allgather(Send, int(Count), MPI_FLOAT, Recv, int(Count),
-                          MPI_FLOAT, Comm->Comm));
+  megac_emu::submit(Stream, [=] {
+    MPI_Allgather(Send, int(Count), MPI_FLOAT, Recv, int(Count), MPI_FLOAT,
+                  Comm->Comm);
+  });
+  return ncclSuccess;
 }
 
 ncclResult_t ncclReduceScatter(const void *Send, void *Recv, size_t Count,
                                ncclDataType_t, ncclRedOp_t, ncclComm_t Comm,
-                               cudaStream_t) {
+                               cudaStream_t Stream) {
   if (Count > size_t(INT_MAX))
     return ncclSystemError;
-  return ok(MPI_Reduce_scatter_block(Send, Recv, int(Count), MPI_FLOAT, MPI_SUM,
-                                     Comm->Comm));
+  megac_emu::submit(Stream, [=] {
+    MPI_Reduce_scatter_block(Send, Recv, int(Count), MPI_FLOAT, MPI_SUM,
+                             Comm->Comm);
+  });
+  return ncclSuccess;
 }
