@@ -1,4 +1,5 @@
-//===- cuda_kernels.cuh - The CUDA backend's hand-written kernels -*- CUDA -*-===//
+//===- cuda_kernels.cuh - The CUDA backend's hand-written kernels -*- CUDA
+//-*-===//
 //
 // Each kernel computes what its CPU counterpart in runtime/src/kernels.cpp
 // computes, with sums in double where the CPU sums in double, so that the
@@ -39,7 +40,7 @@ inline unsigned rowBlocks(int64_t Rows) {
 }
 
 #define MEGAC_GRID_LOOP(I, N)                                                  \
-  for (int64_t I = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; I < (N);   \
+  for (int64_t I = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; I < (N);    \
        I += int64_t(gridDim.x) * blockDim.x)
 
 //===-- Block reductions (every thread of the block calls them) ---------===//
@@ -144,8 +145,8 @@ struct Block {
 
 /// Dropout of a block of a global tensor: element masks depend on the
 /// global row-major index only (plan.fbs, Dropout).
-__global__ void dropoutKernel(const float *X, int64_t N, Block Bl,
-                              uint64_t Key, double Rate, float *Y) {
+__global__ void dropoutKernel(const float *X, int64_t N, Block Bl, uint64_t Key,
+                              double Rate, float *Y) {
   MEGAC_GRID_LOOP(I, N) {
     int64_t Rem = I, G = 0, Stride = 1;
     for (int D = Bl.Rank - 1; D >= 0; --D) {
@@ -170,8 +171,7 @@ __global__ void adamwKernel(float *Param, const float *Grad, int64_t N,
     V[I] = float(Beta2 * V[I] + (1.0 - Beta2) * G * G);
     const double Mhat = M[I] / Bc1, Vhat = V[I] / Bc2;
     const double P = Param[I];
-    Param[I] =
-        float(P - Lr * (Mhat / (sqrt(Vhat) + Eps) + WeightDecay * P));
+    Param[I] = float(P - Lr * (Mhat / (sqrt(Vhat) + Eps) + WeightDecay * P));
   }
 }
 
@@ -328,8 +328,8 @@ __global__ void softmaxKernel(const float *X, int64_t Rows, int64_t C,
 }
 
 /// dx = y * (dy - sum(dy * y)).
-__global__ void softmaxGradKernel(const float *Y, const float *DY,
-                                  int64_t Rows, int64_t C, float *DX) {
+__global__ void softmaxGradKernel(const float *Y, const float *DY, int64_t Rows,
+                                  int64_t C, float *DX) {
   __shared__ double Part[kThreads];
   for (int64_t R = blockIdx.x; R < Rows; R += gridDim.x) {
     const float *Yr = Y + R * C, *Dr = DY + R * C;
@@ -386,8 +386,9 @@ __global__ void sumRowsKernel(const double *Rows, int64_t N, double Normalizer,
 
 /// dlogits = (softmax - onehot(label)) * dloss / normalizer.
 __global__ void crossEntropyGradKernel(const float *L, int64_t Rows, int64_t V,
-                                       const int32_t *Labels, const float *DLoss,
-                                       double Normalizer, float *D) {
+                                       const int32_t *Labels,
+                                       const float *DLoss, double Normalizer,
+                                       float *D) {
   __shared__ double Part[kThreads];
   const double Scale = double(DLoss[0]) / Normalizer;
   for (int64_t R = blockIdx.x; R < Rows; R += gridDim.x) {
@@ -406,8 +407,8 @@ __global__ void crossEntropyGradKernel(const float *L, int64_t Rows, int64_t V,
 
 /// Per (row, block of Width logits): the block's max logit, its sum of
 /// exp(logit - max), and the label's logit if the label falls in it.
-__global__ void crossEntropyStatsKernel(const float *L, int64_t Rows,
-                                        int64_t V, const int32_t *Labels,
+__global__ void crossEntropyStatsKernel(const float *L, int64_t Rows, int64_t V,
+                                        const int32_t *Labels,
                                         int64_t VocabStart, int64_t Vocab,
                                         int64_t Blocks, float *Stats,
                                         int *Bad) {
@@ -431,8 +432,7 @@ __global__ void crossEntropyStatsKernel(const float *L, int64_t Rows,
 }
 
 /// log sum_v exp(logit_v) of one token from its blocks' statistics.
-__device__ inline double logSumExpOfBlocksDev(const float *St,
-                                              int64_t Blocks) {
+__device__ inline double logSumExpOfBlocksDev(const float *St, int64_t Blocks) {
   float Max = St[0];
   for (int64_t K = 1; K < Blocks; ++K)
     Max = St[3 * K] > Max ? St[3 * K] : Max;
@@ -454,31 +454,53 @@ __global__ void crossEntropyFromStatsKernel(const float *Stats, int64_t Rows,
   }
 }
 
+/// Per row: log sum_v exp(logit_v) over all blocks, from the statistics.
+__global__ void logSumExpOfBlocksKernel(const float *Stats, int64_t Rows,
+                                        int64_t Blocks, double *Lse) {
+  MEGAC_GRID_LOOP(R, Rows)
+  Lse[R] = logSumExpOfBlocksDev(Stats + R * Blocks * 3, Blocks);
+}
+
 /// The gradient of one vocabulary block of logits, the softmax's
-/// normalizer taken from the statistics of all blocks.
-__global__ void crossEntropyGradFromStatsKernel(
-    const float *L, int64_t Rows, int64_t V, const int32_t *Labels,
-    const float *Stats, int64_t Blocks, int64_t VocabStart, const float *DLoss,
-    double Normalizer, float *D) {
+/// normalizer each row's log-sum-exp over all blocks.
+__global__ void
+crossEntropyGradFromStatsKernel(const float *L, int64_t Rows, int64_t V,
+                                const int32_t *Labels, const double *Lse,
+                                int64_t VocabStart, const float *DLoss,
+                                double Normalizer, float *D) {
   const double Scale = double(DLoss[0]) / Normalizer;
   MEGAC_GRID_LOOP(I, Rows * V) {
     const int64_t R = I / V, J = I % V;
-    const double Lse = logSumExpOfBlocksDev(Stats + R * Blocks * 3, Blocks);
     const int64_t Local = int64_t(Labels[R]) - VocabStart;
-    const double P = exp(double(L[I]) - Lse);
+    const double P = exp(double(L[I]) - Lse[R]);
     D[I] = float((P - (J == Local ? 1.0 : 0.0)) * Scale);
   }
 }
 
 //===-- Reductions over rows ------------------------------------------===//
 
-/// y[j] (+)= sum over i of x[i, j], in double.
-__global__ void sumLeadingKernel(const float *X, int64_t Outer, int64_t Inner,
-                                 float *Y, int Add) {
+/// Pass 1 of y[j] (+)= sum over i of x[i, j]: chunk c of RowsPer rows
+/// summed (in double) into Parts[c, j]; threads run along j (coalesced).
+__global__ void sumLeadingPartsKernel(const float *X, int64_t Outer,
+                                      int64_t Inner, int64_t RowsPer,
+                                      int64_t Chunks, double *Parts) {
+  MEGAC_GRID_LOOP(T, Chunks * Inner) {
+    const int64_t C = T / Inner, J = T % Inner;
+    const int64_t End = (C + 1) * RowsPer < Outer ? (C + 1) * RowsPer : Outer;
+    double S = 0;
+    for (int64_t I = C * RowsPer; I < End; ++I)
+      S += X[I * Inner + J];
+    Parts[T] = S;
+  }
+}
+
+/// Pass 2: the chunks' sums in order, into y (added with \p Add).
+__global__ void sumLeadingTotalKernel(const double *Parts, int64_t Chunks,
+                                      int64_t Inner, float *Y, int Add) {
   MEGAC_GRID_LOOP(J, Inner) {
     double S = 0;
-    for (int64_t I = 0; I < Outer; ++I)
-      S += X[I * Inner + J];
+    for (int64_t C = 0; C < Chunks; ++C)
+      S += Parts[C * Inner + J];
     Y[J] = Add ? Y[J] + float(S) : float(S);
   }
 }
@@ -538,9 +560,8 @@ __device__ inline double attnMaskDev(const AttnDropout &Dr, int64_t Bi,
                                      int64_t J) {
   if (!(Dr.Rate > 0))
     return 1.0;
-  const uint64_t Base =
-      uint64_t(((Bi + Dr.BatchOffset) * Dr.GlobalHeads + Hh + Dr.HeadOffset) *
-               S * S);
+  const uint64_t Base = uint64_t(
+      ((Bi + Dr.BatchOffset) * Dr.GlobalHeads + Hh + Dr.HeadOffset) * S * S);
   return dropoutScaleDev(Dr.Key, Base + uint64_t(I * S + J), Dr.Rate);
 }
 
@@ -555,8 +576,7 @@ __device__ inline double attnScoreDev(const float *Qi, const float *Kj,
 /// One thread per (batch, head, query): its row's max and sum.
 __global__ void attentionRowStatsKernel(const float *Q, const float *K,
                                         int64_t B, int64_t S, int64_t Hl,
-                                        int64_t NH, int Causal,
-                                        double *Stats) {
+                                        int64_t NH, int Causal, double *Stats) {
   const int64_t D = Hl / NH;
   const double Scale = 1.0 / sqrt(double(D));
   MEGAC_GRID_LOOP(T, B * NH * S) {
@@ -565,12 +585,12 @@ __global__ void attentionRowStatsKernel(const float *Q, const float *K,
     const int64_t Last = Causal ? I : S - 1;
     double Max = -INFINITY;
     for (int64_t J = 0; J <= Last; ++J)
-      Max = fmax(Max, attnScoreDev(Qi, K + (Bi * S + J) * Hl + Hh * D, D,
-                                   Scale));
+      Max =
+          fmax(Max, attnScoreDev(Qi, K + (Bi * S + J) * Hl + Hh * D, D, Scale));
     double Sum = 0;
     for (int64_t J = 0; J <= Last; ++J)
-      Sum += exp(attnScoreDev(Qi, K + (Bi * S + J) * Hl + Hh * D, D, Scale) -
-                 Max);
+      Sum +=
+          exp(attnScoreDev(Qi, K + (Bi * S + J) * Hl + Hh * D, D, Scale) - Max);
     Stats[2 * T] = Max;
     Stats[2 * T + 1] = Sum;
   }
@@ -593,9 +613,8 @@ __global__ void attentionForwardKernel(const float *Q, const float *K,
       Yi[E] = 0.0f;
     for (int64_t J = 0; J <= Last; ++J) {
       const int64_t Row = (Bi * S + J) * Hl + Hh * D;
-      const double P =
-          exp(attnScoreDev(Qi, K + Row, D, Scale) - Stats[2 * T]) /
-          Stats[2 * T + 1] * attnMaskDev(Dr, Bi, Hh, S, I, J);
+      const double P = exp(attnScoreDev(Qi, K + Row, D, Scale) - Stats[2 * T]) /
+                       Stats[2 * T + 1] * attnMaskDev(Dr, Bi, Hh, S, I, J);
       for (int64_t E = 0; E < D; ++E)
         Yi[E] += float(P * double(V[Row + E]));
     }
@@ -653,10 +672,9 @@ __global__ void attentionGradKernel(const float *Q, const float *K,
       const int64_t I = Which == 0 ? R : O, J = Which == 0 ? O : R;
       const int64_t QRow = (Bi * S + I) * Hl + Hh * D;
       const int64_t KRow = (Bi * S + J) * Hl + Hh * D;
-      const double P =
-          exp(attnScoreDev(Q + QRow, K + KRow, D, Scale) -
-              Stats[2 * (Base + I)]) /
-          Stats[2 * (Base + I) + 1];
+      const double P = exp(attnScoreDev(Q + QRow, K + KRow, D, Scale) -
+                           Stats[2 * (Base + I)]) /
+                       Stats[2 * (Base + I) + 1];
       const double Mask = attnMaskDev(Dr, Bi, Hh, S, I, J);
       if (Which == 2) {
         const double Pd = P * Mask;
@@ -736,8 +754,8 @@ __device__ inline void loadRow(const float *X, int64_t Base, bool Active,
 template <int D, class VisitFn>
 __device__ inline void forEachKey(const float *K, const float *V,
                                   const FlashBlock &Bl, int64_t S, int64_t Hl,
-                                  int Causal, int64_t I, bool Active,
-                                  float *Ks, float *Vs, VisitFn Visit) {
+                                  int Causal, int64_t I, bool Active, float *Ks,
+                                  float *Vs, VisitFn Visit) {
   const int64_t End =
       Causal ? (Bl.Row0 + kFlashRows < S ? Bl.Row0 + kFlashRows : S) : S;
   for (int64_t J0 = 0; J0 < End; J0 += kFlashTile) {
@@ -775,28 +793,27 @@ __global__ void __launch_bounds__(kFlashRows)
     Acc[E] = 0.0f;
   float M = -INFINITY;
   double L = 0;
-  forEachKey<D>(K, V, Bl, S, Hl, Causal, I, Active, Ks, Vs,
-                [&](int C, int64_t J) {
-                  const float Sc = dotRow<D>(Qr, Ks + C * D) * Scale;
-                  if (Sc > M) { // a new maximum rescales the sums so far
-                    const float Corr = expf(M - Sc);
-                    L *= double(Corr);
-                    for (int E = 0; E < D; ++E)
-                      Acc[E] *= Corr;
-                    M = Sc;
-                  }
-                  const float P = expf(Sc - M);
-                  L += double(P);
-                  if (!Y) // the statistics only
-                    return;
-                  const float Pd =
-                      Dr.Rate > 0 ? float(double(P) * attnMaskDev(Dr, Bl.Bi,
-                                                                  Bl.Hh, S, I,
-                                                                  J))
-                                  : P;
-                  for (int E = 0; E < D; ++E)
-                    Acc[E] += Pd * Vs[C * D + E];
-                });
+  forEachKey<D>(
+      K, V, Bl, S, Hl, Causal, I, Active, Ks, Vs, [&](int C, int64_t J) {
+        const float Sc = dotRow<D>(Qr, Ks + C * D) * Scale;
+        if (Sc > M) { // a new maximum rescales the sums so far
+          const float Corr = expf(M - Sc);
+          L *= double(Corr);
+          for (int E = 0; E < D; ++E)
+            Acc[E] *= Corr;
+          M = Sc;
+        }
+        const float P = expf(Sc - M);
+        L += double(P);
+        if (!Y) // the statistics only
+          return;
+        const float Pd =
+            Dr.Rate > 0
+                ? float(double(P) * attnMaskDev(Dr, Bl.Bi, Bl.Hh, S, I, J))
+                : P;
+        for (int E = 0; E < D; ++E)
+          Acc[E] += Pd * Vs[C * D + E];
+      });
   if (!Active)
     return;
   if (Y)
@@ -834,20 +851,19 @@ __global__ void __launch_bounds__(kFlashRows)
   const float Inv = Active ? Stats[2 * Row + 1] : 0.0f;
   double Dl = 0;
   for (int Pass = 0; Pass < (DQ ? 2 : 1); ++Pass)
-    forEachKey<D>(K, V, Bl, S, Hl, Causal, I, Active, Ks, Vs,
-                  [&](int C, int64_t J) {
-                    const float P =
-                        expf(dotRow<D>(Qr, Ks + C * D) * Scale - Mx) * Inv;
-                    const double Dp = double(dotRow<D>(Dyr, Vs + C * D)) *
-                                      attnMaskDev(Dr, Bl.Bi, Bl.Hh, S, I, J);
-                    if (Pass == 0) {
-                      Dl += double(P) * Dp;
-                      return;
-                    }
-                    const float Ds = float(double(P) * (Dp - Dl)) * Scale;
-                    for (int E = 0; E < D; ++E)
-                      Acc[E] += Ds * Ks[C * D + E];
-                  });
+    forEachKey<D>(
+        K, V, Bl, S, Hl, Causal, I, Active, Ks, Vs, [&](int C, int64_t J) {
+          const float P = expf(dotRow<D>(Qr, Ks + C * D) * Scale - Mx) * Inv;
+          const double Dp = double(dotRow<D>(Dyr, Vs + C * D)) *
+                            attnMaskDev(Dr, Bl.Bi, Bl.Hh, S, I, J);
+          if (Pass == 0) {
+            Dl += double(P) * Dp;
+            return;
+          }
+          const float Ds = float(double(P) * (Dp - Dl)) * Scale;
+          for (int E = 0; E < D; ++E)
+            Acc[E] += Ds * Ks[C * D + E];
+        });
   if (!Active)
     return;
   Delta[Row] = float(Dl);

@@ -180,8 +180,10 @@ public:
     if (I >= MomentM.size() || !MomentM[I])
       throw std::runtime_error("instruction " + std::to_string(I) +
                                " is not an adam_w");
-    const size_t B = std::min(N * 4, Bytes[RP.instrs()->Get(I)->outputs()->Get(0)]);
-    const auto Kind = ToDevice ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost;
+    const size_t B =
+        std::min(N * 4, Bytes[RP.instrs()->Get(I)->outputs()->Get(0)]);
+    const auto Kind =
+        ToDevice ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost;
     check(cudaMemcpy(ToDevice ? MomentM[I] : M, ToDevice ? M : MomentM[I], B,
                      Kind),
           "cudaMemcpy (moments)");
@@ -193,8 +195,7 @@ public:
   std::string deviceName() const override { return Name; }
 
   std::string notes() const override {
-    return std::to_string(Bf16Products) + " of " +
-           std::to_string(Products) +
+    return std::to_string(Bf16Products) + " of " + std::to_string(Products) +
            " products on bf16 values (tensor cores, fp32 accumulation), the "
            "rest in fp32";
   }
@@ -325,8 +326,8 @@ private:
         check(ncclGetUniqueId(&Id), "ncclGetUniqueId");
       if (!Boot->allGather(&Id, sizeof(Id), All.data(), Boot->Ctx))
         throw std::runtime_error("the launcher could not share NCCL ids");
-      check(ncclCommInitRank(&Comms[A], int(Mine->ranks()->size()),
-                             All[Leader], Index),
+      check(ncclCommInitRank(&Comms[A], int(Mine->ranks()->size()), All[Leader],
+                             Index),
             "ncclCommInitRank");
     }
   }
@@ -367,7 +368,8 @@ private:
 
   void *allocate(size_t N, const char *What) {
     void *Q = nullptr;
-    check(cudaMalloc(&Q, N), (std::string("cudaMalloc (") + What + ")").c_str());
+    check(cudaMalloc(&Q, N),
+          (std::string("cudaMalloc (") + What + ")").c_str());
     Owned.push_back(Q);
     return Q;
   }
@@ -411,8 +413,8 @@ private:
       if (In->op() == op::Fused && P.kernels() && In->ints() &&
           In->ints()->size() &&
           uint32_t(In->ints()->Get(0)) < P.kernels()->size()) {
-        const auto *Steps = P.kernels()->Get(uint32_t(In->ints()->Get(0)))
-                                ->steps();
+        const auto *Steps =
+            P.kernels()->Get(uint32_t(In->ints()->Get(0)))->steps();
         Rounds = Steps && Steps->size() &&
                  Steps->Get(Steps->size() - 1)->op() == op::RoundBf16;
       }
@@ -438,14 +440,14 @@ private:
   /// whole buffers (leading dimension = their rows). \p Bf16: both hold
   /// bf16 values, so they go to the tensor cores as bf16, exactly, and
   /// accumulate in fp32.
-  void colGemm(cublasOperation_t TA, cublasOperation_t TB, int64_t M,
-               int64_t N, int64_t K, const float *A, int64_t Lda,
-               const float *B, int64_t Ldb, float Beta, float *C, int64_t Ldc,
+  void colGemm(cublasOperation_t TA, cublasOperation_t TB, int64_t M, int64_t N,
+               int64_t K, const float *A, int64_t Lda, const float *B,
+               int64_t Ldb, float Beta, float *C, int64_t Ldc,
                bool Bf16Values) {
     const float One = 1.0f;
     if (!Bf16Values) {
-      check(cublasSgemm(Blas, TA, TB, int(M), int(N), int(K), &One, A,
-                        int(Lda), B, int(Ldb), &Beta, C, int(Ldc)),
+      check(cublasSgemm(Blas, TA, TB, int(M), int(N), int(K), &One, A, int(Lda),
+                        B, int(Ldb), &Beta, C, int(Ldc)),
             "cublasSgemm");
       return;
     }
@@ -462,12 +464,12 @@ private:
       GemmScratchBytes = Need;
     }
     uint16_t *Pa = static_cast<uint16_t *>(GemmScratch);
-    uint16_t *Pb = reinterpret_cast<uint16_t *>(
-        static_cast<char *>(GemmScratch) + OffB);
+    uint16_t *Pb =
+        reinterpret_cast<uint16_t *>(static_cast<char *>(GemmScratch) + OffB);
     launchOn(Compute, packBf16Kernel, blocksFor(NA), kThreads, 0, A, NA, Pa,
-           Faults + kFaultNotBf16);
+             Faults + kFaultNotBf16);
     launchOn(Compute, packBf16Kernel, blocksFor(NB), kThreads, 0, B, NB, Pb,
-           Faults + kFaultNotBf16);
+             Faults + kFaultNotBf16);
     check(cublasGemmEx(BlasBf16, TA, TB, int(M), int(N), int(K), &One, Pa,
                        CUDA_R_16BF, int(Lda), Pb, CUDA_R_16BF, int(Ldb), &Beta,
                        C, CUDA_R_32F, int(Ldc), CUBLAS_COMPUTE_32F,
@@ -482,7 +484,8 @@ private:
     if (M == 0 || N == 0)
       return;
     if (K == 0) { // an empty sum (cuBLAS refuses a leading dimension of 0)
-      check(cudaMemsetAsync(Y, 0, size_t(M * N) * 4, Compute), "cudaMemsetAsync");
+      check(cudaMemsetAsync(Y, 0, size_t(M * N) * 4, Compute),
+            "cudaMemsetAsync");
       return;
     }
     colGemm(Transposed ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, W,
@@ -560,8 +563,7 @@ private:
     // The plan's bytes are only 4-byte aligned; the loader gets 8.
     std::vector<uint64_t> Image((Best->cubin()->size() + 7) / 8);
     std::memcpy(Image.data(), Best->cubin()->data(), Best->cubin()->size());
-    check(cuModuleLoadData(&Modules[Index], Image.data()),
-          "cuModuleLoadData");
+    check(cuModuleLoadData(&Modules[Index], Image.data()), "cuModuleLoadData");
 #endif
     check(cuModuleGetFunction(&Functions[Index], Modules[Index],
                               Kn.name()->c_str()),
@@ -602,12 +604,12 @@ private:
     auto Int = [&](unsigned K) { return In.ints()->Get(K); };
     auto NumInts = [&]() { return In.ints() ? In.ints()->size() : 0u; };
     auto Flt = [&](unsigned K) { return In.floats()->Get(K); };
-    const uint32_t Y = In.outputs() && In.outputs()->size()
-                           ? In.outputs()->Get(0)
-                           : 0;
+    const uint32_t Y =
+        In.outputs() && In.outputs()->size() ? In.outputs()->Get(0) : 0;
     const int64_t NY = numel(Y);
     if (In.op() == op::Fill) { // the only opcode without inputs
-      launchOn(Compute, fillKernel, blocksFor(NY), kThreads, 0, f(Y), NY, float(Flt(0)));
+      launchOn(Compute, fillKernel, blocksFor(NY), kThreads, 0, f(Y), NY,
+               float(Flt(0)));
       return;
     }
     const std::vector<int64_t> A = shape(X(0));
@@ -617,9 +619,9 @@ private:
     const bool Accumulating = CurMicro > 0;
     switch (In.op()) {
     case op::Embedding:
-      launchOn(Compute, embeddingKernel, blocksFor(NY), kThreads, 0, f(X(0)), A[0], A[1],
-             i32(X(1)), numel(X(1)), Int(0), vocabSize(Int(0) + A[0]),
-             f(Y), Faults + kFaultBadToken);
+      launchOn(Compute, embeddingKernel, blocksFor(NY), kThreads, 0, f(X(0)),
+               A[0], A[1], i32(X(1)), numel(X(1)), Int(0),
+               vocabSize(Int(0) + A[0]), f(Y), Faults + kFaultBadToken);
       return;
     case op::PositionEmbedding: // rows 0..S-1 of the table: contiguous
     case op::Reshape:
@@ -631,13 +633,13 @@ private:
       auto W = shape(X(1));
       const bool T = Int(0) != 0;
       const int64_t K = T ? W[1] : W[0], N = T ? W[0] : W[1];
-      gemm(f(X(0)), N ? NY / N : 0, K, f(X(1)), N, T, f(Y),
-           bf16Operands(In));
+      gemm(f(X(0)), N ? NY / N : 0, K, f(X(1)), N, T, f(Y), bf16Operands(In));
       if (In.op() == op::LinearBias) {
-        launchOn(Compute, broadcastKernel, blocksFor(NY), kThreads, 0, f(Y), NY, f(X(2)),
-               N, f(Y), 0);
+        launchOn(Compute, broadcastKernel, blocksFor(NY), kThreads, 0, f(Y), NY,
+                 f(X(2)), N, f(Y), 0);
         if (Int(1) != 0)
-          launchOn(Compute, geluKernel, blocksFor(NY), kThreads, 0, f(Y), NY, f(Y));
+          launchOn(Compute, geluKernel, blocksFor(NY), kThreads, 0, f(Y), NY,
+                   f(Y));
       }
       return;
     }
@@ -652,10 +654,10 @@ private:
       }
       const float One = 1.0f, Zero = 0.0f;
       // Row-major y = a b per batch is column-major y^T = b^T a^T.
-      check(cublasSgemmStridedBatched(
-                Blas, CUBLAS_OP_N, CUBLAS_OP_N, int(N), int(M), int(K), &One,
-                f(X(1)), int(N), K * N, f(X(0)), int(K), M * K, &Zero, f(Y),
-                int(N), M * N, int(NY / (M * N))),
+      check(cublasSgemmStridedBatched(Blas, CUBLAS_OP_N, CUBLAS_OP_N, int(N),
+                                      int(M), int(K), &One, f(X(1)), int(N),
+                                      K * N, f(X(0)), int(K), M * K, &Zero,
+                                      f(Y), int(N), M * N, int(NY / (M * N))),
             "cublasSgemmStridedBatched");
       return;
     }
@@ -670,7 +672,8 @@ private:
         return;
       if (Rows == 0) {
         if (Beta == 0.0f)
-          check(cudaMemsetAsync(Ptr[Y], 0, Bytes[Y], Compute), "cudaMemsetAsync");
+          check(cudaMemsetAsync(Ptr[Y], 0, Bytes[Y], Compute),
+                "cudaMemsetAsync");
         return;
       }
       // Column-major views: dw^T [N,K] = dy^T x (not transposed), dw^T
@@ -682,43 +685,45 @@ private:
     }
     case op::Add:
     case op::Mul:
-      launchOn(Compute, broadcastKernel, blocksFor(NY), kThreads, 0, f(X(0)), NY, f(X(1)),
-             numel(X(1)), f(Y), In.op() == op::Mul);
+      launchOn(Compute, broadcastKernel, blocksFor(NY), kThreads, 0, f(X(0)),
+               NY, f(X(1)), numel(X(1)), f(Y), In.op() == op::Mul);
       return;
     case op::Gelu:
-      launchOn(Compute, geluKernel, blocksFor(NY), kThreads, 0, f(X(0)), NY, f(Y));
+      launchOn(Compute, geluKernel, blocksFor(NY), kThreads, 0, f(X(0)), NY,
+               f(Y));
       return;
     case op::GeluGrad:
-      launchOn(Compute, geluGradKernel, blocksFor(NY), kThreads, 0, f(X(0)), f(X(1)), NY,
-             f(Y));
+      launchOn(Compute, geluGradKernel, blocksFor(NY), kThreads, 0, f(X(0)),
+               f(X(1)), NY, f(Y));
       return;
     case op::RoundBf16:
-      launchOn(Compute, roundBf16Kernel, blocksFor(NY), kThreads, 0, f(X(0)), NY, f(Y));
+      launchOn(Compute, roundBf16Kernel, blocksFor(NY), kThreads, 0, f(X(0)),
+               NY, f(Y));
       return;
     case op::LayerNorm:
       if (Last)
-        launchOn(Compute, layerNormKernel, rowBlocks(Rows), kThreads, 0, f(X(0)), Rows,
-               Last, f(X(1)), f(X(2)), Flt(0), f(Y));
+        launchOn(Compute, layerNormKernel, rowBlocks(Rows), kThreads, 0,
+                 f(X(0)), Rows, Last, f(X(1)), f(X(2)), Flt(0), f(Y));
       return;
     case op::LayerNormGrad:
       if (Last)
-        launchOn(Compute, layerNormGradKernel, rowBlocks(Rows), kThreads, 0, f(X(0)),
-               Rows, Last, f(X(1)), f(X(2)), Flt(0), f(Y));
+        launchOn(Compute, layerNormGradKernel, rowBlocks(Rows), kThreads, 0,
+                 f(X(0)), Rows, Last, f(X(1)), f(X(2)), Flt(0), f(Y));
       return;
     case op::Normalize:
       if (Last)
-        launchOn(Compute, normalizeKernel, rowBlocks(Rows), kThreads, 0, f(X(0)), Rows,
-               Last, Flt(0), f(Y));
+        launchOn(Compute, normalizeKernel, rowBlocks(Rows), kThreads, 0,
+                 f(X(0)), Rows, Last, Flt(0), f(Y));
       return;
     case op::Softmax:
       if (Last)
-        launchOn(Compute, softmaxKernel, rowBlocks(Rows), kThreads, 0, f(X(0)), Rows,
-               Last, f(Y));
+        launchOn(Compute, softmaxKernel, rowBlocks(Rows), kThreads, 0, f(X(0)),
+                 Rows, Last, f(Y));
       return;
     case op::SoftmaxGrad:
       if (Last)
-        launchOn(Compute, softmaxGradKernel, rowBlocks(Rows), kThreads, 0, f(X(0)),
-               f(X(1)), Rows, Last, f(Y));
+        launchOn(Compute, softmaxGradKernel, rowBlocks(Rows), kThreads, 0,
+                 f(X(0)), f(X(1)), Rows, Last, f(Y));
       return;
     case op::Attention:
     case op::AttentionGrad: {
@@ -744,26 +749,26 @@ private:
       }
       // Other head sizes: the simple kernels. Scratch: the rows' (max,
       // sum), then the backward pass's deltas.
-      double *Stats = static_cast<double *>(
-          scratch(size_t(Threads) * 3 * sizeof(double)));
+      double *Stats =
+          static_cast<double *>(scratch(size_t(Threads) * 3 * sizeof(double)));
       double *Delta = Stats + 2 * Threads;
-      launchOn(Compute, attentionRowStatsKernel, blocksFor(Threads), kThreads, 0,
-             f(X(0)), f(X(1)), B, S, Hl, NH, Causal, Stats);
+      launchOn(Compute, attentionRowStatsKernel, blocksFor(Threads), kThreads,
+               0, f(X(0)), f(X(1)), B, S, Hl, NH, Causal, Stats);
       if (!Grad) {
-        launchOn(Compute, attentionForwardKernel, blocksFor(Threads), kThreads, 0,
-               f(X(0)), f(X(1)), f(X(2)), B, S, Hl, NH, Causal,
-               static_cast<const double *>(Stats), Dr, f(Y));
+        launchOn(Compute, attentionForwardKernel, blocksFor(Threads), kThreads,
+                 0, f(X(0)), f(X(1)), f(X(2)), B, S, Hl, NH, Causal,
+                 static_cast<const double *>(Stats), Dr, f(Y));
         return;
       }
       const int Which = int(Int(2));
       if (Which != 2)
-        launchOn(Compute, attentionDeltaKernel, blocksFor(Threads), kThreads, 0, f(X(0)),
-               f(X(1)), f(X(2)), f(X(3)), B, S, Hl, NH, Causal,
-               static_cast<const double *>(Stats), Dr, Delta);
-      launchOn(Compute, attentionGradKernel, blocksFor(Threads), kThreads, 0, f(X(0)),
-             f(X(1)), f(X(2)), f(X(3)), B, S, Hl, NH, Causal, Which,
-             static_cast<const double *>(Stats),
-             static_cast<const double *>(Delta), Dr, f(Y));
+        launchOn(Compute, attentionDeltaKernel, blocksFor(Threads), kThreads, 0,
+                 f(X(0)), f(X(1)), f(X(2)), f(X(3)), B, S, Hl, NH, Causal,
+                 static_cast<const double *>(Stats), Dr, Delta);
+      launchOn(Compute, attentionGradKernel, blocksFor(Threads), kThreads, 0,
+               f(X(0)), f(X(1)), f(X(2)), f(X(3)), B, S, Hl, NH, Causal, Which,
+               static_cast<const double *>(Stats),
+               static_cast<const double *>(Delta), Dr, f(Y));
       return;
     }
     case op::Transpose: {
@@ -778,8 +783,8 @@ private:
         Pm.OutShape[D] = A[size_t(Int(unsigned(D)))];
         Pm.InStride[D] = Stride[size_t(Int(unsigned(D)))];
       }
-      launchOn(Compute, transposeKernel, blocksFor(NY), kThreads, 0, f(X(0)), f(Y), NY,
-             Pm);
+      launchOn(Compute, transposeKernel, blocksFor(NY), kThreads, 0, f(X(0)),
+               f(Y), NY, Pm);
       return;
     }
     case op::CrossEntropy: {
@@ -789,19 +794,19 @@ private:
       }
       double *Out =
           static_cast<double *>(scratch(size_t(Rows) * sizeof(double)));
-      launchOn(Compute, crossEntropyRowsKernel, rowBlocks(Rows), kThreads, 0, f(X(0)),
-             Rows, Last, i32(X(1)), Out, Faults + kFaultBadToken);
-      const double Norm = NumInts() && Int(0) > 0 ? double(Int(0))
-                                                  : double(Rows);
-      launchOn(Compute, sumRowsKernel, 1, 1, 0, static_cast<const double *>(Out), Rows,
-             Norm, f(Y));
+      launchOn(Compute, crossEntropyRowsKernel, rowBlocks(Rows), kThreads, 0,
+               f(X(0)), Rows, Last, i32(X(1)), Out, Faults + kFaultBadToken);
+      const double Norm =
+          NumInts() && Int(0) > 0 ? double(Int(0)) : double(Rows);
+      launchOn(Compute, sumRowsKernel, 1, 1, 0,
+               static_cast<const double *>(Out), Rows, Norm, f(Y));
       return;
     }
     case op::CrossEntropyStats:
-      launchOn(Compute, crossEntropyStatsKernel, rowBlocks(Rows * (shape(Y).back() / 3)),
-             kThreads, 0, f(X(0)), Rows, Last, i32(X(1)), Int(0),
-             vocabSize(Int(0) + Last), shape(Y).back() / 3, f(Y),
-             Faults + kFaultBadToken);
+      launchOn(Compute, crossEntropyStatsKernel,
+               rowBlocks(Rows * (shape(Y).back() / 3)), kThreads, 0, f(X(0)),
+               Rows, Last, i32(X(1)), Int(0), vocabSize(Int(0) + Last),
+               shape(Y).back() / 3, f(Y), Faults + kFaultBadToken);
       return;
     case op::CrossEntropyFromStats: {
       if (Rows == 0 || Last == 0) {
@@ -810,12 +815,12 @@ private:
       }
       double *Out =
           static_cast<double *>(scratch(size_t(Rows) * sizeof(double)));
-      launchOn(Compute, crossEntropyFromStatsKernel, blocksFor(Rows), kThreads, 0,
-             static_cast<const float *>(f(X(0))), Rows, Last / 3, Out);
-      const double Norm = NumInts() && Int(0) > 0 ? double(Int(0))
-                                                  : double(Rows);
-      launchOn(Compute, sumRowsKernel, 1, 1, 0, static_cast<const double *>(Out), Rows,
-             Norm, f(Y));
+      launchOn(Compute, crossEntropyFromStatsKernel, blocksFor(Rows), kThreads,
+               0, static_cast<const float *>(f(X(0))), Rows, Last / 3, Out);
+      const double Norm =
+          NumInts() && Int(0) > 0 ? double(Int(0)) : double(Rows);
+      launchOn(Compute, sumRowsKernel, 1, 1, 0,
+               static_cast<const double *>(Out), Rows, Norm, f(Y));
       return;
     }
     case op::CrossEntropyGrad: {
@@ -823,22 +828,27 @@ private:
                               ? double(Int(0))
                               : double(std::max<int64_t>(Rows, 1));
       if (In.inputs()->size() == 4) { // one vocabulary block, with stats
-        launchOn(Compute, crossEntropyGradFromStatsKernel, blocksFor(NY), kThreads, 0,
-               f(X(0)), Rows, Last, i32(X(1)),
-               static_cast<const float *>(f(X(3))), shape(X(3)).back() / 3,
-               Int(1), static_cast<const float *>(f(X(2))), Norm, f(Y));
+        const int64_t Blocks = shape(X(3)).back() / 3;
+        double *Lse =
+            static_cast<double *>(scratch(size_t(Rows) * sizeof(double)));
+        launchOn(Compute, logSumExpOfBlocksKernel, blocksFor(Rows), kThreads, 0,
+                 static_cast<const float *>(f(X(3))), Rows, Blocks, Lse);
+        launchOn(Compute, crossEntropyGradFromStatsKernel, blocksFor(NY),
+                 kThreads, 0, f(X(0)), Rows, Last, i32(X(1)),
+                 static_cast<const double *>(Lse), Int(1),
+                 static_cast<const float *>(f(X(2))), Norm, f(Y));
         return;
       }
-      launchOn(Compute, crossEntropyGradKernel, rowBlocks(Rows), kThreads, 0, f(X(0)),
-             Rows, Last, i32(X(1)), static_cast<const float *>(f(X(2))), Norm,
-             f(Y));
+      launchOn(Compute, crossEntropyGradKernel, rowBlocks(Rows), kThreads, 0,
+               f(X(0)), Rows, Last, i32(X(1)),
+               static_cast<const float *>(f(X(2))), Norm, f(Y));
       return;
     }
     case op::EmbeddingGrad:
       check(cudaMemsetAsync(Ptr[Y], 0, Bytes[Y], Compute), "cudaMemsetAsync");
-      launchOn(Compute, embeddingGradKernel, blocksFor(numel(X(2))), kThreads, 0,
-             i32(X(1)), numel(X(1)), static_cast<const float *>(f(X(2))),
-             A[0], A[1], Int(0), f(Y));
+      launchOn(Compute, embeddingGradKernel, blocksFor(numel(X(2))), kThreads,
+               0, i32(X(1)), numel(X(1)), static_cast<const float *>(f(X(2))),
+               A[0], A[1], Int(0), f(Y));
       return;
     case op::PositionEmbeddingGrad:
       // Rows below S are dy, the rest zero.
@@ -849,8 +859,18 @@ private:
       if (NY == 0)
         return;
       const bool Add = NumInts() > 0 && Int(0) != 0 && Accumulating;
-      launchOn(Compute, sumLeadingKernel, blocksFor(NY), kThreads, 0, f(X(0)),
-             numel(X(0)) / NY, NY, f(Y), int(Add));
+      // Two passes: chunks of rows summed in parallel, then the chunks'
+      // sums in order (a bias gradient has few columns and many rows).
+      const int64_t Outer = numel(X(0)) / NY;
+      const int64_t RowsPer = 64;
+      const int64_t Chunks =
+          std::max<int64_t>(1, (Outer + RowsPer - 1) / RowsPer);
+      double *Parts =
+          static_cast<double *>(scratch(size_t(Chunks * NY) * sizeof(double)));
+      launchOn(Compute, sumLeadingPartsKernel, blocksFor(Chunks * NY), kThreads,
+               0, f(X(0)), Outer, NY, RowsPer, Chunks, Parts);
+      launchOn(Compute, sumLeadingTotalKernel, blocksFor(NY), kThreads, 0,
+               static_cast<const double *>(Parts), Chunks, NY, f(Y), int(Add));
       return;
     }
     case op::SumSquares: {
@@ -858,10 +878,10 @@ private:
       const unsigned Blocks = reductionBlocks(numel(X(0)));
       double *Parts =
           static_cast<double *>(scratch(size_t(Blocks) * sizeof(double)));
-      launchOn(Compute, sumSquaresPartsKernel, Blocks, kThreads, 0, f(X(0)), numel(X(0)),
-             Parts);
+      launchOn(Compute, sumSquaresPartsKernel, Blocks, kThreads, 0, f(X(0)),
+               numel(X(0)), Parts);
       launchOn(Compute, sumPartsKernel, 1, kThreads, 0,
-             static_cast<const double *>(Parts), int64_t(Blocks), f(Y));
+               static_cast<const double *>(Parts), int64_t(Blocks), f(Y));
       return;
     }
     case op::ClipCoefficient:
@@ -870,16 +890,16 @@ private:
     case op::AdamW: {
       const double Bc1 = 1.0 - std::pow(Flt(0), double(Step));
       const double Bc2 = 1.0 - std::pow(Flt(1), double(Step));
-      launchOn(Compute, adamwKernel, blocksFor(NY), kThreads, 0, f(Y), f(X(1)), NY,
-             static_cast<const float *>(f(X(2))),
-             static_cast<float *>(MomentM[Idx]),
-             static_cast<float *>(MomentV[Idx]), Lr, Flt(0), Flt(1), Flt(2),
-             Flt(3), Bc1, Bc2);
+      launchOn(Compute, adamwKernel, blocksFor(NY), kThreads, 0, f(Y), f(X(1)),
+               NY, static_cast<const float *>(f(X(2))),
+               static_cast<float *>(MomentM[Idx]),
+               static_cast<float *>(MomentV[Idx]), Lr, Flt(0), Flt(1), Flt(2),
+               Flt(3), Bc1, Bc2);
       return;
     }
     case op::Accumulate:
-      launchOn(Compute, accumulateKernel, blocksFor(NY), kThreads, 0, f(X(0)), NY, f(Y),
-             int(Accumulating));
+      launchOn(Compute, accumulateKernel, blocksFor(NY), kThreads, 0, f(X(0)),
+               NY, f(Y), int(Accumulating));
       return;
     case op::Dropout: {
       // ints [stream, r, global shape (r), offset (r)], floats [rate].
@@ -896,8 +916,8 @@ private:
         copy(Y, X(0));
         return;
       }
-      launchOn(Compute, dropoutKernel, blocksFor(NY), kThreads, 0, f(X(0)), NY, Bl,
-             dropoutKeyOf(Int(0)), double(Flt(0)), f(Y));
+      launchOn(Compute, dropoutKernel, blocksFor(NY), kThreads, 0, f(X(0)), NY,
+               Bl, dropoutKeyOf(Int(0)), double(Flt(0)), f(Y));
       return;
     }
     case op::Fused:
@@ -1044,9 +1064,9 @@ private:
       if (Y != X(0))
         copy(Y, X(0));
       Issue = [=] {
-        check(ncclAllReduce(f(Y), f(Y), size_t(NY), ncclFloat, ncclSum, C,
-                            Comm),
-              "ncclAllReduce");
+        check(
+            ncclAllReduce(f(Y), f(Y), size_t(NY), ncclFloat, ncclSum, C, Comm),
+            "ncclAllReduce");
       };
     } else if (In.op() == op::AllReduce) {
       // A bucket: one collective over the inputs laid end to end.
@@ -1088,8 +1108,8 @@ private:
                 "ncclAllGather");
         };
       } else {
-        float *Chunks = reinterpret_cast<float *>(
-            commScratch(size_t(NX * G) * 4));
+        float *Chunks =
+            reinterpret_cast<float *>(commScratch(size_t(NX * G) * 4));
         Staged = reinterpret_cast<const char *>(Chunks);
         StagedBytes = size_t(NX * G) * 4;
         const int64_t Row = A[size_t(In.ints()->Get(0))] * Inner;
@@ -1106,8 +1126,8 @@ private:
       waitForCollectives(Touched);
       const float *Send = f(X(0));
       if (Outer != 1) {
-        float *Laid = reinterpret_cast<float *>(
-            commScratch(size_t(numel(X(0))) * 4));
+        float *Laid =
+            reinterpret_cast<float *>(commScratch(size_t(numel(X(0))) * 4));
         Staged = reinterpret_cast<const char *>(Laid);
         StagedBytes = size_t(numel(X(0))) * 4;
         const int64_t Row = shape(Y)[size_t(In.ints()->Get(0))] * Inner;
@@ -1155,28 +1175,31 @@ private:
     // The scale as the CPU's attention computes it.
     const float Scale = float(1.0 / std::sqrt(double(D)));
     if (Which < 0) {
-      launchOn(Compute, flashForwardKernel<D>, Blocks, kFlashRows, 0, Q, K, V, S, Hl, NH,
-             Causal, Scale, Dr, Out, static_cast<float *>(nullptr));
+      launchOn(Compute, flashForwardKernel<D>, Blocks, kFlashRows, 0, Q, K, V,
+               S, Hl, NH, Causal, Scale, Dr, Out,
+               static_cast<float *>(nullptr));
       return;
     }
     // Scratch: each row's max and 1 / sum, then its delta.
     float *Stats = static_cast<float *>(scratch(size_t(B * NH * S) * 12));
     float *Delta = Stats + 2 * B * NH * S;
-    launchOn(Compute, flashForwardKernel<D>, Blocks, kFlashRows, 0, Q, K, V, S, Hl, NH,
-           Causal, Scale, Dr, static_cast<float *>(nullptr), Stats);
+    launchOn(Compute, flashForwardKernel<D>, Blocks, kFlashRows, 0, Q, K, V, S,
+             Hl, NH, Causal, Scale, Dr, static_cast<float *>(nullptr), Stats);
     if (Which == 0) {
-      launchOn(Compute, flashQueryGradKernel<D>, Blocks, kFlashRows, 0, Q, K, V, DY, S,
-             Hl, NH, Causal, Scale, Dr, static_cast<const float *>(Stats), Delta,
-             Out);
+      launchOn(Compute, flashQueryGradKernel<D>, Blocks, kFlashRows, 0, Q, K, V,
+               DY, S, Hl, NH, Causal, Scale, Dr,
+               static_cast<const float *>(Stats), Delta, Out);
       return;
     }
     if (Which == 1)
-      launchOn(Compute, flashQueryGradKernel<D>, Blocks, kFlashRows, 0, Q, K, V, DY, S,
-             Hl, NH, Causal, Scale, Dr, static_cast<const float *>(Stats), Delta,
-             static_cast<float *>(nullptr));
-    launchOn(Compute, flashKeyGradKernel<D>, Blocks, kFlashRows, 0, Q, K, V, DY, S, Hl,
-           NH, Causal, Scale, Which, Dr, static_cast<const float *>(Stats),
-           static_cast<const float *>(Delta), Out);
+      launchOn(Compute, flashQueryGradKernel<D>, Blocks, kFlashRows, 0, Q, K, V,
+               DY, S, Hl, NH, Causal, Scale, Dr,
+               static_cast<const float *>(Stats), Delta,
+               static_cast<float *>(nullptr));
+    launchOn(Compute, flashKeyGradKernel<D>, Blocks, kFlashRows, 0, Q, K, V, DY,
+             S, Hl, NH, Causal, Scale, Which, Dr,
+             static_cast<const float *>(Stats),
+             static_cast<const float *>(Delta), Out);
   }
 
   /// Device scratch of at least \p N bytes (its contents do not persist
@@ -1241,9 +1264,10 @@ private:
 } // namespace
 } // namespace megac_rt
 
-extern "C" megac_rt::DeviceRun *
-megacCreateCudaRun(const Program *P, uint32_t Rank, int Device,
-                   const DeviceBootstrap *Boot, char *Err, size_t ErrSize) {
+extern "C" megac_rt::DeviceRun *megacCreateCudaRun(const Program *P,
+                                                   uint32_t Rank, int Device,
+                                                   const DeviceBootstrap *Boot,
+                                                   char *Err, size_t ErrSize) {
   // Every rank finds out whether all can go on before any joins a
   // communicator, so that one rank's missing device does not leave the
   // others waiting in NCCL.

@@ -1,4 +1,5 @@
-//===- device_run.h - A plan run on an accelerator, behind a C entry ---*- C++ -*-===//
+//===- device_run.h - A plan run on an accelerator, behind a C entry ---*- C++
+//-*-===//
 //
 // megac-run stays free of CUDA: the CUDA backend is a plugin
 // (libmegac_cuda.so, built where the CUDA toolkit is) that megac-run loads

@@ -7,10 +7,10 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <deque>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -86,7 +86,9 @@ inline void makeContext(Context &C, char *Stack, size_t Bytes,
 struct Context {
   ucontext_t U;
 };
-inline void switchTo(Context &Save, Context &To) { swapcontext(&Save.U, &To.U); }
+inline void switchTo(Context &Save, Context &To) {
+  swapcontext(&Save.U, &To.U);
+}
 inline void makeContext(Context &C, char *Stack, size_t Bytes,
                         void (*Entry)()) {
   getcontext(&C.U);
@@ -146,8 +148,7 @@ void *dynamicShared() { return scheduler().Shared.data(); }
   std::abort(); // a finished fiber is never resumed
 }
 
-const SimtApi TheApi = {currentThread, syncThreads, shuffleXor,
-                        dynamicShared};
+const SimtApi TheApi = {currentThread, syncThreads, shuffleXor, dynamicShared};
 
 struct BindApi {
   BindApi() { simtApi = &TheApi; }
@@ -177,8 +178,8 @@ void launchNow(Dim3 Grid, Dim3 Block, size_t SharedBytes,
           F.State.GridSize = Grid;
           F.State.BlockSize = Block;
           F.State.Thread = {unsigned(T % Block.x),
-                               unsigned(T / Block.x % Block.y),
-                               unsigned(T / (size_t(Block.x) * Block.y))};
+                            unsigned(T / Block.x % Block.y),
+                            unsigned(T / (size_t(Block.x) * Block.y))};
           makeContext(F.Ctx, F.Stack.get(), kStackBytes, fiberEntry);
         }
         // Each pass runs every live fiber to its end or to the barrier;
@@ -306,14 +307,14 @@ CUresult moduleFromSource(CUmodule *M, const std::string &Source,
            "void **Args) {\n  megac_emu::simtApi = A;\n  "
         << Name << "(";
     for (size_t K = 0; K < ParamTypes.size(); ++K)
-      Out << (K ? ", " : "") << "*static_cast<" << ParamTypes[K]
-          << " *>(Args[" << K << "])";
+      Out << (K ? ", " : "") << "*static_cast<" << ParamTypes[K] << " *>(Args["
+          << K << "])";
     Out << ");\n}\n";
   }
   Error = run(std::string(MEGAC_EMU_CXX) +
               " -std=c++17 -O1 -shared -fPIC -w -o " + Lib + " " + Src);
-  void *Handle = Error.empty() ? ::dlopen(Lib.c_str(), RTLD_NOW | RTLD_LOCAL)
-                               : nullptr;
+  void *Handle =
+      Error.empty() ? ::dlopen(Lib.c_str(), RTLD_NOW | RTLD_LOCAL) : nullptr;
   if (Error.empty() && !Handle)
     Error = ::dlerror();
   ::unlink(Src.c_str());
@@ -514,17 +515,17 @@ cublasStatus_t cublasSetMathMode(cublasHandle_t, cublasMath_t) {
 }
 
 namespace {
-cublasStatus_t gemmNow(
-    cublasHandle_t, cublasOperation_t TransA, cublasOperation_t TransB, int M,
-    int N, int K, const float *Alpha, const float *A, int Lda,
-    long long StrideA, const float *B, int Ldb, long long StrideB,
-    const float *Beta, float *C, int Ldc, long long StrideC, int BatchCount) {
+cublasStatus_t gemmNow(cublasHandle_t, cublasOperation_t TransA,
+                       cublasOperation_t TransB, int M, int N, int K,
+                       const float *Alpha, const float *A, int Lda,
+                       long long StrideA, const float *B, int Ldb,
+                       long long StrideB, const float *Beta, float *C, int Ldc,
+                       long long StrideC, int BatchCount) {
   // cuBLAS checks its leading dimensions; so does the stand-in, since a
   // wrong one is exactly the mistake it is here to catch.
   if (M < 0 || N < 0 || K < 0 ||
       Lda < std::max(1, TransA == CUBLAS_OP_N ? M : K) ||
-      Ldb < std::max(1, TransB == CUBLAS_OP_N ? K : N) ||
-      Ldc < std::max(1, M))
+      Ldb < std::max(1, TransB == CUBLAS_OP_N ? K : N) || Ldc < std::max(1, M))
     return CUBLAS_STATUS_INVALID_VALUE;
   for (int Batch = 0; Batch < BatchCount; ++Batch) {
     const float *Ab = A + Batch * StrideA, *Bb = B + Batch * StrideB;
@@ -559,8 +560,7 @@ cublasStatus_t cublasSgemmStridedBatched(
   const float Al = *Alpha, Be = *Beta;
   if (M < 0 || N < 0 || K < 0 ||
       Lda < std::max(1, TransA == CUBLAS_OP_N ? M : K) ||
-      Ldb < std::max(1, TransB == CUBLAS_OP_N ? K : N) ||
-      Ldc < std::max(1, M))
+      Ldb < std::max(1, TransB == CUBLAS_OP_N ? K : N) || Ldc < std::max(1, M))
     return CUBLAS_STATUS_INVALID_VALUE;
   megac_emu::submit(H->Stream, [=] {
     gemmNow(H, TransA, TransB, M, N, K, &Al, A, Lda, StrideA, B, Ldb, StrideB,
@@ -580,8 +580,7 @@ cublasStatus_t cublasGemmEx(cublasHandle_t H, cublasOperation_t TransA,
     return CUBLAS_STATUS_INVALID_VALUE;
   if (M < 0 || N < 0 || K < 0 ||
       Lda < std::max(1, TransA == CUBLAS_OP_N ? M : K) ||
-      Ldb < std::max(1, TransB == CUBLAS_OP_N ? K : N) ||
-      Ldc < std::max(1, M))
+      Ldb < std::max(1, TransB == CUBLAS_OP_N ? K : N) || Ldc < std::max(1, M))
     return CUBLAS_STATUS_INVALID_VALUE;
   const float Al = *static_cast<const float *>(Alpha),
               Be = *static_cast<const float *>(Beta);

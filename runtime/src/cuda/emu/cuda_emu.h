@@ -1,7 +1,8 @@
-//===- cuda_emu.h - The CUDA APIs the backend uses, on the host ---*- C++ -*-===//
+//===- cuda_emu.h - The CUDA APIs the backend uses, on the host ---*- C++
+//-*-===//
 //
-// A host stand-in for the part of the CUDA runtime, driver, cuBLAS and NCCL APIs
-// that runtime/src/cuda/cuda_run.cu calls, so that the very same backend
+// A host stand-in for the part of the CUDA runtime, driver, cuBLAS and NCCL
+// APIs that runtime/src/cuda/cuda_run.cu calls, so that the very same backend
 // source builds without the toolkit and runs in CI as
 // libmegac_cuda_emu.so: device memory is host memory, kernels run on the
 // SIMT emulator (simt.h), GEMMs are a reference loop with cuBLAS's
@@ -69,8 +70,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t S);
 cudaError_t cudaStreamSynchronize(cudaStream_t S);
 cudaError_t cudaMemcpyAsync(void *Dst, const void *Src, size_t Bytes,
                             cudaMemcpyKind Kind, cudaStream_t S);
-cudaError_t cudaMemsetAsync(void *Ptr, int Value, size_t Bytes,
-                            cudaStream_t S);
+cudaError_t cudaMemsetAsync(void *Ptr, int Value, size_t Bytes, cudaStream_t S);
 /// Events record the host's clock: the emulation runs everything at once.
 using cudaEvent_t = struct CUevent_st *;
 cudaError_t cudaEventCreate(cudaEvent_t *E);
@@ -153,7 +153,6 @@ cublasStatus_t cublasSgemmStridedBatched(
     const float *Beta, float *C, int Ldc, long long StrideC, int BatchCount);
 
 //===-- NCCL, over MPI (the ranks are megac-run's MPI processes) ---------===//
-
 
 const char *ncclGetErrorString(ncclResult_t R);
 ncclResult_t ncclGetUniqueId(ncclUniqueId *Id);

@@ -19,7 +19,9 @@ struct ncclComm {
 };
 
 namespace {
-ncclResult_t ok(int Rc) { return Rc == MPI_SUCCESS ? ncclSuccess : ncclSystemError; }
+ncclResult_t ok(int Rc) {
+  return Rc == MPI_SUCCESS ? ncclSuccess : ncclSystemError;
+}
 } // namespace
 // (MPI's default error handler ends the job on a failed collective, so a
 // queued one has no status to return.)
