@@ -1,5 +1,4 @@
-//===- cuda_kernels.cuh - The CUDA backend's hand-written kernels -*- CUDA
-//-*-===//
+//===- cuda_kernels.cuh - The CUDA backend's own kernels -------*- CUDA -*-===//
 //
 // Each kernel computes what its CPU counterpart in runtime/src/kernels.cpp
 // computes, with sums in double where the CPU sums in double, so that the

@@ -1,5 +1,4 @@
-//===- device_run.h - A plan run on an accelerator, behind a C entry ---*- C++
-//-*-===//
+//===- device_run.h - A plan on a device, behind a C entry ------*- C++ -*-===//
 //
 // megac-run stays free of CUDA: the CUDA backend is a plugin
 // (libmegac_cuda.so, built where the CUDA toolkit is) that megac-run loads

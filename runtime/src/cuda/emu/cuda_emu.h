@@ -1,5 +1,4 @@
-//===- cuda_emu.h - The CUDA APIs the backend uses, on the host ---*- C++
-//-*-===//
+//===- cuda_emu.h - The CUDA APIs the backend uses, on the host -*- C++ -*-===//
 //
 // A host stand-in for the part of the CUDA runtime, driver, cuBLAS and NCCL
 // APIs that runtime/src/cuda/cuda_run.cu calls, so that the very same backend

@@ -1,5 +1,4 @@
-//===- nccl_types.h - NCCL's types where nccl.h is not -----------*- C++
-//-*-===//
+//===- nccl_types.h - NCCL's types where nccl.h is not ----------*- C++ -*-===//
 //
 // The subset of nccl.h's types the CUDA backend uses, with NCCL's values:
 // for the host emulation (nccl_emu.cpp) and for a backend built without

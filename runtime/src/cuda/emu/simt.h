@@ -1,5 +1,4 @@
-//===- simt.h - CUDA kernel code compiled for the host -------------*- C++
-//-*-===//
+//===- simt.h - CUDA kernel code compiled for the host ----------*- C++ -*-===//
 //
 // The CUDA backend's kernels have to be tested where no GPU is (CI). This
 // header lets a host C++ compiler build CUDA kernel source unchanged: the
