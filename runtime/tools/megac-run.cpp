@@ -284,9 +284,6 @@ bool updatesParams(const RankProgram &RP) {
 void checkModeOptions(const Options &O, const Setup &S, const Program &P) {
   const RankProgram &RP = *P.ranks()->Get(uint32_t(WorldRank));
   const std::string Plan = O.plan;
-  if (O.backend == "cuda" && S.mode == Mode::Generate)
-    throw RunError("--backend cuda runs forward plans and training steps so "
-                   "far; --generate runs on the CPU backend");
   if (S.mode == Mode::Generate && !O.profile.empty())
     throw RunError("--profile times forward runs and training steps, not "
                    "--generate");
@@ -830,6 +827,12 @@ public:
     }
   }
   void setLearningRate(double L) { Lr = L; }
+  /// Generation: the forward part on the inputs as they are, dropout off.
+  void forward() {
+    Run->setInference(true);
+    uploadInputs();
+    Run->run(0, E.forwardEnd(), 0, /*Training=*/false);
+  }
 
   /// Copies buffer \p Id back into the executor's.
   void pull(uint32_t Id) {
@@ -1146,6 +1149,17 @@ int runGeneration(const Options &O, Setup &S) {
   // The rank whose logits choose the token (on a pipeline: the first of
   // the last stage); every other rank receives its choice.
   const int Chooser = outputRank(P, "logits");
+  std::unique_ptr<DeviceSession> Dev;
+  if (O.backend == "cuda") {
+    std::string Err;
+    try {
+      Dev = std::make_unique<DeviceSession>(E);
+    } catch (const std::exception &Ex) {
+      Err = Ex.what();
+    }
+    if (!agree(Err))
+      return 1;
+  }
   auto Start = std::chrono::steady_clock::now();
   int64_t New = 0;
   while (New < O.maxNewTokens && int64_t(Toks.size()) < Seq) {
@@ -1161,7 +1175,13 @@ int runGeneration(const Options &O, Setup &S) {
             D[Bi * Seq + Si] =
                 Si + Shift < Len ? Toks[size_t(Si + Shift)] : 0;
       }
-      E.runForward(*Comm);
+      if (Dev) {
+        Dev->forward();
+        if (WorldRank == Chooser)
+          Dev->pull(S.logitsBuf);
+      } else {
+        E.runForward(*Comm);
+      }
       if (WorldRank == Chooser) {
         const float *Row =
             E.buffer(S.logitsBuf).f.data() + size_t((Len - 1) * V);

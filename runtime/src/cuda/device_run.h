@@ -31,6 +31,8 @@ public:
   /// run's seed and the plan's micro-batches per step (dropout keys count
   /// micro-batches). Before any call: step 1, the plan's seed.
   virtual void setStep(int64_t Step, double Lr, uint64_t Seed) = 0;
+  /// Inference (generation): dropout is the identity. Off by default.
+  virtual void setInference(bool On) = 0;
   /// Runs instructions [Begin, End) once, as micro-batch \p Micro of the
   /// step (gradient accumulation); \p Training skips generation-only
   /// instructions (the logits). Throws std::runtime_error naming the
