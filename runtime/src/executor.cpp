@@ -13,6 +13,7 @@
 #include "rng.h"
 
 #include <algorithm>
+#include <functional>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -295,36 +296,47 @@ void Executor::activateSlot(uint32_t Slot) {
   ActiveSlot = Slot;
 }
 
-RunStats Executor::runPipeline(Collectives &C, uint32_t End, RunStats Stats) {
-  const int64_t M = microBatches();
+void forEachPipelineTask(
+    const RankProgram &RP, int64_t MicroBatches, uint32_t Slots,
+    const std::function<void(const Task &, uint32_t Slot, bool First)> &Fn) {
   const uint32_t NTasks = RP.schedule()->size();
   // A micro-batch holds a slot from its first task on this rank to its
   // last (the memory plan counts the same way).
-  std::vector<int64_t> LastTask(size_t(M), -1), SlotOf(size_t(M), -1);
+  std::vector<int64_t> LastTask(size_t(MicroBatches), -1),
+      SlotOf(size_t(MicroBatches), -1);
   for (uint32_t T = 0; T < NTasks; ++T)
     LastTask[RP.schedule()->Get(T)->micro_batch()] = T;
   std::vector<uint32_t> Free;
-  for (uint32_t S = uint32_t(SlotTensors.size()); S-- > 0;)
+  for (uint32_t S = Slots; S-- > 0;)
     Free.push_back(S);
   for (uint32_t T = 0; T < NTasks; ++T) {
     const Task &Tk = *RP.schedule()->Get(T);
     const int64_t K = Tk.micro_batch();
-    if (SlotOf[size_t(K)] < 0) {
+    const bool First = SlotOf[size_t(K)] < 0;
+    if (First) {
       if (Free.empty())
         throw RunError("internal error: no buffer slot free for micro-batch " +
                        std::to_string(K));
       SlotOf[size_t(K)] = Free.back();
       Free.pop_back();
-      activateSlot(uint32_t(SlotOf[size_t(K)]));
-      loadMicroBatch(K);
     }
-    activateSlot(uint32_t(SlotOf[size_t(K)]));
-    CurMicro = K;
-    const Segment &Seg = *RP.segments()->Get(Tk.segment());
-    Stats = runRange(C, Seg.begin(), Seg.end(), Stats);
+    Fn(Tk, uint32_t(SlotOf[size_t(K)]), First);
     if (LastTask[size_t(K)] == int64_t(T))
       Free.push_back(uint32_t(SlotOf[size_t(K)]));
   }
+}
+
+RunStats Executor::runPipeline(Collectives &C, uint32_t End, RunStats Stats) {
+  forEachPipelineTask(
+      RP, microBatches(), uint32_t(SlotTensors.size()),
+      [&](const Task &Tk, uint32_t Slot, bool First) {
+        activateSlot(Slot);
+        if (First)
+          loadMicroBatch(Tk.micro_batch());
+        CurMicro = Tk.micro_batch();
+        const Segment &Seg = *RP.segments()->Get(Tk.segment());
+        Stats = runRange(C, Seg.begin(), Seg.end(), Stats);
+      });
   // The sums are complete: the once-per-step part (reduction, update).
   CurMicro = 0;
   Stats = runRange(C, uint32_t(RP.accumulate_end()), End, Stats);

@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <functional>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -342,6 +343,15 @@ private:
   /// A Send or Recv of the current micro-batch.
   void transfer(const megac::plan::Instr &In, Collectives &C);
 };
+
+/// Walks rank program \p RP's pipeline schedule for one step: \p Fn gets
+/// each task in order with the buffer slot its micro-batch holds (from its
+/// first task on this rank to its last; \p First on the first, when its
+/// inputs are loaded). Used by every backend, so they agree on slots.
+void forEachPipelineTask(
+    const megac::plan::RankProgram &RP, int64_t MicroBatches, uint32_t Slots,
+    const std::function<void(const megac::plan::Task &, uint32_t Slot,
+                             bool First)> &Fn);
 
 /// "[4x64x512]".
 std::string shapeString(const std::vector<int64_t> &Shape);

@@ -739,8 +739,15 @@ bool writeProfile(const Options &O, const Setup &S, const std::string &Where,
 /// The CUDA backend plugin: libmegac_cuda.so beside this executable, or
 /// the library MEGAC_CUDA_PLUGIN names (libmegac_cuda_emu.so runs the same
 /// backend on a host emulation of CUDA, for tests without a GPU).
-std::unique_ptr<DeviceRun> openCudaRun(Executor &E) {
-  const Program &P = E.program();
+/// What the plugin calls back into: the rank's executor (its progress,
+/// for the watchdog) and its host messages (pipeline transfers).
+struct DeviceHost {
+  Executor *E;
+  Collectives *C;
+};
+
+std::unique_ptr<DeviceRun> openCudaRun(DeviceHost &Host) {
+  const Program &P = Host.E->program();
   char Self[4096];
   ssize_t Len = ::readlink("/proc/self/exe", Self, sizeof(Self) - 1);
   std::string Dir = Len > 0 ? std::string(Self, size_t(Len)) : "";
@@ -772,14 +779,30 @@ std::unique_ptr<DeviceRun> openCudaRun(Executor &E) {
   char Err[1024] = {0};
   // The plugin's communicators get their ids over MPI.
   DeviceBootstrap Boot;
-  Boot.Ctx = &E;
+  Boot.Ctx = &Host;
   Boot.allGather = [](const void *Mine, size_t Bytes, void *All, void *) {
     return MPI_Allgather(Mine, int(Bytes), MPI_BYTE, All, int(Bytes),
                          MPI_BYTE, MPI_COMM_WORLD) == MPI_SUCCESS;
   };
   // The device's progress is the watchdog's heartbeat.
   Boot.progress = [](uint32_t I, bool Waiting, void *Ctx) {
-    static_cast<Executor *>(Ctx)->notePosition(I, Waiting);
+    static_cast<DeviceHost *>(Ctx)->E->notePosition(I, Waiting);
+  };
+  // Pipeline transfers travel as the CPU backend's do.
+  Boot.transfer = [](int Peer, int64_t Tag, void *Data, size_t Bytes,
+                     bool Send, void *Ctx) {
+    Collectives *C = static_cast<DeviceHost *>(Ctx)->C;
+    if (!C)
+      return false;
+    try {
+      if (Send)
+        C->send(Peer, Tag, Data, Bytes);
+      else
+        C->recv(Peer, Tag, Data, Bytes);
+    } catch (const std::exception &) {
+      return false;
+    }
+    return true;
   };
   DeviceRun *Run =
       Fn(&P, uint32_t(WorldRank), Device, &Boot, Err, sizeof(Err));
@@ -793,7 +816,9 @@ std::unique_ptr<DeviceRun> openCudaRun(Executor &E) {
 /// prepares its parameters and inputs on the host (and saves checkpoints).
 class DeviceSession {
 public:
-  explicit DeviceSession(Executor &E) : E(E), Run(openCudaRun(E)) {
+  /// \p C carries pipeline transfers (may be null without a pipeline).
+  explicit DeviceSession(Executor &E, Collectives *C = nullptr)
+      : E(E), Host{&E, C}, Run(openCudaRun(Host)) {
     Run->setStep(1, 0.0, E.seed());
     const RankProgram &RP = E.rankProgram();
     if (RP.params())
@@ -814,7 +839,23 @@ public:
     const uint32_t AccEnd =
         RP.accumulate_end() >= 0 ? uint32_t(RP.accumulate_end()) : 0;
     Run->setStep(E.step(), Lr, E.seed());
-    if (M > 1 && AccEnd > 0) {
+    if (E.pipelined()) {
+      // The schedule's tasks, each micro-batch in its buffer slot, as the
+      // CPU backend runs them; then the once-per-step part.
+      forEachPipelineTask(
+          RP, M, Run->slots(), [&](const Task &Tk, uint32_t Slot, bool First) {
+            Run->activateSlot(Slot);
+            if (First) {
+              E.loadMicroBatch(Tk.micro_batch());
+              uploadInputs();
+            }
+            const Segment &Seg = *RP.segments()->Get(Tk.segment());
+            Run->run(Seg.begin(), Seg.end(), Tk.micro_batch(), Training);
+          });
+      Run->run(AccEnd, End, 0, Training);
+      if (Host.C)
+        Host.C->finishSends();
+    } else if (M > 1 && AccEnd > 0) {
       for (int64_t K = 0; K < M; ++K) {
         E.loadMicroBatch(K);
         uploadInputs();
@@ -829,6 +870,8 @@ public:
   void setLearningRate(double L) { Lr = L; }
   /// Generation: the forward part on the inputs as they are, dropout off.
   void forward() {
+    if (E.pipelined())
+      throw RunError("--generate from pipeline plans runs on the CPU backend");
     Run->setInference(true);
     uploadInputs();
     Run->run(0, E.forwardEnd(), 0, /*Training=*/false);
@@ -868,6 +911,7 @@ private:
   }
 
   Executor &E;
+  DeviceHost Host; // before Run: the plugin keeps a pointer to it
   std::unique_ptr<DeviceRun> Run;
   double Lr = 0;
 };
@@ -925,7 +969,7 @@ int runTraining(const Options &O, Setup &S) {
   if (O.backend == "cuda") {
     std::string Err;
     try {
-      Dev = std::make_unique<DeviceSession>(E);
+      Dev = std::make_unique<DeviceSession>(E, Comm.get());
     } catch (const std::exception &Ex) {
       Err = Ex.what();
     }
@@ -955,7 +999,8 @@ int runTraining(const Options &O, Setup &S) {
       if (Dev) {
         Dev->setLearningRate(Lr);
         Dev->step(/*Training=*/true);
-        Dev->pull(S.lossBuf);
+        if (LossRoot < 0 || LossRoot == WorldRank)
+          Dev->pull(S.lossBuf);
       } else {
         E.run(*Comm);
       }

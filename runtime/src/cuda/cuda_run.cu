@@ -68,6 +68,7 @@ public:
           const DeviceBootstrap *Boot)
       : P(P), RP(*P.ranks()->Get(Rank)), Seed(P.seed()),
         Progress(Boot ? Boot->progress : nullptr),
+        TransferFn(Boot ? Boot->transfer : nullptr),
         ProgressCtx(Boot ? Boot->Ctx : nullptr) {
     check(cudaSetDevice(Device), "cudaSetDevice");
     cudaDeviceProp Prop;
@@ -98,13 +99,25 @@ public:
     const uint32_t N = RP.buffers() ? RP.buffers()->size() : 0;
     Ptr.assign(N, nullptr);
     Bytes.assign(N, 0);
+    // A pipeline rank keeps a copy of a micro-batch's buffers per
+    // micro-batch in flight: slot s at slotBase + s * slotBytes.
+    SlotPtrs.assign(Plan.slots, {});
+    char *Base = static_cast<char *>(Arena);
     for (uint32_t B = 0; B < N; ++B) {
       size_t Count = 1;
       for (int64_t D : *RP.buffers()->Get(B)->shape())
         Count *= size_t(D);
       Bytes[B] = Count * 4;
+      if (Plan.offset[B] >= 0 && Plan.perMicro[B]) {
+        PerMicro.push_back(B);
+        for (uint32_t Sl = 0; Sl < Plan.slots; ++Sl)
+          SlotPtrs[Sl].push_back(Base + Plan.slotBase + Sl * Plan.slotBytes +
+                                 Plan.offset[B]);
+        Ptr[B] = SlotPtrs[0].back();
+        continue;
+      }
       Ptr[B] = Plan.offset[B] >= 0
-                   ? static_cast<char *>(Arena) + Plan.offset[B]
+                   ? Base + Plan.offset[B]
                    : allocate(std::max<size_t>(Bytes[B], 4), "parameter");
     }
     // Faults the kernels flag (out-of-range ids and labels, products of
@@ -176,6 +189,15 @@ public:
   }
 
   void setInference(bool On) override { Inference = On; }
+
+  uint32_t slots() const override { return uint32_t(SlotPtrs.size()); }
+
+  void activateSlot(uint32_t Slot) override {
+    if (Slot >= SlotPtrs.size())
+      throw std::runtime_error("no buffer slot " + std::to_string(Slot));
+    for (size_t J = 0; J < PerMicro.size(); ++J)
+      Ptr[PerMicro[J]] = SlotPtrs[Slot][J];
+  }
 
   void moments(uint32_t I, float *M, float *V, size_t N,
                bool ToDevice) override {
@@ -609,7 +631,11 @@ private:
     const uint32_t Y =
         In.outputs() && In.outputs()->size() ? In.outputs()->Get(0) : 0;
     const int64_t NY = numel(Y);
-    if (In.op() == op::Fill) { // the only opcode without inputs
+    if (In.op() == op::Send || In.op() == op::Recv) { // recv has no input
+      transfer(In);
+      return;
+    }
+    if (In.op() == op::Fill) { // the only compute opcode without inputs
       launchOn(Compute, fillKernel, blocksFor(NY), kThreads, 0, f(Y), NY,
                float(Flt(0)));
       return;
@@ -925,6 +951,7 @@ private:
     case op::Fused:
       launchFused(In, Y);
       return;
+
     case op::AllReduce:
     case op::AllGather:
     case op::ReduceScatter:
@@ -943,7 +970,7 @@ private:
     default:
       throw std::runtime_error(
           "opcode " + std::to_string(int(In.op())) +
-          " is not on the CUDA backend yet (pipeline transfers are not)");
+          " is not on the CUDA backend yet");
     }
   }
 
@@ -1166,6 +1193,37 @@ private:
     Pending.push_back(std::move(F));
   }
 
+  /// A pipeline transfer, through the launcher's host messages (keyed by
+  /// transfer and micro-batch, as the CPU backend's): the value comes to
+  /// the host once compute has written it, or goes to the device before
+  /// compute reads it.
+  void transfer(const Instr &In) {
+    if (!TransferFn)
+      throw std::runtime_error("the launcher does not carry pipeline "
+                               "transfers");
+    const int Peer = int(In.ints()->Get(0));
+    const int64_t M = std::max<int64_t>(1, P.micro_batches());
+    const int64_t Tag = In.ints()->Get(1) * M + CurMicro;
+    const bool Send = In.op() == op::Send;
+    const uint32_t B = Send ? In.inputs()->Get(0) : In.outputs()->Get(0);
+    Staging.resize(Bytes[B]);
+    if (Send) {
+      check(cudaStreamSynchronize(Compute), "cudaStreamSynchronize");
+      check(cudaMemcpy(Staging.data(), Ptr[B], Bytes[B],
+                       cudaMemcpyDeviceToHost),
+            "cudaMemcpy (send)");
+    }
+    if (!TransferFn(Peer, Tag, Staging.data(), Bytes[B], Send, ProgressCtx))
+      throw std::runtime_error(std::string(Send ? "send to" : "receive from") +
+                               " rank " + std::to_string(Peer) + " failed");
+    if (!Send) {
+      check(cudaStreamSynchronize(Compute), "cudaStreamSynchronize");
+      check(cudaMemcpy(Ptr[B], Staging.data(), Bytes[B],
+                       cudaMemcpyHostToDevice),
+            "cudaMemcpy (receive)");
+    }
+  }
+
   /// Attention (\p Which < 0) or the gradient of its input \p Which (0 q,
   /// 1 k, 2 v) by the flash kernels for head size \p D.
   template <int D>
@@ -1261,6 +1319,12 @@ private:
   std::vector<double> InstrMs;
   std::vector<uint64_t> InstrRuns;
   void (*Progress)(uint32_t, bool, void *);
+  bool (*TransferFn)(int, int64_t, void *, size_t, bool, void *);
+  /// Pipelines: the buffers kept per micro-batch in flight, their address
+  /// in each slot, and the host copy of a transfer.
+  std::vector<uint32_t> PerMicro;
+  std::vector<std::vector<char *>> SlotPtrs;
+  std::vector<char> Staging;
   void *ProgressCtx;
 };
 
@@ -1286,9 +1350,7 @@ extern "C" megac_rt::DeviceRun *megacCreateCudaRun(const Program *P,
     Why = "this libmegac_cuda.so was built without NCCL: plans of one rank "
           "only";
 #endif
-  else if (P->pipeline_stages() > 1)
-    Why = "pipeline plans are not on the CUDA backend yet (their transfers "
-          "are not)";
+
   if (P->world_size() > 1 && Boot && Boot->allGather) {
     std::vector<char> Ok(P->world_size());
     const char Mine = Why.empty();

@@ -31,6 +31,11 @@ public:
   /// run's seed and the plan's micro-batches per step (dropout keys count
   /// micro-batches). Before any call: step 1, the plan's seed.
   virtual void setStep(int64_t Step, double Lr, uint64_t Seed) = 0;
+  /// Pipelines: how many copies of a micro-batch's buffers the rank keeps
+  /// (the memory plan's slots; 1 without a pipeline), and which one the
+  /// next instructions use.
+  virtual uint32_t slots() const = 0;
+  virtual void activateSlot(uint32_t Slot) = 0;
   /// Inference (generation): dropout is the identity. Off by default.
   virtual void setInference(bool On) = 0;
   /// Runs instructions [Begin, End) once, as micro-batch \p Micro of the
@@ -73,6 +78,11 @@ struct DeviceBootstrap {
   /// issued, or (\p Waiting) the host waits for the device to finish what
   /// was issued up to it. May be null.
   void (*progress)(uint32_t Instr, bool Waiting, void *Ctx);
+  /// A pipeline transfer: \p Bytes of \p Data to rank \p Peer (\p Send:
+  /// returns once the launcher has its copy) or from it (waits for the
+  /// message), keyed by \p Tag. False on failure.
+  bool (*transfer)(int Peer, int64_t Tag, void *Data, size_t Bytes, bool Send,
+                   void *Ctx);
   void *Ctx;
 };
 
