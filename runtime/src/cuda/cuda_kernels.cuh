@@ -257,6 +257,8 @@ __device__ inline void rowStatsDev(const float *Xr, int64_t H, double Eps,
   Inv = 1.0 / sqrt(blockSum(V, Part) / double(H) + Eps);
 }
 
+/// y = (x - mean) / sqrt(var + eps) * gamma + beta per row; without
+/// \p Gamma (null) the normalized rows alone (the normalize op).
 __global__ void layerNormKernel(const float *X, int64_t Rows, int64_t H,
                                 const float *Gamma, const float *Beta,
                                 double Eps, float *Y) {
@@ -265,21 +267,10 @@ __global__ void layerNormKernel(const float *X, int64_t Rows, int64_t H,
     const float *Xr = X + R * H;
     double Mean, Inv;
     rowStatsDev(Xr, H, Eps, Part, Mean, Inv);
-    for (int64_t J = threadIdx.x; J < H; J += blockDim.x)
-      Y[R * H + J] = float((Xr[J] - Mean) * Inv) * Gamma[J] + Beta[J];
-  }
-}
-
-/// Y = (x - mean) / sqrt(var + eps), without gamma and beta.
-__global__ void normalizeKernel(const float *X, int64_t Rows, int64_t H,
-                                double Eps, float *Y) {
-  __shared__ double Part[kThreads];
-  for (int64_t R = blockIdx.x; R < Rows; R += gridDim.x) {
-    const float *Xr = X + R * H;
-    double Mean, Inv;
-    rowStatsDev(Xr, H, Eps, Part, Mean, Inv);
-    for (int64_t J = threadIdx.x; J < H; J += blockDim.x)
-      Y[R * H + J] = float((Xr[J] - Mean) * Inv);
+    for (int64_t J = threadIdx.x; J < H; J += blockDim.x) {
+      const float N = float((Xr[J] - Mean) * Inv);
+      Y[R * H + J] = Gamma ? N * Gamma[J] + Beta[J] : N;
+    }
   }
 }
 

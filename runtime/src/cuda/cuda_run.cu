@@ -740,8 +740,9 @@ private:
       return;
     case op::Normalize:
       if (Last)
-        launchOn(Compute, normalizeKernel, rowBlocks(Rows), kThreads, 0,
-                 f(X(0)), Rows, Last, Flt(0), f(Y));
+        launchOn(Compute, layerNormKernel, rowBlocks(Rows), kThreads, 0,
+                 f(X(0)), Rows, Last, static_cast<const float *>(nullptr),
+                 static_cast<const float *>(nullptr), Flt(0), f(Y));
       return;
     case op::Softmax:
       if (Last)
@@ -1331,6 +1332,24 @@ private:
 } // namespace
 } // namespace megac_rt
 
+namespace {
+/// Every rank learns whether all succeeded so far (\p Why empty); a rank
+/// that did, with a peer that did not, gets "rank R <\p PeerFailed>".
+/// Collective over the world when the plan has several ranks.
+void agreeOnSuccess(const Program &P, const DeviceBootstrap *Boot,
+                    std::string &Why, const char *PeerFailed) {
+  if (P.world_size() <= 1 || !Boot || !Boot->allGather)
+    return;
+  std::vector<char> Ok(P.world_size());
+  const char Mine = Why.empty();
+  if (!Boot->allGather(&Mine, 1, Ok.data(), Boot->Ctx) && Why.empty())
+    Why = "the launcher could not share device status";
+  for (uint32_t R = 0; R < P.world_size() && Why.empty(); ++R)
+    if (!Ok[R])
+      Why = "rank " + std::to_string(R) + " " + PeerFailed;
+}
+} // namespace
+
 extern "C" megac_rt::DeviceRun *megacCreateCudaRun(const Program *P,
                                                    uint32_t Rank, int Device,
                                                    const DeviceBootstrap *Boot,
@@ -1351,15 +1370,7 @@ extern "C" megac_rt::DeviceRun *megacCreateCudaRun(const Program *P,
           "only";
 #endif
 
-  if (P->world_size() > 1 && Boot && Boot->allGather) {
-    std::vector<char> Ok(P->world_size());
-    const char Mine = Why.empty();
-    if (!Boot->allGather(&Mine, 1, Ok.data(), Boot->Ctx) && Why.empty())
-      Why = "the launcher could not share device status";
-    for (uint32_t R = 0; R < P->world_size() && Why.empty(); ++R)
-      if (!Ok[R])
-        Why = "rank " + std::to_string(R) + " has no usable device";
-  }
+  agreeOnSuccess(*P, Boot, Why, "has no usable device");
   std::unique_ptr<megac_rt::CudaRun> Run;
   try {
     if (!Why.empty())
@@ -1370,17 +1381,9 @@ extern "C" megac_rt::DeviceRun *megacCreateCudaRun(const Program *P,
   }
   // Setting up can fail on one rank only (memory): all agree before any
   // goes on to a collective the failed one would never join.
-  if (P->world_size() > 1 && Boot && Boot->allGather) {
-    std::vector<char> Ok(P->world_size());
-    const char Mine = Why.empty();
-    if (!Boot->allGather(&Mine, 1, Ok.data(), Boot->Ctx) && Why.empty())
-      Why = "the launcher could not share device status";
-    for (uint32_t R = 0; R < P->world_size() && Why.empty(); ++R)
-      if (!Ok[R])
-        Why = "rank " + std::to_string(R) + " could not set up its device";
-    if (!Why.empty() && Run)
-      Run->markFailed(); // peers may be gone: abort, do not wait for them
-  }
+  agreeOnSuccess(*P, Boot, Why, "could not set up its device");
+  if (!Why.empty() && Run)
+    Run->markFailed(); // peers may be gone: abort, do not wait for them
   if (!Why.empty()) {
     std::snprintf(Err, ErrSize, "%s", Why.c_str());
     return nullptr;
