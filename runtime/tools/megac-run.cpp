@@ -727,6 +727,9 @@ bool writeProfile(const Options &O, const Setup &S, const std::string &Where,
                     Sec > 0 ? Sum.Flops / Sec / 1e9 : 0.0,
                     Sec > 0 ? Sum.Bytes / Sec / 1e9 : 0.0);
       }
+      std::printf("  (times are each op's own: on the CUDA backend collectives "
+                  "overlap compute and include waiting for peers; the first "
+                  "run of a kernel includes loading it)\n");
       std::fflush(stdout);
     }
   }

@@ -134,12 +134,16 @@ public:
       const size_t B = Bytes[In.outputs()->Get(0)];
       MomentM[I] = allocate(std::max<size_t>(B, 4), "AdamW moments");
       MomentV[I] = allocate(std::max<size_t>(B, 4), "AdamW moments");
-      check(cudaMemset(MomentM[I], 0, B), "cudaMemset");
-      check(cudaMemset(MomentV[I], 0, B), "cudaMemset");
+      check(cudaMemsetAsync(MomentM[I], 0, B, Compute), "cudaMemsetAsync");
+      check(cudaMemsetAsync(MomentV[I], 0, B, Compute), "cudaMemsetAsync");
     }
   }
 
   ~CudaRun() override {
+    // After a failure peers may be gone: abort first, or the sync below
+    // could wait forever for a collective they will never join.
+    if (Failed)
+      abort();
     cudaDeviceSynchronize();
     for (cudaEvent_t E : Events)
       cudaEventDestroy(E);
@@ -148,9 +152,6 @@ public:
     if (Ready)
       cudaEventDestroy(Ready);
     cudaFree(CommScratch);
-    // After a failure peers may be gone: destroying would wait for them.
-    if (Failed)
-      abort();
     if (!Aborted.load())
       for (ncclComm_t C : Comms)
         if (C)
@@ -170,16 +171,27 @@ public:
       cudaStreamDestroy(Compute);
   }
 
+  // Host copies go through the compute stream: a plain cudaMemcpy runs on
+  // the legacy stream, which a non-blocking stream does not wait for, and
+  // from pageable memory it may return before the data has landed. An
+  // asynchronous copy from pageable memory is staged before it returns,
+  // so the host buffer is free at once.
+  void toDevice(void *Dst, const void *Src, size_t N) {
+    check(cudaMemcpyAsync(Dst, Src, N, cudaMemcpyHostToDevice, Compute),
+          "cudaMemcpyAsync (to the device)");
+  }
+  void toHost(void *Dst, const void *Src, size_t N) {
+    check(cudaMemcpyAsync(Dst, Src, N, cudaMemcpyDeviceToHost, Compute),
+          "cudaMemcpyAsync (to the host)");
+    check(cudaStreamSynchronize(Compute), "cudaStreamSynchronize");
+  }
+
   void upload(uint32_t Id, const void *Data, size_t N) override {
-    check(cudaMemcpy(Ptr.at(Id), Data, std::min(N, Bytes.at(Id)),
-                     cudaMemcpyHostToDevice),
-          "cudaMemcpy (upload)");
+    toDevice(Ptr.at(Id), Data, std::min(N, Bytes.at(Id)));
   }
 
   void download(uint32_t Id, void *Data, size_t N) override {
-    check(cudaMemcpy(Data, Ptr.at(Id), std::min(N, Bytes.at(Id)),
-                     cudaMemcpyDeviceToHost),
-          "cudaMemcpy (download)");
+    toHost(Data, Ptr.at(Id), std::min(N, Bytes.at(Id)));
   }
 
   void setStep(int64_t S, double L, uint64_t Sd) override {
@@ -206,14 +218,13 @@ public:
                                " is not an adam_w");
     const size_t B =
         std::min(N * 4, Bytes[RP.instrs()->Get(I)->outputs()->Get(0)]);
-    const auto Kind =
-        ToDevice ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost;
-    check(cudaMemcpy(ToDevice ? MomentM[I] : M, ToDevice ? M : MomentM[I], B,
-                     Kind),
-          "cudaMemcpy (moments)");
-    check(cudaMemcpy(ToDevice ? MomentV[I] : V, ToDevice ? V : MomentV[I], B,
-                     Kind),
-          "cudaMemcpy (moments)");
+    if (ToDevice) {
+      toDevice(MomentM[I], M, B);
+      toDevice(MomentV[I], V, B);
+    } else {
+      toHost(M, MomentM[I], B);
+      toHost(V, MomentV[I], B);
+    }
   }
 
   std::string deviceName() const override { return Name; }
@@ -282,8 +293,7 @@ public:
   /// after the synchronization the run ends with anyway).
   void checkFaults() {
     int Flags[kFaultKinds] = {};
-    check(cudaMemcpy(Flags, Faults, sizeof(Flags), cudaMemcpyDeviceToHost),
-          "cudaMemcpy (fault flags)");
+    toHost(Flags, Faults, sizeof(Flags));
     if (Flags[kFaultBadToken] || Flags[kFaultNotBf16])
       Failed = true;
     if (Flags[kFaultBadToken])
@@ -1208,21 +1218,19 @@ private:
     const bool Send = In.op() == op::Send;
     const uint32_t B = Send ? In.inputs()->Get(0) : In.outputs()->Get(0);
     Staging.resize(Bytes[B]);
-    if (Send) {
-      check(cudaStreamSynchronize(Compute), "cudaStreamSynchronize");
-      check(cudaMemcpy(Staging.data(), Ptr[B], Bytes[B],
-                       cudaMemcpyDeviceToHost),
-            "cudaMemcpy (send)");
-    }
+    if (Send)
+      toHost(Staging.data(), Ptr[B], Bytes[B]); // after compute wrote it
+#ifdef MEGAC_CUDA_EMULATION
+    // Emulated collectives progress only when something waits for them
+    // (a GPU's progress by themselves): finish them before this rank
+    // blocks in a host message a peer may send only after them.
+    check(cudaStreamSynchronize(Comm), "cudaStreamSynchronize");
+#endif
     if (!TransferFn(Peer, Tag, Staging.data(), Bytes[B], Send, ProgressCtx))
       throw std::runtime_error(std::string(Send ? "send to" : "receive from") +
                                " rank " + std::to_string(Peer) + " failed");
-    if (!Send) {
-      check(cudaStreamSynchronize(Compute), "cudaStreamSynchronize");
-      check(cudaMemcpy(Ptr[B], Staging.data(), Bytes[B],
-                       cudaMemcpyHostToDevice),
-            "cudaMemcpy (receive)");
-    }
+    if (!Send)
+      toDevice(Ptr[B], Staging.data(), Bytes[B]); // before compute reads it
   }
 
   /// Attention (\p Which < 0) or the gradient of its input \p Which (0 q,

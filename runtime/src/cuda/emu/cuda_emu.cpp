@@ -243,6 +243,29 @@ void drain(const std::function<bool()> &Done) {
   }
 }
 
+/// Runs \p Q's queue to its end; while \p Q waits, the other streams run
+/// one operation at a time until it can go on.
+void drainStream(StreamQueue *Q) {
+  while (!Q->Ops.empty()) {
+    if (Q->Ops.front()()) {
+      Q->Ops.pop_front();
+      continue;
+    }
+    bool Progress = false;
+    for (StreamQueue *Other : streams())
+      if (Other != Q && !Other->Ops.empty() && Other->Ops.front()()) {
+        Other->Ops.pop_front();
+        Progress = true;
+        break;
+      }
+    if (!Progress) {
+      std::fprintf(stderr, "cuda emulation: streams wait for each other "
+                           "(deadlock)\n");
+      std::abort();
+    }
+  }
+}
+
 } // namespace
 
 void submit(cudaStream_t S, std::function<void()> Work) {
@@ -379,7 +402,9 @@ cudaError_t cudaGetLastError() { return cudaSuccess; }
 
 struct CUevent_st {
   std::chrono::steady_clock::time_point At;
-  int Pending = 0; // records queued on a deferred stream, not yet run
+  // Records issued and records that ran: a wait is for the records issued
+  // before it, as CUDA's waits for the latest record at the time.
+  uint64_t Recorded = 0, Completed = 0;
 };
 cudaError_t cudaEventCreate(cudaEvent_t *E) {
   *E = new CUevent_st;
@@ -391,14 +416,15 @@ cudaError_t cudaEventDestroy(cudaEvent_t E) {
 }
 cudaError_t cudaEventRecord(cudaEvent_t E, cudaStream_t S) {
   StreamQueue *Q = queueOf(S);
+  ++E->Recorded;
   if (!Q || Q->Eager) {
     E->At = std::chrono::steady_clock::now();
+    ++E->Completed;
     return cudaSuccess;
   }
-  ++E->Pending;
   Q->Ops.push_back([E] {
     E->At = std::chrono::steady_clock::now();
-    --E->Pending;
+    ++E->Completed;
     return true;
   });
   return cudaSuccess;
@@ -406,14 +432,13 @@ cudaError_t cudaEventRecord(cudaEvent_t E, cudaStream_t S) {
 
 cudaError_t cudaStreamWaitEvent(cudaStream_t S, cudaEvent_t E, unsigned) {
   StreamQueue *Q = queueOf(S);
+  const uint64_t Target = E->Recorded;
   if (!Q || Q->Eager) {
     // The eager stream goes on only once the event's stream got there.
-    drain([E] { return E->Pending == 0; });
+    drain([E, Target] { return E->Completed >= Target; });
     return cudaSuccess;
   }
-  // Waits until no record of the event is outstanding (CUDA waits for
-  // the latest one only; the backend records each event once per use).
-  Q->Ops.push_back([E] { return E->Pending == 0; });
+  Q->Ops.push_back([E, Target] { return E->Completed >= Target; });
   return cudaSuccess;
 }
 
@@ -433,8 +458,13 @@ cudaError_t cudaStreamDestroy(cudaStream_t S) {
   return cudaSuccess;
 }
 
-cudaError_t cudaStreamSynchronize(cudaStream_t) {
-  drain(nullptr);
+cudaError_t cudaStreamSynchronize(cudaStream_t S) {
+  // An eager stream's work is done; a deferred one runs its queue, and
+  // others only as far as it waits for them.
+  StreamQueue *Q = queueOf(S);
+  if (!Q || Q->Eager)
+    return cudaSuccess;
+  drainStream(Q);
   return cudaSuccess;
 }
 
