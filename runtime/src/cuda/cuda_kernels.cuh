@@ -563,6 +563,14 @@ __device__ inline double attnScoreDev(const float *Qi, const float *Kj,
   return Dot * Scale;
 }
 
+/// Thread \p T of the simple kernels: its batch, head and row.
+struct HeadRow {
+  int64_t Bi, Hh, Row;
+};
+__device__ inline HeadRow headRow(int64_t T, int64_t S, int64_t NH) {
+  return {T / (NH * S), (T / S) % NH, T % S};
+}
+
 /// One thread per (batch, head, query): its row's max and sum.
 __global__ void attentionRowStatsKernel(const float *Q, const float *K,
                                         int64_t B, int64_t S, int64_t Hl,
@@ -570,7 +578,7 @@ __global__ void attentionRowStatsKernel(const float *Q, const float *K,
   const int64_t D = Hl / NH;
   const double Scale = 1.0 / sqrt(double(D));
   MEGAC_GRID_LOOP(T, B * NH * S) {
-    const int64_t Bi = T / (NH * S), Hh = (T / S) % NH, I = T % S;
+    const auto [Bi, Hh, I] = headRow(T, S, NH);
     const float *Qi = Q + (Bi * S + I) * Hl + Hh * D;
     const int64_t Last = Causal ? I : S - 1;
     double Max = -INFINITY;
@@ -595,7 +603,7 @@ __global__ void attentionForwardKernel(const float *Q, const float *K,
   const int64_t D = Hl / NH;
   const double Scale = 1.0 / sqrt(double(D));
   MEGAC_GRID_LOOP(T, B * NH * S) {
-    const int64_t Bi = T / (NH * S), Hh = (T / S) % NH, I = T % S;
+    const auto [Bi, Hh, I] = headRow(T, S, NH);
     const float *Qi = Q + (Bi * S + I) * Hl + Hh * D;
     const int64_t Last = Causal ? I : S - 1;
     float *Yi = Y + (Bi * S + I) * Hl + Hh * D;
@@ -621,7 +629,7 @@ __global__ void attentionDeltaKernel(const float *Q, const float *K,
   const int64_t D = Hl / NH;
   const double Scale = 1.0 / sqrt(double(D));
   MEGAC_GRID_LOOP(T, B * NH * S) {
-    const int64_t Bi = T / (NH * S), Hh = (T / S) % NH, I = T % S;
+    const auto [Bi, Hh, I] = headRow(T, S, NH);
     const int64_t QRow = (Bi * S + I) * Hl + Hh * D;
     const int64_t Last = Causal ? I : S - 1;
     double Sum = 0;
@@ -649,7 +657,7 @@ __global__ void attentionGradKernel(const float *Q, const float *K,
   const int64_t D = Hl / NH;
   const double Scale = 1.0 / sqrt(double(D));
   MEGAC_GRID_LOOP(T, B * NH * S) {
-    const int64_t Bi = T / (NH * S), Hh = (T / S) % NH, R = T % S;
+    const auto [Bi, Hh, R] = headRow(T, S, NH);
     const int64_t Base = Bi * NH * S + Hh * S; // row statistics of this head
     float *Out = DX + (Bi * S + R) * Hl + Hh * D;
     for (int64_t E = 0; E < D; ++E)
