@@ -293,6 +293,8 @@ struct Module {
   void *Handle = nullptr;
   std::string Name;
   void (*Entry)(const SimtApi *, void **) = nullptr;
+  /// Parameters (pointers and 64-bit integers: 8 bytes each).
+  size_t Params = 0;
 };
 
 std::string run(const std::string &Command) {
@@ -345,7 +347,14 @@ CUresult moduleFromSource(CUmodule *M, const std::string &Source,
   ::rmdir(Dir);
   if (!Handle)
     return CUDA_ERROR_INVALID_IMAGE;
-  auto *Mod = new Module{Handle, Name, nullptr};
+  auto *Mod = new Module{Handle, Name, nullptr, ParamTypes.size()};
+  for (const std::string &T : ParamTypes)
+    if (T.back() != '*' && T != "long long") {
+      Error = "parameter type " + T + " is not 8 bytes";
+      delete Mod;
+      ::dlclose(Handle);
+      return CUDA_ERROR_INVALID_IMAGE;
+    }
   Mod->Entry = reinterpret_cast<void (*)(const SimtApi *, void **)>(
       ::dlsym(Handle, "megac_emu_entry"));
   *M = reinterpret_cast<CUmodule>(Mod);
@@ -444,7 +453,12 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t S, cudaEvent_t E, unsigned) {
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *S, unsigned) {
   auto *Q = new StreamQueue;
-  Q->Eager = streams().empty();
+  // Normally the first stream (compute) is eager and later ones
+  // (collectives) deferred; MEGAC_CUDA_EMU_DEFER=first swaps the roles, to
+  // check the hand-over from compute to collectives instead.
+  const char *Defer = std::getenv("MEGAC_CUDA_EMU_DEFER");
+  const bool First = streams().empty();
+  Q->Eager = Defer && std::string(Defer) == "first" ? !First : First;
   streams().push_back(Q);
   *S = reinterpret_cast<cudaStream_t>(Q);
   return cudaSuccess;
@@ -469,7 +483,15 @@ cudaError_t cudaStreamSynchronize(cudaStream_t S) {
 }
 
 cudaError_t cudaMemcpyAsync(void *Dst, const void *Src, size_t Bytes,
-                            cudaMemcpyKind, cudaStream_t S) {
+                            cudaMemcpyKind Kind, cudaStream_t S) {
+  if (Kind == cudaMemcpyHostToDevice) {
+    // Pageable host memory is staged before the call returns: the caller
+    // may reuse it at once.
+    auto Copy = std::make_shared<std::vector<char>>(
+        static_cast<const char *>(Src), static_cast<const char *>(Src) + Bytes);
+    submit(S, [=] { std::memcpy(Dst, Copy->data(), Bytes); });
+    return cudaSuccess;
+  }
   submit(S, [=] { std::memmove(Dst, Src, Bytes); });
   return cudaSuccess;
 }
@@ -513,13 +535,19 @@ CUresult cuLaunchKernel(CUfunction F, unsigned GridX, unsigned GridY,
                         unsigned BlockZ, unsigned SharedBytes, CUstream Stream,
                         void **Args, void **) {
   auto *Mod = reinterpret_cast<Module *>(F);
-  // The argument array points at the caller's variables: a queued launch
-  // would read them after they are gone, so plan kernels must go to a
-  // stream that runs at once (the backend's compute stream does).
-  if (queueOf(Stream) && !queueOf(Stream)->Eager)
-    return CUDA_ERROR_INVALID_IMAGE;
-  launchNow({GridX, GridY, GridZ}, {BlockX, BlockY, BlockZ}, SharedBytes,
-            [&] { Mod->Entry(&TheApi, Args); });
+  // The argument array points at the caller's variables: copy the values
+  // now (as CUDA does), the launch may run later.
+  auto Values = std::make_shared<std::vector<uint64_t>>(Mod->Params);
+  for (size_t K = 0; K < Mod->Params; ++K)
+    std::memcpy(&(*Values)[K], Args[K], 8);
+  const Dim3 Grid{GridX, GridY, GridZ}, Block{BlockX, BlockY, BlockZ};
+  megac_emu::submit(Stream, [=] {
+    std::vector<void *> Ptrs(Values->size());
+    for (size_t K = 0; K < Values->size(); ++K)
+      Ptrs[K] = &(*Values)[K];
+    launchNow(Grid, Block, SharedBytes,
+              [&] { Mod->Entry(&TheApi, Ptrs.data()); });
+  });
   return CUDA_SUCCESS;
 }
 

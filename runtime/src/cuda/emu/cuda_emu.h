@@ -61,7 +61,9 @@ cudaError_t cudaDeviceSynchronize();
 // runs its work at once, every later one (the communication stream) queues
 // its work and runs it only when something waits for it (an event the
 // compute stream waits on, a stream or device synchronization). Work that
-// reads a collective's result without waiting reads stale data. The null
+// reads a collective's result without waiting reads stale data. With
+// MEGAC_CUDA_EMU_DEFER=first the roles swap: compute is deferred, so a
+// collective that does not wait for compute reads stale inputs. The null
 // stream runs at once and waits for nothing.
 constexpr unsigned cudaStreamNonBlocking = 1;
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *S, unsigned Flags);
