@@ -152,8 +152,8 @@ private:
       if (DeviceRun *D = LiveDevice.load()) {
         // ncclCommAbort could itself block (the main thread may be inside
         // NCCL): give it a few seconds on its own thread, then exit anyway.
-        std::atomic<bool> Done{false};
-        std::thread([D, &Done] {
+        static std::atomic<bool> Done{false}; // outlives this frame
+        std::thread([D] {
           D->abort();
           Done.store(true);
         }).detach();
@@ -598,6 +598,16 @@ std::string clockString(double Sec) {
   return Buf;
 }
 
+/// Writes \p Text to \p Path; false if any part fails.
+bool writeTextFile(const std::string &Path, const std::string &Text) {
+  std::FILE *F = std::fopen(Path.c_str(), "wb");
+  if (!F)
+    return false;
+  const bool Written =
+      std::fwrite(Text.data(), 1, Text.size(), F) == Text.size();
+  return std::fclose(F) == 0 && Written;
+}
+
 /// Gathers every rank's measured timeline to rank 0, which writes
 /// --trace. Collective over MPI_COMM_WORLD; false (everyone) on a failure.
 bool writeTrace(const Options &O, Setup &S) {
@@ -623,11 +633,7 @@ bool writeTrace(const Options &O, Setup &S) {
     for (int R = 0; R < WorldSize; ++R)
       PerRank.push_back(All.substr(size_t(Offs[size_t(R)]),
                                    size_t(Lens[size_t(R)])));
-    std::FILE *F = std::fopen(O.trace.c_str(), "wb");
-    std::string Text = traceFileJson(PerRank);
-    if (!F || std::fwrite(Text.data(), 1, Text.size(), F) != Text.size())
-      Err = "cannot write the trace " + O.trace;
-    if (F && std::fclose(F) != 0 && Err.empty())
+    if (!writeTextFile(O.trace, traceFileJson(PerRank)))
       Err = "cannot write the trace " + O.trace;
   }
   if (!agree(Err))
@@ -708,10 +714,7 @@ bool writeProfile(const Options &O, const Setup &S, const std::string &Where,
       Json += Buf;
     }
     Json += "\n  ]\n}\n";
-    std::FILE *F = std::fopen(O.profile.c_str(), "wb");
-    if (!F || std::fwrite(Json.data(), 1, Json.size(), F) != Json.size())
-      Err = "cannot write the profile " + O.profile;
-    if (F && std::fclose(F) != 0 && Err.empty())
+    if (!writeTextFile(O.profile, Json))
       Err = "cannot write the profile " + O.profile;
     if (Err.empty() && !O.quiet) {
       std::printf("profile of rank 0 on %s: %.1f ms in %zu ops\n",
@@ -739,9 +742,6 @@ bool writeProfile(const Options &O, const Setup &S, const std::string &Where,
   return true;
 }
 
-/// The CUDA backend plugin: libmegac_cuda.so beside this executable, or
-/// the library MEGAC_CUDA_PLUGIN names (libmegac_cuda_emu.so runs the same
-/// backend on a host emulation of CUDA, for tests without a GPU).
 /// What the plugin calls back into: the rank's executor (its progress,
 /// for the watchdog) and its host messages (pipeline transfers).
 struct DeviceHost {
@@ -749,6 +749,9 @@ struct DeviceHost {
   Collectives *C;
 };
 
+/// The CUDA backend plugin: libmegac_cuda.so beside this executable, or
+/// the library MEGAC_CUDA_PLUGIN names (libmegac_cuda_emu.so runs the same
+/// backend on a host emulation of CUDA, for tests without a GPU).
 std::unique_ptr<DeviceRun> openCudaRun(DeviceHost &Host) {
   const Program &P = Host.E->program();
   char Self[4096];
@@ -833,9 +836,10 @@ public:
     LiveDevice.store(Run.get());
   }
 
-  /// One step on the inputs setInputs filled: with gradient accumulation
-  /// the accumulating part once per micro-batch, then the rest.
-  void step(bool Training) {
+  /// One step on the inputs setInputs filled, at learning rate \p Lr:
+  /// with gradient accumulation the accumulating part once per
+  /// micro-batch, then the rest; on a pipeline the schedule's tasks.
+  void step(bool Training, double Lr = 0) {
     const RankProgram &RP = E.rankProgram();
     const uint32_t End = RP.instrs() ? RP.instrs()->size() : 0;
     const int64_t M = E.microBatches();
@@ -870,7 +874,6 @@ public:
       Run->run(0, End, 0, Training);
     }
   }
-  void setLearningRate(double L) { Lr = L; }
   /// Generation: the forward part on the inputs as they are, dropout off.
   void forward() {
     if (E.pipelined())
@@ -916,8 +919,24 @@ private:
   Executor &E;
   DeviceHost Host; // before Run: the plugin keeps a pointer to it
   std::unique_ptr<DeviceRun> Run;
-  double Lr = 0;
 };
+
+/// Opens this rank's device (every rank agrees on success, so none is left
+/// waiting); \p C carries pipeline transfers. Null after a failure, which
+/// has been reported.
+std::unique_ptr<DeviceSession> openDevice(Executor &E,
+                                          Collectives *C = nullptr) {
+  std::unique_ptr<DeviceSession> Dev;
+  std::string Err;
+  try {
+    Dev = std::make_unique<DeviceSession>(E, C);
+  } catch (const std::exception &Ex) {
+    Err = Ex.what();
+  }
+  if (!agree(Err))
+    return nullptr;
+  return Dev;
+}
 
 /// --profile from the device's events, or from the executor's trace.
 bool writeDeviceOrHostProfile(const Options &O, const Setup &S,
@@ -970,13 +989,7 @@ int runTraining(const Options &O, Setup &S) {
   const int LossRoot = E.pipelined() ? lossRank(P) : -1;
   std::unique_ptr<DeviceSession> Dev;
   if (O.backend == "cuda") {
-    std::string Err;
-    try {
-      Dev = std::make_unique<DeviceSession>(E, Comm.get());
-    } catch (const std::exception &Ex) {
-      Err = Ex.what();
-    }
-    if (!agree(Err))
+    if (!(Dev = openDevice(E, Comm.get())))
       return 1;
     info(O, "training on %s: %s", Dev->device().deviceName().c_str(),
          Dev->device().notes().c_str());
@@ -1000,8 +1013,7 @@ int runTraining(const Options &O, Setup &S) {
       E.setStep(T, Lr);
       E.setInputs(S.stream, S.dataPos);
       if (Dev) {
-        Dev->setLearningRate(Lr);
-        Dev->step(/*Training=*/true);
+        Dev->step(/*Training=*/true, Lr);
         if (LossRoot < 0 || LossRoot == WorldRank)
           Dev->pull(S.lossBuf);
       } else {
@@ -1104,11 +1116,12 @@ int reportForward(const Options &O, const Setup &S) {
 /// device, the plan runs there, the outputs come back for the report.
 int runForwardOnDevice(const Options &O, Setup &S) {
   const RankProgram &RP = S.exec->rankProgram();
+  std::unique_ptr<DeviceSession> Dev = openDevice(*S.exec);
+  if (!Dev)
+    return 1;
   std::string Err;
-  std::unique_ptr<DeviceSession> Dev;
   double Ms = 0;
   try {
-    Dev = std::make_unique<DeviceSession>(*S.exec);
     if (!O.profile.empty())
       Dev->enableProfiling();
     auto T0 = std::chrono::steady_clock::now();
@@ -1198,16 +1211,8 @@ int runGeneration(const Options &O, Setup &S) {
   // the last stage); every other rank receives its choice.
   const int Chooser = outputRank(P, "logits");
   std::unique_ptr<DeviceSession> Dev;
-  if (O.backend == "cuda") {
-    std::string Err;
-    try {
-      Dev = std::make_unique<DeviceSession>(E);
-    } catch (const std::exception &Ex) {
-      Err = Ex.what();
-    }
-    if (!agree(Err))
-      return 1;
-  }
+  if (O.backend == "cuda" && !(Dev = openDevice(E)))
+    return 1;
   auto Start = std::chrono::steady_clock::now();
   int64_t New = 0;
   while (New < O.maxNewTokens && int64_t(Toks.size()) < Seq) {

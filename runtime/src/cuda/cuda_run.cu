@@ -979,9 +979,8 @@ private:
       return;
     }
     default:
-      throw std::runtime_error(
-          "opcode " + std::to_string(int(In.op())) +
-          " is not on the CUDA backend yet");
+      throw std::runtime_error("opcode " + std::to_string(int(In.op())) +
+                               " is not on the CUDA backend yet");
     }
   }
 
@@ -1099,8 +1098,9 @@ private:
     if (In.op() != op::AllReduce)
       around(A, In.ints()->Get(0), Outer, Inner);
     ncclComm_t C = comm(In);
+    // The compute-side preparation below reads and writes this memory.
+    waitForCollectives(Touched);
     if (In.op() == op::AllReduce && In.inputs()->size() == 1) {
-      waitForCollectives(Touched);
       if (Y != X(0))
         copy(Y, X(0));
       Issue = [=] {
@@ -1113,7 +1113,6 @@ private:
       size_t Total = 0;
       for (uint32_t K = 0; K < In.inputs()->size(); ++K)
         Total += Bytes[X(K)];
-      waitForCollectives(Touched);
       char *Packed = commScratch(Total);
       Staged = Packed;
       StagedBytes = Total;
@@ -1141,7 +1140,6 @@ private:
       // The gather lays the members' tensors one after another; unless
       // the dimension is the outermost they are then put in place.
       const int64_t NX = numel(X(0));
-      waitForCollectives(Touched);
       if (Outer == 1) {
         Issue = [=] {
           check(ncclAllGather(f(X(0)), f(Y), size_t(NX), ncclFloat, C, Comm),
@@ -1163,7 +1161,6 @@ private:
     } else {
       // Reduce-scatter: member k receives chunk k of the sum; unless the
       // dimension is the outermost the chunks are first laid in order.
-      waitForCollectives(Touched);
       const float *Send = f(X(0));
       if (Outer != 1) {
         float *Laid =
