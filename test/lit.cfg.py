@@ -26,11 +26,18 @@ config.environment["OPENBLAS_NUM_THREADS"] = "1"
 for var in ["HOME", "TMPDIR"]:
     if var in os.environ:
         config.environment[var] = os.environ[var]
+# Open MPI parameters the caller sets (say plm=isolated where no ssh is).
+for var in os.environ:
+    if var.startswith("OMPI_MCA_"):
+        config.environment[var] = os.environ[var]
 
 config.environment["PATH"] = os.pathsep.join(
     [config.megac_tools_dir, config.llvm_tools_dir, config.environment.get("PATH", os.environ["PATH"])])
 
-python = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+# MEGAC_TEST_PYTHON names another Python (one with numpy, on a machine
+# whose system Python has none).
+python = os.environ.get("MEGAC_TEST_PYTHON") or (
+    "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable)
 config.substitutions.append(("%python", python))
 config.substitutions.append(("%utils", os.path.join(config.megac_src_root, "utils")))
 config.substitutions.append(("%megac_src", config.megac_src_root))
@@ -72,5 +79,7 @@ if os.path.exists(jargon):
     config.available_features.add("jargon")
     config.substitutions.append(("%jargon", jargon))
 
+if shutil.which(config.mlir_tblgen, path=config.environment["PATH"]):
+    config.available_features.add("mlir-tblgen")
 if shutil.which("mlir-opt", path=config.llvm_tools_dir):
     config.available_features.add("mlir-opt")

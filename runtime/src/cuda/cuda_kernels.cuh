@@ -931,4 +931,6 @@ __global__ void __launch_bounds__(kFlashRows)
 } // namespace cuda
 } // namespace megac_rt
 
+#include "flash_tc.cuh"
+
 #endif // MEGAC_RT_CUDA_KERNELS_CUH

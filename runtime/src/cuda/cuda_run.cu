@@ -231,8 +231,10 @@ public:
 
   std::string notes() const override {
     return std::to_string(Bf16Products) + " of " + std::to_string(Products) +
-           " products on bf16 values (tensor cores, fp32 accumulation), the "
-           "rest in fp32";
+           " products and " + std::to_string(Bf16Attentions) + " of " +
+           std::to_string(Attentions) +
+           " attention steps on bf16 values (tensor cores, fp32 "
+           "accumulation), the rest in fp32";
   }
 
   void run(uint32_t Begin, uint32_t End, int64_t Micro,
@@ -459,15 +461,25 @@ private:
     Bf16.assign(NB, 0);
     for (uint32_t B = 0; B < NB; ++B)
       Bf16[B] = Rounded[B] > 0 && Other[B] == 0;
-    for (const Instr *In : *RP.instrs())
+    for (const Instr *In : *RP.instrs()) {
       if (In->op() == op::Linear || In->op() == op::LinearBias ||
           In->op() == op::LinearWeightGrad) {
         ++Products;
         Bf16Products += bf16Operands(*In);
       }
+      if (In->op() == op::Attention || In->op() == op::AttentionGrad) {
+        ++Attentions;
+        Bf16Attentions += bf16Attention(*In);
+      }
+    }
   }
   bool bf16Operands(const Instr &In) const {
     return Bf16[In.inputs()->Get(0)] && Bf16[In.inputs()->Get(1)];
+  }
+  /// An attention (or its gradient) whose q, k and v hold bf16 values.
+  bool bf16Attention(const Instr &In) const {
+    return In.inputs()->size() >= 3 && Bf16[In.inputs()->Get(0)] &&
+           Bf16[In.inputs()->Get(1)] && Bf16[In.inputs()->Get(2)];
   }
 
   /// Column-major C = A op B + beta C as cuBLAS takes it; A and B are
@@ -778,12 +790,14 @@ private:
         const float *Qp = f(X(0)), *Kp = f(X(1)), *Vp = f(X(2));
         const float *Dy = Grad ? f(X(3)) : nullptr;
         const int Which = Grad ? int(Int(2)) : -1;
+        const bool Tc = bf16Attention(In);
         if (D == 32)
-          flash<32>(Qp, Kp, Vp, Dy, B, S, Hl, NH, Causal, Which, Dr, f(Y));
+          flash<32>(Qp, Kp, Vp, Dy, B, S, Hl, NH, Causal, Which, Dr, Tc, f(Y));
         else if (D == 64)
-          flash<64>(Qp, Kp, Vp, Dy, B, S, Hl, NH, Causal, Which, Dr, f(Y));
+          flash<64>(Qp, Kp, Vp, Dy, B, S, Hl, NH, Causal, Which, Dr, Tc, f(Y));
         else
-          flash<128>(Qp, Kp, Vp, Dy, B, S, Hl, NH, Causal, Which, Dr, f(Y));
+          flash<128>(Qp, Kp, Vp, Dy, B, S, Hl, NH, Causal, Which, Dr, Tc,
+                     f(Y));
         return;
       }
       // Other head sizes: the simple kernels. Scratch: the rows' (max,
@@ -1232,14 +1246,21 @@ private:
 
   /// Attention (\p Which < 0) or the gradient of its input \p Which (0 q,
   /// 1 k, 2 v) by the flash kernels for head size \p D.
+  /// \p Tc: q, k and v hold bf16 values, so the products go to the
+  /// tensor cores (flash_tc.cuh).
   template <int D>
   void flash(const float *Q, const float *K, const float *V, const float *DY,
              int64_t B, int64_t S, int64_t Hl, int64_t NH, int Causal,
-             int Which, const AttnDropout &Dr, float *Out) {
+             int Which, const AttnDropout &Dr, bool Tc, float *Out) {
     const unsigned Blocks =
         unsigned(B * NH * ((S + kFlashRows - 1) / kFlashRows));
     // The scale as the CPU's attention computes it.
     const float Scale = float(1.0 / std::sqrt(double(D)));
+    if (Tc) {
+      flashTc<D>(Q, K, V, DY, B, S, Hl, NH, Causal, Which, Dr, Blocks, Scale,
+                 Out);
+      return;
+    }
     if (Which < 0) {
       launchOn(Compute, flashForwardKernel<D>, Blocks, kFlashRows, 0, Q, K, V,
                S, Hl, NH, Causal, Scale, Dr, Out,
@@ -1268,6 +1289,61 @@ private:
              static_cast<const float *>(Delta), Out);
   }
 
+  /// flash() on the tensor cores. The backward pass recomputes the
+  /// forward's output and row statistics (into scratch), then each row's
+  /// delta = dy . y, then the one gradient asked for.
+  template <int D>
+  void flashTc(const float *Q, const float *K, const float *V, const float *DY,
+               int64_t B, int64_t S, int64_t Hl, int64_t NH, int Causal,
+               int Which, const AttnDropout &Dr, unsigned Blocks, float Scale,
+               float *Out) {
+    using Sh = TcShared<D>;
+    int *Inexact = Faults + kFaultNotBf16;
+    if (!TcReady[tcSlot<D>()]) { // above the default 48 KiB per block
+      check(cudaFuncSetAttribute(flashForwardTcKernel<D>,
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 int(Sh::Forward)),
+            "cudaFuncSetAttribute");
+      check(cudaFuncSetAttribute(flashQueryGradTcKernel<D>,
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 int(Sh::Grad)),
+            "cudaFuncSetAttribute");
+      check(cudaFuncSetAttribute(flashKeyGradTcKernel<D>,
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 int(Sh::Grad)),
+            "cudaFuncSetAttribute");
+      TcReady[tcSlot<D>()] = true;
+    }
+    if (Which < 0) {
+      launchOn(Compute, flashForwardTcKernel<D>, Blocks, kTcThreads,
+               Sh::Forward, Q, K, V, S, Hl, NH, Causal, Scale, Dr, Out,
+               static_cast<float *>(nullptr), Inexact);
+      return;
+    }
+    // Scratch: the recomputed output, each row's max and 1 / sum, its delta.
+    const int64_t Rows = B * NH * S;
+    float *Y = static_cast<float *>(
+        scratch(size_t(B * S * Hl + 3 * Rows) * sizeof(float)));
+    float *Stats = Y + B * S * Hl, *Delta = Stats + 2 * Rows;
+    launchOn(Compute, flashForwardTcKernel<D>, Blocks, kTcThreads,
+             Sh::Forward, Q, K, V, S, Hl, NH, Causal, Scale, Dr, Y, Stats,
+             Inexact);
+    launchOn(Compute, attentionRowDotKernel, blocksFor(Rows), kThreads, 0, DY,
+             static_cast<const float *>(Y), B, S, Hl, NH, int64_t(D), Delta);
+    if (Which == 0)
+      launchOn(Compute, flashQueryGradTcKernel<D>, Blocks, kTcThreads,
+               Sh::Grad, Q, K, V, DY, S, Hl, NH, Causal, Scale, Dr,
+               static_cast<const float *>(Stats),
+               static_cast<const float *>(Delta), Out, Inexact);
+    else
+      launchOn(Compute, flashKeyGradTcKernel<D>, Blocks, kTcThreads, Sh::Grad,
+               Q, K, V, DY, S, Hl, NH, Causal, Scale, Which, Dr,
+               static_cast<const float *>(Stats),
+               static_cast<const float *>(Delta), Out, Inexact);
+  }
+  template <int D> static constexpr int tcSlot() { return D == 32 ? 0 : D == 64 ? 1 : 2; }
+  bool TcReady[3] = {false, false, false};
+
   /// Device scratch of at least \p N bytes (its contents do not persist
   /// across instructions).
   void *scratch(size_t N) {
@@ -1287,7 +1363,7 @@ private:
   cublasHandle_t Blas = nullptr, BlasBf16 = nullptr;
   /// Per buffer: holds bf16 values (see findBf16Values).
   std::vector<char> Bf16;
-  unsigned Products = 0, Bf16Products = 0;
+  unsigned Products = 0, Bf16Products = 0, Attentions = 0, Bf16Attentions = 0;
   void *GemmScratch = nullptr;
   size_t GemmScratchBytes = 0;
   void *Arena = nullptr, *Scratch = nullptr;

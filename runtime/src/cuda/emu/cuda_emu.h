@@ -74,6 +74,13 @@ cudaError_t cudaMemcpyAsync(void *Dst, const void *Src, size_t Bytes,
 cudaError_t cudaMemsetAsync(void *Ptr, int Value, size_t Bytes, cudaStream_t S);
 /// Events record the host's clock: the emulation runs everything at once.
 using cudaEvent_t = struct CUevent_st *;
+/// Kernels' attributes: only the dynamic shared memory limit, which the
+/// emulation does not have.
+enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
+template <class Kernel>
+cudaError_t cudaFuncSetAttribute(Kernel *, cudaFuncAttribute, int) {
+  return cudaSuccess;
+}
 cudaError_t cudaEventCreate(cudaEvent_t *E);
 cudaError_t cudaEventDestroy(cudaEvent_t E);
 cudaError_t cudaEventRecord(cudaEvent_t E, cudaStream_t Stream = nullptr);
