@@ -5,7 +5,7 @@
 #
 #   bash scripts/gpu_check.sh LOGDIR [MODELS]    # MODELS: 124M,350M,1.3B
 #
-# Writes LOGDIR/{env,lit-cuda,lit-all,bench}.log; each stage has a time
+# Writes LOGDIR/{env,lit-cuda,lit-all,compare,bench}.log; each stage has a time
 # limit so that one stuck stage leaves the others' logs.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -47,6 +47,29 @@ timeout "${CUDA_LIT_LIMIT:-150}" "$PY" "${LIT[@]}" -v build/test \
 echo "=== lit: the whole suite"
 timeout "${ALL_LIT_LIMIT:-200}" "$PY" "${LIT[@]}" -sv -j "$(nproc)" build/test \
   2>&1 | tee "$LOGS/lit-all.log" | grep -E "^(FAIL|UNSUPPORTED|  )|Passed|Failed|Unsupported" | tail -40
+echo "=== GPU against CPU: worst error per comparison the CUDA tests made"
+"$PY" - <<'PYEOF' 2>&1 | tee "$LOGS/compare.log"
+import os, subprocess, sys
+out = "build/test/runtime/Output"
+pairs = [  # (test dir, reference, device result, compare options)
+    ("cuda-forward", "cpu.st", "dev-cpu-plan.st", ["--abs-floor", "1e-6"]),
+    ("cuda-forward", "cpu.st", "dev-cuda-plan.st", ["--abs-floor", "1e-6"]),
+    ("cuda-train", "cpu.st", "dev.st", ["--abs-floor", "1e-6"]),
+    ("cuda-train", "cpu.st", "dev2.st", ["--abs-floor", "1e-6"]),
+    ("cuda-train", "cpu-drop.st", "dev-drop.st", ["--abs-floor", "1e-6"]),
+    ("cuda-train", "cpu-h24.st", "dev-h24.st", ["--abs-floor", "1e-6"]),
+    ("cuda-train", "cpu-bf16.st", "dev-bf16.st", ["--prefix", "param/"]),
+    ("cuda-train", "cpu-h64.st", "dev-h64.st", ["--prefix", "param/", "--abs-floor", "1e-2"]),
+    ("cuda-train", "cpu-h128.st", "dev-h128.st", ["--prefix", "param/", "--abs-floor", "1e-2"]),
+]
+for test, a, b, opts in pairs:
+    d = os.path.join(out, test + ".test.tmp")
+    r = subprocess.run([sys.executable, "utils/compare_safetensors.py", os.path.join(d, a),
+                        os.path.join(d, b), "--tol", "1"] + opts, capture_output=True, text=True)
+    rel = [l for l in r.stdout.splitlines() if "relative L2 error" in l]
+    worst = max(rel, key=lambda l: float(l.split()[-1]), default="(none)")
+    print(f"{test}: {a} vs {b}: {len(rel)} tensors, worst {worst}")
+PYEOF
 echo "=== bench/gpu_step.py --models $MODELS"
 PYTHONUNBUFFERED=1 timeout "${BENCH_LIMIT:-300}" "$PY" bench/gpu_step.py --models "$MODELS" \
   2>&1 | tee "$LOGS/bench.log"

@@ -163,6 +163,7 @@ public:
       cudaFree(Q);
     cudaFree(Scratch);
     cudaFree(GemmScratch);
+    cudaFree(Kept.Stats);
     cublasDestroy(Blas);
     cublasDestroy(BlasBf16);
     if (Comm)
@@ -187,6 +188,7 @@ public:
   }
 
   void upload(uint32_t Id, const void *Data, size_t N) override {
+    Kept.Valid = false;
     toDevice(Ptr.at(Id), Data, std::min(N, Bytes.at(Id)));
   }
 
@@ -205,6 +207,7 @@ public:
   uint32_t slots() const override { return uint32_t(SlotPtrs.size()); }
 
   void activateSlot(uint32_t Slot) override {
+    Kept.Valid = false;
     if (Slot >= SlotPtrs.size())
       throw std::runtime_error("no buffer slot " + std::to_string(Slot));
     for (size_t J = 0; J < PerMicro.size(); ++J)
@@ -240,6 +243,7 @@ public:
   void run(uint32_t Begin, uint32_t End, int64_t Micro,
            bool Training) override {
     CurMicro = Micro;
+    Kept.Valid = false;
     check(cudaMemsetAsync(Faults, 0, sizeof(int) * kFaultKinds, Compute),
           "cudaMemsetAsync");
     const uint32_t N = RP.instrs() ? RP.instrs()->size() : 0;
@@ -256,6 +260,10 @@ public:
         if (Profiling && !Coll) // collectives time themselves
           check(cudaEventRecord(event(2 * Timed.size()), Compute),
                 "cudaEventRecord");
+        if (Kept.Valid && In.outputs())
+          for (uint32_t Y : *In.outputs())
+            if (overlaps({rangeOf(Y)}, Kept.Inputs))
+              Kept.Valid = false;
         execUnaliased(I, In);
         check(cudaGetLastError(), "kernel launch");
         if (Profiling && !Coll) {
@@ -1320,27 +1328,75 @@ private:
                static_cast<float *>(nullptr), Inexact);
       return;
     }
-    // Scratch: the recomputed output, each row's max and 1 / sum, its delta.
     const int64_t Rows = B * NH * S;
-    float *Y = static_cast<float *>(
-        scratch(size_t(B * S * Hl + 3 * Rows) * sizeof(float)));
-    float *Stats = Y + B * S * Hl, *Delta = Stats + 2 * Rows;
-    launchOn(Compute, flashForwardTcKernel<D>, Blocks, kTcThreads,
-             Sh::Forward, Q, K, V, S, Hl, NH, Causal, Scale, Dr, Y, Stats,
-             Inexact);
-    launchOn(Compute, attentionRowDotKernel, blocksFor(Rows), kThreads, 0, DY,
-             static_cast<const float *>(Y), B, S, Hl, NH, int64_t(D), Delta);
+    const float *Stats = keptAttentionStats<D>(Q, K, V, DY, B, S, Hl, NH,
+                                               Causal, Dr, Blocks, Scale);
+    const float *Delta = Stats + 2 * Rows;
     if (Which == 0)
       launchOn(Compute, flashQueryGradTcKernel<D>, Blocks, kTcThreads,
-               Sh::Grad, Q, K, V, DY, S, Hl, NH, Causal, Scale, Dr,
-               static_cast<const float *>(Stats),
-               static_cast<const float *>(Delta), Out, Inexact);
+               Sh::Grad, Q, K, V, DY, S, Hl, NH, Causal, Scale, Dr, Stats,
+               Delta, Out, Inexact);
     else
       launchOn(Compute, flashKeyGradTcKernel<D>, Blocks, kTcThreads, Sh::Grad,
-               Q, K, V, DY, S, Hl, NH, Causal, Scale, Which, Dr,
-               static_cast<const float *>(Stats),
-               static_cast<const float *>(Delta), Out, Inexact);
+               Q, K, V, DY, S, Hl, NH, Causal, Scale, Which, Dr, Stats, Delta,
+               Out, Inexact);
   }
+  /// Each query row's max and 1 / sum of the attention of (Q, K, V), then
+  /// its delta = dy . y: recomputed for the first of an attention's three
+  /// gradient steps and kept for the other two, as long as nothing writes
+  /// their inputs in between (the kept statistics are in their own
+  /// memory; run() forgets them when an instruction writes the inputs).
+  template <int D>
+  const float *keptAttentionStats(const float *Q, const float *K,
+                                  const float *V, const float *DY, int64_t B,
+                                  int64_t S, int64_t Hl, int64_t NH,
+                                  int Causal, const AttnDropout &Dr,
+                                  unsigned Blocks, float Scale) {
+    const int64_t Rows = B * NH * S;
+    const std::vector<int64_t> Key = {
+        int64_t(reinterpret_cast<intptr_t>(Q)),
+        int64_t(reinterpret_cast<intptr_t>(K)),
+        int64_t(reinterpret_cast<intptr_t>(V)),
+        int64_t(reinterpret_cast<intptr_t>(DY)),
+        B, S, Hl, NH, Causal, D, int64_t(Dr.Key),
+        int64_t(Dr.Rate * 1e9), Dr.GlobalHeads, Dr.BatchOffset,
+        Dr.HeadOffset};
+    if (Kept.Valid && Kept.Key == Key)
+      return Kept.Stats;
+    const size_t Need = size_t(3 * Rows) * sizeof(float);
+    if (Need > Kept.Bytes) {
+      check(cudaStreamSynchronize(Compute), "cudaStreamSynchronize");
+      cudaFree(Kept.Stats);
+      Kept.Stats = nullptr;
+      check(cudaMalloc(reinterpret_cast<void **>(&Kept.Stats), Need),
+            "cudaMalloc (attention stats)");
+      Kept.Bytes = Need;
+    }
+    float *Y = static_cast<float *>(scratch(size_t(B * S * Hl) * sizeof(float)));
+    launchOn(Compute, flashForwardTcKernel<D>, Blocks, kTcThreads,
+             TcShared<D>::Forward, Q, K, V, S, Hl, NH, Causal, Scale, Dr, Y,
+             Kept.Stats, Faults + kFaultNotBf16);
+    launchOn(Compute, attentionRowDotKernel, blocksFor(Rows), kThreads, 0, DY,
+             static_cast<const float *>(Y), B, S, Hl, NH, int64_t(D),
+             Kept.Stats + 2 * Rows);
+    const size_t In = size_t(B * S * Hl) * sizeof(float);
+    auto Span = [&](const float *P) {
+      return Range{reinterpret_cast<const char *>(P),
+                   reinterpret_cast<const char *>(P) + In};
+    };
+    Kept.Inputs = {Span(Q), Span(K), Span(V), Span(DY)};
+    Kept.Key = Key;
+    Kept.Valid = true;
+    return Kept.Stats;
+  }
+  struct KeptStats {
+    bool Valid = false;
+    std::vector<int64_t> Key;
+    std::vector<Range> Inputs;
+    float *Stats = nullptr;
+    size_t Bytes = 0;
+  } Kept;
+
   template <int D> static constexpr int tcSlot() { return D == 32 ? 0 : D == 64 ? 1 : 2; }
   bool TcReady[3] = {false, false, false};
 
