@@ -31,6 +31,7 @@ library_closure() {
 }
 
 pack() {
+  [[ -x "$ROOT/build/bin/megac-run" ]] || { echo "gpu_bundle: run scripts/build.sh first" >&2; exit 1; }
   echo "gpu_bundle: building megac with MLIR linked statically (build-static/)"
   export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/megac-ccache}"
   local launcher=()
@@ -38,10 +39,9 @@ pack() {
   cmake -S "$ROOT" -B "$ROOT/build-static" -G Ninja -DCMAKE_BUILD_TYPE=Release \
     -DMEGAC_STATIC_MLIR=ON "${launcher[@]}" >/dev/null
   ninja -C "$ROOT/build-static" -j "${MEGAC_JOBS:-$(nproc)}" megac megac-opt
-  [[ -x "$ROOT/build/bin/megac-run" ]] || { echo "gpu_bundle: run scripts/build.sh first" >&2; exit 1; }
 
   local stage="$OUT/stage"
-  rm -rf "$stage" && mkdir -p "$stage/repo/build/bin" "$stage/repo/build/test/Unit" "$stage/sys"
+  rm -rf "$stage" && mkdir -p "$stage/repo/build/bin" "$stage/repo/build/test" "$stage/sys"
   cp "$ROOT"/build/bin/{megac-run,libmegac_cuda.so,libmegac_cuda_emu.so,megac-plan-demo} \
     "$stage/repo/build/bin/"
   cp "$ROOT"/build-static/bin/{megac,megac-opt} "$stage/repo/build/bin/"

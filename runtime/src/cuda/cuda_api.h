@@ -48,7 +48,7 @@ inline ncclResult_t ncclReduceScatter(const void *, void *, size_t,
 }
 #endif
 #define MEGAC_DYNAMIC_SHARED(Type, Name)                                       \
-  extern __shared__ Type Name##Storage[];                                      \
+  extern __shared__ __align__(128) Type Name##Storage[];                      \
   Type *Name = Name##Storage
 #endif
 

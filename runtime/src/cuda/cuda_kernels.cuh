@@ -25,7 +25,8 @@ constexpr int kThreads = 256;
 
 /// Faults kernels flag for the host to report after a run (an int each).
 constexpr int kFaultBadToken = 0; // an id or label outside the vocabulary
-constexpr int kFaultNotBf16 = 1;  // a bf16 product's operand is not bf16
+constexpr int kFaultNotBf16 = 1;  // a bf16 product's (or attention's)
+                                  // operand is not bf16
 constexpr int kFaultKinds = 2;
 
 /// Blocks for a grid-stride loop over \p N elements.

@@ -76,6 +76,7 @@ public:
     Arch = "sm_" + std::to_string(Prop.major) + std::to_string(Prop.minor);
     Name = std::string(Prop.name) + " (" + Arch + ")";
     Major = Prop.major;
+    SharedOptin = Prop.sharedMemPerBlockOptin;
     // The compute stream first (the emulation runs the first stream's
     // work at once and defers the others'), then the collectives'.
     check(cudaStreamCreateWithFlags(&Compute, cudaStreamNonBlocking),
@@ -310,8 +311,9 @@ public:
       throw std::runtime_error("a token id or label is outside the "
                                "vocabulary (the CPU backend names it)");
     if (Flags[kFaultNotBf16])
-      throw std::runtime_error("a product's operands were taken for bf16 "
-                               "values but are not (megac bug)");
+      throw std::runtime_error("a product's or an attention's operands were "
+                               "taken for bf16 values but are not (megac "
+                               "bug)");
   }
 
   /// Peers failed: the destructor aborts the communicators.
@@ -477,17 +479,34 @@ private:
       }
       if (In->op() == op::Attention || In->op() == op::AttentionGrad) {
         ++Attentions;
-        Bf16Attentions += bf16Attention(*In);
+        Bf16Attentions += tensorCoreAttention(*In);
       }
     }
   }
   bool bf16Operands(const Instr &In) const {
     return Bf16[In.inputs()->Get(0)] && Bf16[In.inputs()->Get(1)];
   }
-  /// An attention (or its gradient) whose q, k and v hold bf16 values.
-  bool bf16Attention(const Instr &In) const {
-    return In.inputs()->size() >= 3 && Bf16[In.inputs()->Get(0)] &&
-           Bf16[In.inputs()->Get(1)] && Bf16[In.inputs()->Get(2)];
+  /// An attention (or its gradient) for the tensor cores: its q, k and v
+  /// hold bf16 values, its head size takes the flash kernels, and their
+  /// shared memory fits the device (113 KB at head size 128: more than an
+  /// sm_86 or sm_89 block may have).
+  bool tensorCoreAttention(const Instr &In) const {
+    if (!In.inputs() || In.inputs()->size() < 3 || !In.ints() ||
+        In.ints()->size() < 1)
+      return false;
+    for (unsigned K = 0; K < 3; ++K)
+      if (!Bf16[In.inputs()->Get(K)])
+        return false;
+    const std::vector<int64_t> A = shape(In.inputs()->Get(0));
+    const int64_t NH = In.ints()->Get(0);
+    if (A.size() != 3 || NH <= 0 || A[2] % NH)
+      return false;
+    const int64_t D = A[2] / NH;
+    const size_t Need = D == 32   ? TcShared<32>::Forward
+                        : D == 64  ? TcShared<64>::Forward
+                        : D == 128 ? TcShared<128>::Forward
+                                   : 0;
+    return Need && Need <= SharedOptin;
   }
 
   /// Column-major C = A op B + beta C as cuBLAS takes it; A and B are
@@ -798,7 +817,7 @@ private:
         const float *Qp = f(X(0)), *Kp = f(X(1)), *Vp = f(X(2));
         const float *Dy = Grad ? f(X(3)) : nullptr;
         const int Which = Grad ? int(Int(2)) : -1;
-        const bool Tc = bf16Attention(In);
+        const bool Tc = tensorCoreAttention(In);
         if (D == 32)
           flash<32>(Qp, Kp, Vp, Dy, B, S, Hl, NH, Causal, Which, Dr, Tc, f(Y));
         else if (D == 64)
@@ -1368,6 +1387,7 @@ private:
       check(cudaStreamSynchronize(Compute), "cudaStreamSynchronize");
       cudaFree(Kept.Stats);
       Kept.Stats = nullptr;
+      Kept.Bytes = 0;
       check(cudaMalloc(reinterpret_cast<void **>(&Kept.Stats), Need),
             "cudaMalloc (attention stats)");
       Kept.Bytes = Need;
@@ -1416,6 +1436,7 @@ private:
   const RankProgram &RP;
   std::string Arch, Name;
   int Major = 0;
+  size_t SharedOptin = 0; // dynamic shared memory a block may opt in to
   cublasHandle_t Blas = nullptr, BlasBf16 = nullptr;
   /// Per buffer: holds bf16 values (see findBf16Values).
   std::vector<char> Bf16;

@@ -1,4 +1,4 @@
-//===- flash_tc.cuh - Flash attention on the tensor cores --------*- CUDA -*-===//
+//===- flash_tc.cuh - Flash attention on the tensor cores -----*- CUDA -*-===//
 //
 // The flash kernels of cuda_kernels.cuh keep fp32 arithmetic, one row per
 // thread, so that fp32 plans match the CPU within 1e-5; that runs on the
@@ -6,8 +6,8 @@
 // values, these kernels run the same algorithm with its four kinds of
 // products (q k^T, p v, dy v^T, ds k / ds^T q / p^T dy) on the tensor cores
 // through warp matrix operations (wmma: 16x16x16 bf16 tiles, fp32
-// accumulation), the probabilities and score gradients rounded to bf16 for
-// them as FlashAttention does.
+// accumulation), the probabilities, the score gradients and dy (which the
+// plan need not round) rounded to bf16 for them as FlashAttention does.
 //
 // A block of 4 warps owns 64 rows (queries, or keys for dk and dv), 16 per
 // warp; the other side streams through shared memory 64 rows at a time.
@@ -37,10 +37,11 @@ namespace cuda {
 namespace wm = nvcuda::wmma;
 using bf16 = __nv_bfloat16;
 
-constexpr int kTcRows = 64;            // a block's rows, 16 per warp
-constexpr int kTcThreads = 128;        // 4 warps
-constexpr int kTcLdS = kTcRows + 4;    // fp32 score tiles [64][68]
-constexpr int kTcLdP = kTcRows + 8;    // bf16 probability tiles [64][72]
+constexpr int kTcRows = 64; // a block's rows, 16 per warp
+static_assert(kTcRows == kFlashRows, "blocks are counted as flashBlock does");
+constexpr int kTcThreads = 128;     // 4 warps
+constexpr int kTcLdS = kTcRows + 4; // fp32 score tiles [64][68]
+constexpr int kTcLdP = kTcRows + 8; // bf16 probability tiles [64][72]
 template <int D> constexpr int kTcLdH = D + 8; // bf16 [64][D + 8]
 
 using TcFragA = wm::fragment<wm::matrix_a, 16, 16, 16, bf16, wm::row_major>;
@@ -64,6 +65,26 @@ template <int D> struct TcShared {
                 "the staged rows fit where the scores go");
 };
 
+/// The regions of a kernel's dynamic shared memory, in TcShared's order.
+struct TcRegions {
+  bf16 *Tile0, *Tile1; // the streamed side
+  float *Scores, *Second;
+  bf16 *Probs;
+  float *Rows; // [3][64]: the streamed rows' max, 1 / sum and delta
+  float *Out;  // the forward pass's output rows
+};
+template <int D> __device__ inline TcRegions tcRegions(unsigned char *Smem) {
+  using Sh = TcShared<D>;
+  unsigned char *Scores = Smem + 2 * Sh::Tile, *Probs = Scores + 2 * Sh::Scores;
+  return {reinterpret_cast<bf16 *>(Smem),
+          reinterpret_cast<bf16 *>(Smem + Sh::Tile),
+          reinterpret_cast<float *>(Scores),
+          reinterpret_cast<float *>(Scores + Sh::Scores),
+          reinterpret_cast<bf16 *>(Probs),
+          reinterpret_cast<float *>(Probs + Sh::Probs),
+          reinterpret_cast<float *>(Smem + Sh::Grad)};
+}
+
 /// Rows [R0, R0 + 64) of head (Bi, Hh) of X as bf16 in Tile (zeros past
 /// S); every thread takes part. With \p Inexact, flags a value bf16 does
 /// not hold exactly (the bf16 analysis was wrong).
@@ -74,8 +95,8 @@ template <int D> struct TcShared {
 /// memory latency per element.
 template <int D>
 __device__ inline void tcLoadTile(const float *X, int64_t Bi, int64_t Hh,
-                                  int64_t S, int64_t Hl, int64_t R0,
-                                  bf16 *Tile, int *Inexact) {
+                                  int64_t S, int64_t Hl, int64_t R0, bf16 *Tile,
+                                  int *Inexact) {
   constexpr int Batch = 16, PerThread = kTcRows * D / kTcThreads;
   static_assert(PerThread % Batch == 0, "whole batches");
   for (int B0 = 0; B0 < PerThread; B0 += Batch) {
@@ -188,13 +209,10 @@ __global__ void __launch_bounds__(kTcThreads)
                          int64_t S, int64_t Hl, int64_t NH, int Causal,
                          float Scale, AttnDropout Dr, float *Y, float *Stats,
                          int *Inexact) {
-  using Sh = TcShared<D>;
   MEGAC_DYNAMIC_SHARED(unsigned char, Smem);
-  bf16 *Ks = reinterpret_cast<bf16 *>(Smem);
-  bf16 *Vs = reinterpret_cast<bf16 *>(Smem + Sh::Tile);
-  float *Scores = reinterpret_cast<float *>(Smem + 2 * Sh::Tile);
-  bf16 *Probs = reinterpret_cast<bf16 *>(Smem + 2 * Sh::Tile + 2 * Sh::Scores);
-  float *Out = reinterpret_cast<float *>(Smem + Sh::Grad);
+  const TcRegions Sm = tcRegions<D>(Smem);
+  bf16 *Ks = Sm.Tile0, *Vs = Sm.Tile1, *Probs = Sm.Probs;
+  float *Scores = Sm.Scores, *Out = Sm.Out;
   const FlashBlock Bl = flashBlock(S, NH);
   const TcLane L = tcLane();
   const int64_t I = Bl.Row0 + L.Row;
@@ -234,11 +252,10 @@ __global__ void __launch_bounds__(kTcThreads)
     for (int C = 0; C < 32; ++C) {
       const float P = Sc[C] == -INFINITY ? 0.0f : expf(Sc[C] - NewM);
       TileSum += P;
-      const float Pd =
-          Dr.Rate > 0 && P != 0.0f
-              ? float(double(P) * attnMaskDev(Dr, Bl.Bi, Bl.Hh, S, I,
-                                              J0 + L.Col0 + C))
-              : P;
+      const float Pd = Dr.Rate > 0 && P != 0.0f
+                           ? float(double(P) * attnMaskDev(Dr, Bl.Bi, Bl.Hh, S,
+                                                           I, J0 + L.Col0 + C))
+                           : P;
       Prow[C] = __float2bfloat16_rn(Pd);
     }
     TileSum += __shfl_xor_sync(0xffffffffu, TileSum, 1);
@@ -294,11 +311,9 @@ __global__ void __launch_bounds__(kTcThreads)
                            int *Inexact) {
   using Sh = TcShared<D>;
   MEGAC_DYNAMIC_SHARED(unsigned char, Smem);
-  bf16 *Ks = reinterpret_cast<bf16 *>(Smem);
-  bf16 *Vs = reinterpret_cast<bf16 *>(Smem + Sh::Tile);
-  float *Scores = reinterpret_cast<float *>(Smem + 2 * Sh::Tile);
-  float *Dps = reinterpret_cast<float *>(Smem + 2 * Sh::Tile + Sh::Scores);
-  bf16 *Probs = reinterpret_cast<bf16 *>(Smem + 2 * Sh::Tile + 2 * Sh::Scores);
+  const TcRegions Sm = tcRegions<D>(Smem);
+  bf16 *Ks = Sm.Tile0, *Vs = Sm.Tile1, *Probs = Sm.Probs;
+  float *Scores = Sm.Scores, *Dps = Sm.Second;
   const FlashBlock Bl = flashBlock(S, NH);
   const TcLane L = tcLane();
   const int64_t I = Bl.Row0 + L.Row;
@@ -362,14 +377,10 @@ __global__ void __launch_bounds__(kTcThreads)
                          int *Inexact) {
   using Sh = TcShared<D>;
   MEGAC_DYNAMIC_SHARED(unsigned char, Smem);
-  bf16 *Qs = reinterpret_cast<bf16 *>(Smem);
-  bf16 *Dys = reinterpret_cast<bf16 *>(Smem + Sh::Tile);
-  float *Scores = reinterpret_cast<float *>(Smem + 2 * Sh::Tile);
-  float *Dps = reinterpret_cast<float *>(Smem + 2 * Sh::Tile + Sh::Scores);
-  bf16 *Probs = reinterpret_cast<bf16 *>(Smem + 2 * Sh::Tile + 2 * Sh::Scores);
-  float *Mx = reinterpret_cast<float *>(Smem + 2 * Sh::Tile + 2 * Sh::Scores +
-                                        Sh::Probs);
-  float *Inv = Mx + kTcRows, *Dl = Inv + kTcRows;
+  const TcRegions Sm = tcRegions<D>(Smem);
+  bf16 *Qs = Sm.Tile0, *Dys = Sm.Tile1, *Probs = Sm.Probs;
+  float *Scores = Sm.Scores, *Dps = Sm.Second;
+  float *Mx = Sm.Rows, *Inv = Mx + kTcRows, *Dl = Inv + kTcRows;
   const FlashBlock Bl = flashBlock(S, NH);
   const TcLane L = tcLane();
   const int64_t J = Bl.Row0 + L.Row;
@@ -377,8 +388,7 @@ __global__ void __launch_bounds__(kTcThreads)
 
   bf16 *Stage = reinterpret_cast<bf16 *>(Scores);
   tcLoadTile<D>(K, Bl.Bi, Bl.Hh, S, Hl, Bl.Row0, Stage, Inexact);
-  tcLoadTile<D>(V, Bl.Bi, Bl.Hh, S, Hl, Bl.Row0, Stage + Sh::Tile / 2,
-                Inexact);
+  tcLoadTile<D>(V, Bl.Bi, Bl.Hh, S, Hl, Bl.Row0, Stage + Sh::Tile / 2, Inexact);
   __syncthreads();
   TcFragA Ka[D / 16], Va[D / 16];
   tcRowFragments<D>(Stage, Ka);

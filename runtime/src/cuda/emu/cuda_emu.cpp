@@ -382,6 +382,11 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp *Prop, int) {
   Prop->major = 9;
   Prop->minor = 0;
   Prop->totalGlobalMem = size_t(1) << 34;
+  // An H100's limit; MEGAC_CUDA_EMU_SHARED_OPTIN sets another (an sm_86
+  // device's 101376 bytes, say) to test what a smaller device refuses.
+  const char *Optin = std::getenv("MEGAC_CUDA_EMU_SHARED_OPTIN");
+  Prop->sharedMemPerBlockOptin = Optin ? std::strtoull(Optin, nullptr, 10)
+                                       : size_t(232448);
   return cudaSuccess;
 }
 cudaError_t cudaMalloc(void **Ptr, size_t Bytes) {

@@ -39,6 +39,7 @@ struct cudaDeviceProp {
   char name[256];
   int major, minor;
   size_t totalGlobalMem;
+  size_t sharedMemPerBlockOptin;
 };
 using cudaStream_t = struct CUstream_st *;
 
