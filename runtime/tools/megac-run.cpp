@@ -1137,9 +1137,10 @@ int runForwardOnDevice(const Options &O, Setup &S) {
   }
   if (!agree(Err))
     return 1;
-  info(O, "forward step on %s: %u instructions in %.1f ms",
+  info(O, "forward step on %s: %u instructions in %.1f ms; %s",
        Dev->device().deviceName().c_str(),
-       RP.instrs() ? RP.instrs()->size() : 0u, Ms);
+       RP.instrs() ? RP.instrs()->size() : 0u, Ms,
+       Dev->device().notes().c_str());
   if (!O.profile.empty() && !writeDeviceOrHostProfile(O, S, Dev.get()))
     return 1;
   return reportForward(O, S);
