@@ -77,6 +77,12 @@ public:
     Name = std::string(Prop.name) + " (" + Arch + ")";
     Major = Prop.major;
     SharedOptin = Prop.sharedMemPerBlockOptin;
+    // The plugin and the plans' kernels are built for sm_80 and sm_90
+    // (bf16 tensor cores): nothing older can run them.
+    if (Major < 8)
+      throw std::runtime_error(
+          Name + " is too old: the CUDA backend needs compute capability 8.0 "
+                 "(sm_80) or newer");
     // The compute stream first (the emulation runs the first stream's
     // work at once and defers the others'), then the collectives'.
     check(cudaStreamCreateWithFlags(&Compute, cudaStreamNonBlocking),

@@ -379,8 +379,12 @@ cudaError_t cudaGetDeviceCount(int *Count) {
 cudaError_t cudaSetDevice(int) { return cudaSuccess; }
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp *Prop, int) {
   std::snprintf(Prop->name, sizeof(Prop->name), "host emulation of CUDA");
-  Prop->major = 9;
-  Prop->minor = 0;
+  // sm_90, or what MEGAC_CUDA_EMU_SM names (75 plays a T4), to test what
+  // the backend says of other devices.
+  const char *Sm = std::getenv("MEGAC_CUDA_EMU_SM");
+  const int Cc = Sm ? std::atoi(Sm) : 90;
+  Prop->major = Cc / 10;
+  Prop->minor = Cc % 10;
   Prop->totalGlobalMem = size_t(1) << 34;
   // An H100's limit; MEGAC_CUDA_EMU_SHARED_OPTIN sets another (an sm_86
   // device's 101376 bytes, say) to test what a smaller device refuses.
