@@ -30,6 +30,7 @@
 #include <functional>
 #include <memory>
 #include <stdexcept>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -244,7 +245,28 @@ public:
            " products and " + std::to_string(Bf16Attentions) + " of " +
            std::to_string(Attentions) +
            " attention steps on bf16 values (tensor cores, fp32 "
-           "accumulation), the rest in fp32";
+           "accumulation), the rest in fp32; " + memoryNote();
+  }
+
+  /// The device memory taken at the start, as `megac compile
+  /// --memory-report` accounts for it (the arena as the memory plan sizes
+  /// it); scratch for products and attention comes on top as they run.
+  std::string memoryNote() const {
+    auto MiB = [](size_t N) {
+      char Buf[32];
+      std::snprintf(Buf, sizeof Buf, "%.2f MiB", double(N) / (1 << 20));
+      return std::string(Buf);
+    };
+    auto Of = [&](const char *What) {
+      const auto It = Allocated.find(What);
+      return It == Allocated.end() ? size_t(0) : It->second;
+    };
+    size_t Total = 0;
+    for (const auto &[What, N] : Allocated)
+      Total += N;
+    return "device memory " + MiB(Total) + " = parameters " +
+           MiB(Of("parameter")) + " + AdamW moments " +
+           MiB(Of("AdamW moments")) + " + arena " + MiB(Of("arena"));
   }
 
   void run(uint32_t Begin, uint32_t End, int64_t Micro,
@@ -423,6 +445,7 @@ private:
     check(cudaMalloc(&Q, N),
           (std::string("cudaMalloc (") + What + ")").c_str());
     Owned.push_back(Q);
+    Allocated[What] += N;
     return Q;
   }
 
@@ -1442,6 +1465,7 @@ private:
   const RankProgram &RP;
   std::string Arch, Name;
   int Major = 0;
+  std::map<std::string, size_t> Allocated; // bytes allocate() took, by use
   size_t SharedOptin = 0; // dynamic shared memory a block may opt in to
   cublasHandle_t Blas = nullptr, BlasBf16 = nullptr;
   /// Per buffer: holds bf16 values (see findBf16Values).
