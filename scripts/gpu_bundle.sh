@@ -9,8 +9,9 @@
 #
 # `pack` builds megac and megac-opt linked statically against MLIR (build-static/,
 # -DMEGAC_STATIC_MLIR=ON) and archives:
-#  - build/bin (megac-run, the CUDA plugins, the static tools) and the lit
-#    site configurations, which `install` points at the repository there;
+#  - build/bin (megac-run, the CUDA plugins, the unit tests, the static
+#    tools) and the lit site configurations, which `install` points at the
+#    repository there;
 #  - LLVM's FileCheck, not, count and lit, and Open MPI (mpirun, orted, its
 #    components and help texts);
 #  - every shared library those need that is not glibc or CUDA's own
@@ -41,11 +42,12 @@ pack() {
   ninja -C "$ROOT/build-static" -j "${MEGAC_JOBS:-$(nproc)}" megac megac-opt
 
   local stage="$OUT/stage"
-  rm -rf "$stage" && mkdir -p "$stage/repo/build/bin" "$stage/repo/build/test" "$stage/sys"
-  cp "$ROOT"/build/bin/{megac-run,libmegac_cuda.so,libmegac_cuda_emu.so,megac-plan-demo} \
+  rm -rf "$stage" && mkdir -p "$stage/repo/build/bin" "$stage/repo/build/test/Unit" "$stage/sys"
+  cp "$ROOT"/build/bin/{megac-run,libmegac_cuda.so,libmegac_cuda_emu.so,megac-plan-demo,megac-runtime-unittests} \
     "$stage/repo/build/bin/"
   cp "$ROOT"/build-static/bin/{megac,megac-opt} "$stage/repo/build/bin/"
   cp "$ROOT/build/test/lit.site.cfg.py" "$stage/repo/build/test/"
+  cp "$ROOT/build/test/Unit/lit.site.cfg.py" "$stage/repo/build/test/Unit/"
   strip "$stage"/repo/build/bin/megac*
 
   local llvm=/usr/lib/llvm-22 ompi=/usr/lib/x86_64-linux-gnu/openmpi
@@ -81,10 +83,10 @@ install() {
   mkdir -p "$ROOT/build"
   cp -a "$tmp/repo/build/." "$ROOT/build/"
   rm -rf "$tmp"
-  # The site configuration names the source tree it was made in.
+  # The site configurations name the source tree they were made in.
   local src
   src=$(sed -n 's/^config.megac_src_root = "\(.*\)"$/\1/p' "$ROOT/build/test/lit.site.cfg.py")
-  sed -i "s|$src|$ROOT|g" "$ROOT/build/test/lit.site.cfg.py"
+  sed -i "s|$src|$ROOT|g" "$ROOT/build/test/lit.site.cfg.py" "$ROOT/build/test/Unit/lit.site.cfg.py"
   ldconfig 2>/dev/null || true
   echo "gpu_bundle: installed into $ROOT/build and /"
 }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On a GPU machine, after `bash scripts/gpu_bundle.sh install`: runs the
-# lit suite (not the GoogleTest unit tests) with the real CUDA backend (the one-rank CUDA tests switch from
+# lit suite (and the GoogleTest unit tests) with the real CUDA backend (the one-rank CUDA tests switch from
 # the emulation to the GPU when lit finds one), then bench/gpu_step.py.
 #
 #   bash scripts/gpu_check.sh LOGDIR [MODELS]    # MODELS: 124M,350M,1.3B
@@ -48,7 +48,7 @@ echo "=== lit: the CUDA tests"
 timeout "${CUDA_LIT_LIMIT:-150}" "$PY" "${LIT[@]}" -v build/test \
   --filter 'cuda|profile' 2>&1 | tee "$LOGS/lit-cuda.log" | tail -40
 echo "=== lit: the whole suite"
-timeout "${ALL_LIT_LIMIT:-200}" "$PY" "${LIT[@]}" -sv -j "$(nproc)" build/test \
+timeout "${ALL_LIT_LIMIT:-200}" "$PY" "${LIT[@]}" -sv -j "$(nproc)" build/test build/test/Unit \
   2>&1 | tee "$LOGS/lit-all.log" | grep -E "^(FAIL|UNSUPPORTED|  )|Passed|Failed|Unsupported" | tail -40
 # Tensors compared by absolute error (reference norm under the floor: the
 # key biases, whose gradient is rounding noise) are left out of "worst".
