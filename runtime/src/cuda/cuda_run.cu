@@ -78,12 +78,6 @@ public:
     Name = std::string(Prop.name) + " (" + Arch + ")";
     Major = Prop.major;
     SharedOptin = Prop.sharedMemPerBlockOptin;
-    // The plugin and the plans' kernels are built for sm_80 and sm_90
-    // (bf16 tensor cores): nothing older can run them.
-    if (Major < 8)
-      throw std::runtime_error(
-          Name + " is too old: the CUDA backend needs compute capability 8.0 "
-                 "(sm_80) or newer");
     // The compute stream first (the emulation runs the first stream's
     // work at once and defers the others'), then the collectives'.
     check(cudaStreamCreateWithFlags(&Compute, cudaStreamNonBlocking),
@@ -1552,6 +1546,15 @@ extern "C" megac_rt::DeviceRun *megacCreateCudaRun(const Program *P,
   else if (Device < 0 || Device >= Count)
     Why = "device " + std::to_string(Device) + " does not exist (" +
           std::to_string(Count) + " visible)";
+  else if (cudaDeviceProp Prop;
+           cudaGetDeviceProperties(&Prop, Device) == cudaSuccess &&
+           Prop.major < 8)
+    // The plugin and the plans' kernels are built for sm_80 and sm_90
+    // (bf16 tensor cores): nothing older can run them.
+    Why = std::string(Prop.name) + " (sm_" + std::to_string(Prop.major) +
+          std::to_string(Prop.minor) +
+          ") is too old: the CUDA backend needs compute capability 8.0 "
+          "(sm_80) or newer";
 #ifdef MEGAC_NO_NCCL
   else if (P->world_size() > 1)
     Why = "this libmegac_cuda.so was built without NCCL: plans of one rank "
