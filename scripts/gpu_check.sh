@@ -66,6 +66,10 @@ pairs = [  # (test dir, reference, device result, compare options)
     ("cuda-train", "cpu-bf16.st", "dev-bf16.st", ["--prefix", "param/"]),
     ("cuda-train", "cpu-h64.st", "dev-h64.st", ["--prefix", "param/", "--abs-floor", "1e-2"]),
     ("cuda-train", "cpu-h128.st", "dev-h128.st", ["--prefix", "param/", "--abs-floor", "1e-2"]),
+    ("cuda-train", "cpu-full64.st", "dev-full64.st", ["--prefix", "param/", "--abs-floor", "1e-2"]),
+    ("cuda-train", "cpu-h64.st", "dev-h64.st", ["--prefix", "adam_m/", "--abs-floor", "1e-4"]),
+    ("cuda-train", "cpu-h128.st", "dev-h128.st", ["--prefix", "adam_m/", "--abs-floor", "1e-4"]),
+    ("cuda-forward", "cpu-bf16.st", "dev-bf16.st", []),
 ]
 for test, a, b, opts in pairs:
     d = os.path.join(out, test + ".test.tmp")
