@@ -729,14 +729,27 @@ __device__ inline float dotRow(const float *A, const float *B) {
 }
 
 /// Copies rows [R0, R0 + kFlashTile) of head (Bi, Hh) of X into Tile (zeros
-/// past S); every thread of the block takes part.
+/// past S); every thread of the block (kFlashRows of them) takes part. Each
+/// thread issues a batch of loads before it stores any, as tcLoadTile
+/// does: a store to shared memory between two loads makes the second wait
+/// for the first.
 template <int D>
 __device__ inline void loadTile(const float *X, int64_t Bi, int64_t Hh,
                                 int64_t S, int64_t Hl, int64_t R0,
                                 float *Tile) {
-  for (int64_t E = threadIdx.x; E < int64_t(kFlashTile) * D; E += blockDim.x) {
-    const int64_t R = R0 + E / D;
-    Tile[E] = R < S ? X[(Bi * S + R) * Hl + Hh * D + E % D] : 0.0f;
+  constexpr int Batch = 16, PerThread = kFlashTile * D / kFlashRows;
+  static_assert(PerThread % Batch == 0, "whole batches");
+  for (int B0 = 0; B0 < PerThread; B0 += Batch) {
+    float V[Batch];
+#pragma unroll
+    for (int K = 0; K < Batch; ++K) {
+      const int E = int(threadIdx.x) + (B0 + K) * kFlashRows;
+      const int64_t R = R0 + E / D;
+      V[K] = R < S ? X[(Bi * S + R) * Hl + Hh * D + E % D] : 0.0f;
+    }
+#pragma unroll
+    for (int K = 0; K < Batch; ++K)
+      Tile[int(threadIdx.x) + (B0 + K) * kFlashRows] = V[K];
   }
 }
 
