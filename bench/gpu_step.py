@@ -15,6 +15,10 @@ docs/performance.md. Needs a CUDA GPU and PyTorch (the device image has
 both); run it on the machine the `device` tool lends:
 
   python3 bench/gpu_step.py [--models 124M,350M,1.3B] [--batch 8] [--seq 1024]
+                            [--runners eager,compile,megac]
+
+(`--runners megac` skips PyTorch, whose torch.compile takes most of the
+run, for quick turns on megac's own kernels.)
 
 MFU = model FLOPs per step / step time / the measured GEMM ceiling, with
 model FLOPs per token 6 N + 12 L H S (N parameters without the position
@@ -81,6 +85,14 @@ def build_model(torch, cfg, seq):
             return F.cross_entropy(logits.float().view(-1, VOCAB), labels.view(-1))
 
     return GPT()
+
+
+def parameter_count(cfg):
+    """Parameters without the position table, as torch_row counts them: the
+    tied embedding, per block two LayerNorms, q/k/v, the projection and the
+    MLP with their biases (12 h^2 + 13 h), and the last LayerNorm."""
+    h, layers = cfg["n_embd"], cfg["n_layer"]
+    return VOCAB * h + layers * (12 * h * h + 13 * h) + 2 * h
 
 
 def time_steps(torch, step, steps, warmup=3):
@@ -189,9 +201,15 @@ def main():
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--seq", type=int, default=1024)
     parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--runners", default="eager,compile,megac",
+                        help="which rows to measure (eager, compile, megac); "
+                        "the ceilings are measured always")
     parser.add_argument("--megac-bin", default=os.path.join(
         os.path.dirname(os.path.abspath(__file__)), "..", "build", "bin"))
     args = parser.parse_args()
+    runners = args.runners.split(",")
+    if set(runners) - {"eager", "compile", "megac"}:
+        parser.error(f"--runners: {args.runners}: eager, compile or megac")
     import torch
     if not torch.cuda.is_available():
         sys.exit("gpu_step.py: no CUDA device")
@@ -200,7 +218,8 @@ def main():
     bandwidth = copy_bandwidth(torch)
     print(f"Measured {datetime.date.today()} on {device} (torch {torch.__version__}).")
     print(f"Command: python3 bench/gpu_step.py --models {args.models} --batch "
-          f"{args.batch} --seq {args.seq} --steps {args.steps}")
+          f"{args.batch} --seq {args.seq} --steps {args.steps} --runners "
+          f"{args.runners}")
     print(f"Ceilings in this run: bf16 GEMM 8192^3 {peak / 1e12:.0f} TFLOP/s, "
           f"device copy {bandwidth / 1e9:.0f} GB/s.\n")
     print("| model | params | runner | step ms | tokens/s | MFU (of the GEMM ceiling) |")
@@ -209,15 +228,22 @@ def main():
     profiles = []
     for name in args.models.split(","):
         cfg = CONFIGS[name]
+        n = parameter_count(cfg)
         rows = []
-        for label, compiled in (("PyTorch eager", False), ("torch.compile", True)):
-            sec, n = torch_row(torch, name, cfg, args, compiled)
-            rows.append((label, sec))
-        sec, why, ops = megac_row(cfg, args)
-        if ops:
-            profiles.append((name, ops))
+        for key, label, compiled in (("eager", "PyTorch eager", False),
+                                     ("compile", "torch.compile", True)):
+            if key in runners:
+                sec, counted = torch_row(torch, name, cfg, args, compiled)
+                assert counted == n, f"{name}: {counted} parameters, not {n}"
+                rows.append((label, sec))
+        why = ""
+        if "megac" in runners:
+            sec, why, ops = megac_row(cfg, args)
+            rows.append(("megac", sec))
+            if ops:
+                profiles.append((name, ops))
         flops = tokens * (6 * n + 12 * cfg["n_layer"] * cfg["n_embd"] * args.seq)
-        for label, s in rows + [("megac", sec)]:
+        for label, s in rows:
             if s is None:
                 print(f"| {name} | {n / 1e6:.0f}M | {label} | - | - | - ({why}) |")
                 continue

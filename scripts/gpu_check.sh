@@ -3,14 +3,16 @@
 # lit suite (and the GoogleTest unit tests) with the real CUDA backend (the one-rank CUDA tests switch from
 # the emulation to the GPU when lit finds one), then bench/gpu_step.py.
 #
-#   bash scripts/gpu_check.sh LOGDIR [MODELS]    # MODELS: 124M,350M,1.3B
+#   bash scripts/gpu_check.sh LOGDIR [MODELS] [RUNNERS]
+#     MODELS: 124M,350M,1.3B; RUNNERS: eager,compile,megac (bench/gpu_step.py)
 #
 # Writes LOGDIR/{env,lit-cuda,lit-all,compare,bench}.log; each stage has a time
 # limit so that one stuck stage leaves the others' logs.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-LOGS="${1:?usage: gpu_check.sh LOGDIR [MODELS]}"
+LOGS="${1:?usage: gpu_check.sh LOGDIR [MODELS] [RUNNERS]}"
 MODELS="${2:-124M,350M,1.3B}"
+RUNNERS="${3:-eager,compile,megac}"
 mkdir -p "$LOGS"
 cd "$ROOT"
 
@@ -79,6 +81,6 @@ for test, a, b, opts in pairs:
     worst = max(rel, key=lambda l: float(l.split()[-1]), default="(none)")
     print(f"{test}: {a} vs {b}: {len(rel)} tensors, worst {worst}")
 PYEOF
-echo "=== bench/gpu_step.py --models $MODELS"
+echo "=== bench/gpu_step.py --models $MODELS --runners $RUNNERS"
 PYTHONUNBUFFERED=1 timeout "${BENCH_LIMIT:-300}" "$PY" bench/gpu_step.py --models "$MODELS" \
-  2>&1 | tee "$LOGS/bench.log"
+  --runners "$RUNNERS" 2>&1 | tee "$LOGS/bench.log"
