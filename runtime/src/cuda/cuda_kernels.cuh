@@ -728,29 +728,40 @@ __device__ inline float dotRow(const float *A, const float *B) {
   return S;
 }
 
-/// Copies rows [R0, R0 + kFlashTile) of head (Bi, Hh) of X into Tile (zeros
-/// past S); every thread of the block (kFlashRows of them) takes part. Each
-/// thread issues a batch of loads before it stores any, as tcLoadTile
-/// does: a store to shared memory between two loads makes the second wait
-/// for the first.
-template <int D>
-__device__ inline void loadTile(const float *X, int64_t Bi, int64_t Hh,
-                                int64_t S, int64_t Hl, int64_t R0,
-                                float *Tile) {
-  constexpr int Batch = 16, PerThread = kFlashTile * D / kFlashRows;
+/// Reads rows [R0, R0 + Rows) of head (Bi, Hh) of X (zeros past S) and
+/// hands element E = row * D + column to Store(E, value); the block's
+/// Threads threads share the work. Each thread issues a batch of loads
+/// before it stores any: a store to shared memory between two loads makes
+/// the second wait for the first (the compiler cannot tell the memories
+/// apart), one global memory latency per element.
+template <int D, int Rows, int Threads, class StoreFn>
+__device__ inline void loadHeadRows(const float *X, int64_t Bi, int64_t Hh,
+                                    int64_t S, int64_t Hl, int64_t R0,
+                                    StoreFn Store) {
+  constexpr int Batch = 16, PerThread = Rows * D / Threads;
   static_assert(PerThread % Batch == 0, "whole batches");
   for (int B0 = 0; B0 < PerThread; B0 += Batch) {
     float V[Batch];
 #pragma unroll
     for (int K = 0; K < Batch; ++K) {
-      const int E = int(threadIdx.x) + (B0 + K) * kFlashRows;
+      const int E = int(threadIdx.x) + (B0 + K) * Threads;
       const int64_t R = R0 + E / D;
       V[K] = R < S ? X[(Bi * S + R) * Hl + Hh * D + E % D] : 0.0f;
     }
 #pragma unroll
     for (int K = 0; K < Batch; ++K)
-      Tile[int(threadIdx.x) + (B0 + K) * kFlashRows] = V[K];
+      Store(int(threadIdx.x) + (B0 + K) * Threads, V[K]);
   }
+}
+
+/// Copies rows [R0, R0 + kFlashTile) of head (Bi, Hh) of X into Tile (zeros
+/// past S); every thread of the block (kFlashRows of them) takes part.
+template <int D>
+__device__ inline void loadTile(const float *X, int64_t Bi, int64_t Hh,
+                                int64_t S, int64_t Hl, int64_t R0,
+                                float *Tile) {
+  loadHeadRows<D, kFlashTile, kFlashRows>(
+      X, Bi, Hh, S, Hl, R0, [&](int E, float V) { Tile[E] = V; });
 }
 
 template <int D>

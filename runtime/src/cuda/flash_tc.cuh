@@ -88,35 +88,18 @@ template <int D> __device__ inline TcRegions tcRegions(unsigned char *Smem) {
 /// Rows [R0, R0 + 64) of head (Bi, Hh) of X as bf16 in Tile (zeros past
 /// S); every thread takes part. With \p Inexact, flags a value bf16 does
 /// not hold exactly (the bf16 analysis was wrong).
-///
-/// Each thread issues a batch of loads before it stores any: stores to
-/// shared memory between them would make every load wait for the one
-/// before (the compiler cannot tell the two memories apart), one global
-/// memory latency per element.
 template <int D>
 __device__ inline void tcLoadTile(const float *X, int64_t Bi, int64_t Hh,
                                   int64_t S, int64_t Hl, int64_t R0, bf16 *Tile,
                                   int *Inexact) {
-  constexpr int Batch = 16, PerThread = kTcRows * D / kTcThreads;
-  static_assert(PerThread % Batch == 0, "whole batches");
-  for (int B0 = 0; B0 < PerThread; B0 += Batch) {
-    float V[Batch];
-#pragma unroll
-    for (int K = 0; K < Batch; ++K) {
-      const int E = int(threadIdx.x) + (B0 + K) * kTcThreads;
-      const int R = E / D, C = E % D;
-      V[K] = R0 + R < S ? X[(Bi * S + R0 + R) * Hl + Hh * D + C] : 0.0f;
-    }
-    unsigned Low = 0;
-#pragma unroll
-    for (int K = 0; K < Batch; ++K) {
-      const int E = int(threadIdx.x) + (B0 + K) * kTcThreads;
-      Low |= __float_as_uint(V[K]) & 0xffffu;
-      Tile[(E / D) * kTcLdH<D> + E % D] = __float2bfloat16_rn(V[K]);
-    }
-    if (Inexact && Low)
-      *Inexact = 1;
-  }
+  unsigned Low = 0;
+  loadHeadRows<D, kTcRows, kTcThreads>(
+      X, Bi, Hh, S, Hl, R0, [&](int E, float V) {
+        Low |= __float_as_uint(V) & 0xffffu;
+        Tile[(E / D) * kTcLdH<D> + E % D] = __float2bfloat16_rn(V);
+      });
+  if (Inexact && Low)
+    *Inexact = 1;
 }
 
 /// A warp's 16 rows of a staged tile as matrix_a fragments.
