@@ -564,32 +564,39 @@ __device__ inline double attnScoreDev(const float *Qi, const float *Kj,
   return Dot * Scale;
 }
 
-/// Thread \p T of the simple kernels: its batch, head and row.
+/// Thread \p T of the simple kernels: its batch, head and row, and where a
+/// row of its head starts in a [B, S, Hl] tensor.
 struct HeadRow {
-  int64_t Bi, Hh, Row;
+  int64_t Bi, Hh, Row, S, Hl, D;
+  double Scale; // of the scores, as the CPU's attention computes it
+  __device__ int64_t at(int64_t J) const { return (Bi * S + J) * Hl + Hh * D; }
+  /// The last key that query Row sees.
+  __device__ int64_t lastKey(int Causal) const { return Causal ? Row : S - 1; }
 };
-__device__ inline HeadRow headRow(int64_t T, int64_t S, int64_t NH) {
-  return {T / (NH * S), (T / S) % NH, T % S};
+__device__ inline HeadRow headRow(int64_t T, int64_t S, int64_t Hl,
+                                  int64_t NH) {
+  return {T / (NH * S),
+          (T / S) % NH,
+          T % S,
+          S,
+          Hl,
+          Hl / NH,
+          1.0 / sqrt(double(Hl / NH))};
 }
 
 /// One thread per (batch, head, query): its row's max and sum.
 __global__ void attentionRowStatsKernel(const float *Q, const float *K,
                                         int64_t B, int64_t S, int64_t Hl,
                                         int64_t NH, int Causal, double *Stats) {
-  const int64_t D = Hl / NH;
-  const double Scale = 1.0 / sqrt(double(D));
   MEGAC_GRID_LOOP(T, B * NH * S) {
-    const auto [Bi, Hh, I] = headRow(T, S, NH);
-    const float *Qi = Q + (Bi * S + I) * Hl + Hh * D;
-    const int64_t Last = Causal ? I : S - 1;
+    const HeadRow H = headRow(T, S, Hl, NH);
+    const float *Qi = Q + H.at(H.Row);
     double Max = -INFINITY;
-    for (int64_t J = 0; J <= Last; ++J)
-      Max =
-          fmax(Max, attnScoreDev(Qi, K + (Bi * S + J) * Hl + Hh * D, D, Scale));
+    for (int64_t J = 0; J <= H.lastKey(Causal); ++J)
+      Max = fmax(Max, attnScoreDev(Qi, K + H.at(J), H.D, H.Scale));
     double Sum = 0;
-    for (int64_t J = 0; J <= Last; ++J)
-      Sum +=
-          exp(attnScoreDev(Qi, K + (Bi * S + J) * Hl + Hh * D, D, Scale) - Max);
+    for (int64_t J = 0; J <= H.lastKey(Causal); ++J)
+      Sum += exp(attnScoreDev(Qi, K + H.at(J), H.D, H.Scale) - Max);
     Stats[2 * T] = Max;
     Stats[2 * T + 1] = Sum;
   }
@@ -601,21 +608,18 @@ __global__ void attentionForwardKernel(const float *Q, const float *K,
                                        int64_t Hl, int64_t NH, int Causal,
                                        const double *Stats, AttnDropout Dr,
                                        float *Y) {
-  const int64_t D = Hl / NH;
-  const double Scale = 1.0 / sqrt(double(D));
   MEGAC_GRID_LOOP(T, B * NH * S) {
-    const auto [Bi, Hh, I] = headRow(T, S, NH);
-    const float *Qi = Q + (Bi * S + I) * Hl + Hh * D;
-    const int64_t Last = Causal ? I : S - 1;
-    float *Yi = Y + (Bi * S + I) * Hl + Hh * D;
-    for (int64_t E = 0; E < D; ++E)
+    const HeadRow H = headRow(T, S, Hl, NH);
+    const float *Qi = Q + H.at(H.Row);
+    float *Yi = Y + H.at(H.Row);
+    for (int64_t E = 0; E < H.D; ++E)
       Yi[E] = 0.0f;
-    for (int64_t J = 0; J <= Last; ++J) {
-      const int64_t Row = (Bi * S + J) * Hl + Hh * D;
-      const double P = exp(attnScoreDev(Qi, K + Row, D, Scale) - Stats[2 * T]) /
-                       Stats[2 * T + 1] * attnMaskDev(Dr, Bi, Hh, S, I, J);
-      for (int64_t E = 0; E < D; ++E)
-        Yi[E] += float(P * double(V[Row + E]));
+    for (int64_t J = 0; J <= H.lastKey(Causal); ++J) {
+      const double P =
+          exp(attnScoreDev(Qi, K + H.at(J), H.D, H.Scale) - Stats[2 * T]) /
+          Stats[2 * T + 1] * attnMaskDev(Dr, H.Bi, H.Hh, S, H.Row, J);
+      for (int64_t E = 0; E < H.D; ++E)
+        Yi[E] += float(P * double(V[H.at(J) + E]));
     }
   }
 }
@@ -627,20 +631,16 @@ __global__ void attentionDeltaKernel(const float *Q, const float *K,
                                      int64_t S, int64_t Hl, int64_t NH,
                                      int Causal, const double *Stats,
                                      AttnDropout Dr, double *Delta) {
-  const int64_t D = Hl / NH;
-  const double Scale = 1.0 / sqrt(double(D));
   MEGAC_GRID_LOOP(T, B * NH * S) {
-    const auto [Bi, Hh, I] = headRow(T, S, NH);
-    const int64_t QRow = (Bi * S + I) * Hl + Hh * D;
-    const int64_t Last = Causal ? I : S - 1;
+    const HeadRow H = headRow(T, S, Hl, NH);
+    const int64_t QRow = H.at(H.Row);
     double Sum = 0;
-    for (int64_t J = 0; J <= Last; ++J) {
-      const int64_t Row = (Bi * S + J) * Hl + Hh * D;
-      const double P =
-          exp(attnScoreDev(Q + QRow, K + Row, D, Scale) - Stats[2 * T]) /
-          Stats[2 * T + 1];
-      Sum += P * attnScoreDev(DY + QRow, V + Row, D, 1.0) *
-             attnMaskDev(Dr, Bi, Hh, S, I, J);
+    for (int64_t J = 0; J <= H.lastKey(Causal); ++J) {
+      const double P = exp(attnScoreDev(Q + QRow, K + H.at(J), H.D, H.Scale) -
+                           Stats[2 * T]) /
+                       Stats[2 * T + 1];
+      Sum += P * attnScoreDev(DY + QRow, V + H.at(J), H.D, 1.0) *
+             attnMaskDev(Dr, H.Bi, H.Hh, S, H.Row, J);
     }
     Delta[T] = Sum;
   }
@@ -655,36 +655,34 @@ __global__ void attentionGradKernel(const float *Q, const float *K,
                                     int Causal, int Which, const double *Stats,
                                     const double *Delta, AttnDropout Dr,
                                     float *DX) {
-  const int64_t D = Hl / NH;
-  const double Scale = 1.0 / sqrt(double(D));
   MEGAC_GRID_LOOP(T, B * NH * S) {
-    const auto [Bi, Hh, R] = headRow(T, S, NH);
-    const int64_t Base = Bi * NH * S + Hh * S; // row statistics of this head
-    float *Out = DX + (Bi * S + R) * Hl + Hh * D;
-    for (int64_t E = 0; E < D; ++E)
+    const HeadRow H = headRow(T, S, Hl, NH);
+    const int64_t R = H.Row;
+    const int64_t Base = T - R; // row statistics of this head
+    float *Out = DX + H.at(R);
+    for (int64_t E = 0; E < H.D; ++E)
       Out[E] = 0.0f;
     // dq sums over the keys row R sees; dk and dv over the queries that
     // see key R.
     const int64_t From = Which == 0 ? 0 : (Causal ? R : 0);
-    const int64_t To = Which == 0 ? (Causal ? R : S - 1) : S - 1;
+    const int64_t To = Which == 0 ? H.lastKey(Causal) : S - 1;
     for (int64_t O = From; O <= To; ++O) {
       const int64_t I = Which == 0 ? R : O, J = Which == 0 ? O : R;
-      const int64_t QRow = (Bi * S + I) * Hl + Hh * D;
-      const int64_t KRow = (Bi * S + J) * Hl + Hh * D;
-      const double P = exp(attnScoreDev(Q + QRow, K + KRow, D, Scale) -
+      const int64_t QRow = H.at(I), KRow = H.at(J);
+      const double P = exp(attnScoreDev(Q + QRow, K + KRow, H.D, H.Scale) -
                            Stats[2 * (Base + I)]) /
                        Stats[2 * (Base + I) + 1];
-      const double Mask = attnMaskDev(Dr, Bi, Hh, S, I, J);
+      const double Mask = attnMaskDev(Dr, H.Bi, H.Hh, S, I, J);
       if (Which == 2) {
         const double Pd = P * Mask;
-        for (int64_t E = 0; E < D; ++E)
+        for (int64_t E = 0; E < H.D; ++E)
           Out[E] += float(Pd * double(DY[QRow + E]));
         continue;
       }
-      const double Dp = attnScoreDev(DY + QRow, V + KRow, D, 1.0) * Mask;
-      const double Ds = P * (Dp - Delta[Base + I]) * Scale;
+      const double Dp = attnScoreDev(DY + QRow, V + KRow, H.D, 1.0) * Mask;
+      const double Ds = P * (Dp - Delta[Base + I]) * H.Scale;
       const float *Other = Which == 0 ? K + KRow : Q + QRow;
-      for (int64_t E = 0; E < D; ++E)
+      for (int64_t E = 0; E < H.D; ++E)
         Out[E] += float(Ds * double(Other[E]));
     }
   }
@@ -760,8 +758,8 @@ template <int D>
 __device__ inline void loadTile(const float *X, int64_t Bi, int64_t Hh,
                                 int64_t S, int64_t Hl, int64_t R0,
                                 float *Tile) {
-  loadHeadRows<D, kFlashTile, kFlashRows>(
-      X, Bi, Hh, S, Hl, R0, [&](int E, float V) { Tile[E] = V; });
+  loadHeadRows<D, kFlashTile, kFlashRows>(X, Bi, Hh, S, Hl, R0,
+                                          [&](int E, float V) { Tile[E] = V; });
 }
 
 template <int D>

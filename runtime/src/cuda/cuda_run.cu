@@ -28,9 +28,9 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <memory>
 #include <stdexcept>
-#include <map>
 #include <string>
 #include <vector>
 
@@ -53,6 +53,27 @@ void check(ncclResult_t R, const char *What) {
   if (R != ncclSuccess)
     throw std::runtime_error(std::string(What) + ": " + ncclGetErrorString(R));
 }
+
+/// Device memory that grows to the largest size asked of it; what it holds
+/// is lost when it grows. (cudaFree waits for the device, so work still
+/// reading the old memory finishes first.)
+struct GrowingBuffer {
+  void *Ptr = nullptr;
+  size_t Bytes = 0;
+  /// At least \p N bytes; \p What names them in an allocation failure.
+  void *atLeast(size_t N, const char *What) {
+    if (N > Bytes) {
+      cudaFree(Ptr);
+      Ptr = nullptr;
+      Bytes = 0;
+      check(cudaMalloc(&Ptr, N),
+            (std::string("cudaMalloc (") + What + ")").c_str());
+      Bytes = N;
+    }
+    return Ptr;
+  }
+  ~GrowingBuffer() { cudaFree(Ptr); }
+};
 void check(CUresult R, const char *What) {
   if (R != CUDA_SUCCESS) {
     const char *Msg = nullptr;
@@ -153,7 +174,6 @@ public:
       cudaEventDestroy(E);
     if (Ready)
       cudaEventDestroy(Ready);
-    cudaFree(CommScratch);
     if (!Aborted.load())
       for (ncclComm_t C : Comms)
         if (C)
@@ -163,9 +183,6 @@ public:
         cuModuleUnload(M);
     for (void *Q : Owned)
       cudaFree(Q);
-    cudaFree(Scratch);
-    cudaFree(GemmScratch);
-    cudaFree(Kept.Stats);
     cublasDestroy(Blas);
     cublasDestroy(BlasBf16);
     if (Comm)
@@ -239,7 +256,8 @@ public:
            " products and " + std::to_string(Bf16Attentions) + " of " +
            std::to_string(Attentions) +
            " attention steps on bf16 values (tensor cores, fp32 "
-           "accumulation), the rest in fp32; " + memoryNote();
+           "accumulation), the rest in fp32; " +
+           memoryNote();
   }
 
   /// The device memory taken at the start, as `megac compile
@@ -525,7 +543,7 @@ private:
     if (A.size() != 3 || NH <= 0 || A[2] % NH)
       return false;
     const int64_t D = A[2] / NH;
-    const size_t Need = D == 32   ? TcShared<32>::Forward
+    const size_t Need = D == 32    ? TcShared<32>::Forward
                         : D == 64  ? TcShared<64>::Forward
                         : D == 128 ? TcShared<128>::Forward
                                    : 0;
@@ -553,15 +571,10 @@ private:
     // kernels want.
     const size_t OffB = (size_t(NA) * 2 + 15) / 16 * 16;
     const size_t Need = OffB + size_t(NB) * 2;
-    if (Need > GemmScratchBytes) {
-      cudaFree(GemmScratch);
-      GemmScratch = nullptr;
-      check(cudaMalloc(&GemmScratch, Need), "cudaMalloc (bf16 operands)");
-      GemmScratchBytes = Need;
-    }
-    uint16_t *Pa = static_cast<uint16_t *>(GemmScratch);
-    uint16_t *Pb =
-        reinterpret_cast<uint16_t *>(static_cast<char *>(GemmScratch) + OffB);
+    char *Packed =
+        static_cast<char *>(GemmScratch.atLeast(Need, "bf16 operands"));
+    uint16_t *Pa = reinterpret_cast<uint16_t *>(Packed);
+    uint16_t *Pb = reinterpret_cast<uint16_t *>(Packed + OffB);
     launchOn(Compute, packBf16Kernel, blocksFor(NA), kThreads, 0, A, NA, Pa,
              Faults + kFaultNotBf16);
     launchOn(Compute, packBf16Kernel, blocksFor(NB), kThreads, 0, B, NB, Pb,
@@ -846,8 +859,7 @@ private:
         else if (D == 64)
           flash<64>(Qp, Kp, Vp, Dy, B, S, Hl, NH, Causal, Which, Dr, Tc, f(Y));
         else
-          flash<128>(Qp, Kp, Vp, Dy, B, S, Hl, NH, Causal, Which, Dr, Tc,
-                     f(Y));
+          flash<128>(Qp, Kp, Vp, Dy, B, S, Hl, NH, Causal, Which, Dr, Tc, f(Y));
         return;
       }
       // Other head sizes: the simple kernels. Scratch: the rows' (max,
@@ -1132,17 +1144,14 @@ private:
   /// layouts), at least \p N bytes; compute writes it only after the
   /// collectives that use it are done.
   char *commScratch(size_t N) {
-    if (N > CommScratchBytes) {
+    if (N > CommScratch.Bytes) { // the collectives may still read it
       waitForAllCollectives();
       check(cudaStreamSynchronize(Comm), "cudaStreamSynchronize");
-      cudaFree(CommScratch);
-      CommScratch = nullptr;
-      check(cudaMalloc(&CommScratch, N), "cudaMalloc (collective staging)");
-      CommScratchBytes = N;
     }
-    waitForCollectives({{static_cast<const char *>(CommScratch),
-                         static_cast<const char *>(CommScratch) + N}});
-    return static_cast<char *>(CommScratch);
+    char *Staging =
+        static_cast<char *>(CommScratch.atLeast(N, "collective staging"));
+    waitForCollectives({{Staging, Staging + N}});
+    return Staging;
   }
 
   void collective(uint32_t Idx, const Instr &In) {
@@ -1375,9 +1384,9 @@ private:
                                                Causal, Dr, Blocks, Scale);
     const float *Delta = Stats + 2 * Rows;
     if (Which == 0)
-      launchOn(Compute, flashQueryGradTcKernel<D>, Blocks, kTcThreads,
-               Sh::Grad, Q, K, V, DY, S, Hl, NH, Causal, Scale, Dr, Stats,
-               Delta, Out, Inexact);
+      launchOn(Compute, flashQueryGradTcKernel<D>, Blocks, kTcThreads, Sh::Grad,
+               Q, K, V, DY, S, Hl, NH, Causal, Scale, Dr, Stats, Delta, Out,
+               Inexact);
     else
       launchOn(Compute, flashKeyGradTcKernel<D>, Blocks, kTcThreads, Sh::Grad,
                Q, K, V, DY, S, Hl, NH, Causal, Scale, Which, Dr, Stats, Delta,
@@ -1391,37 +1400,38 @@ private:
   template <int D>
   const float *keptAttentionStats(const float *Q, const float *K,
                                   const float *V, const float *DY, int64_t B,
-                                  int64_t S, int64_t Hl, int64_t NH,
-                                  int Causal, const AttnDropout &Dr,
-                                  unsigned Blocks, float Scale) {
+                                  int64_t S, int64_t Hl, int64_t NH, int Causal,
+                                  const AttnDropout &Dr, unsigned Blocks,
+                                  float Scale) {
     const int64_t Rows = B * NH * S;
-    const std::vector<int64_t> Key = {
-        int64_t(reinterpret_cast<intptr_t>(Q)),
-        int64_t(reinterpret_cast<intptr_t>(K)),
-        int64_t(reinterpret_cast<intptr_t>(V)),
-        int64_t(reinterpret_cast<intptr_t>(DY)),
-        B, S, Hl, NH, Causal, D, int64_t(Dr.Key),
-        int64_t(Dr.Rate * 1e9), Dr.GlobalHeads, Dr.BatchOffset,
-        Dr.HeadOffset};
+    const std::vector<int64_t> Key = {int64_t(reinterpret_cast<intptr_t>(Q)),
+                                      int64_t(reinterpret_cast<intptr_t>(K)),
+                                      int64_t(reinterpret_cast<intptr_t>(V)),
+                                      int64_t(reinterpret_cast<intptr_t>(DY)),
+                                      B,
+                                      S,
+                                      Hl,
+                                      NH,
+                                      Causal,
+                                      D,
+                                      int64_t(Dr.Key),
+                                      int64_t(Dr.Rate * 1e9),
+                                      Dr.GlobalHeads,
+                                      Dr.BatchOffset,
+                                      Dr.HeadOffset};
+    float *Stats = static_cast<float *>(Kept.Memory.Ptr);
     if (Kept.Valid && Kept.Key == Key)
-      return Kept.Stats;
-    const size_t Need = size_t(3 * Rows) * sizeof(float);
-    if (Need > Kept.Bytes) {
-      check(cudaStreamSynchronize(Compute), "cudaStreamSynchronize");
-      cudaFree(Kept.Stats);
-      Kept.Stats = nullptr;
-      Kept.Bytes = 0;
-      check(cudaMalloc(reinterpret_cast<void **>(&Kept.Stats), Need),
-            "cudaMalloc (attention stats)");
-      Kept.Bytes = Need;
-    }
-    float *Y = static_cast<float *>(scratch(size_t(B * S * Hl) * sizeof(float)));
+      return Stats;
+    Stats = static_cast<float *>(Kept.Memory.atLeast(
+        size_t(3 * Rows) * sizeof(float), "attention stats"));
+    float *Y =
+        static_cast<float *>(scratch(size_t(B * S * Hl) * sizeof(float)));
     launchOn(Compute, flashForwardTcKernel<D>, Blocks, kTcThreads,
              TcShared<D>::Forward, Q, K, V, S, Hl, NH, Causal, Scale, Dr, Y,
-             Kept.Stats, Faults + kFaultNotBf16);
+             Stats, Faults + kFaultNotBf16);
     launchOn(Compute, attentionRowDotKernel, blocksFor(Rows), kThreads, 0, DY,
              static_cast<const float *>(Y), B, S, Hl, NH, int64_t(D),
-             Kept.Stats + 2 * Rows);
+             Stats + 2 * Rows);
     const size_t In = size_t(B * S * Hl) * sizeof(float);
     auto Span = [&](const float *P) {
       return Range{reinterpret_cast<const char *>(P),
@@ -1430,30 +1440,23 @@ private:
     Kept.Inputs = {Span(Q), Span(K), Span(V), Span(DY)};
     Kept.Key = Key;
     Kept.Valid = true;
-    return Kept.Stats;
+    return Stats;
   }
   struct KeptStats {
     bool Valid = false;
     std::vector<int64_t> Key;
     std::vector<Range> Inputs;
-    float *Stats = nullptr;
-    size_t Bytes = 0;
+    GrowingBuffer Memory;
   } Kept;
 
-  template <int D> static constexpr int tcSlot() { return D == 32 ? 0 : D == 64 ? 1 : 2; }
+  template <int D> static constexpr int tcSlot() {
+    return D == 32 ? 0 : D == 64 ? 1 : 2;
+  }
   bool TcReady[3] = {false, false, false};
 
   /// Device scratch of at least \p N bytes (its contents do not persist
   /// across instructions).
-  void *scratch(size_t N) {
-    if (N > ScratchBytes) {
-      cudaFree(Scratch);
-      Scratch = nullptr;
-      check(cudaMalloc(&Scratch, N), "cudaMalloc (scratch)");
-      ScratchBytes = N;
-    }
-    return Scratch;
-  }
+  void *scratch(size_t N) { return Scratch.atLeast(N, "scratch"); }
 
   const Program &P;
   const RankProgram &RP;
@@ -1465,10 +1468,8 @@ private:
   /// Per buffer: holds bf16 values (see findBf16Values).
   std::vector<char> Bf16;
   unsigned Products = 0, Bf16Products = 0, Attentions = 0, Bf16Attentions = 0;
-  void *GemmScratch = nullptr;
-  size_t GemmScratchBytes = 0;
-  void *Arena = nullptr, *Scratch = nullptr;
-  size_t ScratchBytes = 0;
+  GrowingBuffer GemmScratch, Scratch;
+  void *Arena = nullptr;
   std::vector<void *> Ptr, Owned;
   std::vector<size_t> Bytes;
   /// Per adam_w instruction (null elsewhere): its moments on the device.
@@ -1483,8 +1484,7 @@ private:
   std::vector<InFlight> Pending;
   std::vector<cudaEvent_t> FreeEvents, AllEvents;
   cudaEvent_t Ready = nullptr;
-  void *CommScratch = nullptr;
-  size_t CommScratchBytes = 0;
+  GrowingBuffer CommScratch;
   int64_t Step = 1, CurMicro = 0;
   bool Inference = false;
   double Lr = 0;
