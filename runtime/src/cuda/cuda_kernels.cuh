@@ -120,13 +120,21 @@ __global__ void roundBf16Kernel(const float *X, int64_t N, float *Y) {
 
 /// The bf16 bits of values that are bf16 already (a plan's rounded
 /// tensors): fp32's upper half, exactly. Sets *Inexact if a value had
-/// more bits (the backend's analysis of the plan was wrong).
+/// more bits (the backend's analysis of the plan was wrong). Without
+/// \p Inexact, rounds to nearest even instead (values the plan need not
+/// round, like an attention's dy).
 __global__ void packBf16Kernel(const float *X, int64_t N, uint16_t *Y,
                                int *Inexact) {
   MEGAC_GRID_LOOP(I, N) {
-    const unsigned U = __float_as_uint(X[I]);
-    if (U & 0xffffu)
-      *Inexact = 1;
+    unsigned U = __float_as_uint(X[I]);
+    if (Inexact) {
+      if (U & 0xffffu)
+        *Inexact = 1;
+    } else if ((U & 0x7f800000u) != 0x7f800000u) {
+      U += 0x7fffu + ((U >> 16) & 1u); // round to nearest even
+    } else if (U & 0x007fffffu) {
+      U |= 0x00400000u; // a NaN stays one
+    }
     Y[I] = uint16_t(U >> 16);
   }
 }
@@ -955,5 +963,6 @@ __global__ void __launch_bounds__(kFlashRows)
 } // namespace megac_rt
 
 #include "flash_tc.cuh"
+#include "flash_mma.cuh"
 
 #endif // MEGAC_RT_CUDA_KERNELS_CUH

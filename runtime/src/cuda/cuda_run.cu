@@ -26,8 +26,10 @@
 #include <atomic>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <stdexcept>
@@ -44,6 +46,17 @@ void check(cudaError_t E, const char *What) {
   if (E != cudaSuccess)
     throw std::runtime_error(std::string(What) + ": " + cudaGetErrorString(E));
 }
+/// MEGAC_CUDA_ATTENTION=wmma selects the wmma attention kernels.
+bool wmmaAttentionAsked() {
+  const char *E = std::getenv("MEGAC_CUDA_ATTENTION");
+  if (!E || !*E || std::string(E) == "mma")
+    return false;
+  if (std::string(E) == "wmma")
+    return true;
+  throw std::runtime_error(std::string("MEGAC_CUDA_ATTENTION is '") + E +
+                           "': expected mma (the default) or wmma");
+}
+
 void check(cublasStatus_t S, const char *What) {
   if (S != CUBLAS_STATUS_SUCCESS)
     throw std::runtime_error(std::string(What) + ": cuBLAS status " +
@@ -529,7 +542,8 @@ private:
   }
   /// An attention (or its gradient) for the tensor cores: its q, k and v
   /// hold bf16 values, its head size takes the flash kernels, and their
-  /// shared memory fits the device (113 KB at head size 128: more than an
+  /// shared memory fits the device (104 KB at head size 128, 113 KB for
+  /// the wmma kernels: more than an
   /// sm_86 or sm_89 block may have).
   bool tensorCoreAttention(const Instr &In) const {
     if (!In.inputs() || In.inputs()->size() < 3 || !In.ints() ||
@@ -543,11 +557,20 @@ private:
     if (A.size() != 3 || NH <= 0 || A[2] % NH)
       return false;
     const int64_t D = A[2] / NH;
-    const size_t Need = D == 32    ? TcShared<32>::Forward
-                        : D == 64  ? TcShared<64>::Forward
-                        : D == 128 ? TcShared<128>::Forward
-                                   : 0;
-    return Need && Need <= SharedOptin;
+    return flashTcShared(D) && flashTcShared(D) <= SharedOptin;
+  }
+  /// The most dynamic shared memory the tensor-core attention kernels of
+  /// head size \p D take (0: none for that size).
+  size_t flashTcShared(int64_t D) const {
+    if (WmmaAttention)
+      return D == 32    ? TcShared<32>::Forward
+             : D == 64  ? TcShared<64>::Forward
+             : D == 128 ? TcShared<128>::Forward
+                        : 0;
+    return D == 32    ? MmaShared<32>::Most
+           : D == 64  ? MmaShared<64>::Most
+           : D == 128 ? MmaShared<128>::Most
+                      : 0;
   }
 
   /// Column-major C = A op B + beta C as cuBLAS takes it; A and B are
@@ -1356,21 +1379,17 @@ private:
                int64_t B, int64_t S, int64_t Hl, int64_t NH, int Causal,
                int Which, const AttnDropout &Dr, unsigned Blocks, float Scale,
                float *Out) {
+    if (!WmmaAttention) {
+      flashMma<D>(Q, K, V, DY, B, S, Hl, NH, Causal, Which, Dr, Blocks, Scale,
+                  Out);
+      return;
+    }
     using Sh = TcShared<D>;
     int *Inexact = Faults + kFaultNotBf16;
     if (!TcReady[tcSlot<D>()]) { // above the default 48 KiB per block
-      check(cudaFuncSetAttribute(flashForwardTcKernel<D>,
-                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 int(Sh::Forward)),
-            "cudaFuncSetAttribute");
-      check(cudaFuncSetAttribute(flashQueryGradTcKernel<D>,
-                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 int(Sh::Grad)),
-            "cudaFuncSetAttribute");
-      check(cudaFuncSetAttribute(flashKeyGradTcKernel<D>,
-                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 int(Sh::Grad)),
-            "cudaFuncSetAttribute");
+      setSharedLimit(flashForwardTcKernel<D>, Sh::Forward);
+      setSharedLimit(flashQueryGradTcKernel<D>, Sh::Grad);
+      setSharedLimit(flashKeyGradTcKernel<D>, Sh::Grad);
       TcReady[tcSlot<D>()] = true;
     }
     if (Which < 0) {
@@ -1379,10 +1398,9 @@ private:
                static_cast<float *>(nullptr), Inexact);
       return;
     }
-    const int64_t Rows = B * NH * S;
-    const float *Stats = keptAttentionStats<D>(Q, K, V, DY, B, S, Hl, NH,
-                                               Causal, Dr, Blocks, Scale);
-    const float *Delta = Stats + 2 * Rows;
+    const KeptAttention &Kp =
+        keptAttention<D>(Q, K, V, DY, B, S, Hl, NH, Causal, Dr, Blocks, Scale);
+    const float *Stats = Kp.Stats, *Delta = Kp.Delta;
     if (Which == 0)
       launchOn(Compute, flashQueryGradTcKernel<D>, Blocks, kTcThreads, Sh::Grad,
                Q, K, V, DY, S, Hl, NH, Causal, Scale, Dr, Stats, Delta, Out,
@@ -1392,18 +1410,101 @@ private:
                Q, K, V, DY, S, Hl, NH, Causal, Scale, Which, Dr, Stats, Delta,
                Out, Inexact);
   }
-  /// Each query row's max and 1 / sum of the attention of (Q, K, V), then
-  /// its delta = dy . y: recomputed for the first of an attention's three
-  /// gradient steps and kept for the other two, as long as nothing writes
-  /// their inputs in between (the kept statistics are in their own
-  /// memory; run() forgets them when an instruction writes the inputs).
+  /// flash() on the register-resident tensor-core kernels (flash_mma.cuh).
+  /// The forward pass packs q, k and v to bf16 in scratch. The backward
+  /// pass shares one kept state per attention (keptAttention): the first
+  /// gradient step of k or v computes both, and the other step copies the
+  /// kept one.
   template <int D>
-  const float *keptAttentionStats(const float *Q, const float *K,
-                                  const float *V, const float *DY, int64_t B,
-                                  int64_t S, int64_t Hl, int64_t NH, int Causal,
-                                  const AttnDropout &Dr, unsigned Blocks,
-                                  float Scale) {
-    const int64_t Rows = B * NH * S;
+  void flashMma(const float *Q, const float *K, const float *V,
+                const float *DY, int64_t B, int64_t S, int64_t Hl, int64_t NH,
+                int Causal, int Which, const AttnDropout &Dr, unsigned Blocks,
+                float Scale, float *Out) {
+    using Sh = MmaShared<D>;
+    if (!MmaReady[tcSlot<D>()]) { // above the default 48 KiB per block
+      setSharedLimit(flashForwardMmaKernel<D>, Sh::Forward);
+      setSharedLimit(flashQueryGradMmaKernel<D>, Sh::QueryGrad);
+      setSharedLimit(flashKeyGradMmaKernel<D>, Sh::KeyGrad);
+      MmaReady[tcSlot<D>()] = true;
+    }
+    const int64_t N = B * S * Hl;
+    if (Which < 0) {
+      uint16_t *Q16 =
+          static_cast<uint16_t *>(scratch(size_t(3 * N) * sizeof(uint16_t)));
+      packAttentionInputs({Q, K, V}, N, Q16);
+      launchOn(Compute, flashForwardMmaKernel<D>, Blocks, kMmaThreads,
+               Sh::Forward, Q16, Q16 + N, Q16 + 2 * N, S, Hl, NH, Causal,
+               Scale, Dr, Out, static_cast<float *>(nullptr),
+               static_cast<const float *>(nullptr),
+               static_cast<float *>(nullptr));
+      return;
+    }
+    KeptAttention &Kp =
+        keptAttention<D>(Q, K, V, DY, B, S, Hl, NH, Causal, Dr, Blocks, Scale);
+    if (Which == 0) {
+      launchOn(Compute, flashQueryGradMmaKernel<D>, Blocks, kMmaThreads,
+               Sh::QueryGrad, Kp.Q16, Kp.K16, Kp.V16, Kp.DY16, S, Hl, NH,
+               Causal, Scale, Dr, Kp.Stats, Kp.Delta, Out);
+      return;
+    }
+    if (Kp.GradOf == Which) { // computed beside the other one
+      check(cudaMemcpyAsync(Out, Kp.Grad, size_t(N) * sizeof(float),
+                            cudaMemcpyDeviceToDevice, Compute),
+            "cudaMemcpyAsync");
+      return;
+    }
+    launchOn(Compute, flashKeyGradMmaKernel<D>, Blocks, kMmaThreads,
+             Sh::KeyGrad, Kp.Q16, Kp.K16, Kp.V16, Kp.DY16, S, Hl, NH, Causal,
+             Scale, Dr, Kp.Stats, Kp.Delta, Which == 1 ? Out : Kp.Grad,
+             Which == 2 ? Out : Kp.Grad);
+    Kp.GradOf = 3 - Which;
+  }
+
+  template <class KernelFn> void setSharedLimit(KernelFn *Fn, size_t Bytes) {
+    check(cudaFuncSetAttribute(Fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               int(Bytes)),
+          "cudaFuncSetAttribute");
+  }
+
+  /// bf16 copies of q, k and v (checked: they must hold bf16 values) and,
+  /// as the fourth when given, dy (rounded: the plan need not round it),
+  /// N elements each, one after the other from \p To.
+  void packAttentionInputs(std::initializer_list<const float *> From,
+                           int64_t N, uint16_t *To) {
+    int K = 0;
+    for (const float *X : From) {
+      int *Inexact = K < 3 ? Faults + kFaultNotBf16 : nullptr;
+      launchOn(Compute, packBf16Kernel, blocksFor(N), kThreads, 0, X, N,
+               To + K * N, Inexact);
+      ++K;
+    }
+  }
+
+  /// What the gradient steps of one attention share, in device memory of
+  /// its own: each query row's max and 1 / sum of the attention of (Q, K,
+  /// V) and its delta = dy . y, recomputed for the first of the three
+  /// steps and kept for the other two as long as nothing writes their
+  /// inputs in between (run() forgets them when an instruction does).
+  /// The register-resident kernels also keep bf16 copies of q, k, v and
+  /// dy, and the gradient of k or v (\p GradOf) that the other's step
+  /// computed beside its own.
+  struct KeptAttention {
+    bool Valid = false;
+    std::vector<int64_t> Key;
+    std::vector<Range> Inputs;
+    GrowingBuffer Memory;
+    float *Stats = nullptr, *Delta = nullptr, *Grad = nullptr;
+    uint16_t *Q16 = nullptr, *K16 = nullptr, *V16 = nullptr, *DY16 = nullptr;
+    int GradOf = -1;
+  } Kept;
+
+  template <int D>
+  KeptAttention &keptAttention(const float *Q, const float *K, const float *V,
+                               const float *DY, int64_t B, int64_t S,
+                               int64_t Hl, int64_t NH, int Causal,
+                               const AttnDropout &Dr, unsigned Blocks,
+                               float Scale) {
+    const int64_t Rows = B * NH * S, N = B * S * Hl;
     const std::vector<int64_t> Key = {int64_t(reinterpret_cast<intptr_t>(Q)),
                                       int64_t(reinterpret_cast<intptr_t>(K)),
                                       int64_t(reinterpret_cast<intptr_t>(V)),
@@ -1418,21 +1519,44 @@ private:
                                       int64_t(Dr.Rate * 1e9),
                                       Dr.GlobalHeads,
                                       Dr.BatchOffset,
-                                      Dr.HeadOffset};
-    float *Stats = static_cast<float *>(Kept.Memory.Ptr);
+                                      Dr.HeadOffset,
+                                      WmmaAttention};
     if (Kept.Valid && Kept.Key == Key)
-      return Stats;
-    Stats = static_cast<float *>(Kept.Memory.atLeast(
-        size_t(3 * Rows) * sizeof(float), "attention stats"));
-    float *Y =
-        static_cast<float *>(scratch(size_t(B * S * Hl) * sizeof(float)));
-    launchOn(Compute, flashForwardTcKernel<D>, Blocks, kTcThreads,
-             TcShared<D>::Forward, Q, K, V, S, Hl, NH, Causal, Scale, Dr, Y,
-             Stats, Faults + kFaultNotBf16);
-    launchOn(Compute, attentionRowDotKernel, blocksFor(Rows), kThreads, 0, DY,
-             static_cast<const float *>(Y), B, S, Hl, NH, int64_t(D),
-             Stats + 2 * Rows);
-    const size_t In = size_t(B * S * Hl) * sizeof(float);
+      return Kept;
+    // [max, 1 / sum] per row, deltas, then (register-resident kernels)
+    // q, k, v and dy in bf16 and one fp32 gradient; 16-byte aligned parts.
+    auto Align = [](size_t X) { return (X + 15) / 16 * 16; };
+    const size_t StatsBytes = Align(size_t(3 * Rows) * sizeof(float));
+    const size_t Bf16Bytes = size_t(4 * N) * sizeof(uint16_t);
+    char *Base = static_cast<char *>(Kept.Memory.atLeast(
+        WmmaAttention ? StatsBytes
+                      : StatsBytes + Bf16Bytes + size_t(N) * sizeof(float),
+        "attention state"));
+    Kept.Stats = reinterpret_cast<float *>(Base);
+    Kept.Delta = Kept.Stats + 2 * Rows;
+    Kept.GradOf = -1;
+    if (WmmaAttention) {
+      float *Y =
+          static_cast<float *>(scratch(size_t(B * S * Hl) * sizeof(float)));
+      launchOn(Compute, flashForwardTcKernel<D>, Blocks, kTcThreads,
+               TcShared<D>::Forward, Q, K, V, S, Hl, NH, Causal, Scale, Dr, Y,
+               Kept.Stats, Faults + kFaultNotBf16);
+      launchOn(Compute, attentionRowDotKernel, blocksFor(Rows), kThreads, 0,
+               DY, static_cast<const float *>(Y), B, S, Hl, NH, int64_t(D),
+               Kept.Delta);
+    } else {
+      Kept.Q16 = reinterpret_cast<uint16_t *>(Base + StatsBytes);
+      Kept.K16 = Kept.Q16 + N;
+      Kept.V16 = Kept.K16 + N;
+      Kept.DY16 = Kept.V16 + N;
+      Kept.Grad = reinterpret_cast<float *>(Base + StatsBytes + Bf16Bytes);
+      packAttentionInputs({Q, K, V, DY}, N, Kept.Q16);
+      launchOn(Compute, flashForwardMmaKernel<D>, Blocks, kMmaThreads,
+               MmaShared<D>::Forward, Kept.Q16, Kept.K16, Kept.V16, S, Hl, NH,
+               Causal, Scale, Dr, static_cast<float *>(nullptr), Kept.Stats,
+               DY, Kept.Delta);
+    }
+    const size_t In = size_t(N) * sizeof(float);
     auto Span = [&](const float *P) {
       return Range{reinterpret_cast<const char *>(P),
                    reinterpret_cast<const char *>(P) + In};
@@ -1440,19 +1564,17 @@ private:
     Kept.Inputs = {Span(Q), Span(K), Span(V), Span(DY)};
     Kept.Key = Key;
     Kept.Valid = true;
-    return Stats;
+    return Kept;
   }
-  struct KeptStats {
-    bool Valid = false;
-    std::vector<int64_t> Key;
-    std::vector<Range> Inputs;
-    GrowingBuffer Memory;
-  } Kept;
 
   template <int D> static constexpr int tcSlot() {
     return D == 32 ? 0 : D == 64 ? 1 : 2;
   }
-  bool TcReady[3] = {false, false, false};
+  bool TcReady[3] = {false, false, false}, MmaReady[3] = {false, false, false};
+  /// MEGAC_CUDA_ATTENTION=wmma: the first tensor-core attention kernels
+  /// (flash_tc.cuh) instead of the register-resident ones, to compare the
+  /// two on a device.
+  const bool WmmaAttention = wmmaAttentionAsked();
 
   /// Device scratch of at least \p N bytes (its contents do not persist
   /// across instructions).

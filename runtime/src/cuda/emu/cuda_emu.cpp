@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <cstdlib>
 #include <deque>
 #include <fstream>
@@ -112,6 +113,7 @@ struct Scheduler {
   Fiber *Current = nullptr;
   const std::function<void()> *Body = nullptr;
   std::vector<double> Exchange;
+  std::vector<unsigned char> Slots; // warpExchange's, kWarpSlotBytes each
   std::vector<char> Shared;
 };
 
@@ -140,6 +142,19 @@ double shuffleXor(double V, int LaneMask) {
 
 void *dynamicShared() { return scheduler().Shared.data(); }
 
+const unsigned char *warpExchange(const void *Mine, unsigned Bytes) {
+  Scheduler &S = scheduler();
+  const unsigned T = S.Current->State.Thread.x;
+  if (Bytes > kWarpSlotBytes) {
+    std::fprintf(stderr, "cuda emulation: a warp exchange of %u bytes\n",
+                 Bytes);
+    std::abort();
+  }
+  std::memcpy(&S.Slots[size_t(T) * kWarpSlotBytes], Mine, Bytes);
+  syncThreads();
+  return &S.Slots[size_t(T & ~31u) * kWarpSlotBytes];
+}
+
 [[noreturn]] void fiberEntry() {
   Scheduler &S = scheduler();
   (*S.Body)();
@@ -148,7 +163,8 @@ void *dynamicShared() { return scheduler().Shared.data(); }
   std::abort(); // a finished fiber is never resumed
 }
 
-const SimtApi TheApi = {currentThread, syncThreads, shuffleXor, dynamicShared};
+const SimtApi TheApi = {currentThread, syncThreads, shuffleXor, dynamicShared,
+                        warpExchange};
 
 struct BindApi {
   BindApi() { simtApi = &TheApi; }
@@ -164,6 +180,8 @@ void launchNow(Dim3 Grid, Dim3 Block, size_t SharedBytes,
   if (S.Fibers.size() < Threads)
     S.Fibers.resize(Threads);
   S.Exchange.assign(Threads, 0.0);
+  // Whole warps of slots: a partial last warp reads zeros past its end.
+  S.Slots.assign((Threads + 31) / 32 * 32 * kWarpSlotBytes, 0);
   S.Shared.assign(SharedBytes + 16, 0);
   S.Body = &Body;
   for (unsigned Bz = 0; Bz < Grid.z; ++Bz)

@@ -43,7 +43,15 @@ struct SimtApi {
   double (*shuffleXor)(double V, int LaneMask);
   /// The launch's dynamic shared memory.
   void *(*dynamicShared)();
+  /// Publishes this lane's \p Bytes (at most kWarpSlotBytes) and, once
+  /// every thread of the block has published, returns the 32 slots of its
+  /// warp (lane L's at L * kWarpSlotBytes). The caller reads them, then
+  /// calls __syncthreads before its next exchange. The warp-wide tensor
+  /// core instructions (mma_emu.h) are built on it.
+  const unsigned char *(*warpExchange)(const void *Mine, unsigned Bytes);
 };
+
+constexpr unsigned kWarpSlotBytes = 64;
 
 /// Bound once per module: by the emulator in the backend, by the entry
 /// trampoline in a run-time compiled kernel module.

@@ -1,0 +1,472 @@
+//===- flash_mma.cuh - Register-resident flash attention ------*- CUDA -*-===//
+//
+// Flash attention for bf16 plans in the manner of FlashAttention 2: the
+// scores, probabilities and their gradients live in the accumulators of
+// mma.sync (mma_sm80.cuh), whose layout puts each row in the four lanes of
+// a group, so the softmax takes its row max and sum with two shuffles and
+// hands the probabilities to the next product as bf16 registers. Nothing
+// but the streamed tiles goes through shared memory, and those arrive by
+// cp.async, the next tile's copy running under the current tile's
+// products (double buffering).
+//
+// q, k, v and dy come as bf16 copies (packed once per attention by the
+// runtime, which also checks that q, k and v held bf16 values). A block of
+// 4 warps owns 64 rows, 16 per warp:
+// - forward: 64 queries; y, and when asked each row's max and 1 / sum and
+//   its delta = dy . y (the backward pass's statistics, in one pass);
+// - dq: 64 queries over the key tiles (3 products a tile);
+// - dk and dv together: 64 keys over the query tiles (4 products a tile),
+//   half a query tile at a time to keep both accumulators in registers.
+// Probabilities and score gradients are rounded to bf16 for their
+// products, as FlashAttention does; sums stay fp32.
+//
+// Included by cuda_kernels.cuh; builds with nvcc and with the emulation.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MEGAC_RT_CUDA_FLASH_MMA_CUH
+#define MEGAC_RT_CUDA_FLASH_MMA_CUH
+
+#include "mma_sm80.cuh"
+
+namespace megac_rt {
+namespace cuda {
+
+constexpr int kMmaRows = 64; // a block's rows and a streamed tile's
+static_assert(kMmaRows == kFlashRows, "blocks are counted as flashBlock does");
+constexpr int kMmaThreads = 128; // 4 warps of 16 rows
+/// A bf16 tile's row stride: 16 bytes of padding put the 8 rows an
+/// ldmatrix reads in different banks.
+template <int D> constexpr int kMmaLd = D + 8;
+/// Tiles of 64 rows, and the shared memory of each kernel.
+template <int D> struct MmaShared {
+  static constexpr size_t Tile = size_t(kMmaRows) * kMmaLd<D> * 2;
+  static constexpr size_t Forward = 5 * Tile;  // q, 2 x (k, v)
+  static constexpr size_t QueryGrad = 6 * Tile; // q, dy, 2 x (k, v)
+  /// k, v, 2 x (q, dy), 2 x the query rows' (max, 1 / sum, delta)
+  static constexpr size_t KeyGrad = 6 * Tile + 2 * 3 * kMmaRows * 4;
+  static constexpr size_t Most = KeyGrad;
+};
+
+/// The i-th tile of a kernel's dynamic shared memory.
+template <int D> __device__ inline uint16_t *mmaTile(unsigned char *Smem, int I) {
+  return reinterpret_cast<uint16_t *>(Smem + size_t(I) * MmaShared<D>::Tile);
+}
+
+/// Starts copying rows [R0, R0 + 64) of head (Bi, Hh) of the bf16 X into
+/// Tile (zeros past S); every thread takes part. The caller commits.
+template <int D>
+__device__ inline void mmaLoadTile(const uint16_t *X, int64_t Bi, int64_t Hh,
+                                   int64_t S, int64_t Hl, int64_t R0,
+                                   uint16_t *Tile) {
+  constexpr int Chunks = D / 8; // 16 bytes each
+  for (int C = threadIdx.x; C < kMmaRows * Chunks; C += kMmaThreads) {
+    const int R = C / Chunks, E = (C % Chunks) * 8;
+    uint16_t *To = Tile + R * kMmaLd<D> + E;
+    if (R0 + R < S)
+      cpAsync16(To, X + (Bi * S + R0 + R) * Hl + Hh * D + E);
+    else
+      for (int K = 0; K < 8; ++K)
+        To[K] = 0;
+  }
+}
+
+/// Where a lane's accumulator elements sit: element E of fragment N is
+/// row Row(E) of the warp's 16, column 8 N + Col(E) of the tile.
+struct MmaLane {
+  int Warp, G, T;
+  __device__ int row(int E) const { return Warp * 16 + G + 8 * (E / 2); }
+  __device__ int col(int N, int E) const { return 8 * N + 2 * T + E % 2; }
+};
+__device__ inline MmaLane mmaLane() {
+  const int L = threadIdx.x % 32;
+  return {int(threadIdx.x / 32), L / 4, L % 4};
+}
+
+/// Out (the warp's 16 rows by NB x 8 columns) = X Y^T over D: X's rows
+/// [16 warp, +16) against Y's rows [N0, N0 + 8 NB), both bf16 tiles.
+template <int D, int NB>
+__device__ inline void mmaRowsByRows(MmaC (&Out)[NB], const uint16_t *X,
+                                     const uint16_t *Y, int N0) {
+  constexpr int Ld = kMmaLd<D>;
+  const int L = threadIdx.x % 32, M = L / 8, Warp = threadIdx.x / 32;
+  #pragma unroll
+  for (int N = 0; N < NB; ++N)
+    #pragma unroll
+    for (int E = 0; E < 4; ++E)
+      Out[N].R[E] = 0.0f;
+  // This lane's row address in the x4 loads: A's matrices are (rows 0-7,
+  // 8-15) x (columns 0-7, 8-15); B's two n blocks x two k halves.
+  const uint16_t *ARow = X + (Warp * 16 + L % 8 + 8 * (M % 2)) * Ld + 8 * (M / 2);
+  const uint16_t *BRow = Y + (N0 + L % 8 + 8 * (M / 2)) * Ld + 8 * (M % 2);
+#pragma unroll
+  for (int K = 0; K < D / 16; ++K) {
+    MmaA A;
+    ldmatrixX4(A.R, ARow + 16 * K);
+#pragma unroll
+    for (int N = 0; N < NB; N += 2) {
+      uint32_t B[4];
+      ldmatrixX4(B, BRow + N * 8 * Ld + 16 * K);
+      mmaBf16(Out[N], A, B[0], B[1]);
+      mmaBf16(Out[N + 1], A, B[2], B[3]);
+    }
+  }
+}
+
+/// Acc (the warp's 16 rows by D) += P Y: P's KS slices of 16 columns
+/// (bf16 A fragments) by rows [K0, K0 + 16 KS) of the bf16 tile Y.
+template <int D, int KS>
+__device__ inline void mmaAccumulate(MmaC (&Acc)[D / 8], const MmaA (&P)[KS],
+                                     const uint16_t *Y, int K0) {
+  constexpr int Ld = kMmaLd<D>;
+  const int L = threadIdx.x % 32, M = L / 8;
+  // Transposed loads: matrices (k 0-7, 8-15) x (n 0-7, 8-15).
+  const uint16_t *BRow = Y + (K0 + L % 8 + 8 * (M % 2)) * Ld + 8 * (M / 2);
+#pragma unroll
+  for (int K = 0; K < KS; ++K)
+#pragma unroll
+    for (int N = 0; N < D / 8; N += 2) {
+      uint32_t B[4];
+      ldmatrixX4Trans(B, BRow + 16 * K * Ld + 8 * N);
+      mmaBf16(Acc[N], P[K], B[0], B[1]);
+      mmaBf16(Acc[N + 1], P[K], B[2], B[3]);
+    }
+}
+
+/// The A fragments of columns [16 K, 16 K + 16) of accumulators C: the
+/// C layout of two n blocks is the A layout of one k slice.
+template <int NB>
+__device__ inline void mmaToA(const MmaC (&C)[NB], MmaA (&A)[NB / 2]) {
+#pragma unroll
+  for (int K = 0; K < NB / 2; ++K) {
+    A[K].R[0] = packBf16x2(C[2 * K].R[0], C[2 * K].R[1]);
+    A[K].R[1] = packBf16x2(C[2 * K].R[2], C[2 * K].R[3]);
+    A[K].R[2] = packBf16x2(C[2 * K + 1].R[0], C[2 * K + 1].R[1]);
+    A[K].R[3] = packBf16x2(C[2 * K + 1].R[2], C[2 * K + 1].R[3]);
+  }
+}
+
+/// The sum (or max) of a row over the 4 lanes of its group.
+__device__ inline float groupSum(float V) {
+  V += __shfl_xor_sync(0xffffffffu, V, 1);
+  return V + __shfl_xor_sync(0xffffffffu, V, 2);
+}
+__device__ inline float groupMax(float V) {
+  V = fmaxf(V, __shfl_xor_sync(0xffffffffu, V, 1));
+  return fmaxf(V, __shfl_xor_sync(0xffffffffu, V, 2));
+}
+
+/// Writes accumulators (the warp's 16 rows by D, each row divided by
+/// Div[its half]) to rows Row0.. of head (Bi, Hh) of Out.
+template <int D>
+__device__ inline void mmaStoreRows(const MmaC (&Acc)[D / 8],
+                                    const FlashBlock &Bl, int64_t S,
+                                    int64_t Hl, const float (&Div)[2],
+                                    float *Out) {
+  const MmaLane L = mmaLane();
+  #pragma unroll
+  for (int N = 0; N < D / 8; ++N)
+    #pragma unroll
+    for (int E = 0; E < 4; ++E) {
+      const int64_t I = Bl.Row0 + L.row(E);
+      if (I < S)
+        Out[(Bl.Bi * S + I) * Hl + Bl.Hh * D + L.col(N, E)] =
+            Acc[N].R[E] / Div[E / 2];
+    }
+}
+
+/// Streams the other side's tiles [0, Tiles) through two buffers: Load(T,
+/// Buffer) starts tile T's copies, Use(T, Buffer) runs once they landed.
+/// The copy of tile T + 1 overlaps the work on tile T.
+template <class LoadFn, class UseFn>
+__device__ inline void mmaStream(int64_t Tiles, LoadFn Load, UseFn Use) {
+  if (Tiles > 0)
+    Load(0, 0);
+  cpAsyncCommit();
+  for (int64_t T = 0; T < Tiles; ++T) {
+    if (T + 1 < Tiles) {
+      Load(T + 1, int((T + 1) % 2));
+      cpAsyncCommit();
+      cpAsyncWait<1>();
+    } else {
+      cpAsyncWait<0>();
+    }
+    __syncthreads(); // everyone's copies landed
+    Use(T, int(T % 2));
+    __syncthreads(); // the buffer is read before the copy after next
+  }
+}
+
+/// Key tiles a query block visits: up to its diagonal when causal.
+__device__ inline int64_t mmaKeyTiles(const FlashBlock &Bl, int64_t S,
+                                      int Causal) {
+  const int64_t End =
+      Causal ? (Bl.Row0 + kMmaRows < S ? Bl.Row0 + kMmaRows : S) : S;
+  return (End + kMmaRows - 1) / kMmaRows;
+}
+
+/// y = softmax(scale q k^T) v over key tiles with the online softmax;
+/// when given, each row's max and 1 / sum in Stats and its delta = dy . y
+/// in Delta (dy fp32).
+template <int D>
+__global__ void __launch_bounds__(kMmaThreads)
+    flashForwardMmaKernel(const uint16_t *Q, const uint16_t *K,
+                          const uint16_t *V, int64_t S, int64_t Hl, int64_t NH,
+                          int Causal, float Scale, AttnDropout Dr, float *Y,
+                          float *Stats, const float *DY, float *Delta) {
+  MEGAC_DYNAMIC_SHARED(unsigned char, Smem);
+  uint16_t *Qs = mmaTile<D>(Smem, 0);
+  const FlashBlock Bl = flashBlock(S, NH);
+  const MmaLane L = mmaLane();
+  mmaLoadTile<D>(Q, Bl.Bi, Bl.Hh, S, Hl, Bl.Row0, Qs); // in the first group
+
+  MmaC O[D / 8];
+  #pragma unroll
+  for (auto &F : O)
+    #pragma unroll
+    for (float &E : F.R)
+      E = 0.0f;
+  float M[2] = {-INFINITY, -INFINITY}, Sum[2] = {0.0f, 0.0f};
+  auto Load = [&](int64_t T, int Buf) {
+    mmaLoadTile<D>(K, Bl.Bi, Bl.Hh, S, Hl, T * kMmaRows,
+                   mmaTile<D>(Smem, 1 + 2 * Buf));
+    mmaLoadTile<D>(V, Bl.Bi, Bl.Hh, S, Hl, T * kMmaRows,
+                   mmaTile<D>(Smem, 2 + 2 * Buf));
+  };
+  auto Use = [&](int64_t T, int Buf) {
+    const uint16_t *Ks = mmaTile<D>(Smem, 1 + 2 * Buf);
+    const uint16_t *Vs = mmaTile<D>(Smem, 2 + 2 * Buf);
+    MmaC Sc[kMmaRows / 8];
+    mmaRowsByRows<D, kMmaRows / 8>(Sc, Qs, Ks, 0);
+    float TileMax[2] = {-INFINITY, -INFINITY};
+    #pragma unroll
+    for (int N = 0; N < kMmaRows / 8; ++N)
+      #pragma unroll
+      for (int E = 0; E < 4; ++E) {
+        const int64_t I = Bl.Row0 + L.row(E), J = T * kMmaRows + L.col(N, E);
+        const bool Seen = I < S && J < S && !(Causal && J > I);
+        Sc[N].R[E] = Seen ? Sc[N].R[E] * Scale : -INFINITY;
+        TileMax[E / 2] = fmaxf(TileMax[E / 2], Sc[N].R[E]);
+      }
+    float Corr[2], TileSum[2] = {0.0f, 0.0f};
+    #pragma unroll
+    for (int H = 0; H < 2; ++H) {
+      const float NewM = fmaxf(M[H], groupMax(TileMax[H]));
+      Corr[H] = NewM == -INFINITY ? 1.0f : expf(M[H] - NewM);
+      M[H] = NewM;
+    }
+    #pragma unroll
+    for (int N = 0; N < kMmaRows / 8; ++N)
+      #pragma unroll
+      for (int E = 0; E < 4; ++E) {
+        const float X = Sc[N].R[E];
+        const float P = X == -INFINITY ? 0.0f : expf(X - M[E / 2]);
+        TileSum[E / 2] += P;
+        Sc[N].R[E] =
+            Dr.Rate > 0 && P != 0.0f
+                ? float(double(P) * attnMaskDev(Dr, Bl.Bi, Bl.Hh, S,
+                                                Bl.Row0 + L.row(E),
+                                                T * kMmaRows + L.col(N, E)))
+                : P;
+      }
+    #pragma unroll
+    for (int H = 0; H < 2; ++H)
+      Sum[H] = Sum[H] * Corr[H] + groupSum(TileSum[H]);
+    #pragma unroll
+    for (auto &F : O)
+      #pragma unroll
+      for (int E = 0; E < 4; ++E)
+        F.R[E] *= Corr[E / 2];
+    MmaA P[kMmaRows / 16];
+    mmaToA(Sc, P);
+    mmaAccumulate<D, kMmaRows / 16>(O, P, Vs, 0);
+  };
+  mmaStream(mmaKeyTiles(Bl, S, Causal), Load, Use);
+
+  if (Y)
+    mmaStoreRows<D>(O, Bl, S, Hl, Sum, Y);
+  if (Delta) { // dy . y per row: the lane's columns, then its group's
+    float Dot[2] = {0.0f, 0.0f};
+    #pragma unroll
+    for (int N = 0; N < D / 8; ++N)
+      #pragma unroll
+      for (int E = 0; E < 4; ++E) {
+        const int64_t I = Bl.Row0 + L.row(E);
+        if (I < S)
+          Dot[E / 2] += DY[(Bl.Bi * S + I) * Hl + Bl.Hh * D + L.col(N, E)] *
+                        (O[N].R[E] / Sum[E / 2]);
+      }
+    #pragma unroll
+    for (int H = 0; H < 2; ++H) {
+      const float Total = groupSum(Dot[H]);
+      const int64_t I = Bl.Row0 + L.row(2 * H);
+      if (I < S && L.T == 0)
+        Delta[(Bl.Bi * NH + Bl.Hh) * S + I] = Total;
+    }
+  }
+  if (Stats && L.T == 0)
+    #pragma unroll
+    for (int H = 0; H < 2; ++H) {
+      const int64_t I = Bl.Row0 + L.row(2 * H);
+      if (I < S) {
+        const int64_t Row = (Bl.Bi * NH + Bl.Hh) * S + I;
+        Stats[2 * Row] = M[H];
+        Stats[2 * Row + 1] = 1.0f / Sum[H];
+      }
+    }
+}
+
+/// dq_i = scale sum_j p_ij (dp_ij - delta_i) k_j, dp_ij = (dy_i . v_j)
+/// mask_ij, over key tiles.
+template <int D>
+__global__ void __launch_bounds__(kMmaThreads)
+    flashQueryGradMmaKernel(const uint16_t *Q, const uint16_t *K,
+                            const uint16_t *V, const uint16_t *DY, int64_t S,
+                            int64_t Hl, int64_t NH, int Causal, float Scale,
+                            AttnDropout Dr, const float *Stats,
+                            const float *Delta, float *DQ) {
+  MEGAC_DYNAMIC_SHARED(unsigned char, Smem);
+  uint16_t *Qs = mmaTile<D>(Smem, 0), *Dys = mmaTile<D>(Smem, 1);
+  const FlashBlock Bl = flashBlock(S, NH);
+  const MmaLane L = mmaLane();
+  mmaLoadTile<D>(Q, Bl.Bi, Bl.Hh, S, Hl, Bl.Row0, Qs);
+  mmaLoadTile<D>(DY, Bl.Bi, Bl.Hh, S, Hl, Bl.Row0, Dys);
+  float Mx[2], Inv[2], Dl[2]; // the lane's two rows
+  #pragma unroll
+  for (int H = 0; H < 2; ++H) {
+    const int64_t I = Bl.Row0 + L.row(2 * H);
+    const int64_t Row = (Bl.Bi * NH + Bl.Hh) * S + I;
+    Mx[H] = I < S ? Stats[2 * Row] : 0.0f;
+    Inv[H] = I < S ? Stats[2 * Row + 1] : 0.0f;
+    Dl[H] = I < S ? Delta[Row] : 0.0f;
+  }
+  MmaC Acc[D / 8];
+  #pragma unroll
+  for (auto &F : Acc)
+    #pragma unroll
+    for (float &E : F.R)
+      E = 0.0f;
+  auto Load = [&](int64_t T, int Buf) {
+    mmaLoadTile<D>(K, Bl.Bi, Bl.Hh, S, Hl, T * kMmaRows,
+                   mmaTile<D>(Smem, 2 + 2 * Buf));
+    mmaLoadTile<D>(V, Bl.Bi, Bl.Hh, S, Hl, T * kMmaRows,
+                   mmaTile<D>(Smem, 3 + 2 * Buf));
+  };
+  auto Use = [&](int64_t T, int Buf) {
+    const uint16_t *Ks = mmaTile<D>(Smem, 2 + 2 * Buf);
+    const uint16_t *Vs = mmaTile<D>(Smem, 3 + 2 * Buf);
+    MmaC Sc[kMmaRows / 8], Dp[kMmaRows / 8];
+    mmaRowsByRows<D, kMmaRows / 8>(Sc, Qs, Ks, 0);
+    mmaRowsByRows<D, kMmaRows / 8>(Dp, Dys, Vs, 0);
+    #pragma unroll
+    for (int N = 0; N < kMmaRows / 8; ++N)
+      #pragma unroll
+      for (int E = 0; E < 4; ++E) {
+        const int64_t I = Bl.Row0 + L.row(E), J = T * kMmaRows + L.col(N, E);
+        const bool Seen = I < S && J < S && !(Causal && J > I);
+        float Ds = 0.0f;
+        if (Seen) {
+          const int H = E / 2;
+          const float P = expf(Sc[N].R[E] * Scale - Mx[H]) * Inv[H];
+          const float Mask =
+              Dr.Rate > 0 ? float(attnMaskDev(Dr, Bl.Bi, Bl.Hh, S, I, J))
+                          : 1.0f;
+          Ds = P * (Dp[N].R[E] * Mask - Dl[H]) * Scale;
+        }
+        Sc[N].R[E] = Ds;
+      }
+    MmaA Dsa[kMmaRows / 16];
+    mmaToA(Sc, Dsa);
+    mmaAccumulate<D, kMmaRows / 16>(Acc, Dsa, Ks, 0);
+  };
+  mmaStream(mmaKeyTiles(Bl, S, Causal), Load, Use);
+  const float One[2] = {1.0f, 1.0f};
+  mmaStoreRows<D>(Acc, Bl, S, Hl, One, DQ);
+}
+
+/// Per key row j, both dk_j = scale sum_i p_ij (dp_ij - delta_i) q_i and
+/// dv_j = sum_i p_ij mask_ij dy_i, over query tiles.
+template <int D>
+__global__ void __launch_bounds__(kMmaThreads)
+    flashKeyGradMmaKernel(const uint16_t *Q, const uint16_t *K,
+                          const uint16_t *V, const uint16_t *DY, int64_t S,
+                          int64_t Hl, int64_t NH, int Causal, float Scale,
+                          AttnDropout Dr, const float *Stats,
+                          const float *Delta, float *DK, float *DV) {
+  using Sh = MmaShared<D>;
+  MEGAC_DYNAMIC_SHARED(unsigned char, Smem);
+  uint16_t *Ks = mmaTile<D>(Smem, 0), *Vs = mmaTile<D>(Smem, 1);
+  float *Rows = reinterpret_cast<float *>(Smem + 6 * Sh::Tile); // [2][3][64]
+  const FlashBlock Bl = flashBlock(S, NH);
+  const MmaLane L = mmaLane();
+  const int64_t RowBase = (Bl.Bi * NH + Bl.Hh) * S;
+  mmaLoadTile<D>(K, Bl.Bi, Bl.Hh, S, Hl, Bl.Row0, Ks);
+  mmaLoadTile<D>(V, Bl.Bi, Bl.Hh, S, Hl, Bl.Row0, Vs);
+  MmaC Dk[D / 8], Dv[D / 8];
+  #pragma unroll
+  for (int N = 0; N < D / 8; ++N)
+    #pragma unroll
+    for (int E = 0; E < 4; ++E)
+      Dk[N].R[E] = Dv[N].R[E] = 0.0f;
+  // Causal: only queries at or after the block's first key see its keys.
+  const int64_t First = Causal ? Bl.Row0 : 0;
+  auto Load = [&](int64_t T, int Buf) {
+    const int64_t I0 = First + T * kMmaRows;
+    mmaLoadTile<D>(Q, Bl.Bi, Bl.Hh, S, Hl, I0, mmaTile<D>(Smem, 2 + 2 * Buf));
+    mmaLoadTile<D>(DY, Bl.Bi, Bl.Hh, S, Hl, I0, mmaTile<D>(Smem, 3 + 2 * Buf));
+    float *R = Rows + Buf * 3 * kMmaRows; // plain loads, read after the wait
+    for (int C = threadIdx.x; C < kMmaRows; C += kMmaThreads) {
+      const bool In = I0 + C < S;
+      R[C] = In ? Stats[2 * (RowBase + I0 + C)] : 0.0f;
+      R[kMmaRows + C] = In ? Stats[2 * (RowBase + I0 + C) + 1] : 0.0f;
+      R[2 * kMmaRows + C] = In ? Delta[RowBase + I0 + C] : 0.0f;
+    }
+  };
+  auto Use = [&](int64_t T, int Buf) {
+    const int64_t I0 = First + T * kMmaRows;
+    const uint16_t *Qs = mmaTile<D>(Smem, 2 + 2 * Buf);
+    const uint16_t *Dys = mmaTile<D>(Smem, 3 + 2 * Buf);
+    const float *Mx = Rows + Buf * 3 * kMmaRows, *Inv = Mx + kMmaRows,
+                *Dl = Inv + kMmaRows;
+    constexpr int Half = kMmaRows / 2; // queries a pass takes
+    for (int C0 = 0; C0 < kMmaRows; C0 += Half) {
+      MmaC St[Half / 8], Dpt[Half / 8]; // s^T and dp^T: keys by queries
+      mmaRowsByRows<D, Half / 8>(St, Ks, Qs, C0);
+      mmaRowsByRows<D, Half / 8>(Dpt, Vs, Dys, C0);
+      #pragma unroll
+      for (int N = 0; N < Half / 8; ++N)
+        #pragma unroll
+        for (int E = 0; E < 4; ++E) {
+          const int Ci = C0 + L.col(N, E);
+          const int64_t J = Bl.Row0 + L.row(E), I = I0 + Ci;
+          const bool Seen = J < S && I < S && !(Causal && I < J);
+          float Pd = 0.0f, Ds = 0.0f;
+          if (Seen) {
+            const float P = expf(St[N].R[E] * Scale - Mx[Ci]) * Inv[Ci];
+            const float Mask =
+                Dr.Rate > 0 ? float(attnMaskDev(Dr, Bl.Bi, Bl.Hh, S, I, J))
+                            : 1.0f;
+            Pd = P * Mask;
+            Ds = P * (Dpt[N].R[E] * Mask - Dl[Ci]) * Scale;
+          }
+          St[N].R[E] = Pd;
+          Dpt[N].R[E] = Ds;
+        }
+      MmaA Pa[Half / 16], Dsa[Half / 16];
+      mmaToA(St, Pa);
+      mmaToA(Dpt, Dsa);
+      mmaAccumulate<D, Half / 16>(Dv, Pa, Dys, C0);
+      mmaAccumulate<D, Half / 16>(Dk, Dsa, Qs, C0);
+    }
+  };
+  const int64_t Tiles = First < S ? (S - First + kMmaRows - 1) / kMmaRows : 0;
+  mmaStream(Tiles, Load, Use);
+  const float One[2] = {1.0f, 1.0f};
+  mmaStoreRows<D>(Dk, Bl, S, Hl, One, DK);
+  mmaStoreRows<D>(Dv, Bl, S, Hl, One, DV);
+}
+
+} // namespace cuda
+} // namespace megac_rt
+
+#endif // MEGAC_RT_CUDA_FLASH_MMA_CUH
