@@ -18,7 +18,9 @@ both); run it on the machine the `device` tool lends:
                             [--runners eager,compile,megac]
 
 (`--runners megac` skips PyTorch, whose torch.compile takes most of the
-run, for quick turns on megac's own kernels.)
+run, for quick turns on megac's own kernels; `megac-wmma` adds megac with
+its earlier wmma attention kernels, MEGAC_CUDA_ATTENTION=wmma, to compare
+the two attentions side by side.)
 
 MFU = model FLOPs per step / step time / the measured GEMM ceiling, with
 model FLOPs per token 6 N + 12 L H S (N parameters without the position
@@ -143,8 +145,9 @@ def copy_bandwidth(torch, gib=2, reps=20):
     return 2 * src.numel() / sec  # read + write
 
 
-def megac_row(cfg, args):
-    """Seconds per step of megac's CUDA backend, or why there is none."""
+def megac_row(cfg, args, attention="mma"):
+    """Seconds per step of megac's CUDA backend (with the given tensor-core
+    attention kernels: MEGAC_CUDA_ATTENTION), or why there is none."""
     bindir = args.megac_bin
     megac, run = os.path.join(bindir, "megac"), os.path.join(bindir, "megac-run")
     if not (os.path.exists(megac) and os.path.exists(run)):
@@ -165,7 +168,8 @@ def megac_row(cfg, args):
         out = subprocess.run([run, plan, "--backend", "cuda", "--steps",
                               str(args.steps + 3), "--metrics", metrics,
                               "--profile", profile, "-q"],
-                             capture_output=True, text=True)
+                             capture_output=True, text=True,
+                             env=dict(os.environ, MEGAC_CUDA_ATTENTION=attention))
         if out.returncode != 0:
             return None, out.stderr.strip().splitlines()[-1] if out.stderr else "failed", None
         import json
@@ -202,14 +206,16 @@ def main():
     parser.add_argument("--seq", type=int, default=1024)
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--runners", default="eager,compile,megac",
-                        help="which rows to measure (eager, compile, megac); "
-                        "the ceilings are measured always")
+                        help="which rows to measure (eager, compile, megac, "
+                        "megac-wmma: megac with its earlier wmma attention "
+                        "kernels); the ceilings are measured always")
     parser.add_argument("--megac-bin", default=os.path.join(
         os.path.dirname(os.path.abspath(__file__)), "..", "build", "bin"))
     args = parser.parse_args()
     runners = args.runners.split(",")
-    if set(runners) - {"eager", "compile", "megac"}:
-        parser.error(f"--runners: {args.runners}: eager, compile or megac")
+    if set(runners) - {"eager", "compile", "megac", "megac-wmma"}:
+        parser.error(f"--runners: {args.runners}: eager, compile, megac or "
+                     "megac-wmma")
     import torch
     if not torch.cuda.is_available():
         sys.exit("gpu_step.py: no CUDA device")
@@ -237,11 +243,12 @@ def main():
                 assert counted == n, f"{name}: {counted} parameters, not {n}"
                 rows.append((label, sec))
         why = ""
-        if "megac" in runners:
-            sec, why, ops = megac_row(cfg, args)
-            rows.append(("megac", sec))
-            if ops:
-                profiles.append((name, ops))
+        for key, attention in (("megac", "mma"), ("megac-wmma", "wmma")):
+            if key in runners:
+                sec, why, ops = megac_row(cfg, args, attention)
+                rows.append((key, sec))
+                if ops:
+                    profiles.append((f"{name} ({key})", ops))
         flops = tokens * (6 * n + 12 * cfg["n_layer"] * cfg["n_embd"] * args.seq)
         for label, s in rows:
             if s is None:

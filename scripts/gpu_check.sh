@@ -4,7 +4,8 @@
 # the emulation to the GPU when lit finds one), then bench/gpu_step.py.
 #
 #   bash scripts/gpu_check.sh LOGDIR [MODELS] [RUNNERS]
-#     MODELS: 124M,350M,1.3B; RUNNERS: eager,compile,megac (bench/gpu_step.py)
+#     MODELS: 124M,350M,1.3B; RUNNERS: eager,compile,megac[,megac-wmma]
+#     (bench/gpu_step.py)
 #
 # Writes LOGDIR/{env,lit-cuda,lit-all,compare,bench}.log; each stage has a time
 # limit so that one stuck stage leaves the others' logs.
