@@ -15,6 +15,7 @@
 #ifdef MEGAC_CUDA_EMULATION
 #include "emu/cuda_emu.h"
 #else
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda.h>
 #include <cuda_runtime.h>

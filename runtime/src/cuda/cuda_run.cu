@@ -23,6 +23,7 @@
 #include "cuda_kernels.cuh"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <cstdio>
@@ -34,6 +35,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <vector>
 
 using namespace megac::plan;
@@ -129,6 +131,7 @@ public:
     check(cublasCreate(&BlasBf16), "cublasCreate");
     check(cublasSetStream(Blas, Compute), "cublasSetStream");
     check(cublasSetStream(BlasBf16, Compute), "cublasSetStream");
+    check(cublasLtCreate(&Lt), "cublasLtCreate");
     findBf16Values();
     const MemoryPlan Plan = planMemory(P, RP);
     Arena = allocate(std::max<uint64_t>(Plan.arenaBytes, 64), "arena");
@@ -198,6 +201,10 @@ public:
       cudaFree(Q);
     cublasDestroy(Blas);
     cublasDestroy(BlasBf16);
+    for (auto &KV : LtPlans)
+      KV.second.destroy();
+    if (Lt)
+      cublasLtDestroy(Lt);
     if (Comm)
       cudaStreamDestroy(Comm);
     if (Compute)
@@ -588,10 +595,20 @@ private:
             "cublasSgemm");
       return;
     }
-    const int64_t NA = Lda * (TA == CUBLAS_OP_N ? K : M);
-    const int64_t NB = Ldb * (TB == CUBLAS_OP_N ? N : K);
-    // The operands' bf16 copies, B's 16-byte aligned as cuBLAS's fast
-    // kernels want.
+    const auto [Pa, Pb] = packOperands(A, Lda * (TA == CUBLAS_OP_N ? K : M), B,
+                                       Ldb * (TB == CUBLAS_OP_N ? N : K));
+    check(cublasGemmEx(BlasBf16, TA, TB, int(M), int(N), int(K), &One, Pa,
+                       CUDA_R_16BF, int(Lda), Pb, CUDA_R_16BF, int(Ldb), &Beta,
+                       C, CUDA_R_32F, int(Ldc), CUBLAS_COMPUTE_32F,
+                       CUBLAS_GEMM_DEFAULT),
+          "cublasGemmEx (bf16)");
+  }
+
+  /// bf16 copies of two product operands of bf16 values (\p NA and \p NB
+  /// elements), in scratch; B's 16-byte aligned as cuBLAS's fast kernels
+  /// want.
+  std::pair<uint16_t *, uint16_t *> packOperands(const float *A, int64_t NA,
+                                                 const float *B, int64_t NB) {
     const size_t OffB = (size_t(NA) * 2 + 15) / 16 * 16;
     const size_t Need = OffB + size_t(NB) * 2;
     char *Packed =
@@ -602,11 +619,113 @@ private:
              Faults + kFaultNotBf16);
     launchOn(Compute, packBf16Kernel, blocksFor(NB), kThreads, 0, B, NB, Pb,
              Faults + kFaultNotBf16);
-    check(cublasGemmEx(BlasBf16, TA, TB, int(M), int(N), int(K), &One, Pa,
-                       CUDA_R_16BF, int(Lda), Pb, CUDA_R_16BF, int(Ldb), &Beta,
-                       C, CUDA_R_32F, int(Ldc), CUBLAS_COMPUTE_32F,
-                       CUBLAS_GEMM_DEFAULT),
-          "cublasGemmEx (bf16)");
+    return {Pa, Pb};
+  }
+
+  /// A cuBLASLt product of one shape and epilogue: its descriptors and the
+  /// algorithm the heuristic chose (none: Ok false), made once per shape.
+  struct LtPlan {
+    bool Ok = false;
+    cublasLtMatmulDesc_t Desc = nullptr;
+    cublasLtMatrixLayout_t A = nullptr, B = nullptr, D = nullptr;
+    cublasLtMatmulAlgo_t Algo{};
+    size_t Workspace = 0;
+    void destroy() {
+      if (Desc)
+        cublasLtMatmulDescDestroy(Desc);
+      for (cublasLtMatrixLayout_t L : {A, B, D})
+        if (L)
+          cublasLtMatrixLayoutDestroy(L);
+    }
+  };
+
+  /// The plan of row-major y[M,N] = x[M,K] w + bias with bf16 (\p Bf16)
+  /// or fp32 operands and fp32 y, as column-major y^T = op(w^T) x^T.
+  LtPlan &ltPlan(int64_t M, int64_t K, int64_t N, bool Transposed,
+                 bool Bf16) {
+    LtPlan &Pl = LtPlans[{M, K, N, Transposed, Bf16}];
+    if (Pl.Desc)
+      return Pl;
+    const cudaDataType_t In = Bf16 ? CUDA_R_16BF : CUDA_R_32F;
+    const int32_t TA = Transposed ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const uint32_t Epi = CUBLASLT_EPILOGUE_BIAS;
+    check(cublasLtMatmulDescCreate(&Pl.Desc, CUBLAS_COMPUTE_32F, CUDA_R_32F),
+          "cublasLtMatmulDescCreate");
+    check(cublasLtMatmulDescSetAttribute(Pl.Desc, CUBLASLT_MATMUL_DESC_TRANSA,
+                                         &TA, sizeof TA),
+          "cublasLtMatmulDescSetAttribute");
+    check(cublasLtMatmulDescSetAttribute(Pl.Desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
+                                         &Epi, sizeof Epi),
+          "cublasLtMatmulDescSetAttribute");
+    // w^T is [N, K]: stored [K, N] row-major (column-major N x K, ld N), or
+    // [N, K] row-major when transposed (column-major K x N, ld K).
+    check(cublasLtMatrixLayoutCreate(&Pl.A, In, Transposed ? K : N,
+                                     Transposed ? N : K, Transposed ? K : N),
+          "cublasLtMatrixLayoutCreate");
+    check(cublasLtMatrixLayoutCreate(&Pl.B, In, K, M, K),
+          "cublasLtMatrixLayoutCreate");
+    check(cublasLtMatrixLayoutCreate(&Pl.D, CUDA_R_32F, N, M, N),
+          "cublasLtMatrixLayoutCreate");
+    cublasLtMatmulPreference_t Pref;
+    check(cublasLtMatmulPreferenceCreate(&Pref),
+          "cublasLtMatmulPreferenceCreate");
+    const uint64_t MaxWorkspace = 32ull << 20;
+    check(cublasLtMatmulPreferenceSetAttribute(
+              Pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &MaxWorkspace,
+              sizeof MaxWorkspace),
+          "cublasLtMatmulPreferenceSetAttribute");
+    cublasLtMatmulHeuristicResult_t Found{};
+    int Count = 0;
+    // No algorithm (or an error) leaves Ok false: the caller falls back.
+    if (cublasLtMatmulAlgoGetHeuristic(Lt, Pl.Desc, Pl.A, Pl.B, Pl.D, Pl.D,
+                                       Pref, 1, &Found, &Count) ==
+            CUBLAS_STATUS_SUCCESS &&
+        Count > 0) {
+      Pl.Ok = true;
+      Pl.Algo = Found.algo;
+      Pl.Workspace = Found.workspaceSize;
+    }
+    cublasLtMatmulPreferenceDestroy(Pref);
+    return Pl;
+  }
+
+  /// Row-major y[M,N] = x[M,K] w + bias, then GeLU when \p Gelu, with one
+  /// cuBLASLt product whose epilogue adds the bias as it writes y: no pass
+  /// over y for it after the product. GeLU stays megac's kernel: the CPU
+  /// matches it within 1e-5, and cuBLASLt does not say how exactly its
+  /// GeLU epilogue computes. Operands of bf16 values (\p Bf16) go to the
+  /// tensor cores as bf16; fp32 products are full fp32 (no TF32), as the
+  /// cuBLAS ones.
+  /// False where cuBLASLt has no algorithm for the shape (or the bias is
+  /// not 16-byte aligned): the caller then runs the product and the
+  /// epilogue kernels itself.
+  bool linearEpilogue(const float *X, int64_t M, int64_t K, const float *W,
+                      int64_t N, bool Transposed, const float *Bias, bool Gelu,
+                      bool Bf16, float *Y) {
+    if (M == 0 || N == 0 || K == 0 ||
+        reinterpret_cast<uintptr_t>(Bias) % 16 != 0)
+      return false;
+    LtPlan &Pl = ltPlan(M, K, N, Transposed, Bf16);
+    if (!Pl.Ok)
+      return false;
+    check(cublasLtMatmulDescSetAttribute(Pl.Desc,
+                                         CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                         &Bias, sizeof Bias),
+          "cublasLtMatmulDescSetAttribute");
+    const void *Wa = W, *Xa = X;
+    if (Bf16)
+      std::tie(Wa, Xa) = packOperands(W, K * N, X, M * K);
+    void *Ws = Pl.Workspace
+                   ? LtWorkspace.atLeast(Pl.Workspace, "cuBLASLt workspace")
+                   : nullptr;
+    const float One = 1.0f, Zero = 0.0f;
+    check(cublasLtMatmul(Lt, Pl.Desc, &One, Wa, Pl.A, Xa, Pl.B, &Zero, Y, Pl.D,
+                         Y, Pl.D, &Pl.Algo, Ws, Pl.Workspace, Compute),
+          "cublasLtMatmul");
+    if (Gelu)
+      launchOn(Compute, geluKernel, blocksFor(M * N), kThreads, 0, Y, M * N,
+               Y);
+    return true;
   }
 
   /// Row-major y[M,N] = x[M,K] w (w [K,N], or [N,K] read transposed),
@@ -769,6 +888,10 @@ private:
       auto W = shape(X(1));
       const bool T = Int(0) != 0;
       const int64_t K = T ? W[1] : W[0], N = T ? W[0] : W[1];
+      if (In.op() == op::LinearBias &&
+          linearEpilogue(f(X(0)), N ? NY / N : 0, K, f(X(1)), N, T, f(X(2)),
+                         Int(1) != 0, bf16Operands(In), f(Y)))
+        return;
       gemm(f(X(0)), N ? NY / N : 0, K, f(X(1)), N, T, f(Y), bf16Operands(In));
       if (In.op() == op::LinearBias) {
         launchOn(Compute, broadcastKernel, blocksFor(NY), kThreads, 0, f(Y), NY,
@@ -1590,7 +1713,9 @@ private:
   /// Per buffer: holds bf16 values (see findBf16Values).
   std::vector<char> Bf16;
   unsigned Products = 0, Bf16Products = 0, Attentions = 0, Bf16Attentions = 0;
-  GrowingBuffer GemmScratch, Scratch;
+  GrowingBuffer GemmScratch, Scratch, LtWorkspace;
+  cublasLtHandle_t Lt = nullptr;
+  std::map<std::array<int64_t, 5>, LtPlan> LtPlans;
   void *Arena = nullptr;
   std::vector<void *> Ptr, Owned;
   std::vector<size_t> Bytes;

@@ -633,6 +633,18 @@ cublasStatus_t gemmNow(cublasHandle_t, cublasOperation_t TransA,
   }
   return CUBLAS_STATUS_SUCCESS;
 }
+
+/// An operand widened to fp32 (bf16 is fp32's upper half), for the
+/// reference product.
+std::vector<float> widenOperand(const void *X, cudaDataType_t T, size_t N) {
+  std::vector<float> W(N);
+  for (size_t I = 0; I < N; ++I)
+    W[I] = T == CUDA_R_32F
+               ? static_cast<const float *>(X)[I]
+               : uintAsFloat(unsigned(static_cast<const uint16_t *>(X)[I])
+                             << 16);
+  return W;
+}
 } // namespace
 
 cublasStatus_t cublasSgemmStridedBatched(
@@ -670,21 +682,10 @@ cublasStatus_t cublasGemmEx(cublasHandle_t H, cublasOperation_t TransA,
   const float Al = *static_cast<const float *>(Alpha),
               Be = *static_cast<const float *>(Beta);
   megac_emu::submit(H->Stream, [=] {
-    // Widen the operands to fp32 (bf16 is fp32's upper half), then the
-    // reference product.
-    auto widen = [](const void *X, cudaDataType_t T, size_t N) {
-      std::vector<float> W(N);
-      for (size_t I = 0; I < N; ++I)
-        W[I] = T == CUDA_R_32F
-                   ? static_cast<const float *>(X)[I]
-                   : uintAsFloat(unsigned(static_cast<const uint16_t *>(X)[I])
-                                 << 16);
-      return W;
-    };
-    const std::vector<float> Aw =
-        widen(A, TypeA, size_t(Lda) * size_t(TransA == CUBLAS_OP_N ? K : M));
-    const std::vector<float> Bw =
-        widen(B, TypeB, size_t(Ldb) * size_t(TransB == CUBLAS_OP_N ? N : K));
+    const std::vector<float> Aw = widenOperand(
+        A, TypeA, size_t(Lda) * size_t(TransA == CUBLAS_OP_N ? K : M));
+    const std::vector<float> Bw = widenOperand(
+        B, TypeB, size_t(Ldb) * size_t(TransB == CUBLAS_OP_N ? N : K));
     gemmNow(H, TransA, TransB, M, N, K, &Al, Aw.data(), Lda, 0, Bw.data(), Ldb,
             0, &Be, static_cast<float *>(C), Ldc, 0, 1);
   });
@@ -698,4 +699,169 @@ cublasStatus_t cublasSgemm(cublasHandle_t H, cublasOperation_t TransA,
                            int Ldc) {
   return cublasSgemmStridedBatched(H, TransA, TransB, M, N, K, Alpha, A, Lda, 0,
                                    B, Ldb, 0, Beta, C, Ldc, 0, 1);
+}
+
+//===-- cuBLASLt ----------------------------------------------------------===//
+
+struct cublasLtContext {};
+struct cublasLtMatmulDescOpaque {
+  cublasOperation_t TransA = CUBLAS_OP_N, TransB = CUBLAS_OP_N;
+  cublasLtEpilogue_t Epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  const float *Bias = nullptr;
+};
+struct cublasLtMatrixLayoutOpaque {
+  cudaDataType_t Type;
+  uint64_t Rows, Cols;
+  int64_t Ld;
+};
+struct cublasLtMatmulPreferenceOpaque {};
+
+cublasStatus_t cublasLtCreate(cublasLtHandle_t *H) {
+  *H = new cublasLtContext;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtDestroy(cublasLtHandle_t H) {
+  delete H;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *D,
+                                        cublasComputeType_t Compute,
+                                        cudaDataType_t Scale) {
+  if (Compute != CUBLAS_COMPUTE_32F || Scale != CUDA_R_32F)
+    return CUBLAS_STATUS_INVALID_VALUE;
+  *D = new cublasLtMatmulDescOpaque;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t D) {
+  delete D;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t D,
+                                              cublasLtMatmulDescAttributes_t A,
+                                              const void *Value, size_t Bytes) {
+  // The sizes cuBLASLt expects: an int32 operation, a uint32 epilogue, a
+  // pointer.
+  switch (A) {
+  case CUBLASLT_MATMUL_DESC_TRANSA:
+  case CUBLASLT_MATMUL_DESC_TRANSB: {
+    int32_t Op;
+    if (Bytes != sizeof Op)
+      return CUBLAS_STATUS_INVALID_VALUE;
+    std::memcpy(&Op, Value, sizeof Op);
+    (A == CUBLASLT_MATMUL_DESC_TRANSA ? D->TransA : D->TransB) =
+        cublasOperation_t(Op);
+    return CUBLAS_STATUS_SUCCESS;
+  }
+  case CUBLASLT_MATMUL_DESC_EPILOGUE: {
+    uint32_t E;
+    if (Bytes != sizeof E)
+      return CUBLAS_STATUS_INVALID_VALUE;
+    std::memcpy(&E, Value, sizeof E);
+    D->Epilogue = cublasLtEpilogue_t(E);
+    return CUBLAS_STATUS_SUCCESS;
+  }
+  case CUBLASLT_MATMUL_DESC_BIAS_POINTER:
+    if (Bytes != sizeof(void *))
+      return CUBLAS_STATUS_INVALID_VALUE;
+    std::memcpy(&D->Bias, Value, sizeof(void *));
+    return CUBLAS_STATUS_SUCCESS;
+  }
+  return CUBLAS_STATUS_INVALID_VALUE;
+}
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *L,
+                                          cudaDataType_t Type, uint64_t Rows,
+                                          uint64_t Cols, int64_t Ld) {
+  if (Ld < int64_t(std::max<uint64_t>(1, Rows)))
+    return CUBLAS_STATUS_INVALID_VALUE;
+  *L = new cublasLtMatrixLayoutOpaque{Type, Rows, Cols, Ld};
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t L) {
+  delete L;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *P) {
+  *P = new cublasLtMatmulPreferenceOpaque;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t P) {
+  delete P;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t
+cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t,
+                                     cublasLtMatmulPreferenceAttributes_t A,
+                                     const void *, size_t Bytes) {
+  return A == CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES &&
+                 Bytes == sizeof(uint64_t)
+             ? CUBLAS_STATUS_SUCCESS
+             : CUBLAS_STATUS_INVALID_VALUE;
+}
+
+namespace {
+/// The product's M, N and K from the layouts, or false when they do not
+/// fit together.
+bool ltShape(const cublasLtMatmulDescOpaque &D, const cublasLtMatrixLayoutOpaque &A,
+             const cublasLtMatrixLayoutOpaque &B,
+             const cublasLtMatrixLayoutOpaque &Out, int &M, int &N, int &K) {
+  M = int(Out.Rows);
+  N = int(Out.Cols);
+  K = int(D.TransA == CUBLAS_OP_N ? A.Cols : A.Rows);
+  const uint64_t AM = D.TransA == CUBLAS_OP_N ? A.Rows : A.Cols;
+  const uint64_t BK = D.TransB == CUBLAS_OP_N ? B.Rows : B.Cols;
+  const uint64_t BN = D.TransB == CUBLAS_OP_N ? B.Cols : B.Rows;
+  return AM == Out.Rows && BK == uint64_t(K) && BN == Out.Cols &&
+         Out.Type == CUDA_R_32F;
+}
+} // namespace
+
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(
+    cublasLtHandle_t, cublasLtMatmulDesc_t D, cublasLtMatrixLayout_t A,
+    cublasLtMatrixLayout_t B, cublasLtMatrixLayout_t, cublasLtMatrixLayout_t Dl,
+    cublasLtMatmulPreference_t, int Requested,
+    cublasLtMatmulHeuristicResult_t *Results, int *Returned) {
+  int M, N, K;
+  *Returned = 0;
+  if (Requested < 1 || !ltShape(*D, *A, *B, *Dl, M, N, K))
+    return CUBLAS_STATUS_INVALID_VALUE;
+  Results[0] = {};
+  Results[0].state = CUBLAS_STATUS_SUCCESS;
+  *Returned = 1;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t Desc,
+                              const void *Alpha, const void *A,
+                              cublasLtMatrixLayout_t Al, const void *B,
+                              cublasLtMatrixLayout_t Bl, const void *Beta,
+                              const void *C, cublasLtMatrixLayout_t Cl, void *D,
+                              cublasLtMatrixLayout_t Dl,
+                              const cublasLtMatmulAlgo_t *, void *, size_t,
+                              cudaStream_t Stream) {
+  int M, N, K;
+  if (!ltShape(*Desc, *Al, *Bl, *Dl, M, N, K) || C != D || Cl->Ld != Dl->Ld)
+    return CUBLAS_STATUS_INVALID_VALUE; // (the backend writes in place)
+  const cublasLtMatmulDescOpaque Op = *Desc;
+  const cublasLtMatrixLayoutOpaque La = *Al, Lb = *Bl, Ld = *Dl;
+  const bool Bias = Op.Epilogue == CUBLASLT_EPILOGUE_BIAS;
+  if ((Bias && !Op.Bias) ||
+      (!Bias && Op.Epilogue != CUBLASLT_EPILOGUE_DEFAULT))
+    return CUBLAS_STATUS_NOT_SUPPORTED; // (no other epilogue is emulated)
+  const float Alf = *static_cast<const float *>(Alpha),
+              Bet = *static_cast<const float *>(Beta);
+  megac_emu::submit(Stream, [=] {
+    const std::vector<float> Aw = widenOperand(
+        A, La.Type, size_t(La.Ld) * size_t(La.Cols));
+    const std::vector<float> Bw = widenOperand(
+        B, Lb.Type, size_t(Lb.Ld) * size_t(Lb.Cols));
+    float *Out = static_cast<float *>(D);
+    gemmNow(nullptr, Op.TransA, Op.TransB, M, N, K, &Alf, Aw.data(),
+            int(La.Ld), 0, Bw.data(), int(Lb.Ld), 0, &Bet, Out, int(Ld.Ld),
+            0, 1);
+    if (Bias) // one bias per row of D (per output feature)
+      for (int J = 0; J < N; ++J)
+        for (int I = 0; I < M; ++I)
+          Out[I + size_t(J) * size_t(Ld.Ld)] += Op.Bias[I];
+  });
+  return CUBLAS_STATUS_SUCCESS;
 }

@@ -127,7 +127,8 @@ void submit(cudaStream_t S, std::function<void()> Work);
 
 enum cublasStatus_t {
   CUBLAS_STATUS_SUCCESS = 0,
-  CUBLAS_STATUS_INVALID_VALUE = 7
+  CUBLAS_STATUS_INVALID_VALUE = 7,
+  CUBLAS_STATUS_NOT_SUPPORTED = 15
 };
 enum cublasOperation_t { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1 };
 enum cublasMath_t { CUBLAS_DEFAULT_MATH = 0, CUBLAS_PEDANTIC_MATH = 2 };
@@ -160,6 +161,72 @@ cublasStatus_t cublasSgemmStridedBatched(
     int N, int K, const float *Alpha, const float *A, int Lda,
     long long StrideA, const float *B, int Ldb, long long StrideB,
     const float *Beta, float *C, int Ldc, long long StrideC, int BatchCount);
+
+//===-- cuBLASLt: the subset the backend uses -----------------------------===//
+
+using cublasLtHandle_t = struct cublasLtContext *;
+using cublasLtMatmulDesc_t = struct cublasLtMatmulDescOpaque *;
+using cublasLtMatrixLayout_t = struct cublasLtMatrixLayoutOpaque *;
+using cublasLtMatmulPreference_t = struct cublasLtMatmulPreferenceOpaque *;
+struct cublasLtMatmulAlgo_t {
+  uint64_t data[8];
+};
+struct cublasLtMatmulHeuristicResult_t {
+  cublasLtMatmulAlgo_t algo;
+  size_t workspaceSize;
+  cublasStatus_t state;
+  float wavesCount;
+  int reserved[4];
+};
+enum cublasLtMatmulDescAttributes_t {
+  CUBLASLT_MATMUL_DESC_TRANSA = 3,
+  CUBLASLT_MATMUL_DESC_TRANSB = 4,
+  CUBLASLT_MATMUL_DESC_EPILOGUE = 7,
+  CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8
+};
+enum cublasLtEpilogue_t {
+  CUBLASLT_EPILOGUE_DEFAULT = 1,
+  CUBLASLT_EPILOGUE_BIAS = 4
+};
+enum cublasLtMatmulPreferenceAttributes_t {
+  CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1
+};
+
+cublasStatus_t cublasLtCreate(cublasLtHandle_t *H);
+cublasStatus_t cublasLtDestroy(cublasLtHandle_t H);
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *D,
+                                        cublasComputeType_t Compute,
+                                        cudaDataType_t Scale);
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t D);
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t D,
+                                              cublasLtMatmulDescAttributes_t A,
+                                              const void *Value, size_t Bytes);
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *L,
+                                          cudaDataType_t Type, uint64_t Rows,
+                                          uint64_t Cols, int64_t Ld);
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t L);
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *P);
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t P);
+cublasStatus_t
+cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t P,
+                                     cublasLtMatmulPreferenceAttributes_t A,
+                                     const void *Value, size_t Bytes);
+/// One algorithm for any valid problem (the emulation has one).
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(
+    cublasLtHandle_t H, cublasLtMatmulDesc_t D, cublasLtMatrixLayout_t A,
+    cublasLtMatrixLayout_t B, cublasLtMatrixLayout_t C,
+    cublasLtMatrixLayout_t Dl, cublasLtMatmulPreference_t P, int Requested,
+    cublasLtMatmulHeuristicResult_t *Results, int *Returned);
+/// D = alpha op(A) op(B) + beta C, then the epilogue (the bias per row of
+/// D), column-major as cuBLAS.
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t H, cublasLtMatmulDesc_t Desc,
+                              const void *Alpha, const void *A,
+                              cublasLtMatrixLayout_t Al, const void *B,
+                              cublasLtMatrixLayout_t Bl, const void *Beta,
+                              const void *C, cublasLtMatrixLayout_t Cl, void *D,
+                              cublasLtMatrixLayout_t Dl,
+                              const cublasLtMatmulAlgo_t *Algo, void *Workspace,
+                              size_t WorkspaceBytes, cudaStream_t Stream);
 
 //===-- NCCL, over MPI (the ranks are megac-run's MPI processes) ---------===//
 
