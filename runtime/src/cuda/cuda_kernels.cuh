@@ -118,26 +118,52 @@ __global__ void roundBf16Kernel(const float *X, int64_t N, float *Y) {
   MEGAC_GRID_LOOP(I, N) Y[I] = megac_round_bf16(X[I]);
 }
 
-/// The bf16 bits of values that are bf16 already (a plan's rounded
-/// tensors): fp32's upper half, exactly. Sets *Inexact if a value had
-/// more bits (the backend's analysis of the plan was wrong). Without
-/// \p Inexact, rounds to nearest even instead (values the plan need not
-/// round, like an attention's dy).
+/// The bf16 bits of a value that is bf16 already (a plan's rounded
+/// tensors): fp32's upper half, exactly. Sets *Inexact if it had more bits
+/// (the backend's analysis of the plan was wrong). Without \p Inexact,
+/// rounds to nearest even instead (values the plan need not round, like
+/// an attention's dy).
+__device__ inline uint16_t bf16Bits(float X, int *Inexact) {
+  unsigned U = __float_as_uint(X);
+  if (Inexact) {
+    if (U & 0xffffu)
+      *Inexact = 1;
+  } else if ((U & 0x7f800000u) != 0x7f800000u) {
+    U += 0x7fffu + ((U >> 16) & 1u); // round to nearest even
+  } else if (U & 0x007fffffu) {
+    U |= 0x00400000u; // a NaN stays one
+  }
+  return uint16_t(U >> 16);
+}
+
+/// Four floats, and four bf16: one 16-byte load, one 8-byte store.
+struct alignas(16) Float4 {
+  float V[4];
+};
+struct alignas(8) Bf16x4 {
+  uint16_t V[4];
+};
+
+/// Y = bf16Bits(X) over N elements, four at a time where X and Y are
+/// aligned for it (a pack is a pass over memory: wide accesses keep it at
+/// the copy bandwidth). Launch with packBlocks(N).
 __global__ void packBf16Kernel(const float *X, int64_t N, uint16_t *Y,
                                int *Inexact) {
-  MEGAC_GRID_LOOP(I, N) {
-    unsigned U = __float_as_uint(X[I]);
-    if (Inexact) {
-      if (U & 0xffffu)
-        *Inexact = 1;
-    } else if ((U & 0x7f800000u) != 0x7f800000u) {
-      U += 0x7fffu + ((U >> 16) & 1u); // round to nearest even
-    } else if (U & 0x007fffffu) {
-      U |= 0x00400000u; // a NaN stays one
-    }
-    Y[I] = uint16_t(U >> 16);
+  const bool Wide = reinterpret_cast<uintptr_t>(X) % 16 == 0 &&
+                    reinterpret_cast<uintptr_t>(Y) % 8 == 0;
+  const int64_t Groups = Wide ? N / 4 : 0;
+  MEGAC_GRID_LOOP(G, Groups) {
+    const Float4 In = reinterpret_cast<const Float4 *>(X)[G];
+    Bf16x4 Out;
+    for (int K = 0; K < 4; ++K)
+      Out.V[K] = bf16Bits(In.V[K], Inexact);
+    reinterpret_cast<Bf16x4 *>(Y)[G] = Out;
+  }
+  MEGAC_GRID_LOOP(I, N - 4 * Groups) {
+    Y[4 * Groups + I] = bf16Bits(X[4 * Groups + I], Inexact);
   }
 }
+inline unsigned packBlocks(int64_t N) { return blocksFor((N + 3) / 4); }
 
 /// acc = x (first micro-batch) or acc += x.
 __global__ void accumulateKernel(const float *X, int64_t N, float *Acc,

@@ -615,9 +615,9 @@ private:
         static_cast<char *>(GemmScratch.atLeast(Need, "bf16 operands"));
     uint16_t *Pa = reinterpret_cast<uint16_t *>(Packed);
     uint16_t *Pb = reinterpret_cast<uint16_t *>(Packed + OffB);
-    launchOn(Compute, packBf16Kernel, blocksFor(NA), kThreads, 0, A, NA, Pa,
+    launchOn(Compute, packBf16Kernel, packBlocks(NA), kThreads, 0, A, NA, Pa,
              Faults + kFaultNotBf16);
-    launchOn(Compute, packBf16Kernel, blocksFor(NB), kThreads, 0, B, NB, Pb,
+    launchOn(Compute, packBf16Kernel, packBlocks(NB), kThreads, 0, B, NB, Pb,
              Faults + kFaultNotBf16);
     return {Pa, Pb};
   }
@@ -1597,7 +1597,7 @@ private:
     int K = 0;
     for (const float *X : From) {
       int *Inexact = K < 3 ? Faults + kFaultNotBf16 : nullptr;
-      launchOn(Compute, packBf16Kernel, blocksFor(N), kThreads, 0, X, N,
+      launchOn(Compute, packBf16Kernel, packBlocks(N), kThreads, 0, X, N,
                To + K * N, Inexact);
       ++K;
     }

@@ -90,9 +90,9 @@ __device__ inline void mmaRowsByRows(MmaC (&Out)[NB], const uint16_t *X,
                                      const uint16_t *Y, int N0) {
   constexpr int Ld = kMmaLd<D>;
   const int L = threadIdx.x % 32, M = L / 8, Warp = threadIdx.x / 32;
-  #pragma unroll
+#pragma unroll
   for (int N = 0; N < NB; ++N)
-    #pragma unroll
+#pragma unroll
     for (int E = 0; E < 4; ++E)
       Out[N].R[E] = 0.0f;
   // This lane's row address in the x4 loads: A's matrices are (rows 0-7,
@@ -102,11 +102,11 @@ __device__ inline void mmaRowsByRows(MmaC (&Out)[NB], const uint16_t *X,
 #pragma unroll
   for (int K = 0; K < D / 16; ++K) {
     MmaA A;
-    ldmatrixX4(A.R, ARow + 16 * K);
+    ldmatrixX4<false>(A.R, ARow + 16 * K);
 #pragma unroll
     for (int N = 0; N < NB; N += 2) {
       uint32_t B[4];
-      ldmatrixX4(B, BRow + N * 8 * Ld + 16 * K);
+      ldmatrixX4<false>(B, BRow + N * 8 * Ld + 16 * K);
       mmaBf16(Out[N], A, B[0], B[1]);
       mmaBf16(Out[N + 1], A, B[2], B[3]);
     }
@@ -127,7 +127,7 @@ __device__ inline void mmaAccumulate(MmaC (&Acc)[D / 8], const MmaA (&P)[KS],
 #pragma unroll
     for (int N = 0; N < D / 8; N += 2) {
       uint32_t B[4];
-      ldmatrixX4Trans(B, BRow + 16 * K * Ld + 8 * N);
+      ldmatrixX4<true>(B, BRow + 16 * K * Ld + 8 * N);
       mmaBf16(Acc[N], P[K], B[0], B[1]);
       mmaBf16(Acc[N + 1], P[K], B[2], B[3]);
     }
@@ -163,6 +163,23 @@ __device__ inline float groupMax(float V) {
   return fmaxf(V, __shfl_xor_sync(0xffffffffu, V, 2));
 }
 
+/// Calls Visit(N, E, At) for each element E of accumulator N (the warp's
+/// 16 rows by D of head (Bi, Hh), from row Row0) whose row lies before S,
+/// At being its index in a [B, S, Hl] tensor.
+template <int D, class VisitFn>
+__device__ inline void mmaForEachInRows(const FlashBlock &Bl, int64_t S,
+                                        int64_t Hl, VisitFn Visit) {
+  const MmaLane L = mmaLane();
+#pragma unroll
+  for (int N = 0; N < D / 8; ++N)
+#pragma unroll
+    for (int E = 0; E < 4; ++E) {
+      const int64_t I = Bl.Row0 + L.row(E);
+      if (I < S)
+        Visit(N, E, (Bl.Bi * S + I) * Hl + Bl.Hh * D + L.col(N, E));
+    }
+}
+
 /// Writes accumulators (the warp's 16 rows by D, each row divided by
 /// Div[its half]) to rows Row0.. of head (Bi, Hh) of Out.
 template <int D>
@@ -170,16 +187,9 @@ __device__ inline void mmaStoreRows(const MmaC (&Acc)[D / 8],
                                     const FlashBlock &Bl, int64_t S,
                                     int64_t Hl, const float (&Div)[2],
                                     float *Out) {
-  const MmaLane L = mmaLane();
-  #pragma unroll
-  for (int N = 0; N < D / 8; ++N)
-    #pragma unroll
-    for (int E = 0; E < 4; ++E) {
-      const int64_t I = Bl.Row0 + L.row(E);
-      if (I < S)
-        Out[(Bl.Bi * S + I) * Hl + Bl.Hh * D + L.col(N, E)] =
-            Acc[N].R[E] / Div[E / 2];
-    }
+  mmaForEachInRows<D>(Bl, S, Hl, [&](int N, int E, int64_t At) {
+    Out[At] = Acc[N].R[E] / Div[E / 2];
+  });
 }
 
 /// Streams the other side's tiles [0, Tiles) through two buffers: Load(T,
@@ -202,6 +212,60 @@ __device__ inline void mmaStream(int64_t Tiles, LoadFn Load, UseFn Use) {
     Use(T, int(T % 2));
     __syncthreads(); // the buffer is read before the copy after next
   }
+}
+
+/// Streams rows [First + 64 T, +64) of the bf16 X and Y, T in [0, Tiles),
+/// through tiles Tile0 + 2 b and Tile0 + 1 + 2 b of the dynamic shared
+/// memory (b = T % 2): Extra(I0, b) loads what else a tile needs (into
+/// shared memory, read after the wait), and Use(I0, Xs, Ys, b) runs once
+/// they landed, I0 being the tile's first row.
+template <int D, class ExtraFn, class UseFn>
+__device__ inline void mmaStreamPairs(const uint16_t *X, const uint16_t *Y,
+                                      const FlashBlock &Bl, int64_t S,
+                                      int64_t Hl, int64_t First, int64_t Tiles,
+                                      unsigned char *Smem, int Tile0,
+                                      ExtraFn Extra, UseFn Use) {
+  auto Load = [&](int64_t T, int Buf) {
+    const int64_t I0 = First + T * kMmaRows;
+    mmaLoadTile<D>(X, Bl.Bi, Bl.Hh, S, Hl, I0,
+                   mmaTile<D>(Smem, Tile0 + 2 * Buf));
+    mmaLoadTile<D>(Y, Bl.Bi, Bl.Hh, S, Hl, I0,
+                   mmaTile<D>(Smem, Tile0 + 1 + 2 * Buf));
+    Extra(I0, Buf);
+  };
+  mmaStream(Tiles, Load, [&](int64_t T, int Buf) {
+    Use(First + T * kMmaRows, mmaTile<D>(Smem, Tile0 + 2 * Buf),
+        mmaTile<D>(Smem, Tile0 + 1 + 2 * Buf), Buf);
+  });
+}
+/// For mmaStreamPairs: nothing else to load.
+struct MmaNoExtra {
+  __device__ void operator()(int64_t, int) const {}
+};
+
+/// Zeroed accumulators.
+template <int NB> __device__ inline void mmaZero(MmaC (&Acc)[NB]) {
+#pragma unroll
+  for (int N = 0; N < NB; ++N)
+#pragma unroll
+    for (int E = 0; E < 4; ++E)
+      Acc[N].R[E] = 0.0f;
+}
+
+/// Calls Visit(N, E, I, J, Seen) for each element E of score accumulator
+/// N of a query block's tile of keys from J0: query I, key J, and whether
+/// I sees J (both before S; with \p Causal, J not after I).
+template <class VisitFn>
+__device__ inline void mmaForEachScore(const FlashBlock &Bl, int64_t J0,
+                                       int64_t S, int Causal, VisitFn Visit) {
+  const MmaLane L = mmaLane();
+#pragma unroll
+  for (int N = 0; N < kMmaRows / 8; ++N)
+#pragma unroll
+    for (int E = 0; E < 4; ++E) {
+      const int64_t I = Bl.Row0 + L.row(E), J = J0 + L.col(N, E);
+      Visit(N, E, I, J, I < S && J < S && !(Causal && J > I));
+    }
 }
 
 /// Key tiles a query block visits: up to its diagonal when causal.
@@ -228,82 +292,57 @@ __global__ void __launch_bounds__(kMmaThreads)
   mmaLoadTile<D>(Q, Bl.Bi, Bl.Hh, S, Hl, Bl.Row0, Qs); // in the first group
 
   MmaC O[D / 8];
-  #pragma unroll
-  for (auto &F : O)
-    #pragma unroll
-    for (float &E : F.R)
-      E = 0.0f;
+  mmaZero(O);
   float M[2] = {-INFINITY, -INFINITY}, Sum[2] = {0.0f, 0.0f};
-  auto Load = [&](int64_t T, int Buf) {
-    mmaLoadTile<D>(K, Bl.Bi, Bl.Hh, S, Hl, T * kMmaRows,
-                   mmaTile<D>(Smem, 1 + 2 * Buf));
-    mmaLoadTile<D>(V, Bl.Bi, Bl.Hh, S, Hl, T * kMmaRows,
-                   mmaTile<D>(Smem, 2 + 2 * Buf));
-  };
-  auto Use = [&](int64_t T, int Buf) {
-    const uint16_t *Ks = mmaTile<D>(Smem, 1 + 2 * Buf);
-    const uint16_t *Vs = mmaTile<D>(Smem, 2 + 2 * Buf);
+  auto Use = [&](int64_t J0, const uint16_t *Ks, const uint16_t *Vs, int) {
     MmaC Sc[kMmaRows / 8];
     mmaRowsByRows<D, kMmaRows / 8>(Sc, Qs, Ks, 0);
     float TileMax[2] = {-INFINITY, -INFINITY};
-    #pragma unroll
-    for (int N = 0; N < kMmaRows / 8; ++N)
-      #pragma unroll
-      for (int E = 0; E < 4; ++E) {
-        const int64_t I = Bl.Row0 + L.row(E), J = T * kMmaRows + L.col(N, E);
-        const bool Seen = I < S && J < S && !(Causal && J > I);
-        Sc[N].R[E] = Seen ? Sc[N].R[E] * Scale : -INFINITY;
-        TileMax[E / 2] = fmaxf(TileMax[E / 2], Sc[N].R[E]);
-      }
+    mmaForEachScore(Bl, J0, S, Causal,
+                    [&](int N, int E, int64_t, int64_t, bool Seen) {
+                      Sc[N].R[E] = Seen ? Sc[N].R[E] * Scale : -INFINITY;
+                      TileMax[E / 2] = fmaxf(TileMax[E / 2], Sc[N].R[E]);
+                    });
     float Corr[2], TileSum[2] = {0.0f, 0.0f};
-    #pragma unroll
+#pragma unroll
     for (int H = 0; H < 2; ++H) {
       const float NewM = fmaxf(M[H], groupMax(TileMax[H]));
       Corr[H] = NewM == -INFINITY ? 1.0f : mmaExp(M[H] - NewM);
       M[H] = NewM;
     }
-    #pragma unroll
-    for (int N = 0; N < kMmaRows / 8; ++N)
-      #pragma unroll
-      for (int E = 0; E < 4; ++E) {
-        const float X = Sc[N].R[E];
-        const float P = X == -INFINITY ? 0.0f : mmaExp(X - M[E / 2]);
-        TileSum[E / 2] += P;
-        Sc[N].R[E] =
-            Dr.Rate > 0 && P != 0.0f
-                ? float(double(P) * attnMaskDev(Dr, Bl.Bi, Bl.Hh, S,
-                                                Bl.Row0 + L.row(E),
-                                                T * kMmaRows + L.col(N, E)))
-                : P;
-      }
-    #pragma unroll
+    mmaForEachScore(
+        Bl, J0, S, Causal, [&](int N, int E, int64_t I, int64_t J, bool) {
+          const float X = Sc[N].R[E];
+          const float P = X == -INFINITY ? 0.0f : mmaExp(X - M[E / 2]);
+          TileSum[E / 2] += P;
+          Sc[N].R[E] = Dr.Rate > 0 && P != 0.0f
+                           ? float(double(P) *
+                                   attnMaskDev(Dr, Bl.Bi, Bl.Hh, S, I, J))
+                           : P;
+        });
+#pragma unroll
     for (int H = 0; H < 2; ++H)
       Sum[H] = Sum[H] * Corr[H] + groupSum(TileSum[H]);
-    #pragma unroll
+#pragma unroll
     for (auto &F : O)
-      #pragma unroll
+#pragma unroll
       for (int E = 0; E < 4; ++E)
         F.R[E] *= Corr[E / 2];
     MmaA P[kMmaRows / 16];
     mmaToA(Sc, P);
     mmaAccumulate<D, kMmaRows / 16>(O, P, Vs, 0);
   };
-  mmaStream(mmaKeyTiles(Bl, S, Causal), Load, Use);
+  mmaStreamPairs<D>(K, V, Bl, S, Hl, 0, mmaKeyTiles(Bl, S, Causal), Smem, 1,
+                    MmaNoExtra(), Use);
 
   if (Y)
     mmaStoreRows<D>(O, Bl, S, Hl, Sum, Y);
   if (Delta) { // dy . y per row: the lane's columns, then its group's
     float Dot[2] = {0.0f, 0.0f};
-    #pragma unroll
-    for (int N = 0; N < D / 8; ++N)
-      #pragma unroll
-      for (int E = 0; E < 4; ++E) {
-        const int64_t I = Bl.Row0 + L.row(E);
-        if (I < S)
-          Dot[E / 2] += DY[(Bl.Bi * S + I) * Hl + Bl.Hh * D + L.col(N, E)] *
-                        (O[N].R[E] / Sum[E / 2]);
-      }
-    #pragma unroll
+    mmaForEachInRows<D>(Bl, S, Hl, [&](int N, int E, int64_t At) {
+      Dot[E / 2] += DY[At] * (O[N].R[E] / Sum[E / 2]);
+    });
+#pragma unroll
     for (int H = 0; H < 2; ++H) {
       const float Total = groupSum(Dot[H]);
       const int64_t I = Bl.Row0 + L.row(2 * H);
@@ -312,7 +351,7 @@ __global__ void __launch_bounds__(kMmaThreads)
     }
   }
   if (Stats && L.T == 0)
-    #pragma unroll
+#pragma unroll
     for (int H = 0; H < 2; ++H) {
       const int64_t I = Bl.Row0 + L.row(2 * H);
       if (I < S) {
@@ -339,7 +378,7 @@ __global__ void __launch_bounds__(kMmaThreads)
   mmaLoadTile<D>(Q, Bl.Bi, Bl.Hh, S, Hl, Bl.Row0, Qs);
   mmaLoadTile<D>(DY, Bl.Bi, Bl.Hh, S, Hl, Bl.Row0, Dys);
   float Mx[2], Inv[2], Dl[2]; // the lane's two rows
-  #pragma unroll
+#pragma unroll
   for (int H = 0; H < 2; ++H) {
     const int64_t I = Bl.Row0 + L.row(2 * H);
     const int64_t Row = (Bl.Bi * NH + Bl.Hh) * S + I;
@@ -348,45 +387,31 @@ __global__ void __launch_bounds__(kMmaThreads)
     Dl[H] = I < S ? Delta[Row] : 0.0f;
   }
   MmaC Acc[D / 8];
-  #pragma unroll
-  for (auto &F : Acc)
-    #pragma unroll
-    for (float &E : F.R)
-      E = 0.0f;
-  auto Load = [&](int64_t T, int Buf) {
-    mmaLoadTile<D>(K, Bl.Bi, Bl.Hh, S, Hl, T * kMmaRows,
-                   mmaTile<D>(Smem, 2 + 2 * Buf));
-    mmaLoadTile<D>(V, Bl.Bi, Bl.Hh, S, Hl, T * kMmaRows,
-                   mmaTile<D>(Smem, 3 + 2 * Buf));
-  };
-  auto Use = [&](int64_t T, int Buf) {
-    const uint16_t *Ks = mmaTile<D>(Smem, 2 + 2 * Buf);
-    const uint16_t *Vs = mmaTile<D>(Smem, 3 + 2 * Buf);
+  mmaZero(Acc);
+  auto Use = [&](int64_t J0, const uint16_t *Ks, const uint16_t *Vs, int) {
     MmaC Sc[kMmaRows / 8], Dp[kMmaRows / 8];
     mmaRowsByRows<D, kMmaRows / 8>(Sc, Qs, Ks, 0);
     mmaRowsByRows<D, kMmaRows / 8>(Dp, Dys, Vs, 0);
-    #pragma unroll
-    for (int N = 0; N < kMmaRows / 8; ++N)
-      #pragma unroll
-      for (int E = 0; E < 4; ++E) {
-        const int64_t I = Bl.Row0 + L.row(E), J = T * kMmaRows + L.col(N, E);
-        const bool Seen = I < S && J < S && !(Causal && J > I);
-        float Ds = 0.0f;
-        if (Seen) {
-          const int H = E / 2;
-          const float P = mmaExp(Sc[N].R[E] * Scale - Mx[H]) * Inv[H];
-          const float Mask =
-              Dr.Rate > 0 ? float(attnMaskDev(Dr, Bl.Bi, Bl.Hh, S, I, J))
-                          : 1.0f;
-          Ds = P * (Dp[N].R[E] * Mask - Dl[H]) * Scale;
-        }
-        Sc[N].R[E] = Ds;
-      }
+    mmaForEachScore(
+        Bl, J0, S, Causal,
+        [&](int N, int E, int64_t I, int64_t J, bool Seen) {
+          float Ds = 0.0f;
+          if (Seen) {
+            const int H = E / 2;
+            const float P = mmaExp(Sc[N].R[E] * Scale - Mx[H]) * Inv[H];
+            const float Mask =
+                Dr.Rate > 0 ? float(attnMaskDev(Dr, Bl.Bi, Bl.Hh, S, I, J))
+                            : 1.0f;
+            Ds = P * (Dp[N].R[E] * Mask - Dl[H]) * Scale;
+          }
+          Sc[N].R[E] = Ds;
+        });
     MmaA Dsa[kMmaRows / 16];
     mmaToA(Sc, Dsa);
     mmaAccumulate<D, kMmaRows / 16>(Acc, Dsa, Ks, 0);
   };
-  mmaStream(mmaKeyTiles(Bl, S, Causal), Load, Use);
+  mmaStreamPairs<D>(K, V, Bl, S, Hl, 0, mmaKeyTiles(Bl, S, Causal), Smem, 2,
+                    MmaNoExtra(), Use);
   const float One[2] = {1.0f, 1.0f};
   mmaStoreRows<D>(Acc, Bl, S, Hl, One, DQ);
 }
@@ -410,17 +435,11 @@ __global__ void __launch_bounds__(kMmaThreads)
   mmaLoadTile<D>(K, Bl.Bi, Bl.Hh, S, Hl, Bl.Row0, Ks);
   mmaLoadTile<D>(V, Bl.Bi, Bl.Hh, S, Hl, Bl.Row0, Vs);
   MmaC Dk[D / 8], Dv[D / 8];
-  #pragma unroll
-  for (int N = 0; N < D / 8; ++N)
-    #pragma unroll
-    for (int E = 0; E < 4; ++E)
-      Dk[N].R[E] = Dv[N].R[E] = 0.0f;
+  mmaZero(Dk);
+  mmaZero(Dv);
   // Causal: only queries at or after the block's first key see its keys.
   const int64_t First = Causal ? Bl.Row0 : 0;
-  auto Load = [&](int64_t T, int Buf) {
-    const int64_t I0 = First + T * kMmaRows;
-    mmaLoadTile<D>(Q, Bl.Bi, Bl.Hh, S, Hl, I0, mmaTile<D>(Smem, 2 + 2 * Buf));
-    mmaLoadTile<D>(DY, Bl.Bi, Bl.Hh, S, Hl, I0, mmaTile<D>(Smem, 3 + 2 * Buf));
+  auto LoadRows = [&](int64_t I0, int Buf) {
     float *R = Rows + Buf * 3 * kMmaRows; // plain loads, read after the wait
     for (int C = threadIdx.x; C < kMmaRows; C += kMmaThreads) {
       const bool In = I0 + C < S;
@@ -429,10 +448,8 @@ __global__ void __launch_bounds__(kMmaThreads)
       R[2 * kMmaRows + C] = In ? Delta[RowBase + I0 + C] : 0.0f;
     }
   };
-  auto Use = [&](int64_t T, int Buf) {
-    const int64_t I0 = First + T * kMmaRows;
-    const uint16_t *Qs = mmaTile<D>(Smem, 2 + 2 * Buf);
-    const uint16_t *Dys = mmaTile<D>(Smem, 3 + 2 * Buf);
+  auto Use = [&](int64_t I0, const uint16_t *Qs, const uint16_t *Dys,
+                 int Buf) {
     const float *Mx = Rows + Buf * 3 * kMmaRows, *Inv = Mx + kMmaRows,
                 *Dl = Inv + kMmaRows;
     constexpr int Half = kMmaRows / 2; // queries a pass takes
@@ -440,9 +457,9 @@ __global__ void __launch_bounds__(kMmaThreads)
       MmaC St[Half / 8], Dpt[Half / 8]; // s^T and dp^T: keys by queries
       mmaRowsByRows<D, Half / 8>(St, Ks, Qs, C0);
       mmaRowsByRows<D, Half / 8>(Dpt, Vs, Dys, C0);
-      #pragma unroll
+#pragma unroll
       for (int N = 0; N < Half / 8; ++N)
-        #pragma unroll
+#pragma unroll
         for (int E = 0; E < 4; ++E) {
           const int Ci = C0 + L.col(N, E);
           const int64_t J = Bl.Row0 + L.row(E), I = I0 + Ci;
@@ -467,7 +484,7 @@ __global__ void __launch_bounds__(kMmaThreads)
     }
   };
   const int64_t Tiles = First < S ? (S - First + kMmaRows - 1) / kMmaRows : 0;
-  mmaStream(Tiles, Load, Use);
+  mmaStreamPairs<D>(Q, DY, Bl, S, Hl, First, Tiles, Smem, 2, LoadRows, Use);
   const float One[2] = {1.0f, 1.0f};
   mmaStoreRows<D>(Dk, Bl, S, Hl, One, DK);
   mmaStoreRows<D>(Dv, Bl, S, Hl, One, DV);

@@ -107,26 +107,24 @@ inline void ldmatrix(uint32_t (&R)[4], const uint16_t *Row, bool Trans) {
 
 #endif
 
-/// ldmatrix.x4: \p Row is the row this lane names (16-byte aligned, in
-/// shared memory).
+/// ldmatrix.x4 (\p Trans: .trans): \p Row is the row this lane names
+/// (16-byte aligned, in shared memory).
+template <bool Trans>
 __device__ inline void ldmatrixX4(uint32_t (&R)[4], const uint16_t *Row) {
 #ifdef MEGAC_CUDA_EMULATION
-  emu_mma::ldmatrix(R, Row, false);
+  emu_mma::ldmatrix(R, Row, Trans);
 #else
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, "
-               "[%4];\n"
-               : "=r"(R[0]), "=r"(R[1]), "=r"(R[2]), "=r"(R[3])
-               : "r"(uint32_t(__cvta_generic_to_shared(Row))));
-#endif
-}
-__device__ inline void ldmatrixX4Trans(uint32_t (&R)[4], const uint16_t *Row) {
-#ifdef MEGAC_CUDA_EMULATION
-  emu_mma::ldmatrix(R, Row, true);
-#else
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, "
-               "%3}, [%4];\n"
-               : "=r"(R[0]), "=r"(R[1]), "=r"(R[2]), "=r"(R[3])
-               : "r"(uint32_t(__cvta_generic_to_shared(Row))));
+  const uint32_t At = uint32_t(__cvta_generic_to_shared(Row));
+  if constexpr (Trans)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, "
+                 "%2, %3}, [%4];\n"
+                 : "=r"(R[0]), "=r"(R[1]), "=r"(R[2]), "=r"(R[3])
+                 : "r"(At));
+  else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, "
+                 "[%4];\n"
+                 : "=r"(R[0]), "=r"(R[1]), "=r"(R[2]), "=r"(R[3])
+                 : "r"(At));
 #endif
 }
 
