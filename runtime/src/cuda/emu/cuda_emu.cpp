@@ -598,6 +598,11 @@ cublasStatus_t cublasSetStream(cublasHandle_t H, cudaStream_t S) {
 cublasStatus_t cublasSetMathMode(cublasHandle_t, cublasMath_t) {
   return CUBLAS_STATUS_SUCCESS;
 }
+cublasStatus_t cublasSetWorkspace(cublasHandle_t, void *Workspace,
+                                  size_t Bytes) {
+  return Workspace || !Bytes ? CUBLAS_STATUS_SUCCESS
+                             : CUBLAS_STATUS_INVALID_VALUE;
+}
 
 namespace {
 cublasStatus_t gemmNow(cublasHandle_t, cublasOperation_t TransA,

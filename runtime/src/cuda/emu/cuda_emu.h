@@ -138,6 +138,9 @@ cublasStatus_t cublasCreate(cublasHandle_t *H);
 cublasStatus_t cublasDestroy(cublasHandle_t H);
 cublasStatus_t cublasSetMathMode(cublasHandle_t H, cublasMath_t Mode);
 cublasStatus_t cublasSetStream(cublasHandle_t H, cudaStream_t S);
+/// Accepted and unused: the emulated products need no workspace.
+cublasStatus_t cublasSetWorkspace(cublasHandle_t H, void *Workspace,
+                                  size_t Bytes);
 /// C = alpha op(A) op(B) + beta C, column-major, as cuBLAS.
 cublasStatus_t cublasSgemm(cublasHandle_t H, cublasOperation_t TransA,
                            cublasOperation_t TransB, int M, int N, int K,
