@@ -7,7 +7,8 @@
   `megac-run --backend cuda`);
 - the ceilings measured in the same run: a large bf16 GEMM (cuBLAS through
   torch.matmul) and device-to-device copy bandwidth;
-- megac's time per op (`megac-run --profile`, device events) against those
+- megac's time per op (`megac-run --profile`, device events, from a second
+  run: the step time comes from one without the profile) against those
   ceilings: FLOP/s for products and attention, bytes/s for the rest.
 
 Prints a markdown table with the date, the device and the command, for
@@ -165,15 +166,22 @@ def megac_row(cfg, args, attention="mma"):
                         "--target", "cuda", "--batch", str(args.batch), "--seq",
                         str(args.seq), "-o", plan, "--quiet"], check=True)
         profile = os.path.join(tmp, "profile.json")
-        out = subprocess.run([run, plan, "--backend", "cuda", "--steps",
-                              str(args.steps + 3), "--metrics", metrics,
-                              "--profile", profile, "-q"],
-                             capture_output=True, text=True,
-                             env=dict(os.environ, MEGAC_CUDA_ATTENTION=attention))
-        if out.returncode != 0:
-            return None, out.stderr.strip().splitlines()[-1] if out.stderr else "failed", None
-        import json
-        rates = [json.loads(line)["tokens_per_s"] for line in open(metrics)][3:]
+        env = dict(os.environ, MEGAC_CUDA_ATTENTION=attention)
+        # Two runs: the step time from one without --profile (whose device
+        # events around every instruction cost host time), the time per op
+        # from one with it.
+        for extra in ([], ["--profile", profile]):
+            out = subprocess.run([run, plan, "--backend", "cuda", "--steps",
+                                  str(args.steps + 3), "--metrics", metrics,
+                                  "-q"] + extra,
+                                 capture_output=True, text=True, env=env)
+            if out.returncode != 0:
+                return None, (out.stderr.strip().splitlines()[-1]
+                              if out.stderr else "failed"), None
+            if not extra:
+                import json
+                rates = [json.loads(line)["tokens_per_s"]
+                         for line in open(metrics)][3:]
         with open(profile) as f:
             ops = json.load(f)["ops"]
         return args.batch * args.seq / (sum(rates) / len(rates)), "", ops
