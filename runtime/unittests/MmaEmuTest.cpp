@@ -1,0 +1,217 @@
+//===- MmaEmuTest.cpp - The emulated tensor-core layouts, pinned ---------===//
+//
+// The register-resident attention (flash_mma.cuh) runs in CI on the host
+// emulation of mma.sync and ldmatrix (mma_sm80.cuh). Kernel and emulation
+// could share one misreading of the PTX ISA and still agree with each
+// other; these tests pin both to the ISA's tables ("Matrix fragments for
+// mma.m16n8k16 with floating point type"), written out below on their own
+// rather than taken from either:
+//   A: element I (0..7) of lane L = 4 G + T sits at row G + 8 ((I / 2) % 2),
+//      column 2 T + I % 2 + 8 (I / 4);
+//   B: element I (0..3) at k = 2 T + I % 2 + 8 (I / 2), n = G;
+//   C: element I (0..3) at row G + 8 (I / 2), column 2 T + I % 2;
+// two bf16 to a register, the lower-numbered element in the low half.
+//
+//===----------------------------------------------------------------------===//
+
+#include "cuda_api.h"
+#include "cuda_kernels.cuh"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <utility>
+#include <vector>
+
+using namespace megac_rt;
+using namespace megac_rt::cuda;
+
+namespace {
+
+std::pair<int, int> aElement(int L, int I) {
+  return {L / 4 + 8 * ((I / 2) % 2), 2 * (L % 4) + I % 2 + 8 * (I / 4)};
+}
+std::pair<int, int> bElement(int L, int I) { // (k, n)
+  return {2 * (L % 4) + I % 2 + 8 * (I / 2), L / 4};
+}
+std::pair<int, int> cElement(int L, int I) {
+  return {L / 4 + 8 * (I / 2), 2 * (L % 4) + I % 2};
+}
+uint16_t half(uint32_t R, int I) {
+  return uint16_t(I % 2 ? R >> 16 : R & 0xffffu);
+}
+uint16_t bits(float F) { return __float2bfloat16_rn(F).Bits; }
+
+/// Runs \p Body on one warp (one block of 32 threads) with \p Shared bytes
+/// of dynamic shared memory, and waits for it.
+template <class Fn> void onOneWarp(size_t Shared, Fn Body) {
+  cudaStream_t S;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&S, cudaStreamNonBlocking), cudaSuccess);
+  megac_emu::launch({1, 1, 1}, {32, 1, 1}, Shared, S, Body);
+  ASSERT_EQ(cudaStreamSynchronize(S), cudaSuccess);
+  cudaStreamDestroy(S);
+}
+
+/// A 16 x 16 bf16 tile of distinct values, row stride Ld: bits 100 r + c.
+constexpr int kLd = 24; // 48 bytes: rows 16-byte aligned, as ldmatrix needs
+void fillIndexTile(uint16_t *Tile) {
+  for (int R = 0; R < 16; ++R)
+    for (int C = 0; C < 16; ++C)
+      Tile[R * kLd + C] = uint16_t(100 * R + C);
+}
+
+TEST(MmaEmu, LdmatrixGivesTheAFragment) {
+  // The row each lane names, as mmaRowsByRows does for its A operand.
+  std::vector<uint32_t> Got(32 * 4);
+  uint32_t *Out = Got.data();
+  onOneWarp(16 * kLd * 2, [=] {
+    MEGAC_DYNAMIC_SHARED(uint16_t, Tile);
+    const int L = threadIdx.x;
+    if (L == 0)
+      fillIndexTile(Tile);
+    __syncthreads();
+    uint32_t R[4];
+    ldmatrixX4<false>(R, Tile + (L % 8 + 8 * ((L / 8) % 2)) * kLd +
+                             8 * (L / 16));
+    std::memcpy(Out + 4 * L, R, sizeof R);
+  });
+  for (int L = 0; L < 32; ++L)
+    for (int I = 0; I < 8; ++I) {
+      const auto [Row, Col] = aElement(L, I);
+      EXPECT_EQ(half(Got[4 * L + I / 2], I), 100 * Row + Col)
+          << "lane " << L << " element " << I;
+    }
+}
+
+TEST(MmaEmu, LdmatrixGivesBFragmentsOfRowsAndOfColumns) {
+  // Y stored by n (keys: rows n, columns k), read plainly, and stored by
+  // k (values: rows k, columns n), read transposed: registers 0-1 are
+  // the B fragment of n block 0, 2-3 of n block 1.
+  std::vector<uint32_t> Got(32 * 8);
+  uint32_t *Out = Got.data();
+  onOneWarp(16 * kLd * 2, [=] {
+    MEGAC_DYNAMIC_SHARED(uint16_t, Tile);
+    const int L = threadIdx.x, M = L / 8;
+    if (L == 0)
+      fillIndexTile(Tile);
+    __syncthreads();
+    uint32_t ByN[4], ByK[4];
+    ldmatrixX4<false>(ByN, Tile + (L % 8 + 8 * (M / 2)) * kLd + 8 * (M % 2));
+    ldmatrixX4<true>(ByK, Tile + (L % 8 + 8 * (M % 2)) * kLd + 8 * (M / 2));
+    std::memcpy(Out + 8 * L, ByN, sizeof ByN);
+    std::memcpy(Out + 8 * L + 4, ByK, sizeof ByK);
+  });
+  for (int L = 0; L < 32; ++L)
+    for (int Nb = 0; Nb < 2; ++Nb)
+      for (int I = 0; I < 4; ++I) {
+        const auto [K, N] = bElement(L, I);
+        const uint32_t RegN = Got[8 * L + 2 * Nb + I / 2];
+        const uint32_t RegK = Got[8 * L + 4 + 2 * Nb + I / 2];
+        EXPECT_EQ(half(RegN, I), 100 * (8 * Nb + N) + K)
+            << "stored by n: lane " << L << " n block " << Nb << " element "
+            << I;
+        EXPECT_EQ(half(RegK, I), 100 * K + 8 * Nb + N)
+            << "stored by k: lane " << L << " n block " << Nb << " element "
+            << I;
+      }
+}
+
+TEST(MmaEmu, MmaMultipliesFragmentsLaidOutByTheIsa) {
+  // Small integers: exact in bf16 and in fp32 sums.
+  auto A = [](int R, int K) { return float((R * 3 + K * 5) % 7 - 3); };
+  auto B = [](int K, int N) { return float((K * 2 + N * 3) % 5 - 2); };
+  auto C0 = [](int R, int N) { return float(R - N); };
+  std::vector<float> Got(32 * 4);
+  float *Out = Got.data();
+  onOneWarp(0, [=] {
+    const int L = threadIdx.x;
+    uint16_t Ae[8], Be[4];
+    for (int I = 0; I < 8; ++I) {
+      const auto [R, K] = aElement(L, I);
+      Ae[I] = bits(A(R, K));
+    }
+    for (int I = 0; I < 4; ++I) {
+      const auto [K, N] = bElement(L, I);
+      Be[I] = bits(B(K, N));
+    }
+    MmaA Af;
+    for (int J = 0; J < 4; ++J)
+      Af.R[J] = uint32_t(Ae[2 * J]) | uint32_t(Ae[2 * J + 1]) << 16;
+    MmaC Cf;
+    for (int I = 0; I < 4; ++I) {
+      const auto [R, N] = cElement(L, I);
+      Cf.R[I] = C0(R, N);
+    }
+    mmaBf16(Cf, Af, uint32_t(Be[0]) | uint32_t(Be[1]) << 16,
+            uint32_t(Be[2]) | uint32_t(Be[3]) << 16);
+    std::memcpy(Out + 4 * L, Cf.R, sizeof Cf.R);
+  });
+  for (int L = 0; L < 32; ++L)
+    for (int I = 0; I < 4; ++I) {
+      const auto [R, N] = cElement(L, I);
+      float Want = C0(R, N);
+      for (int K = 0; K < 16; ++K)
+        Want += A(R, K) * B(K, N);
+      EXPECT_EQ(Got[4 * L + I], Want) << "lane " << L << " element " << I;
+    }
+}
+
+TEST(MmaEmu, AttentionProductsMatchAReferenceProduct) {
+  // The flash kernels' two products on one warp, head size 16: scores =
+  // X Y^T (mmaRowsByRows), then acc = P Z with P the scores as bf16 A
+  // fragments (mmaToA, mmaAccumulate), against products taken here.
+  constexpr int D = 16, Ld = kMmaLd<D>;
+  auto X = [](int R, int C) { return float((R + 2 * C) % 5 - 2); };
+  auto Y = [](int R, int C) { return float((3 * R + C) % 4 - 1); };
+  auto Z = [](int R, int C) { return float((R * C) % 3 - 1); };
+  std::vector<float> Scores(32 * 8), Acc(32 * 8);
+  float *SOut = Scores.data(), *AOut = Acc.data();
+  onOneWarp(3 * 16 * Ld * 2, [=] {
+    MEGAC_DYNAMIC_SHARED(uint16_t, Smem);
+    uint16_t *Xs = Smem, *Ys = Smem + 16 * Ld, *Zs = Smem + 32 * Ld;
+    const int L = threadIdx.x;
+    if (L == 0)
+      for (int R = 0; R < 16; ++R)
+        for (int C = 0; C < D; ++C) {
+          Xs[R * Ld + C] = bits(X(R, C));
+          Ys[R * Ld + C] = bits(Y(R, C));
+          Zs[R * Ld + C] = bits(Z(R, C));
+        }
+    __syncthreads();
+    MmaC S[2];
+    mmaRowsByRows<D, 2>(S, Xs, Ys, 0);
+    MmaA P[1];
+    mmaToA(S, P);
+    MmaC O[D / 8];
+    mmaZero(O);
+    mmaAccumulate<D, 1>(O, P, Zs, 0);
+    for (int N = 0; N < 2; ++N) {
+      std::memcpy(SOut + 8 * L + 4 * N, S[N].R, sizeof S[N].R);
+      std::memcpy(AOut + 8 * L + 4 * N, O[N].R, sizeof O[N].R);
+    }
+  });
+  float Ref[16][16], Out[16][16];
+  for (int R = 0; R < 16; ++R)
+    for (int N = 0; N < 16; ++N) {
+      Ref[R][N] = 0;
+      for (int K = 0; K < D; ++K)
+        Ref[R][N] += X(R, K) * Y(N, K);
+    }
+  for (int R = 0; R < 16; ++R)
+    for (int N = 0; N < D; ++N) {
+      Out[R][N] = 0;
+      for (int K = 0; K < 16; ++K) // the scores are small integers: exact
+        Out[R][N] += Ref[R][K] * Z(K, N);
+    }
+  for (int L = 0; L < 32; ++L)
+    for (int N = 0; N < 2; ++N)
+      for (int I = 0; I < 4; ++I) {
+        const auto [R, C] = cElement(L, I);
+        EXPECT_EQ(Scores[8 * L + 4 * N + I], Ref[R][8 * N + C])
+            << "score lane " << L << " n block " << N << " element " << I;
+        EXPECT_EQ(Acc[8 * L + 4 * N + I], Out[R][8 * N + C])
+            << "product lane " << L << " n block " << N << " element " << I;
+      }
+}
+
+} // namespace
