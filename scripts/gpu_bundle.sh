@@ -43,7 +43,7 @@ pack() {
 
   local stage="$OUT/stage"
   rm -rf "$stage" && mkdir -p "$stage/repo/build/bin" "$stage/repo/build/test/Unit" "$stage/sys"
-  cp "$ROOT"/build/bin/{megac-run,libmegac_cuda.so,libmegac_cuda_emu.so,megac-plan-demo,megac-runtime-unittests} \
+  cp "$ROOT"/build/bin/{megac-run,libmegac_cuda.so,libmegac_cuda_emu.so,megac-plan-demo,megac-runtime-unittests,megac-cuda-emu-unittests} \
     "$stage/repo/build/bin/"
   cp "$ROOT"/build-static/bin/{megac,megac-opt} "$stage/repo/build/bin/"
   cp "$ROOT/build/test/lit.site.cfg.py" "$stage/repo/build/test/"
