@@ -234,7 +234,7 @@ public:
   }
 
   void upload(uint32_t Id, const void *Data, size_t N) override {
-    Kept.Valid = false;
+    forgetAll();
     toDevice(Ptr.at(Id), Data, std::min(N, Bytes.at(Id)));
   }
 
@@ -253,7 +253,7 @@ public:
   uint32_t slots() const override { return uint32_t(SlotPtrs.size()); }
 
   void activateSlot(uint32_t Slot) override {
-    Kept.Valid = false;
+    forgetAll();
     if (Slot >= SlotPtrs.size())
       throw std::runtime_error("no buffer slot " + std::to_string(Slot));
     for (size_t J = 0; J < PerMicro.size(); ++J)
@@ -311,7 +311,7 @@ public:
   void run(uint32_t Begin, uint32_t End, int64_t Micro,
            bool Training) override {
     CurMicro = Micro;
-    Kept.Valid = false;
+    forgetAll();
     check(cudaMemsetAsync(Faults, 0, sizeof(int) * kFaultKinds, Compute),
           "cudaMemsetAsync");
     const uint32_t N = RP.instrs() ? RP.instrs()->size() : 0;
@@ -328,10 +328,9 @@ public:
         if (Profiling && !Coll) // collectives time themselves
           check(cudaEventRecord(event(2 * Timed.size()), Compute),
                 "cudaEventRecord");
-        if (Kept.Valid && In.outputs())
+        if (In.outputs())
           for (uint32_t Y : *In.outputs())
-            if (overlaps({rangeOf(Y)}, Kept.Inputs))
-              Kept.Valid = false;
+            forgetWritten(Y);
         execUnaliased(I, In);
         check(cudaGetLastError(), "kernel launch");
         if (Profiling && !Coll) {
@@ -612,21 +611,69 @@ private:
   }
 
   /// bf16 copies of two product operands of bf16 values (\p NA and \p NB
-  /// elements), in scratch; B's 16-byte aligned as cuBLAS's fast kernels
-  /// want.
+  /// elements), 16-byte aligned as cuBLAS's fast kernels want.
   std::pair<uint16_t *, uint16_t *> packOperands(const float *A, int64_t NA,
                                                  const float *B, int64_t NB) {
-    const size_t OffB = (size_t(NA) * 2 + 15) / 16 * 16;
-    const size_t Need = OffB + size_t(NB) * 2;
-    char *Packed =
-        static_cast<char *>(GemmScratch.atLeast(Need, "bf16 operands"));
-    uint16_t *Pa = reinterpret_cast<uint16_t *>(Packed);
-    uint16_t *Pb = reinterpret_cast<uint16_t *>(Packed + OffB);
-    launchOn(Compute, packBf16Kernel, packBlocks(NA), kThreads, 0, A, NA, Pa,
-             Faults + kFaultNotBf16);
-    launchOn(Compute, packBf16Kernel, packBlocks(NB), kThreads, 0, B, NB, Pb,
-             Faults + kFaultNotBf16);
-    return {Pa, Pb};
+    PackedOperand &Pa = packed(A, NA, nullptr);
+    return {Pa.Bits, packed(B, NB, &Pa).Bits};
+  }
+
+  /// The bf16 copy of a product operand. The last few are kept (until an
+  /// instruction writes their source) since products share operands: q, k
+  /// and v read one input, and a weight's gradient reads the output
+  /// gradient its input's gradient has just read; a kept copy is not packed
+  /// again. \p Keep: a copy the caller still needs (not reused for this one).
+  struct PackedOperand {
+    const float *Src = nullptr;
+    int64_t N = 0;
+    uint64_t LastUse = 0;
+    uint16_t *Bits = nullptr;
+    GrowingBuffer Memory;
+  };
+  static constexpr int kPackedOperands = 4;
+  PackedOperand &packed(const float *Src, int64_t N,
+                        const PackedOperand *Keep) {
+    ++PackUses;
+    PackedOperand *Slot = nullptr;
+    for (PackedOperand &P : Packed)
+      if (P.Src == Src && P.N == N) {
+        P.LastUse = PackUses;
+        return P;
+      }
+    for (PackedOperand &P : Packed) // the least recently used
+      if (&P != Keep && (!Slot || P.LastUse < Slot->LastUse))
+        Slot = &P;
+    Slot->Src = nullptr; // if the allocation fails, it holds nothing
+    Slot->Bits = static_cast<uint16_t *>(
+        Slot->Memory.atLeast(size_t(N) * 2, "bf16 operands"));
+    launchOn(Compute, packBf16Kernel, packBlocks(N), kThreads, 0, Src, N,
+             Slot->Bits, Faults + kFaultNotBf16);
+    Slot->Src = Src;
+    Slot->N = N;
+    Slot->LastUse = PackUses;
+    return *Slot;
+  }
+  PackedOperand Packed[kPackedOperands];
+  uint64_t PackUses = 0;
+
+  /// What the backend keeps between instructions (an attention's state,
+  /// bf16 copies of operands) is forgotten when an instruction writes its
+  /// sources, and wholesale where the host changes memory (uploads, buffer
+  /// slots) or a run starts.
+  void forgetWritten(uint32_t Buffer) {
+    const Range Written = rangeOf(Buffer);
+    if (Kept.Valid && overlaps({Written}, Kept.Inputs))
+      Kept.Valid = false;
+    for (PackedOperand &P : Packed)
+      if (P.Src && overlaps({Written},
+                            {Range{reinterpret_cast<const char *>(P.Src),
+                                   reinterpret_cast<const char *>(P.Src + P.N)}}))
+        P.Src = nullptr;
+  }
+  void forgetAll() {
+    Kept.Valid = false;
+    for (PackedOperand &P : Packed)
+      P.Src = nullptr;
   }
 
   /// A cuBLASLt product of one shape and epilogue: its descriptors and the
@@ -1718,7 +1765,7 @@ private:
   /// Per buffer: holds bf16 values (see findBf16Values).
   std::vector<char> Bf16;
   unsigned Products = 0, Bf16Products = 0, Attentions = 0, Bf16Attentions = 0;
-  GrowingBuffer GemmScratch, Scratch, BlasWorkspace;
+  GrowingBuffer Scratch, BlasWorkspace;
   cublasLtHandle_t Lt = nullptr;
   std::map<std::array<int64_t, 5>, LtPlan> LtPlans;
   void *Arena = nullptr;
