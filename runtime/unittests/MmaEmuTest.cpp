@@ -71,8 +71,8 @@ TEST(MmaEmu, LdmatrixGivesTheAFragment) {
       fillIndexTile(Tile);
     __syncthreads();
     uint32_t R[4];
-    ldmatrixX4<false>(R, Tile + (L % 8 + 8 * ((L / 8) % 2)) * kLd +
-                             8 * (L / 16));
+    ldmatrixX4<false>(R,
+                      Tile + (L % 8 + 8 * ((L / 8) % 2)) * kLd + 8 * (L / 16));
     std::memcpy(Out + 4 * L, R, sizeof R);
   });
   for (int L = 0; L < 32; ++L)

@@ -988,7 +988,7 @@ __global__ void __launch_bounds__(kFlashRows)
 } // namespace cuda
 } // namespace megac_rt
 
-#include "flash_tc.cuh"
 #include "flash_mma.cuh"
+#include "flash_tc.cuh"
 
 #endif // MEGAC_RT_CUDA_KERNELS_CUH

@@ -556,8 +556,7 @@ private:
   /// An attention (or its gradient) for the tensor cores: its q, k and v
   /// hold bf16 values, its head size takes the flash kernels, and their
   /// shared memory fits the device (104 KB at head size 128, 113 KB for
-  /// the wmma kernels: more than an
-  /// sm_86 or sm_89 block may have).
+  /// the wmma kernels: more than an sm_86 or sm_89 block may have).
   bool tensorCoreAttention(const Instr &In) const {
     if (!In.inputs() || In.inputs()->size() < 3 || !In.ints() ||
         In.ints()->size() < 1)
@@ -665,9 +664,10 @@ private:
     if (Kept.Valid && overlaps({Written}, Kept.Inputs))
       Kept.Valid = false;
     for (PackedOperand &P : Packed)
-      if (P.Src && overlaps({Written},
-                            {Range{reinterpret_cast<const char *>(P.Src),
-                                   reinterpret_cast<const char *>(P.Src + P.N)}}))
+      if (P.Src &&
+          overlaps({Written},
+                   {Range{reinterpret_cast<const char *>(P.Src),
+                          reinterpret_cast<const char *>(P.Src + P.N)}}))
         P.Src = nullptr;
   }
   void forgetAll() {
@@ -695,8 +695,7 @@ private:
 
   /// The plan of row-major y[M,N] = x[M,K] w + bias with bf16 (\p Bf16)
   /// or fp32 operands and fp32 y, as column-major y^T = op(w^T) x^T.
-  LtPlan &ltPlan(int64_t M, int64_t K, int64_t N, bool Transposed,
-                 bool Bf16) {
+  LtPlan &ltPlan(int64_t M, int64_t K, int64_t N, bool Transposed, bool Bf16) {
     LtPlan &Pl = LtPlans[{M, K, N, Transposed, Bf16}];
     if (Pl.Desc)
       return Pl;
@@ -732,8 +731,8 @@ private:
     int Count = 0;
     // No algorithm (or an error) leaves Ok false: the caller falls back.
     if (cublasLtMatmulAlgoGetHeuristic(Lt, Pl.Desc, Pl.A, Pl.B, Pl.D, Pl.D,
-                                       Pref, 1, &Found, &Count) ==
-            CUBLAS_STATUS_SUCCESS &&
+                                       Pref, 1, &Found,
+                                       &Count) == CUBLAS_STATUS_SUCCESS &&
         Count > 0) {
       Pl.Ok = true;
       Pl.Algo = Found.algo;
@@ -762,9 +761,8 @@ private:
     LtPlan &Pl = ltPlan(M, K, N, Transposed, Bf16);
     if (!Pl.Ok)
       return false;
-    check(cublasLtMatmulDescSetAttribute(Pl.Desc,
-                                         CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                                         &Bias, sizeof Bias),
+    check(cublasLtMatmulDescSetAttribute(
+              Pl.Desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &Bias, sizeof Bias),
           "cublasLtMatmulDescSetAttribute");
     const void *Wa = W, *Xa = X;
     if (Bf16)
@@ -775,8 +773,7 @@ private:
                          Y, Pl.D, &Pl.Algo, Ws, Pl.Workspace, Compute),
           "cublasLtMatmul");
     if (Gelu)
-      launchOn(Compute, geluKernel, blocksFor(M * N), kThreads, 0, Y, M * N,
-               Y);
+      launchOn(Compute, geluKernel, blocksFor(M * N), kThreads, 0, Y, M * N, Y);
     return true;
   }
 
@@ -1591,10 +1588,10 @@ private:
   /// gradient step of k or v computes both, and the other step copies the
   /// kept one.
   template <int D>
-  void flashMma(const float *Q, const float *K, const float *V,
-                const float *DY, int64_t B, int64_t S, int64_t Hl, int64_t NH,
-                int Causal, int Which, const AttnDropout &Dr, unsigned Blocks,
-                float Scale, float *Out) {
+  void flashMma(const float *Q, const float *K, const float *V, const float *DY,
+                int64_t B, int64_t S, int64_t Hl, int64_t NH, int Causal,
+                int Which, const AttnDropout &Dr, unsigned Blocks, float Scale,
+                float *Out) {
     using Sh = MmaShared<D>;
     if (!MmaReady[tcSlot<D>()]) { // above the default 48 KiB per block
       setSharedLimit(flashForwardMmaKernel<D>, Sh::Forward);
@@ -1608,8 +1605,8 @@ private:
           static_cast<uint16_t *>(scratch(size_t(3 * N) * sizeof(uint16_t)));
       packAttentionInputs({Q, K, V}, N, Q16);
       launchOn(Compute, flashForwardMmaKernel<D>, Blocks, kMmaThreads,
-               Sh::Forward, Q16, Q16 + N, Q16 + 2 * N, S, Hl, NH, Causal,
-               Scale, Dr, Out, static_cast<float *>(nullptr),
+               Sh::Forward, Q16, Q16 + N, Q16 + 2 * N, S, Hl, NH, Causal, Scale,
+               Dr, Out, static_cast<float *>(nullptr),
                static_cast<const float *>(nullptr),
                static_cast<float *>(nullptr));
       return;
@@ -1644,8 +1641,8 @@ private:
   /// bf16 copies of q, k and v (checked: they must hold bf16 values) and,
   /// as the fourth when given, dy (rounded: the plan need not round it),
   /// N elements each, one after the other from \p To.
-  void packAttentionInputs(std::initializer_list<const float *> From,
-                           int64_t N, uint16_t *To) {
+  void packAttentionInputs(std::initializer_list<const float *> From, int64_t N,
+                           uint16_t *To) {
     int K = 0;
     for (const float *X : From) {
       int *Inexact = K < 3 ? Faults + kFaultNotBf16 : nullptr;
@@ -1674,11 +1671,10 @@ private:
   } Kept;
 
   template <int D>
-  KeptAttention &keptAttention(const float *Q, const float *K, const float *V,
-                               const float *DY, int64_t B, int64_t S,
-                               int64_t Hl, int64_t NH, int Causal,
-                               const AttnDropout &Dr, unsigned Blocks,
-                               float Scale) {
+  KeptAttention &
+  keptAttention(const float *Q, const float *K, const float *V, const float *DY,
+                int64_t B, int64_t S, int64_t Hl, int64_t NH, int Causal,
+                const AttnDropout &Dr, unsigned Blocks, float Scale) {
     const int64_t Rows = B * NH * S, N = B * S * Hl;
     const std::vector<int64_t> Key = {int64_t(reinterpret_cast<intptr_t>(Q)),
                                       int64_t(reinterpret_cast<intptr_t>(K)),
@@ -1716,8 +1712,8 @@ private:
       launchOn(Compute, flashForwardTcKernel<D>, Blocks, kTcThreads,
                TcShared<D>::Forward, Q, K, V, S, Hl, NH, Causal, Scale, Dr, Y,
                Kept.Stats, Faults + kFaultNotBf16);
-      launchOn(Compute, attentionRowDotKernel, blocksFor(Rows), kThreads, 0,
-               DY, static_cast<const float *>(Y), B, S, Hl, NH, int64_t(D),
+      launchOn(Compute, attentionRowDotKernel, blocksFor(Rows), kThreads, 0, DY,
+               static_cast<const float *>(Y), B, S, Hl, NH, int64_t(D),
                Kept.Delta);
     } else {
       Kept.Q16 = reinterpret_cast<uint16_t *>(Base + StatsBytes);
@@ -1728,8 +1724,8 @@ private:
       packAttentionInputs({Q, K, V, DY}, N, Kept.Q16);
       launchOn(Compute, flashForwardMmaKernel<D>, Blocks, kMmaThreads,
                MmaShared<D>::Forward, Kept.Q16, Kept.K16, Kept.V16, S, Hl, NH,
-               Causal, Scale, Dr, static_cast<float *>(nullptr), Kept.Stats,
-               DY, Kept.Delta);
+               Causal, Scale, Dr, static_cast<float *>(nullptr), Kept.Stats, DY,
+               Kept.Delta);
     }
     const size_t In = size_t(N) * sizeof(float);
     auto Span = [&](const float *P) {

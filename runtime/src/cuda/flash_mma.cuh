@@ -41,7 +41,7 @@ template <int D> constexpr int kMmaLd = D + 8;
 /// Tiles of 64 rows, and the shared memory of each kernel.
 template <int D> struct MmaShared {
   static constexpr size_t Tile = size_t(kMmaRows) * kMmaLd<D> * 2;
-  static constexpr size_t Forward = 5 * Tile;  // q, 2 x (k, v)
+  static constexpr size_t Forward = 5 * Tile;   // q, 2 x (k, v)
   static constexpr size_t QueryGrad = 6 * Tile; // q, dy, 2 x (k, v)
   /// k, v, 2 x (q, dy), 2 x the query rows' (max, 1 / sum, delta)
   static constexpr size_t KeyGrad = 6 * Tile + 2 * 3 * kMmaRows * 4;
@@ -49,7 +49,8 @@ template <int D> struct MmaShared {
 };
 
 /// The i-th tile of a kernel's dynamic shared memory.
-template <int D> __device__ inline uint16_t *mmaTile(unsigned char *Smem, int I) {
+template <int D>
+__device__ inline uint16_t *mmaTile(unsigned char *Smem, int I) {
   return reinterpret_cast<uint16_t *>(Smem + size_t(I) * MmaShared<D>::Tile);
 }
 
@@ -97,7 +98,8 @@ __device__ inline void mmaRowsByRows(MmaC (&Out)[NB], const uint16_t *X,
       Out[N].R[E] = 0.0f;
   // This lane's row address in the x4 loads: A's matrices are (rows 0-7,
   // 8-15) x (columns 0-7, 8-15); B's two n blocks x two k halves.
-  const uint16_t *ARow = X + (Warp * 16 + L % 8 + 8 * (M % 2)) * Ld + 8 * (M / 2);
+  const uint16_t *ARow =
+      X + (Warp * 16 + L % 8 + 8 * (M % 2)) * Ld + 8 * (M / 2);
   const uint16_t *BRow = Y + (N0 + L % 8 + 8 * (M / 2)) * Ld + 8 * (M % 2);
 #pragma unroll
   for (int K = 0; K < D / 16; ++K) {
@@ -184,9 +186,8 @@ __device__ inline void mmaForEachInRows(const FlashBlock &Bl, int64_t S,
 /// Div[its half]) to rows Row0.. of head (Bi, Hh) of Out.
 template <int D>
 __device__ inline void mmaStoreRows(const MmaC (&Acc)[D / 8],
-                                    const FlashBlock &Bl, int64_t S,
-                                    int64_t Hl, const float (&Div)[2],
-                                    float *Out) {
+                                    const FlashBlock &Bl, int64_t S, int64_t Hl,
+                                    const float (&Div)[2], float *Out) {
   mmaForEachInRows<D>(Bl, S, Hl, [&](int N, int E, int64_t At) {
     Out[At] = Acc[N].R[E] / Div[E / 2];
   });
@@ -220,11 +221,10 @@ __device__ inline void mmaStream(int64_t Tiles, LoadFn Load, UseFn Use) {
 /// shared memory, read after the wait), and Use(I0, Xs, Ys, b) runs once
 /// they landed, I0 being the tile's first row.
 template <int D, class ExtraFn, class UseFn>
-__device__ inline void mmaStreamPairs(const uint16_t *X, const uint16_t *Y,
-                                      const FlashBlock &Bl, int64_t S,
-                                      int64_t Hl, int64_t First, int64_t Tiles,
-                                      unsigned char *Smem, int Tile0,
-                                      ExtraFn Extra, UseFn Use) {
+__device__ inline void
+mmaStreamPairs(const uint16_t *X, const uint16_t *Y, const FlashBlock &Bl,
+               int64_t S, int64_t Hl, int64_t First, int64_t Tiles,
+               unsigned char *Smem, int Tile0, ExtraFn Extra, UseFn Use) {
   auto Load = [&](int64_t T, int Buf) {
     const int64_t I0 = First + T * kMmaRows;
     mmaLoadTile<D>(X, Bl.Bi, Bl.Hh, S, Hl, I0,
@@ -315,10 +315,10 @@ __global__ void __launch_bounds__(kMmaThreads)
           const float X = Sc[N].R[E];
           const float P = X == -INFINITY ? 0.0f : mmaExp(X - M[E / 2]);
           TileSum[E / 2] += P;
-          Sc[N].R[E] = Dr.Rate > 0 && P != 0.0f
-                           ? float(double(P) *
-                                   attnMaskDev(Dr, Bl.Bi, Bl.Hh, S, I, J))
-                           : P;
+          Sc[N].R[E] =
+              Dr.Rate > 0 && P != 0.0f
+                  ? float(double(P) * attnMaskDev(Dr, Bl.Bi, Bl.Hh, S, I, J))
+                  : P;
         });
 #pragma unroll
     for (int H = 0; H < 2; ++H)
@@ -393,8 +393,7 @@ __global__ void __launch_bounds__(kMmaThreads)
     mmaRowsByRows<D, kMmaRows / 8>(Sc, Qs, Ks, 0);
     mmaRowsByRows<D, kMmaRows / 8>(Dp, Dys, Vs, 0);
     mmaForEachScore(
-        Bl, J0, S, Causal,
-        [&](int N, int E, int64_t I, int64_t J, bool Seen) {
+        Bl, J0, S, Causal, [&](int N, int E, int64_t I, int64_t J, bool Seen) {
           float Ds = 0.0f;
           if (Seen) {
             const int H = E / 2;
@@ -448,8 +447,7 @@ __global__ void __launch_bounds__(kMmaThreads)
       R[2 * kMmaRows + C] = In ? Delta[RowBase + I0 + C] : 0.0f;
     }
   };
-  auto Use = [&](int64_t I0, const uint16_t *Qs, const uint16_t *Dys,
-                 int Buf) {
+  auto Use = [&](int64_t I0, const uint16_t *Qs, const uint16_t *Dys, int Buf) {
     const float *Mx = Rows + Buf * 3 * kMmaRows, *Inv = Mx + kMmaRows,
                 *Dl = Inv + kMmaRows;
     constexpr int Half = kMmaRows / 2; // queries a pass takes

@@ -9,8 +9,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <fstream>
 #include <memory>
@@ -407,8 +407,8 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp *Prop, int) {
   // An H100's limit; MEGAC_CUDA_EMU_SHARED_OPTIN sets another (an sm_86
   // device's 101376 bytes, say) to test what a smaller device refuses.
   const char *Optin = std::getenv("MEGAC_CUDA_EMU_SHARED_OPTIN");
-  Prop->sharedMemPerBlockOptin = Optin ? std::strtoull(Optin, nullptr, 10)
-                                       : size_t(232448);
+  Prop->sharedMemPerBlockOptin =
+      Optin ? std::strtoull(Optin, nullptr, 10) : size_t(232448);
   return cudaSuccess;
 }
 cudaError_t cudaMalloc(void **Ptr, size_t Bytes) {
@@ -644,10 +644,10 @@ cublasStatus_t gemmNow(cublasHandle_t, cublasOperation_t TransA,
 std::vector<float> widenOperand(const void *X, cudaDataType_t T, size_t N) {
   std::vector<float> W(N);
   for (size_t I = 0; I < N; ++I)
-    W[I] = T == CUDA_R_32F
-               ? static_cast<const float *>(X)[I]
-               : uintAsFloat(unsigned(static_cast<const uint16_t *>(X)[I])
-                             << 16);
+    W[I] =
+        T == CUDA_R_32F
+            ? static_cast<const float *>(X)[I]
+            : uintAsFloat(unsigned(static_cast<const uint16_t *>(X)[I]) << 16);
   return W;
 }
 } // namespace
@@ -806,7 +806,8 @@ cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t,
 namespace {
 /// The product's M, N and K from the layouts, or false when they do not
 /// fit together.
-bool ltShape(const cublasLtMatmulDescOpaque &D, const cublasLtMatrixLayoutOpaque &A,
+bool ltShape(const cublasLtMatmulDescOpaque &D,
+             const cublasLtMatrixLayoutOpaque &A,
              const cublasLtMatrixLayoutOpaque &B,
              const cublasLtMatrixLayoutOpaque &Out, int &M, int &N, int &K) {
   M = int(Out.Rows);
@@ -849,20 +850,18 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t Desc,
   const cublasLtMatmulDescOpaque Op = *Desc;
   const cublasLtMatrixLayoutOpaque La = *Al, Lb = *Bl, Ld = *Dl;
   const bool Bias = Op.Epilogue == CUBLASLT_EPILOGUE_BIAS;
-  if ((Bias && !Op.Bias) ||
-      (!Bias && Op.Epilogue != CUBLASLT_EPILOGUE_DEFAULT))
+  if ((Bias && !Op.Bias) || (!Bias && Op.Epilogue != CUBLASLT_EPILOGUE_DEFAULT))
     return CUBLAS_STATUS_NOT_SUPPORTED; // (no other epilogue is emulated)
   const float Alf = *static_cast<const float *>(Alpha),
               Bet = *static_cast<const float *>(Beta);
   megac_emu::submit(Stream, [=] {
-    const std::vector<float> Aw = widenOperand(
-        A, La.Type, size_t(La.Ld) * size_t(La.Cols));
-    const std::vector<float> Bw = widenOperand(
-        B, Lb.Type, size_t(Lb.Ld) * size_t(Lb.Cols));
+    const std::vector<float> Aw =
+        widenOperand(A, La.Type, size_t(La.Ld) * size_t(La.Cols));
+    const std::vector<float> Bw =
+        widenOperand(B, Lb.Type, size_t(Lb.Ld) * size_t(Lb.Cols));
     float *Out = static_cast<float *>(D);
-    gemmNow(nullptr, Op.TransA, Op.TransB, M, N, K, &Alf, Aw.data(),
-            int(La.Ld), 0, Bw.data(), int(Lb.Ld), 0, &Bet, Out, int(Ld.Ld),
-            0, 1);
+    gemmNow(nullptr, Op.TransA, Op.TransB, M, N, K, &Alf, Aw.data(), int(La.Ld),
+            0, Bw.data(), int(Lb.Ld), 0, &Bet, Out, int(Ld.Ld), 0, 1);
     if (Bias) // one bias per row of D (per output feature)
       for (int J = 0; J < N; ++J)
         for (int I = 0; I < M; ++I)
