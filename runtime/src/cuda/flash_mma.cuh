@@ -54,12 +54,17 @@ __device__ inline uint16_t *mmaTile(unsigned char *Smem, int I) {
   return reinterpret_cast<uint16_t *>(Smem + size_t(I) * MmaShared<D>::Tile);
 }
 
+/// 16 zero bytes: one store.
+struct alignas(16) Zero16 {
+  uint32_t V[4] = {0, 0, 0, 0};
+};
+
 /// Starts copying rows [R0, R0 + 64) of head (Bi, Hh) of the bf16 X into
 /// Tile (zeros past S); every thread takes part. The caller commits.
 template <int D>
-__device__ inline void mmaLoadTile(const uint16_t *X, int64_t Bi, int64_t Hh,
-                                   int64_t S, int64_t Hl, int64_t R0,
-                                   uint16_t *Tile) {
+__device__ __forceinline__ void mmaLoadTile(const uint16_t *X, int64_t Bi,
+                                            int64_t Hh, int64_t S, int64_t Hl,
+                                            int64_t R0, uint16_t *Tile) {
   constexpr int Chunks = D / 8; // 16 bytes each
   for (int C = threadIdx.x; C < kMmaRows * Chunks; C += kMmaThreads) {
     const int R = C / Chunks, E = (C % Chunks) * 8;
@@ -67,8 +72,7 @@ __device__ inline void mmaLoadTile(const uint16_t *X, int64_t Bi, int64_t Hh,
     if (R0 + R < S)
       cpAsync16(To, X + (Bi * S + R0 + R) * Hl + Hh * D + E);
     else
-      for (int K = 0; K < 8; ++K)
-        To[K] = 0;
+      *reinterpret_cast<Zero16 *>(To) = Zero16{};
   }
 }
 
@@ -87,8 +91,8 @@ __device__ inline MmaLane mmaLane() {
 /// Out (the warp's 16 rows by NB x 8 columns) = X Y^T over D: X's rows
 /// [16 warp, +16) against Y's rows [N0, N0 + 8 NB), both bf16 tiles.
 template <int D, int NB>
-__device__ inline void mmaRowsByRows(MmaC (&Out)[NB], const uint16_t *X,
-                                     const uint16_t *Y, int N0) {
+__device__ __forceinline__ void
+mmaRowsByRows(MmaC (&Out)[NB], const uint16_t *X, const uint16_t *Y, int N0) {
   constexpr int Ld = kMmaLd<D>;
   const int L = threadIdx.x % 32, M = L / 8, Warp = threadIdx.x / 32;
 #pragma unroll
@@ -118,8 +122,9 @@ __device__ inline void mmaRowsByRows(MmaC (&Out)[NB], const uint16_t *X,
 /// Acc (the warp's 16 rows by D) += P Y: P's KS slices of 16 columns
 /// (bf16 A fragments) by rows [K0, K0 + 16 KS) of the bf16 tile Y.
 template <int D, int KS>
-__device__ inline void mmaAccumulate(MmaC (&Acc)[D / 8], const MmaA (&P)[KS],
-                                     const uint16_t *Y, int K0) {
+__device__ __forceinline__ void mmaAccumulate(MmaC (&Acc)[D / 8],
+                                              const MmaA (&P)[KS],
+                                              const uint16_t *Y, int K0) {
   constexpr int Ld = kMmaLd<D>;
   const int L = threadIdx.x % 32, M = L / 8;
   // Transposed loads: matrices (k 0-7, 8-15) x (n 0-7, 8-15).
@@ -138,7 +143,7 @@ __device__ inline void mmaAccumulate(MmaC (&Acc)[D / 8], const MmaA (&P)[KS],
 /// The A fragments of columns [16 K, 16 K + 16) of accumulators C: the
 /// C layout of two n blocks is the A layout of one k slice.
 template <int NB>
-__device__ inline void mmaToA(const MmaC (&C)[NB], MmaA (&A)[NB / 2]) {
+__device__ __forceinline__ void mmaToA(const MmaC (&C)[NB], MmaA (&A)[NB / 2]) {
 #pragma unroll
   for (int K = 0; K < NB / 2; ++K) {
     A[K].R[0] = packBf16x2(C[2 * K].R[0], C[2 * K].R[1]);
@@ -169,8 +174,8 @@ __device__ inline float groupMax(float V) {
 /// 16 rows by D of head (Bi, Hh), from row Row0) whose row lies before S,
 /// At being its index in a [B, S, Hl] tensor.
 template <int D, class VisitFn>
-__device__ inline void mmaForEachInRows(const FlashBlock &Bl, int64_t S,
-                                        int64_t Hl, VisitFn Visit) {
+__device__ __forceinline__ void
+mmaForEachInRows(const FlashBlock &Bl, int64_t S, int64_t Hl, VisitFn Visit) {
   const MmaLane L = mmaLane();
 #pragma unroll
   for (int N = 0; N < D / 8; ++N)
@@ -185,9 +190,9 @@ __device__ inline void mmaForEachInRows(const FlashBlock &Bl, int64_t S,
 /// Writes accumulators (the warp's 16 rows by D, each row divided by
 /// Div[its half]) to rows Row0.. of head (Bi, Hh) of Out.
 template <int D>
-__device__ inline void mmaStoreRows(const MmaC (&Acc)[D / 8],
-                                    const FlashBlock &Bl, int64_t S, int64_t Hl,
-                                    const float (&Div)[2], float *Out) {
+__device__ __forceinline__ void
+mmaStoreRows(const MmaC (&Acc)[D / 8], const FlashBlock &Bl, int64_t S,
+             int64_t Hl, const float (&Div)[2], float *Out) {
   mmaForEachInRows<D>(Bl, S, Hl, [&](int N, int E, int64_t At) {
     Out[At] = Acc[N].R[E] / Div[E / 2];
   });
@@ -197,7 +202,8 @@ __device__ inline void mmaStoreRows(const MmaC (&Acc)[D / 8],
 /// Buffer) starts tile T's copies, Use(T, Buffer) runs once they landed.
 /// The copy of tile T + 1 overlaps the work on tile T.
 template <class LoadFn, class UseFn>
-__device__ inline void mmaStream(int64_t Tiles, LoadFn Load, UseFn Use) {
+__device__ __forceinline__ void mmaStream(int64_t Tiles, LoadFn Load,
+                                          UseFn Use) {
   if (Tiles > 0)
     Load(0, 0);
   cpAsyncCommit();
@@ -221,7 +227,7 @@ __device__ inline void mmaStream(int64_t Tiles, LoadFn Load, UseFn Use) {
 /// shared memory, read after the wait), and Use(I0, Xs, Ys, b) runs once
 /// they landed, I0 being the tile's first row.
 template <int D, class ExtraFn, class UseFn>
-__device__ inline void
+__device__ __forceinline__ void
 mmaStreamPairs(const uint16_t *X, const uint16_t *Y, const FlashBlock &Bl,
                int64_t S, int64_t Hl, int64_t First, int64_t Tiles,
                unsigned char *Smem, int Tile0, ExtraFn Extra, UseFn Use) {
@@ -244,7 +250,7 @@ struct MmaNoExtra {
 };
 
 /// Zeroed accumulators.
-template <int NB> __device__ inline void mmaZero(MmaC (&Acc)[NB]) {
+template <int NB> __device__ __forceinline__ void mmaZero(MmaC (&Acc)[NB]) {
 #pragma unroll
   for (int N = 0; N < NB; ++N)
 #pragma unroll
@@ -256,8 +262,9 @@ template <int NB> __device__ inline void mmaZero(MmaC (&Acc)[NB]) {
 /// N of a query block's tile of keys from J0: query I, key J, and whether
 /// I sees J (both before S; with \p Causal, J not after I).
 template <class VisitFn>
-__device__ inline void mmaForEachScore(const FlashBlock &Bl, int64_t J0,
-                                       int64_t S, int Causal, VisitFn Visit) {
+__device__ __forceinline__ void mmaForEachScore(const FlashBlock &Bl,
+                                                int64_t J0, int64_t S,
+                                                int Causal, VisitFn Visit) {
   const MmaLane L = mmaLane();
 #pragma unroll
   for (int N = 0; N < kMmaRows / 8; ++N)
@@ -278,7 +285,9 @@ __device__ inline int64_t mmaKeyTiles(const FlashBlock &Bl, int64_t S,
 
 /// y = softmax(scale q k^T) v over key tiles with the online softmax;
 /// when given, each row's max and 1 / sum in Stats and its delta = dy . y
-/// in Delta (dy fp32).
+/// in Delta (dy fp32, rounded to bf16 here as the gradient kernels' copy
+/// of it is, so that sum_j p_ij (dp_ij - delta_i) = 0 holds for the values
+/// they use).
 template <int D>
 __global__ void __launch_bounds__(kMmaThreads)
     flashForwardMmaKernel(const uint16_t *Q, const uint16_t *K,
@@ -340,7 +349,7 @@ __global__ void __launch_bounds__(kMmaThreads)
   if (Delta) { // dy . y per row: the lane's columns, then its group's
     float Dot[2] = {0.0f, 0.0f};
     mmaForEachInRows<D>(Bl, S, Hl, [&](int N, int E, int64_t At) {
-      Dot[E / 2] += DY[At] * (O[N].R[E] / Sum[E / 2]);
+      Dot[E / 2] += roundedToBf16(DY[At]) * (O[N].R[E] / Sum[E / 2]);
     });
 #pragma unroll
     for (int H = 0; H < 2; ++H) {

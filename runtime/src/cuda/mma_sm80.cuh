@@ -42,6 +42,11 @@
 namespace megac_rt {
 namespace cuda {
 
+/// \p X rounded to bf16 (nearest even) and widened again.
+__device__ inline float roundedToBf16(float X) {
+  return __bfloat162float(__float2bfloat16_rn(X));
+}
+
 /// The fragments of one mma.m16n8k16.
 struct MmaA {
   uint32_t R[4];
@@ -177,12 +182,13 @@ __device__ inline void cpAsync16(void *Shared, const void *Global) {
 #else
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(
                    uint32_t(__cvta_generic_to_shared(Shared))),
-               "l"(Global));
+               "l"(Global)
+               : "memory");
 #endif
 }
 __device__ inline void cpAsyncCommit() {
 #ifndef MEGAC_CUDA_EMULATION
-  asm volatile("cp.async.commit_group;\n" ::);
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
 #endif
 }
 template <int N> __device__ inline void cpAsyncWait() {
