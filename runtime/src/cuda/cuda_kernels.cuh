@@ -114,8 +114,33 @@ __global__ void geluGradKernel(const float *X, const float *DY, int64_t N,
   MEGAC_GRID_LOOP(I, N) DX[I] = megac_gelu_grad(X[I], DY[I]);
 }
 
+/// Four values of T in one aligned access.
+template <class T> struct alignas(4 * sizeof(T)) Vec4 { T V[4]; };
+
+/// Y[i] = F(X[i]) over N elements, four at a time where X and Y are
+/// aligned for it: these kernels are passes over memory, and wide
+/// accesses keep them at the copy bandwidth. Launch with wideBlocks(N).
+template <class To, class Fn>
+__device__ __forceinline__ void mapWide(const float *X, int64_t N, To *Y,
+                                        Fn F) {
+  const bool Wide = reinterpret_cast<uintptr_t>(X) % sizeof(Vec4<float>) == 0 &&
+                    reinterpret_cast<uintptr_t>(Y) % sizeof(Vec4<To>) == 0;
+  const int64_t Groups = Wide ? N / 4 : 0;
+  MEGAC_GRID_LOOP(G, Groups) {
+    const Vec4<float> In = reinterpret_cast<const Vec4<float> *>(X)[G];
+    Vec4<To> Out;
+    for (int K = 0; K < 4; ++K)
+      Out.V[K] = F(In.V[K]);
+    reinterpret_cast<Vec4<To> *>(Y)[G] = Out;
+  }
+  MEGAC_GRID_LOOP(I, N - 4 * Groups) {
+    Y[4 * Groups + I] = F(X[4 * Groups + I]);
+  }
+}
+inline unsigned wideBlocks(int64_t N) { return blocksFor((N + 3) / 4); }
+
 __global__ void roundBf16Kernel(const float *X, int64_t N, float *Y) {
-  MEGAC_GRID_LOOP(I, N) Y[I] = megac_round_bf16(X[I]);
+  mapWide(X, N, Y, [](float V) { return megac_round_bf16(V); });
 }
 
 /// The bf16 bits of a value that is bf16 already (a plan's rounded
@@ -124,46 +149,19 @@ __global__ void roundBf16Kernel(const float *X, int64_t N, float *Y) {
 /// rounds to nearest even instead (values the plan need not round, like
 /// an attention's dy).
 __device__ inline uint16_t bf16Bits(float X, int *Inexact) {
-  unsigned U = __float_as_uint(X);
-  if (Inexact) {
-    if (U & 0xffffu)
-      *Inexact = 1;
-  } else if ((U & 0x7f800000u) != 0x7f800000u) {
-    U += 0x7fffu + ((U >> 16) & 1u); // round to nearest even
-  } else if (U & 0x007fffffu) {
-    U |= 0x00400000u; // a NaN stays one
-  }
+  if (!Inexact)
+    return uint16_t(__float_as_uint(megac_round_bf16(X)) >> 16);
+  const unsigned U = __float_as_uint(X);
+  if (U & 0xffffu)
+    *Inexact = 1;
   return uint16_t(U >> 16);
 }
 
-/// Four floats, and four bf16: one 16-byte load, one 8-byte store.
-struct alignas(16) Float4 {
-  float V[4];
-};
-struct alignas(8) Bf16x4 {
-  uint16_t V[4];
-};
-
-/// Y = bf16Bits(X) over N elements, four at a time where X and Y are
-/// aligned for it (a pack is a pass over memory: wide accesses keep it at
-/// the copy bandwidth). Launch with packBlocks(N).
+/// Y = bf16Bits(X) over N elements. Launch with wideBlocks(N).
 __global__ void packBf16Kernel(const float *X, int64_t N, uint16_t *Y,
                                int *Inexact) {
-  const bool Wide = reinterpret_cast<uintptr_t>(X) % 16 == 0 &&
-                    reinterpret_cast<uintptr_t>(Y) % 8 == 0;
-  const int64_t Groups = Wide ? N / 4 : 0;
-  MEGAC_GRID_LOOP(G, Groups) {
-    const Float4 In = reinterpret_cast<const Float4 *>(X)[G];
-    Bf16x4 Out;
-    for (int K = 0; K < 4; ++K)
-      Out.V[K] = bf16Bits(In.V[K], Inexact);
-    reinterpret_cast<Bf16x4 *>(Y)[G] = Out;
-  }
-  MEGAC_GRID_LOOP(I, N - 4 * Groups) {
-    Y[4 * Groups + I] = bf16Bits(X[4 * Groups + I], Inexact);
-  }
+  mapWide(X, N, Y, [=](float V) { return bf16Bits(V, Inexact); });
 }
-inline unsigned packBlocks(int64_t N) { return blocksFor((N + 3) / 4); }
 
 /// acc = x (first micro-batch) or acc += x.
 __global__ void accumulateKernel(const float *X, int64_t N, float *Acc,

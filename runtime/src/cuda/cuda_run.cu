@@ -645,7 +645,7 @@ private:
     Slot->Src = nullptr; // if the allocation fails, it holds nothing
     Slot->Bits = static_cast<uint16_t *>(
         Slot->Memory.atLeast(size_t(N) * 2, "bf16 operands"));
-    launchOn(Compute, packBf16Kernel, packBlocks(N), kThreads, 0, Src, N,
+    launchOn(Compute, packBf16Kernel, wideBlocks(N), kThreads, 0, Src, N,
              Slot->Bits, Faults + kFaultNotBf16);
     Slot->Src = Src;
     Slot->N = N;
@@ -1005,7 +1005,7 @@ private:
                f(X(1)), NY, f(Y));
       return;
     case op::RoundBf16:
-      launchOn(Compute, roundBf16Kernel, blocksFor(NY), kThreads, 0, f(X(0)),
+      launchOn(Compute, roundBf16Kernel, wideBlocks(NY), kThreads, 0, f(X(0)),
                NY, f(Y));
       return;
     case op::LayerNorm:
@@ -1646,7 +1646,7 @@ private:
     int K = 0;
     for (const float *X : From) {
       int *Inexact = K < 3 ? Faults + kFaultNotBf16 : nullptr;
-      launchOn(Compute, packBf16Kernel, packBlocks(N), kThreads, 0, X, N,
+      launchOn(Compute, packBf16Kernel, wideBlocks(N), kThreads, 0, X, N,
                To + K * N, Inexact);
       ++K;
     }
