@@ -511,33 +511,54 @@ private:
     exec(I, In);
   }
 
+  /// A round_bf16, or a fused kernel whose last step is one.
+  bool roundsToBf16(const Instr &In) const {
+    if (In.op() == op::RoundBf16)
+      return true;
+    if (In.op() != op::Fused || !P.kernels() || !In.ints() ||
+        !In.ints()->size() ||
+        uint32_t(In.ints()->Get(0)) >= P.kernels()->size())
+      return false;
+    const auto *Steps = P.kernels()->Get(uint32_t(In.ints()->Get(0)))->steps();
+    return Steps && Steps->size() &&
+           Steps->Get(Steps->size() - 1)->op() == op::RoundBf16;
+  }
+  /// Ops whose output holds values of their first input, unchanged.
+  static bool movesValues(OpCode Op) {
+    return Op == op::AllGather || Op == op::SliceShard || Op == op::Reshape ||
+           Op == op::Transpose || Op == op::Assign;
+  }
   /// Which buffers hold bf16 values in fp32 (a --precision bf16 plan's
-  /// rounded tensors): every instruction that writes them rounds (a
-  /// round_bf16, or a fused kernel whose last step is one; an in-place
-  /// all-reduce of rounded values does not). And how many products read
-  /// only such values.
+  /// rounded tensors, and their moves; an in-place all-reduce of rounded
+  /// values sums them, so it does not keep them bf16). And how many
+  /// products and attentions read only such values. (The kernels check:
+  /// a value with more bits raises the not-bf16 fault.)
   void findBf16Values() {
     const uint32_t NB = RP.buffers() ? RP.buffers()->size() : 0;
-    std::vector<int> Rounded(NB, 0), Other(NB, 0);
+    Bf16.assign(NB, 0);
     if (!RP.instrs())
       return;
-    for (const Instr *In : *RP.instrs()) {
-      bool Rounds = In->op() == op::RoundBf16;
-      if (In->op() == op::Fused && P.kernels() && In->ints() &&
-          In->ints()->size() &&
-          uint32_t(In->ints()->Get(0)) < P.kernels()->size()) {
-        const auto *Steps =
-            P.kernels()->Get(uint32_t(In->ints()->Get(0)))->steps();
-        Rounds = Steps && Steps->size() &&
-                 Steps->Get(Steps->size() - 1)->op() == op::RoundBf16;
-      }
-      if (In->outputs())
+    // A buffer holds bf16 values when every instruction writing it rounds,
+    // or moves the bf16 values of its input unchanged (a gather, a slice, a
+    // reshape, a transpose, a copy: sequence parallelism all-gathers the
+    // rounded activations the products read). Moves make it a fixed point,
+    // grown from the rounding writers alone, so a cycle of moves stays out.
+    for (bool Grew = true; Grew;) {
+      Grew = false;
+      std::vector<int> Yes(NB, 0), No(NB, 0);
+      for (const Instr *In : *RP.instrs()) {
+        if (!In->outputs())
+          continue;
+        const bool Ok = roundsToBf16(*In) ||
+                        (movesValues(In->op()) && In->inputs() &&
+                         In->inputs()->size() && Bf16[In->inputs()->Get(0)]);
         for (uint32_t Y : *In->outputs())
-          ++(Rounds ? Rounded : Other)[Y];
+          ++(Ok ? Yes : No)[Y];
+      }
+      for (uint32_t B = 0; B < NB; ++B)
+        if (!Bf16[B] && Yes[B] > 0 && No[B] == 0)
+          Bf16[B] = Grew = true;
     }
-    Bf16.assign(NB, 0);
-    for (uint32_t B = 0; B < NB; ++B)
-      Bf16[B] = Rounded[B] > 0 && Other[B] == 0;
     for (const Instr *In : *RP.instrs()) {
       if (In->op() == op::Linear || In->op() == op::LinearBias ||
           In->op() == op::LinearWeightGrad) {
