@@ -366,17 +366,25 @@ __global__ void softmaxGradKernel(const float *Y, const float *DY, int64_t Rows,
 }
 
 /// Per row: max and sum of exp(logit - max), in double; the loss's and its
-/// gradient's common softmax.
+/// gradient's common softmax. One pass over the row (a row of logits is a
+/// vocabulary wide, and these kernels are bound by reading it): each thread
+/// keeps its running max and its sum scaled to it, rescaling the sum when
+/// the max grows; the block then scales every thread's sum to the row's
+/// max. The same sum as max first, then sum, up to double rounding.
 __device__ inline void rowSoftmaxDev(const float *Lr, int64_t V, double *Part,
                                      double &Max, double &Sum) {
-  double M = -INFINITY;
-  for (int64_t J = threadIdx.x; J < V; J += blockDim.x)
-    M = fmax(M, double(Lr[J]));
+  double M = -INFINITY, S = 0;
+  for (int64_t J = threadIdx.x; J < V; J += blockDim.x) {
+    const double X = Lr[J];
+    if (X > M) {
+      S = S * exp(M - X) + 1.0;
+      M = X;
+    } else if (X != -INFINITY) { // (adds 0; before any max, NaN)
+      S += exp(X - M); // a NaN logit makes the sum NaN, as it should
+    }
+  }
   Max = blockMax(M, Part);
-  double S = 0;
-  for (int64_t J = threadIdx.x; J < V; J += blockDim.x)
-    S += exp(double(Lr[J]) - Max);
-  Sum = blockSum(S, Part);
+  Sum = blockSum(M == -INFINITY ? 0.0 : S * exp(M - Max), Part);
 }
 
 /// Per row: logsumexp - logit[label] (a label outside [0, V): NaN, and
@@ -419,8 +427,9 @@ __global__ void crossEntropyGradKernel(const float *L, int64_t Rows, int64_t V,
     double Max, Sum;
     rowSoftmaxDev(Lr, V, Part, Max, Sum);
     const int64_t Lab = Labels[R];
+    const double Inv = 1.0 / Sum;
     for (int64_t J = threadIdx.x; J < V; J += blockDim.x) {
-      const double P = exp(double(Lr[J]) - Max) / Sum;
+      const double P = exp(double(Lr[J]) - Max) * Inv;
       D[R * V + J] = float((P - (J == Lab ? 1.0 : 0.0)) * Scale);
     }
   }
