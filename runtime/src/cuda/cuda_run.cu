@@ -660,12 +660,22 @@ private:
         P.LastUse = PackUses;
         return P;
       }
-    for (PackedOperand &P : Packed) // the least recently used
-      if (&P != Keep && (!Slot || P.LastUse < Slot->LastUse))
-        Slot = &P;
+    // The least recently used copy whose memory fits, else the least
+    // recently used: memory grows only where no copy fits (each growth
+    // frees and allocates, which waits for the device), and a large
+    // operand (the logits' gradient) takes one copy's memory, not all.
+    const size_t Bytes = size_t(N) * 2;
+    for (bool Fit : {true, false}) {
+      for (PackedOperand &P : Packed)
+        if (&P != Keep && (!Fit || P.Memory.Bytes >= Bytes) &&
+            (!Slot || P.LastUse < Slot->LastUse))
+          Slot = &P;
+      if (Slot)
+        break;
+    }
     Slot->Src = nullptr; // if the allocation fails, it holds nothing
-    Slot->Bits = static_cast<uint16_t *>(
-        Slot->Memory.atLeast(size_t(N) * 2, "bf16 operands"));
+    Slot->Bits =
+        static_cast<uint16_t *>(Slot->Memory.atLeast(Bytes, "bf16 operands"));
     launchOn(Compute, packBf16Kernel, wideBlocks(N), kThreads, 0, Src, N,
              Slot->Bits, Faults + kFaultNotBf16);
     Slot->Src = Src;
