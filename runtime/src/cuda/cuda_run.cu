@@ -635,7 +635,7 @@ private:
   std::pair<uint16_t *, uint16_t *> packOperands(const float *A, int64_t NA,
                                                  const float *B, int64_t NB) {
     PackedOperand &Pa = packed(A, NA, nullptr);
-    return {Pa.Bits, packed(B, NB, &Pa).Bits};
+    return {Pa.bits(), packed(B, NB, &Pa).bits()};
   }
 
   /// The bf16 copy of a product operand. The last few are kept (until an
@@ -647,8 +647,8 @@ private:
     const float *Src = nullptr;
     int64_t N = 0;
     uint64_t LastUse = 0;
-    uint16_t *Bits = nullptr;
     GrowingBuffer Memory;
+    uint16_t *bits() const { return static_cast<uint16_t *>(Memory.Ptr); }
   };
   static constexpr int kPackedOperands = 4;
   PackedOperand &packed(const float *Src, int64_t N,
@@ -674,10 +674,9 @@ private:
         break;
     }
     Slot->Src = nullptr; // if the allocation fails, it holds nothing
-    Slot->Bits =
-        static_cast<uint16_t *>(Slot->Memory.atLeast(Bytes, "bf16 operands"));
+    Slot->Memory.atLeast(Bytes, "bf16 operands");
     launchOn(Compute, packBf16Kernel, wideBlocks(N), kThreads, 0, Src, N,
-             Slot->Bits, Faults + kFaultNotBf16);
+             Slot->bits(), Faults + kFaultNotBf16);
     Slot->Src = Src;
     Slot->N = N;
     Slot->LastUse = PackUses;

@@ -54,11 +54,6 @@ __device__ inline uint16_t *mmaTile(unsigned char *Smem, int I) {
   return reinterpret_cast<uint16_t *>(Smem + size_t(I) * MmaShared<D>::Tile);
 }
 
-/// 16 zero bytes: one store.
-struct alignas(16) Zero16 {
-  uint32_t V[4] = {0, 0, 0, 0};
-};
-
 /// Starts copying rows [R0, R0 + 64) of head (Bi, Hh) of the bf16 X into
 /// Tile (zeros past S); every thread takes part. The caller commits.
 template <int D>
@@ -72,7 +67,7 @@ __device__ __forceinline__ void mmaLoadTile(const uint16_t *X, int64_t Bi,
     if (R0 + R < S)
       cpAsync16(To, X + (Bi * S + R0 + R) * Hl + Hh * D + E);
     else
-      *reinterpret_cast<Zero16 *>(To) = Zero16{};
+      *reinterpret_cast<Vec4<uint32_t> *>(To) = Vec4<uint32_t>{}; // one store
   }
 }
 
