@@ -91,7 +91,115 @@ bool carriesGradient(OpCode Op) {
          Op == op::Accumulate || Op == op::SliceShard;
 }
 
+/// Which part of the step each instruction belongs to: its pipeline
+/// segment, or (without a pipeline) the forward (0) or backward (1) part.
+std::vector<int64_t> partOfInstructions(const RankProgram &R, uint32_t NI) {
+  std::vector<int64_t> Part(NI, 0);
+  if (R.segments() && R.segments()->size() > 0) {
+    for (uint32_t K = 0; K < R.segments()->size(); ++K) {
+      const Segment *S = R.segments()->Get(K);
+      for (uint32_t I = S->begin(); I < S->end() && I < NI; ++I)
+        Part[I] = K;
+    }
+    return Part;
+  }
+  const int64_t FwdEnd = R.forward_end() >= 0 ? R.forward_end() : NI;
+  for (uint32_t I = 0; I < NI; ++I)
+    Part[I] = int64_t(I) >= FwdEnd;
+  return Part;
+}
+
+/// Ops whose output holds values of their first input, unchanged.
+bool movesValues(OpCode Op) {
+  return Op == op::AllGather || Op == op::SliceShard || Op == op::Reshape ||
+         Op == op::Transpose || Op == op::Assign;
+}
+
 } // namespace
+
+bool roundsToBf16(const Program &P, const Instr &In) {
+  if (In.op() == op::RoundBf16)
+    return true;
+  if (In.op() != op::Fused || !P.kernels() || !In.ints() ||
+      !In.ints()->size() || uint32_t(In.ints()->Get(0)) >= P.kernels()->size())
+    return false;
+  const auto *Steps = P.kernels()->Get(uint32_t(In.ints()->Get(0)))->steps();
+  return Steps && Steps->size() &&
+         Steps->Get(Steps->size() - 1)->op() == op::RoundBf16;
+}
+
+std::vector<bool> bf16Values(const Program &P, const RankProgram &R) {
+  const uint32_t NB = R.buffers() ? R.buffers()->size() : 0;
+  std::vector<bool> Bf16(NB, false);
+  if (!R.instrs())
+    return Bf16;
+  // A buffer holds bf16 values when every instruction writing it rounds,
+  // or moves the bf16 values of its input unchanged (sequence parallelism
+  // all-gathers the rounded activations the products read).
+  for (bool Grew = true; Grew;) {
+    Grew = false;
+    std::vector<int> Yes(NB, 0), No(NB, 0);
+    for (const Instr *In : *R.instrs()) {
+      if (!In->outputs())
+        continue;
+      const bool Ok = roundsToBf16(P, *In) ||
+                      (movesValues(In->op()) && In->inputs() &&
+                       In->inputs()->size() && Bf16[In->inputs()->Get(0)]);
+      for (uint32_t Y : *In->outputs())
+        ++(Ok ? Yes : No)[Y];
+    }
+    for (uint32_t B = 0; B < NB; ++B)
+      if (!Bf16[B] && Yes[B] > 0 && No[B] == 0)
+        Bf16[B] = Grew = true;
+  }
+  return Bf16;
+}
+
+std::vector<uint32_t> tensorCoreOperands(const Instr &In,
+                                         const std::vector<bool> &Bf16) {
+  const unsigned Operands = In.op() == op::Linear ||
+                                    In.op() == op::LinearBias ||
+                                    In.op() == op::LinearWeightGrad
+                                ? 2
+                            : In.op() == op::Attention ? 3
+                                                       : 0;
+  std::vector<uint32_t> Out;
+  if (!In.inputs() || In.inputs()->size() < Operands)
+    return Out;
+  for (unsigned K = 0; K < Operands; ++K) {
+    if (!Bf16[In.inputs()->Get(K)])
+      return {};
+    Out.push_back(In.inputs()->Get(K));
+  }
+  return Out;
+}
+
+CopyLifetimes bf16CopyLifetimes(const Program &P, const RankProgram &R) {
+  const uint32_t NB = R.buffers() ? R.buffers()->size() : 0;
+  const uint32_t NI = R.instrs() ? R.instrs()->size() : 0;
+  CopyLifetimes Out{std::vector<int64_t>(NB, -1), std::vector<int64_t>(NB, -1)};
+  if (!NI)
+    return Out;
+  const std::vector<bool> Bf16 = bf16Values(P, R);
+  const std::vector<int64_t> Part = partOfInstructions(R, NI);
+  // The one writer of each buffer (-2: several, or one that does not round).
+  std::vector<int64_t> Writer(NB, -1);
+  for (uint32_t I = 0; I < NI; ++I) {
+    const Instr &In = *R.instrs()->Get(I);
+    if (!In.outputs())
+      continue;
+    for (uint32_t Y : *In.outputs())
+      Writer[Y] = Writer[Y] == -1 && roundsToBf16(P, In) ? int64_t(I) : -2;
+  }
+  for (uint32_t I = 0; I < NI; ++I)
+    for (uint32_t X : tensorCoreOperands(*R.instrs()->Get(I), Bf16))
+      if (Writer[X] >= 0 && Writer[X] < int64_t(I) &&
+          Part[size_t(Writer[X])] == Part[I]) {
+        Out.first[X] = Writer[X];
+        Out.last[X] = I;
+      }
+  return Out;
+}
 
 std::string formatBytes(uint64_t Bytes) {
   char Buf[32];
@@ -129,7 +237,7 @@ uint32_t pipelineSlots(const Program &P, const RankProgram &R) {
   return Most;
 }
 
-MemoryPlan planMemory(const Program &P, const RankProgram &R) {
+MemoryPlan planMemory(const Program &P, const RankProgram &R, bool Bf16Copies) {
   MemoryPlan M;
   const uint32_t NB = R.buffers() ? R.buffers()->size() : 0;
   const uint32_t NI = R.instrs() ? R.instrs()->size() : 0;
@@ -255,9 +363,32 @@ MemoryPlan planMemory(const Program &P, const RankProgram &R) {
     Starts[First[B]].push_back(B);
     Ends[End].push_back(B);
   }
+  // bf16 copies: 2 bytes an element, from their writer to their last
+  // reader, placed as buffers NB + B among the shared ones.
+  M.copyOffset.assign(NB, -1);
+  M.copyFirst.assign(NB, -1);
+  M.copyLast.assign(NB, -1);
+  std::vector<std::vector<uint32_t>> CopyStarts(NI + 1), CopyEnds(NI + 1);
+  if (Bf16Copies) {
+    CopyLifetimes Copies = bf16CopyLifetimes(P, R);
+    M.copyFirst = std::move(Copies.first);
+    M.copyLast = std::move(Copies.last);
+    for (uint32_t B = 0; B < NB; ++B)
+      if (M.copyLast[B] >= 0) {
+        const uint64_t Size = aligned(bufferBytes(*R.buffers()->Get(B)) / 2);
+        Items.push_back({NB + B, Size, M.copyFirst[B], M.copyLast[B]});
+        CopyStarts[M.copyFirst[B]].push_back(B);
+        CopyEnds[M.copyLast[B]].push_back(B);
+        M.copyBytes += Size;
+      }
+  }
+  M.offset.resize(2 * size_t(NB), -1);
   M.arenaBytes = placeBySize(Items, M.offset);
   for (const Interval &It : Items)
     M.unsharedBytes += It.Size;
+  for (uint32_t B = 0; B < NB; ++B)
+    M.copyOffset[B] = M.offset[NB + B];
+  M.offset.resize(NB);
   if (Pipelined) {
     M.slots = pipelineSlots(P, R);
     M.slotBase = aligned(M.arenaBytes);
@@ -272,9 +403,15 @@ MemoryPlan planMemory(const Program &P, const RankProgram &R) {
   auto SizeOf = [&](uint32_t B) {
     return aligned(bufferBytes(*R.buffers()->Get(B)));
   };
+  auto CopySize = [&](uint32_t B) {
+    return aligned(bufferBytes(*R.buffers()->Get(B)) / 2);
+  };
+  const size_t Workspace = size_t(MemoryKind::Workspace);
   for (uint32_t I = 0; I < NI; ++I) {
     for (uint32_t B : Starts[I])
       Live[size_t(M.kind[B])] += SizeOf(B);
+    for (uint32_t B : CopyStarts[I])
+      Live[Workspace] += CopySize(B);
     const uint64_t Sum = Live[1] + Live[2] + Live[3];
     if (Sum > PeakSum) {
       PeakSum = Sum;
@@ -285,6 +422,8 @@ MemoryPlan planMemory(const Program &P, const RankProgram &R) {
     }
     for (uint32_t B : Ends[I])
       Live[size_t(M.kind[B])] -= SizeOf(B);
+    for (uint32_t B : CopyEnds[I])
+      Live[Workspace] -= CopySize(B);
   }
   return M;
 }

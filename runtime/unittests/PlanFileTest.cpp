@@ -90,15 +90,16 @@ TEST(PlanFile, RejectsWrongVersion) {
   std::vector<uint8_t> Body = serializeProgram(test::tinyProgram());
   flatbuffers::FlatBufferBuilder FBB;
   auto Root = megac::plan::CreatePlan(
-      FBB, 7, FBB.CreateString("future"), crc32(Body.data(), Body.size()),
-      FBB.CreateVector(Body));
+      FBB, kPlanFormatVersion + 1, FBB.CreateString("future"),
+      crc32(Body.data(), Body.size()), FBB.CreateVector(Body));
   megac::plan::FinishPlanBuffer(FBB, Root);
   std::vector<uint8_t> Bytes(FBB.GetBufferPointer(),
                              FBB.GetBufferPointer() + FBB.GetSize());
   LoadedPlan L;
   EXPECT_EQ(verifyPlanBytes(Bytes, L),
-            "plan format version 7 is not supported (this runtime reads "
-            "version " + std::to_string(kPlanFormatVersion) + ")");
+            "plan format version " + std::to_string(kPlanFormatVersion + 1) +
+                " is not supported (this runtime reads version " +
+                std::to_string(kPlanFormatVersion) + ")");
 }
 
 TEST(PlanFile, RejectsBadBufferIndex) {

@@ -111,6 +111,9 @@ mlir::LogicalResult checkMemory(const megac::plan::Program &program,
   // Ranks that differ only in their coordinates (every rank of a tp x dp
   // grid) have the same plan: compute it once per distinct program.
   std::map<std::vector<int64_t>, megac_rt::MemoryPlan> planned;
+  // A CUDA plan runs where the backend keeps bf16 copies of its rounded
+  // operands; the report counts them as the backend allocates them.
+  const bool bf16Copies = program.target() && program.target()->str() == "cuda";
   for (uint32_t r = 0; r < program.ranks()->size(); ++r) {
     const auto &rp = *program.ranks()->Get(r);
     std::vector<int64_t> key = {rp.forward_end(), rp.accumulate_end()};
@@ -144,7 +147,9 @@ mlir::LogicalResult checkMemory(const megac::plan::Program &program,
         key.insert(key.end(), {-7, task->segment(), task->micro_batch()});
     auto found = planned.find(key);
     if (found == planned.end())
-      found = planned.emplace(std::move(key), megac_rt::planMemory(program, rp))
+      found = planned
+                  .emplace(std::move(key),
+                           megac_rt::planMemory(program, rp, bf16Copies))
                   .first;
     const megac_rt::MemoryPlan &plan = found->second;
     if (report)
@@ -152,7 +157,7 @@ mlir::LogicalResult checkMemory(const megac::plan::Program &program,
           "megac: memory of rank {0}: {1} = parameters {2} + optimizer state "
           "{3} + arena {4} (at its peak, instruction {5}: gradients {6}, "
           "activations {7}, workspace {8}; {11} without reuse); activations "
-          "kept for the backward pass {9} ({10} B){12}\n",
+          "kept for the backward pass {9} ({10} B){12}{13}\n",
           r, formatBytes(plan.totalBytes()), formatBytes(plan.parameterBytes),
           formatBytes(plan.optimizerBytes), formatBytes(plan.arenaBytes),
           plan.peakInstruction, formatBytes(plan.peakGradientBytes),
@@ -164,6 +169,11 @@ mlir::LogicalResult checkMemory(const megac::plan::Program &program,
               ? llvm::formatv("; pipeline: {0} micro-batch(es) in flight x "
                               "{1} each",
                               plan.slots, formatBytes(plan.slotBytes))
+                    .str()
+              : std::string(),
+          plan.copyBytes
+              ? llvm::formatv("; bf16 operand copies {0} without reuse",
+                              formatBytes(plan.copyBytes))
                     .str()
               : std::string());
     if (r == 0 || plan.totalBytes() > worst.totalBytes()) {

@@ -50,6 +50,12 @@ struct MemoryPlan {
   std::vector<bool> perMicro;
   uint32_t slots = 1;
   uint64_t slotBase = 0, slotBytes = 0;
+  /// bf16 copies (planned only when asked: the CUDA backend's): byte
+  /// offset in the arena of each buffer's copy, -1 for none, its writer
+  /// and the last instruction that may read it (bf16CopyLifetimes). Their
+  /// bytes count as workspace in the peak.
+  std::vector<int64_t> copyOffset, copyFirst, copyLast;
+  uint64_t copyBytes = 0; // what the copies would take without reuse
   /// Whole-rank peak: parameters + optimizer state + arena.
   uint64_t totalBytes() const {
     return parameterBytes + optimizerBytes + arenaBytes;
@@ -57,8 +63,46 @@ struct MemoryPlan {
 };
 
 /// Plans rank program \p R of \p P. Buffers are aligned to 64 bytes.
+/// \p Bf16Copies: also place the bf16 copies the CUDA backend keeps of
+/// rounded tensors (bf16CopyLifetimes).
 MemoryPlan planMemory(const megac::plan::Program &P,
-                      const megac::plan::RankProgram &R);
+                      const megac::plan::RankProgram &R,
+                      bool Bf16Copies = false);
+
+/// Whether \p In rounds its output to bf16: a round_bf16, or a fused
+/// kernel whose last step is one.
+bool roundsToBf16(const megac::plan::Program &P, const megac::plan::Instr &In);
+
+/// Which buffers of \p R hold bf16 values in fp32: a --precision bf16
+/// plan's rounded tensors, and their moves (gather, slice, reshape,
+/// transpose, copy); an in-place all-reduce of rounded values sums them,
+/// so it does not keep them bf16. A fixed point grown from the rounding
+/// writers alone, so a cycle of moves stays out.
+std::vector<bool> bf16Values(const megac::plan::Program &P,
+                             const megac::plan::RankProgram &R);
+
+/// The inputs of \p In that the CUDA backend reads as bf16 on the tensor
+/// cores, given \p Bf16 (bf16Values): both operands of a product of bf16
+/// values, and q, k and v of an attention (forward) on bf16 values.
+std::vector<uint32_t> tensorCoreOperands(const megac::plan::Instr &In,
+                                         const std::vector<bool> &Bf16);
+
+/// The bf16 copies the CUDA backend keeps so that products and attention
+/// read bf16 operands without packing them first: the instruction that
+/// rounds a tensor also writes its bf16 bits, and its tensor-core readers
+/// in the same part of the step (the forward or the backward part, or
+/// one pipeline segment) read those. A copy lives from that writer to its
+/// last such reader; later readers (the backward pass's weight gradients
+/// of saved activations) pack as before, so saved activations keep no
+/// copy from one part to the other. Only buffers with one writer, which
+/// rounds, get one.
+struct CopyLifetimes {
+  /// Per buffer: the instruction writing its copy, and the last that reads
+  /// it (both -1: no copy).
+  std::vector<int64_t> first, last;
+};
+CopyLifetimes bf16CopyLifetimes(const megac::plan::Program &P,
+                                const megac::plan::RankProgram &R);
 
 /// Micro-batches a pipeline rank holds at once under its schedule (from
 /// its first task on a micro-batch to its last); 1 without a pipeline.

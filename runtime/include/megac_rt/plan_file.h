@@ -30,7 +30,9 @@ namespace megac_rt {
 /// accumulation, bf16 rounding and all-reduce buckets.
 /// Version 6 added pipeline parallelism: Send (37), Recv (38),
 /// RankProgram.segments / schedule and Program.pipeline_stages.
-constexpr uint32_t kPlanFormatVersion = 6;
+/// Version 7 changed the generated kernels' parameters: (y, y16, x0..,
+/// n, p0..), y16 taking the bf16 bits of a rounded output (or null).
+constexpr uint32_t kPlanFormatVersion = 7;
 
 /// CRC-32 (IEEE 802.3, reflected, as zlib computes it).
 uint32_t crc32(const uint8_t *data, size_t size);

@@ -139,8 +139,36 @@ __device__ __forceinline__ void mapWide(const float *X, int64_t N, To *Y,
 }
 inline unsigned wideBlocks(int64_t N) { return blocksFor((N + 3) / 4); }
 
-__global__ void roundBf16Kernel(const float *X, int64_t N, float *Y) {
-  mapWide(X, N, Y, [](float V) { return megac_round_bf16(V); });
+/// Y = round_bf16(X) and, unless \p Bits is null, Bits = the bf16 bits of
+/// Y (its upper halves, exactly): the copy products read instead of
+/// packing Y again. Launch with wideBlocks(N).
+__global__ void roundBf16Kernel(const float *X, int64_t N, float *Y,
+                                uint16_t *Bits) {
+  if (!Bits) {
+    mapWide(X, N, Y, [](float V) { return megac_round_bf16(V); });
+    return;
+  }
+  const bool Wide =
+      reinterpret_cast<uintptr_t>(X) % sizeof(Vec4<float>) == 0 &&
+      reinterpret_cast<uintptr_t>(Y) % sizeof(Vec4<float>) == 0 &&
+      reinterpret_cast<uintptr_t>(Bits) % sizeof(Vec4<uint16_t>) == 0;
+  const int64_t Groups = Wide ? N / 4 : 0;
+  MEGAC_GRID_LOOP(G, Groups) {
+    const Vec4<float> In = reinterpret_cast<const Vec4<float> *>(X)[G];
+    Vec4<float> Out;
+    Vec4<uint16_t> B;
+    for (int K = 0; K < 4; ++K) {
+      Out.V[K] = megac_round_bf16(In.V[K]);
+      B.V[K] = uint16_t(__float_as_uint(Out.V[K]) >> 16);
+    }
+    reinterpret_cast<Vec4<float> *>(Y)[G] = Out;
+    reinterpret_cast<Vec4<uint16_t> *>(Bits)[G] = B;
+  }
+  MEGAC_GRID_LOOP(I, N - 4 * Groups) {
+    const float V = megac_round_bf16(X[4 * Groups + I]);
+    Y[4 * Groups + I] = V;
+    Bits[4 * Groups + I] = uint16_t(__float_as_uint(V) >> 16);
+  }
 }
 
 /// The bf16 bits of a value that is bf16 already (a plan's rounded

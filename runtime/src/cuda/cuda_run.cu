@@ -59,6 +59,20 @@ bool wmmaAttentionAsked() {
                            "': expected mma (the default) or wmma");
 }
 
+/// The bf16 copies of an attention's q, k and v (null: none).
+using QkvCopies = std::array<const uint16_t *, 3>;
+
+/// MEGAC_CUDA_BF16_COPIES=0 turns the bf16 operand copies off.
+bool bf16CopiesAsked() {
+  const char *E = std::getenv("MEGAC_CUDA_BF16_COPIES");
+  if (!E || !*E || std::string(E) == "1")
+    return true;
+  if (std::string(E) == "0")
+    return false;
+  throw std::runtime_error(std::string("MEGAC_CUDA_BF16_COPIES is '") + E +
+                           "': expected 1 (the default) or 0");
+}
+
 void check(cublasStatus_t S, const char *What) {
   if (S != CUBLAS_STATUS_SUCCESS)
     throw std::runtime_error(std::string(What) + ": cuBLAS status " +
@@ -140,7 +154,7 @@ public:
     check(cublasSetWorkspace(Blas, Ws, BlasBytes), "cublasSetWorkspace");
     check(cublasSetWorkspace(BlasBf16, Ws, BlasBytes), "cublasSetWorkspace");
     findBf16Values();
-    const MemoryPlan Plan = planMemory(P, RP);
+    const MemoryPlan Plan = planMemory(P, RP, /*Bf16Copies=*/true);
     Arena = allocate(std::max<uint64_t>(Plan.arenaBytes, 64), "arena");
     const uint32_t N = RP.buffers() ? RP.buffers()->size() : 0;
     Ptr.assign(N, nullptr);
@@ -166,6 +180,14 @@ public:
                    ? Base + Plan.offset[B]
                    : allocate(std::max<size_t>(Bytes[B], 4), "parameter");
     }
+    // bf16 copies: planned beside the buffers, written by their rounding
+    // writer (the first instruction of their lifetime).
+    Copy.assign(N, nullptr);
+    CopyFirst = Plan.copyFirst;
+    CopyLast = Plan.copyLast;
+    for (uint32_t B = 0; B < N; ++B)
+      if (Plan.copyOffset[B] >= 0)
+        Copy[B] = reinterpret_cast<uint16_t *>(Base + Plan.copyOffset[B]);
     // Faults the kernels flag (out-of-range ids and labels, products of
     // values that are not bf16), checked after each run.
     Faults = static_cast<int *>(allocate(sizeof(int) * kFaultKinds, "flags"));
@@ -284,7 +306,18 @@ public:
            std::to_string(Attentions) +
            " attention steps on bf16 values (tensor cores, fp32 "
            "accumulation), the rest in fp32; " +
-           memoryNote();
+           copyNote() + memoryNote();
+  }
+
+  /// How the tensor-core operands come: copies their writers made, or
+  /// packed before use.
+  std::string copyNote() const {
+    const auto [Reads, Operands] = copyReads();
+    if (!Operands)
+      return "";
+    return std::to_string(Reads) + " of " + std::to_string(Operands) +
+           " tensor-core operands from bf16 copies their writers made" +
+           (CopiesOn ? "" : " (MEGAC_CUDA_BF16_COPIES=0)") + "; ";
   }
 
   /// The device memory taken at the start, as `megac compile
@@ -511,55 +544,17 @@ private:
     exec(I, In);
   }
 
-  /// A round_bf16, or a fused kernel whose last step is one.
-  bool roundsToBf16(const Instr &In) const {
-    if (In.op() == op::RoundBf16)
-      return true;
-    if (In.op() != op::Fused || !P.kernels() || !In.ints() ||
-        !In.ints()->size() ||
-        uint32_t(In.ints()->Get(0)) >= P.kernels()->size())
-      return false;
-    const auto *Steps = P.kernels()->Get(uint32_t(In.ints()->Get(0)))->steps();
-    return Steps && Steps->size() &&
-           Steps->Get(Steps->size() - 1)->op() == op::RoundBf16;
-  }
-  /// Ops whose output holds values of their first input, unchanged.
-  static bool movesValues(OpCode Op) {
-    return Op == op::AllGather || Op == op::SliceShard || Op == op::Reshape ||
-           Op == op::Transpose || Op == op::Assign;
-  }
-  /// Which buffers hold bf16 values in fp32 (a --precision bf16 plan's
-  /// rounded tensors, and their moves; an in-place all-reduce of rounded
-  /// values sums them, so it does not keep them bf16). And how many
-  /// products and attentions read only such values. (The kernels check:
-  /// a value with more bits raises the not-bf16 fault.)
+  /// Which buffers hold bf16 values in fp32 (bf16Values), the bf16
+  /// copies the rounding writers make of them (bf16CopyLifetimes), and how
+  /// many products and attentions read only such values. (The kernels
+  /// check: a value with more bits raises the not-bf16 fault.)
   void findBf16Values() {
-    const uint32_t NB = RP.buffers() ? RP.buffers()->size() : 0;
-    Bf16.assign(NB, 0);
+    Values = bf16Values(P, RP);
+    Bf16.assign(Values.begin(), Values.end());
     if (!RP.instrs())
       return;
-    // A buffer holds bf16 values when every instruction writing it rounds,
-    // or moves the bf16 values of its input unchanged (a gather, a slice, a
-    // reshape, a transpose, a copy: sequence parallelism all-gathers the
-    // rounded activations the products read). Moves make it a fixed point,
-    // grown from the rounding writers alone, so a cycle of moves stays out.
-    for (bool Grew = true; Grew;) {
-      Grew = false;
-      std::vector<int> Yes(NB, 0), No(NB, 0);
-      for (const Instr *In : *RP.instrs()) {
-        if (!In->outputs())
-          continue;
-        const bool Ok = roundsToBf16(*In) ||
-                        (movesValues(In->op()) && In->inputs() &&
-                         In->inputs()->size() && Bf16[In->inputs()->Get(0)]);
-        for (uint32_t Y : *In->outputs())
-          ++(Ok ? Yes : No)[Y];
-      }
-      for (uint32_t B = 0; B < NB; ++B)
-        if (!Bf16[B] && Yes[B] > 0 && No[B] == 0)
-          Bf16[B] = Grew = true;
-    }
-    for (const Instr *In : *RP.instrs()) {
+    for (uint32_t I = 0; I < RP.instrs()->size(); ++I) {
+      const Instr *In = RP.instrs()->Get(I);
       if (In->op() == op::Linear || In->op() == op::LinearBias ||
           In->op() == op::LinearWeightGrad) {
         ++Products;
@@ -570,6 +565,38 @@ private:
         Bf16Attentions += tensorCoreAttention(*In);
       }
     }
+  }
+  /// How many tensor-core operands read a bf16 copy rather than pack one,
+  /// of how many (static: the copies are planned with the plan's memory).
+  std::pair<unsigned, unsigned> copyReads() const {
+    unsigned Reads = 0, Operands = 0;
+    if (!RP.instrs())
+      return {0, 0};
+    for (uint32_t I = 0; I < RP.instrs()->size(); ++I) {
+      const Instr &In = *RP.instrs()->Get(I);
+      const bool Attention = In.op() == op::Attention;
+      if (Attention && (!tensorCoreAttention(In) || WmmaAttention))
+        continue; // the fp32 and wmma kernels read no copies
+      for (uint32_t X : tensorCoreOperands(In, Values)) {
+        ++Operands;
+        Reads += readCopy(X, I) != nullptr;
+      }
+    }
+    return {Reads, Operands};
+  }
+  /// The bf16 copy of buffer \p B that instruction \p I may read (null:
+  /// none, the reader packs one).
+  const uint16_t *readCopy(uint32_t B, uint32_t I) const {
+    return CopiesOn && Copy[B] && CopyFirst[B] < int64_t(I) &&
+                   int64_t(I) <= CopyLast[B]
+               ? Copy[B]
+               : nullptr;
+  }
+  /// Where instruction \p I writes the bf16 copy of its output \p Y (null:
+  /// it makes none).
+  uint16_t *writeCopy(uint32_t Y, uint32_t I) const {
+    return CopiesOn && Copy[Y] && CopyFirst[Y] == int64_t(I) ? Copy[Y]
+                                                             : nullptr;
   }
   bool bf16Operands(const Instr &In) const {
     return Bf16[In.inputs()->Get(0)] && Bf16[In.inputs()->Get(1)];
@@ -609,11 +636,13 @@ private:
   /// Column-major C = A op B + beta C as cuBLAS takes it; A and B are
   /// whole buffers (leading dimension = their rows). \p Bf16: both hold
   /// bf16 values, so they go to the tensor cores as bf16, exactly, and
-  /// accumulate in fp32.
+  /// accumulate in fp32; \p CopyA and \p CopyB, where not null, are their
+  /// bf16 copies (else they are packed).
   void colGemm(cublasOperation_t TA, cublasOperation_t TB, int64_t M, int64_t N,
                int64_t K, const float *A, int64_t Lda, const float *B,
-               int64_t Ldb, float Beta, float *C, int64_t Ldc,
-               bool Bf16Values) {
+               int64_t Ldb, float Beta, float *C, int64_t Ldc, bool Bf16Values,
+               const uint16_t *CopyA = nullptr,
+               const uint16_t *CopyB = nullptr) {
     const float One = 1.0f;
     if (!Bf16Values) {
       check(cublasSgemm(Blas, TA, TB, int(M), int(N), int(K), &One, A, int(Lda),
@@ -621,8 +650,9 @@ private:
             "cublasSgemm");
       return;
     }
-    const auto [Pa, Pb] = packOperands(A, Lda * (TA == CUBLAS_OP_N ? K : M), B,
-                                       Ldb * (TB == CUBLAS_OP_N ? N : K));
+    const auto [Pa, Pb] =
+        packOperands(A, Lda * (TA == CUBLAS_OP_N ? K : M), CopyA, B,
+                     Ldb * (TB == CUBLAS_OP_N ? N : K), CopyB);
     check(cublasGemmEx(BlasBf16, TA, TB, int(M), int(N), int(K), &One, Pa,
                        CUDA_R_16BF, int(Lda), Pb, CUDA_R_16BF, int(Ldb), &Beta,
                        C, CUDA_R_32F, int(Ldc), CUBLAS_COMPUTE_32F,
@@ -631,11 +661,14 @@ private:
   }
 
   /// bf16 copies of two product operands of bf16 values (\p NA and \p NB
-  /// elements), 16-byte aligned as cuBLAS's fast kernels want.
-  std::pair<uint16_t *, uint16_t *> packOperands(const float *A, int64_t NA,
-                                                 const float *B, int64_t NB) {
-    PackedOperand &Pa = packed(A, NA, nullptr);
-    return {Pa.bits(), packed(B, NB, &Pa).bits()};
+  /// elements), 16-byte aligned as cuBLAS's fast kernels want: \p CopyA
+  /// and \p CopyB where their writers made them, else packed ones.
+  std::pair<const uint16_t *, const uint16_t *>
+  packOperands(const float *A, int64_t NA, const uint16_t *CopyA,
+               const float *B, int64_t NB, const uint16_t *CopyB) {
+    const PackedOperand *Pa = CopyA ? nullptr : &packed(A, NA, nullptr);
+    return {CopyA ? CopyA : Pa->bits(),
+            CopyB ? CopyB : packed(B, NB, Pa).bits()};
   }
 
   /// The bf16 copy of a product operand. The last few are kept (until an
@@ -675,8 +708,7 @@ private:
     }
     Slot->Src = nullptr; // if the allocation fails, it holds nothing
     Slot->Memory.atLeast(Bytes, "bf16 operands");
-    launchOn(Compute, packBf16Kernel, wideBlocks(N), kThreads, 0, Src, N,
-             Slot->bits(), Faults + kFaultNotBf16);
+    packBf16(Src, N, Slot->bits(), /*Exact=*/true);
     Slot->Src = Src;
     Slot->N = N;
     Slot->LastUse = PackUses;
@@ -784,7 +816,8 @@ private:
   /// epilogue kernels itself.
   bool linearEpilogue(const float *X, int64_t M, int64_t K, const float *W,
                       int64_t N, bool Transposed, const float *Bias, bool Gelu,
-                      bool Bf16, float *Y) {
+                      bool Bf16, float *Y, const uint16_t *CopyX,
+                      const uint16_t *CopyW) {
     if (M == 0 || N == 0 || K == 0 ||
         reinterpret_cast<uintptr_t>(Bias) % 16 != 0)
       return false;
@@ -796,7 +829,7 @@ private:
           "cublasLtMatmulDescSetAttribute");
     const void *Wa = W, *Xa = X;
     if (Bf16)
-      std::tie(Wa, Xa) = packOperands(W, K * N, X, M * K);
+      std::tie(Wa, Xa) = packOperands(W, K * N, CopyW, X, M * K, CopyX);
     void *Ws = Pl.Workspace ? BlasWorkspace.Ptr : nullptr;
     const float One = 1.0f, Zero = 0.0f;
     check(cublasLtMatmul(Lt, Pl.Desc, &One, Wa, Pl.A, Xa, Pl.B, &Zero, Y, Pl.D,
@@ -810,7 +843,8 @@ private:
   /// Row-major y[M,N] = x[M,K] w (w [K,N], or [N,K] read transposed),
   /// through column-major cuBLAS: y^T = w^T x^T.
   void gemm(const float *X, int64_t M, int64_t K, const float *W, int64_t N,
-            bool Transposed, float *Y, bool Bf16Values) {
+            bool Transposed, float *Y, bool Bf16Values,
+            const uint16_t *CopyX = nullptr, const uint16_t *CopyW = nullptr) {
     if (M == 0 || N == 0)
       return;
     if (K == 0) { // an empty sum (cuBLAS refuses a leading dimension of 0)
@@ -819,7 +853,7 @@ private:
       return;
     }
     colGemm(Transposed ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, W,
-            Transposed ? K : N, X, K, 0.0f, Y, N, Bf16Values);
+            Transposed ? K : N, X, K, 0.0f, Y, N, Bf16Values, CopyW, CopyX);
   }
 
   /// Ids and labels must lie in the model's vocabulary (the CPU checks
@@ -861,8 +895,8 @@ private:
     const Kernel &Kn = *P.kernels()->Get(Index);
 #ifdef MEGAC_CUDA_EMULATION
     // The host runs the kernel's CUDA source, not its cubins. Fused
-    // kernels take (y, x0..xn-1, n, p0..pn-1).
-    std::vector<std::string> Types = {"float *"};
+    // kernels take (y, y16, x0..xn-1, n, p0..pn-1).
+    std::vector<std::string> Types = {"float *", "unsigned short *"};
     for (unsigned K = 0; K < Kn.inputs(); ++K)
       Types.push_back("const float *");
     Types.push_back("long long");
@@ -901,14 +935,16 @@ private:
     return Functions[Index];
   }
 
-  void launchFused(const Instr &In, uint32_t Y) {
+  /// A generated kernel over \p Y's elements; one that rounds also writes
+  /// the bf16 copy \p Copy of Y (when not null).
+  void launchFused(const Instr &In, uint32_t Y, uint16_t *Copy) {
     CUfunction Fn = kernel(uint32_t(In.ints()->Get(0)));
     const unsigned NIn = In.inputs()->size();
     std::vector<void *> Ptrs(NIn);
     std::vector<long long> Periods(NIn);
     long long NN = numel(Y);
-    void *Out = Ptr[Y];
-    std::vector<void *> Args = {&Out};
+    void *Out = Ptr[Y], *Out16 = Copy;
+    std::vector<void *> Args = {&Out, &Out16};
     for (unsigned K = 0; K < NIn; ++K) {
       Ptrs[K] = Ptr[In.inputs()->Get(K)];
       Args.push_back(&Ptrs[K]);
@@ -918,7 +954,8 @@ private:
       Periods[K] = std::max<long long>(1, numel(In.inputs()->Get(K)));
       Args.push_back(&Periods[K]);
     }
-    check(cuLaunchKernel(Fn, blocksFor(NN), 1, 1, kThreads, 1, 1, 0, Compute,
+    // Four elements a thread where the kernel can (its wide loop).
+    check(cuLaunchKernel(Fn, wideBlocks(NN), 1, 1, kThreads, 1, 1, 0, Compute,
                          Args.data(), nullptr),
           "cuLaunchKernel");
   }
@@ -967,11 +1004,13 @@ private:
       auto W = shape(X(1));
       const bool T = Int(0) != 0;
       const int64_t K = T ? W[1] : W[0], N = T ? W[0] : W[1];
+      const uint16_t *CopyX = readCopy(X(0), Idx), *CopyW = readCopy(X(1), Idx);
       if (In.op() == op::LinearBias &&
           linearEpilogue(f(X(0)), N ? NY / N : 0, K, f(X(1)), N, T, f(X(2)),
-                         Int(1) != 0, bf16Operands(In), f(Y)))
+                         Int(1) != 0, bf16Operands(In), f(Y), CopyX, CopyW))
         return;
-      gemm(f(X(0)), N ? NY / N : 0, K, f(X(1)), N, T, f(Y), bf16Operands(In));
+      gemm(f(X(0)), N ? NY / N : 0, K, f(X(1)), N, T, f(Y), bf16Operands(In),
+           CopyX, CopyW);
       if (In.op() == op::LinearBias) {
         launchOn(Compute, broadcastKernel, blocksFor(NY), kThreads, 0, f(Y), NY,
                  f(X(2)), N, f(Y), 0);
@@ -1016,9 +1055,11 @@ private:
       }
       // Column-major views: dw^T [N,K] = dy^T x (not transposed), dw^T
       // [K,N] = x^T dy (transposed); both "A * B^T" over the rows.
+      const uint16_t *Copy0 = readCopy(X(0), Idx), *Copy1 = readCopy(X(1), Idx);
       colGemm(CUBLAS_OP_N, CUBLAS_OP_T, T ? Last : N, T ? N : Last, Rows,
               T ? f(X(0)) : f(X(1)), T ? Last : N, T ? f(X(1)) : f(X(0)),
-              T ? N : Last, Beta, f(Y), T ? Last : N, bf16Operands(In));
+              T ? N : Last, Beta, f(Y), T ? Last : N, bf16Operands(In),
+              T ? Copy0 : Copy1, T ? Copy1 : Copy0);
       return;
     }
     case op::Add:
@@ -1036,7 +1077,7 @@ private:
       return;
     case op::RoundBf16:
       launchOn(Compute, roundBf16Kernel, wideBlocks(NY), kThreads, 0, f(X(0)),
-               NY, f(Y));
+               NY, f(Y), writeCopy(Y, Idx));
       return;
     case op::LayerNorm:
       if (Last)
@@ -1079,12 +1120,17 @@ private:
         const float *Dy = Grad ? f(X(3)) : nullptr;
         const int Which = Grad ? int(Int(2)) : -1;
         const bool Tc = tensorCoreAttention(In);
+        const QkvCopies Copies = {readCopy(X(0), Idx), readCopy(X(1), Idx),
+                                  readCopy(X(2), Idx)};
         if (D == 32)
-          flash<32>(Qp, Kp, Vp, Dy, B, S, Hl, NH, Causal, Which, Dr, Tc, f(Y));
+          flash<32>(Qp, Kp, Vp, Dy, B, S, Hl, NH, Causal, Which, Dr, Tc, Copies,
+                    f(Y));
         else if (D == 64)
-          flash<64>(Qp, Kp, Vp, Dy, B, S, Hl, NH, Causal, Which, Dr, Tc, f(Y));
+          flash<64>(Qp, Kp, Vp, Dy, B, S, Hl, NH, Causal, Which, Dr, Tc, Copies,
+                    f(Y));
         else
-          flash<128>(Qp, Kp, Vp, Dy, B, S, Hl, NH, Causal, Which, Dr, Tc, f(Y));
+          flash<128>(Qp, Kp, Vp, Dy, B, S, Hl, NH, Causal, Which, Dr, Tc,
+                     Copies, f(Y));
         return;
       }
       // Other head sizes: the simple kernels. Scratch: the rows' (max,
@@ -1261,7 +1307,7 @@ private:
       return;
     }
     case op::Fused:
-      launchFused(In, Y);
+      launchFused(In, Y, writeCopy(Y, Idx));
       return;
 
     case op::AllReduce:
@@ -1531,18 +1577,20 @@ private:
   /// Attention (\p Which < 0) or the gradient of its input \p Which (0 q,
   /// 1 k, 2 v) by the flash kernels for head size \p D.
   /// \p Tc: q, k and v hold bf16 values, so the products go to the
-  /// tensor cores (flash_tc.cuh).
+  /// tensor cores (flash_tc.cuh); \p Copies: bf16 copies of q, k and v
+  /// their writers made (null: none), which the forward pass reads.
   template <int D>
   void flash(const float *Q, const float *K, const float *V, const float *DY,
              int64_t B, int64_t S, int64_t Hl, int64_t NH, int Causal,
-             int Which, const AttnDropout &Dr, bool Tc, float *Out) {
+             int Which, const AttnDropout &Dr, bool Tc, const QkvCopies &Copies,
+             float *Out) {
     const unsigned Blocks =
         unsigned(B * NH * ((S + kFlashRows - 1) / kFlashRows));
     // The scale as the CPU's attention computes it.
     const float Scale = float(1.0 / std::sqrt(double(D)));
     if (Tc) {
       flashTc<D>(Q, K, V, DY, B, S, Hl, NH, Causal, Which, Dr, Blocks, Scale,
-                 Out);
+                 Copies, Out);
       return;
     }
     if (Which < 0) {
@@ -1580,10 +1628,10 @@ private:
   void flashTc(const float *Q, const float *K, const float *V, const float *DY,
                int64_t B, int64_t S, int64_t Hl, int64_t NH, int Causal,
                int Which, const AttnDropout &Dr, unsigned Blocks, float Scale,
-               float *Out) {
+               const QkvCopies &Copies, float *Out) {
     if (!WmmaAttention) {
       flashMma<D>(Q, K, V, DY, B, S, Hl, NH, Causal, Which, Dr, Blocks, Scale,
-                  Out);
+                  Copies, Out);
       return;
     }
     using Sh = TcShared<D>;
@@ -1613,7 +1661,8 @@ private:
                Out, Inexact);
   }
   /// flash() on the register-resident tensor-core kernels (flash_mma.cuh).
-  /// The forward pass packs q, k and v to bf16 in scratch. The backward
+  /// The forward pass reads the bf16 copies of q, k and v their writers
+  /// made, and packs those without one in scratch. The backward
   /// pass shares one kept state per attention (keptAttention): the first
   /// gradient step of k or v computes both, and the other step copies the
   /// kept one.
@@ -1621,7 +1670,7 @@ private:
   void flashMma(const float *Q, const float *K, const float *V, const float *DY,
                 int64_t B, int64_t S, int64_t Hl, int64_t NH, int Causal,
                 int Which, const AttnDropout &Dr, unsigned Blocks, float Scale,
-                float *Out) {
+                const QkvCopies &Copies, float *Out) {
     using Sh = MmaShared<D>;
     if (!MmaReady[tcSlot<D>()]) { // above the default 48 KiB per block
       setSharedLimit(flashForwardMmaKernel<D>, Sh::Forward);
@@ -1631,11 +1680,19 @@ private:
     }
     const int64_t N = B * S * Hl;
     if (Which < 0) {
-      uint16_t *Q16 =
-          static_cast<uint16_t *>(scratch(size_t(3 * N) * sizeof(uint16_t)));
-      packAttentionInputs({Q, K, V}, N, Q16);
+      const uint16_t *In16[3] = {Copies[0], Copies[1], Copies[2]};
+      const float *In[3] = {Q, K, V};
+      uint16_t *Packed16 = nullptr;
+      for (int J = 0; J < 3; ++J)
+        if (!In16[J]) {
+          if (!Packed16)
+            Packed16 = static_cast<uint16_t *>(
+                scratch(size_t(3 * N) * sizeof(uint16_t)));
+          packBf16(In[J], N, Packed16 + J * N, /*Exact=*/true);
+          In16[J] = Packed16 + J * N;
+        }
       launchOn(Compute, flashForwardMmaKernel<D>, Blocks, kMmaThreads,
-               Sh::Forward, Q16, Q16 + N, Q16 + 2 * N, S, Hl, NH, Causal, Scale,
+               Sh::Forward, In16[0], In16[1], In16[2], S, Hl, NH, Causal, Scale,
                Dr, Out, static_cast<float *>(nullptr),
                static_cast<const float *>(nullptr),
                static_cast<float *>(nullptr));
@@ -1675,11 +1732,15 @@ private:
                            uint16_t *To) {
     int K = 0;
     for (const float *X : From) {
-      int *Inexact = K < 3 ? Faults + kFaultNotBf16 : nullptr;
-      launchOn(Compute, packBf16Kernel, wideBlocks(N), kThreads, 0, X, N,
-               To + K * N, Inexact);
+      packBf16(X, N, To + K * N, /*Exact=*/K < 3);
       ++K;
     }
+  }
+  /// \p To = the bf16 bits of \p N values: exact ones (flagging any that
+  /// is not bf16), or rounded.
+  void packBf16(const float *X, int64_t N, uint16_t *To, bool Exact) {
+    launchOn(Compute, packBf16Kernel, wideBlocks(N), kThreads, 0, X, N, To,
+             Exact ? Faults + kFaultNotBf16 : nullptr);
   }
 
   /// What the gradient steps of one attention share, in device memory of
@@ -1790,6 +1851,14 @@ private:
   cublasHandle_t Blas = nullptr, BlasBf16 = nullptr;
   /// Per buffer: holds bf16 values (see findBf16Values).
   std::vector<char> Bf16;
+  std::vector<bool> Values; // the same, as bf16Values gives it
+  /// Per buffer: its bf16 copy in the arena (null: none) and the last
+  /// instruction that may read it; the first is the copy's one writer.
+  std::vector<uint16_t *> Copy;
+  std::vector<int64_t> CopyFirst, CopyLast;
+  /// MEGAC_CUDA_BF16_COPIES=0: writers make no copies and readers pack, as
+  /// before the copies (their memory stays planned), to compare the two.
+  const bool CopiesOn = bf16CopiesAsked();
   unsigned Products = 0, Bf16Products = 0, Attentions = 0, Bf16Attentions = 0;
   GrowingBuffer Scratch, BlasWorkspace;
   cublasLtHandle_t Lt = nullptr;
