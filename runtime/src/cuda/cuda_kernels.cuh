@@ -220,18 +220,48 @@ __global__ void dropoutKernel(const float *X, int64_t N, Block Bl, uint64_t Key,
 }
 
 /// AdamW with decoupled weight decay, the moments kept on the device.
+/// One parameter's AdamW step, in double as the CPU's (kernels.cpp).
+struct AdamWStep {
+  double C, Lr, Beta1, Beta2, Eps, WeightDecay, Bc1, Bc2;
+  __device__ __forceinline__ void operator()(float &Param, float Grad, float &M,
+                                             float &V) const {
+    const double G = double(Grad) * C;
+    M = float(Beta1 * M + (1.0 - Beta1) * G);
+    V = float(Beta2 * V + (1.0 - Beta2) * G * G);
+    const double Mhat = M / Bc1, Vhat = V / Bc2;
+    const double P = Param;
+    Param = float(P - Lr * (Mhat / (sqrt(Vhat) + Eps) + WeightDecay * P));
+  }
+};
+
+/// AdamW over N parameters: four at a time where the four arrays are
+/// 16-byte aligned (each element computed as alone, so the results do not
+/// depend on it). Launch with wideBlocks(N).
 __global__ void adamwKernel(float *Param, const float *Grad, int64_t N,
                             const float *Coef, float *M, float *V, double Lr,
                             double Beta1, double Beta2, double Eps,
                             double WeightDecay, double Bc1, double Bc2) {
-  const double C = double(Coef[0]);
-  MEGAC_GRID_LOOP(I, N) {
-    const double G = double(Grad[I]) * C;
-    M[I] = float(Beta1 * M[I] + (1.0 - Beta1) * G);
-    V[I] = float(Beta2 * V[I] + (1.0 - Beta2) * G * G);
-    const double Mhat = M[I] / Bc1, Vhat = V[I] / Bc2;
-    const double P = Param[I];
-    Param[I] = float(P - Lr * (Mhat / (sqrt(Vhat) + Eps) + WeightDecay * P));
+  const AdamWStep Step{double(Coef[0]), Lr,  Beta1, Beta2, Eps,
+                       WeightDecay,     Bc1, Bc2};
+  auto Aligned = [](const void *X) {
+    return reinterpret_cast<uintptr_t>(X) % sizeof(Vec4<float>) == 0;
+  };
+  const int64_t Groups =
+      Aligned(Param) && Aligned(Grad) && Aligned(M) && Aligned(V) ? N / 4 : 0;
+  MEGAC_GRID_LOOP(G, Groups) {
+    Vec4<float> P = reinterpret_cast<const Vec4<float> *>(Param)[G];
+    const Vec4<float> Gr = reinterpret_cast<const Vec4<float> *>(Grad)[G];
+    Vec4<float> Mv = reinterpret_cast<const Vec4<float> *>(M)[G];
+    Vec4<float> Vv = reinterpret_cast<const Vec4<float> *>(V)[G];
+    for (int K = 0; K < 4; ++K)
+      Step(P.V[K], Gr.V[K], Mv.V[K], Vv.V[K]);
+    reinterpret_cast<Vec4<float> *>(Param)[G] = P;
+    reinterpret_cast<Vec4<float> *>(M)[G] = Mv;
+    reinterpret_cast<Vec4<float> *>(V)[G] = Vv;
+  }
+  MEGAC_GRID_LOOP(I, N - 4 * Groups) {
+    const int64_t J = 4 * Groups + I;
+    Step(Param[J], Grad[J], M[J], V[J]);
   }
 }
 
@@ -570,7 +600,19 @@ __global__ void sumSquaresPartsKernel(const float *X, int64_t N,
                                       double *Parts) {
   __shared__ double Part[kThreads];
   double S = 0;
-  MEGAC_GRID_LOOP(I, N) S += double(X[I]) * X[I];
+  // Four at a time where X is aligned (a fixed order for a given N and
+  // grid, so the sum is the same every run).
+  const int64_t Groups =
+      reinterpret_cast<uintptr_t>(X) % sizeof(Vec4<float>) == 0 ? N / 4 : 0;
+  MEGAC_GRID_LOOP(G, Groups) {
+    const Vec4<float> In = reinterpret_cast<const Vec4<float> *>(X)[G];
+    for (int K = 0; K < 4; ++K)
+      S += double(In.V[K]) * In.V[K];
+  }
+  MEGAC_GRID_LOOP(I, N - 4 * Groups) {
+    const float V = X[4 * Groups + I];
+    S += double(V) * V;
+  }
   S = blockSum(S, Part);
   if (threadIdx.x == 0)
     Parts[blockIdx.x] = S;

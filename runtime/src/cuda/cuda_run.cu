@@ -1276,7 +1276,7 @@ private:
     case op::AdamW: {
       const double Bc1 = 1.0 - std::pow(Flt(0), double(Step));
       const double Bc2 = 1.0 - std::pow(Flt(1), double(Step));
-      launchOn(Compute, adamwKernel, blocksFor(NY), kThreads, 0, f(Y), f(X(1)),
+      launchOn(Compute, adamwKernel, wideBlocks(NY), kThreads, 0, f(Y), f(X(1)),
                NY, static_cast<const float *>(f(X(2))),
                static_cast<float *>(MomentM[Idx]),
                static_cast<float *>(MomentV[Idx]), Lr, Flt(0), Flt(1), Flt(2),
