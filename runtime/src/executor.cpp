@@ -421,6 +421,12 @@ RunStats Executor::runRange(Collectives &C, uint32_t Begin, uint32_t End,
         } else {
           exec(I, In, C, Bufs[OutId]);
         }
+        // Rounded as it is written (format 7): what a round_bf16 after the
+        // op gives, bit for bit.
+        if (In.round_bf16()) {
+          Tensor &Y = Bufs[OutId];
+          kernels::roundBf16(Y.f.data(), Y.numel(), Y.f.data());
+        }
       } catch (const RunError &E) {
         std::string Loc = In.loc() ? In.loc()->str() : "";
         throw RunError("rank " + std::to_string(RP.rank()) + ", instruction " +

@@ -118,7 +118,7 @@ bool movesValues(OpCode Op) {
 } // namespace
 
 bool roundsToBf16(const Program &P, const Instr &In) {
-  if (In.op() == op::RoundBf16)
+  if (In.op() == op::RoundBf16 || In.round_bf16())
     return true;
   if (In.op() != op::Fused || !P.kernels() || !In.ints() ||
       !In.ints()->size() || uint32_t(In.ints()->Get(0)) >= P.kernels()->size())

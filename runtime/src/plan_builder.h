@@ -65,6 +65,7 @@ struct InstrDesc {
   std::vector<int64_t> paramOffset;
   // Format 5: needed only for generation; training steps skip it.
   bool generationOnly = false;
+  bool roundBf16 = false; // format 7: the output rounded as it is written
 };
 
 struct NamedBuffer {
@@ -174,8 +175,8 @@ inline std::vector<uint8_t> serializeProgram(const ProgramDesc &P) {
       Instrs.push_back(fb::CreateInstrDirect(
           B, D.op, &D.inputs, &D.outputs, &D.ints, &D.floats, D.axis,
           D.loc.c_str(), D.paramName.empty() ? nullptr : D.paramName.c_str(),
-          D.paramOffset.empty() ? nullptr : &D.paramOffset,
-          D.generationOnly));
+          D.paramOffset.empty() ? nullptr : &D.paramOffset, D.generationOnly,
+          D.roundBf16));
     std::vector<flatbuffers::Offset<fb::Segment>> Segments;
     for (const auto &S : R.segments)
       Segments.push_back(

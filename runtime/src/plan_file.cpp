@@ -147,6 +147,14 @@ bool isCollective(OpCode Op) {
          Op == op::SliceShard || Op == op::ReduceScatter;
 }
 
+/// Ops whose output may be rounded to bf16 as it is written
+/// (Instr.round_bf16).
+bool roundsAsItWrites(OpCode Op) {
+  return Op == op::Embedding || Op == op::LayerNorm ||
+         Op == op::LayerNormGrad || Op == op::Attention ||
+         Op == op::AttentionGrad || Op == op::CrossEntropyGrad;
+}
+
 /// Whether \p Op communicates (SliceShard only reads the coordinate).
 bool communicates(OpCode Op) {
   return Op == op::AllReduce || Op == op::AllGather ||
@@ -909,6 +917,14 @@ private:
                     " refers to buffer %" + std::to_string(Outs[I]) +
                     " but the rank has " + std::to_string(Shapes.size()) +
                     " buffers");
+    // A rounded output (format 7): only on the ops the compiler rounds
+    // that way, whose one output is f32.
+    if (In.round_bf16() &&
+        (!roundsAsItWrites(In.op()) || Outs.size() != 1 ||
+         Outs[0] >= Types.size() || Types[Outs[0]] != dt::F32))
+      return fail(Pfx + "round_bf16 is only for one f32 output of "
+                        "embedding, layer_norm, layer_norm_grad, attention, "
+                        "attention_grad or cross_entropy_grad");
     // Only adam_w (its output is its input 0) and all_reduce (output k may
     // be input k: the sum replaces the partial sum) update buffers in
     // place; every other instruction writes buffers none of its inputs is.
@@ -1959,6 +1975,8 @@ void dumpRankText(std::ostringstream &OS, const Program &P,
         for (size_t K = 0; K < Outs.size(); ++K)
           OS << (K ? ", " : " ") << bufStr(R, Outs[K]);
       }
+      if (In->round_bf16())
+        OS << "   [rounded to bf16]";
       if (In->generation_only())
         OS << "   [generation only]";
       if (!str(In->loc()).empty())
@@ -2121,6 +2139,8 @@ nlohmann::json rankJson(const Program &P, const RankProgram &R) {
       X["loc"] = str(In->loc());
       if (In->generation_only())
         X["generation_only"] = true;
+      if (In->round_bf16())
+        X["round_bf16"] = true;
       if (In->op() == op::AdamW) {
         // The effective values: from the param input 0 is when not set.
         std::string Name;

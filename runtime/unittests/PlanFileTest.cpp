@@ -102,6 +102,21 @@ TEST(PlanFile, RejectsWrongVersion) {
                 std::to_string(kPlanFormatVersion) + ")");
 }
 
+TEST(PlanFile, RoundsOnlyWhereItMayRound) {
+  // The product of tinyProgram may not round its output as it writes it;
+  // its embedding may.
+  ProgramDesc P = test::tinyProgram();
+  P.ranks[0].instrs[1].roundBf16 = true;
+  LoadedPlan L;
+  EXPECT_EQ(verifyPlanBytes(buildPlanBytes(P), L),
+            "rank 0, instruction 1 (linear): round_bf16 is only for one f32 "
+            "output of embedding, layer_norm, layer_norm_grad, attention, "
+            "attention_grad or cross_entropy_grad");
+  P.ranks[0].instrs[1].roundBf16 = false;
+  P.ranks[0].instrs[0].roundBf16 = true;
+  EXPECT_EQ(verifyPlanBytes(buildPlanBytes(P), L), "");
+}
+
 TEST(PlanFile, RejectsBadBufferIndex) {
   ProgramDesc P = test::tinyProgram();
   P.ranks[0].instrs[1].inputs[1] = 99;

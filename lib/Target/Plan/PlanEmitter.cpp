@@ -390,6 +390,30 @@ private:
     return {linear, add};
   }
 
+  /// The op a rounding group's \p round rounds (null: \p round is not
+  /// the rounding of a well-formed "r" group).
+  static Operation *roundedProducer(Operation *round, StringAttr group) {
+    auto r = dyn_cast<RoundBf16Op>(round);
+    Operation *def = r ? r.getInput().getDefiningOp() : nullptr;
+    if (!def || def->getAttr(MegacDialect::kFusionAttrName) != group ||
+        def->getNumResults() != 1 || !r.getInput().hasOneUse())
+      return nullptr;
+    return def;
+  }
+
+  /// \p producer's instruction with its result rounded to bf16 as it is
+  /// written, into \p round's result.
+  LogicalResult emitRounded(Operation *producer, Operation *round) {
+    if (failed(
+            addBuffer(round->getResult(0), producer->getName().stripDialect())))
+      return failure();
+    buffers[producer->getResult(0)] = buffers.lookup(round->getResult(0));
+    roundingOutput = true;
+    LogicalResult result = addInstruction(producer);
+    roundingOutput = false;
+    return result;
+  }
+
   /// A product with its bias (and GeLU) epilogue, ending at \p root.
   LogicalResult emitLinearBias(Operation *root) {
     bool gelu = isa<GeluOp>(root);
@@ -448,6 +472,15 @@ private:
           if (!isGroupRoot(op, group))
             return success();
           return emitFused(&op, group);
+        }
+        // A rounding joined to the op it rounds: that op's instruction,
+        // writing the rounding's result, rounded.
+        if (group.getValue().starts_with("r")) {
+          if (Operation *producer = roundedProducer(&op, group))
+            return emitRounded(producer, &op);
+          if (!isGroupRoot(op, group) &&
+              roundedProducer(*op.getResult(0).getUsers().begin(), group))
+            return success(); // emitted with its rounding
         }
         // A GEMM group: the product and the add are part of the root's
         // instruction; marks that do not form one are ignored.
@@ -851,8 +884,8 @@ private:
     instrs.push_back(mp::CreateInstrDirect(
         fbb, code, &in, &out, &ints, &floats, axis, loc.c_str(),
         paramName.empty() ? nullptr : paramName.c_str(),
-        paramName.empty() ? nullptr : &paramOffset,
-        generationOnly.contains(op)));
+        paramName.empty() ? nullptr : &paramOffset, generationOnly.contains(op),
+        roundingOutput));
     return success();
   }
 
@@ -861,6 +894,8 @@ private:
   /// Accumulations done by the weight gradient before them.
   llvm::DenseSet<Operation *> absorbed;
   bool accumulating = false;
+  /// The instruction being added rounds its output (an "r" group).
+  bool roundingOutput = false;
   fb::FlatBufferBuilder &fbb;
   const Grid &grid;
   uint32_t rank;

@@ -69,8 +69,9 @@ MemoryPlan planMemory(const megac::plan::Program &P,
                       const megac::plan::RankProgram &R,
                       bool Bf16Copies = false);
 
-/// Whether \p In rounds its output to bf16: a round_bf16, or a fused
-/// kernel whose last step is one.
+/// Whether \p In rounds its output to bf16: a round_bf16, an op rounding
+/// its output as it writes it (Instr.round_bf16), or a fused kernel whose
+/// last step is a rounding.
 bool roundsToBf16(const megac::plan::Program &P, const megac::plan::Instr &In);
 
 /// Which buffers of \p R hold bf16 values in fp32: a --precision bf16

@@ -348,11 +348,28 @@ __device__ inline void rowStatsDev(const float *Xr, int64_t H, double Eps,
   Inv = 1.0 / sqrt(blockSum(V, Part) / double(H) + Eps);
 }
 
+/// How a kernel stores its output: as computed, or (an output rounded as
+/// it is written, Instr.round_bf16) rounded to bf16, its bits also going
+/// to the output's bf16 copy \p Bits when there is one.
+struct OutputStore {
+  int Round = 0;
+  uint16_t *Bits = nullptr;
+  __device__ __forceinline__ void operator()(float *Y, int64_t I,
+                                             float V) const {
+    if (Round) {
+      V = megac_round_bf16(V);
+      if (Bits)
+        Bits[I] = uint16_t(__float_as_uint(V) >> 16);
+    }
+    Y[I] = V;
+  }
+};
+
 /// y = (x - mean) / sqrt(var + eps) * gamma + beta per row; without
 /// \p Gamma (null) the normalized rows alone (the normalize op).
 __global__ void layerNormKernel(const float *X, int64_t Rows, int64_t H,
                                 const float *Gamma, const float *Beta,
-                                double Eps, float *Y) {
+                                double Eps, float *Y, OutputStore Store) {
   __shared__ double Part[kThreads];
   for (int64_t R = blockIdx.x; R < Rows; R += gridDim.x) {
     const float *Xr = X + R * H;
@@ -360,14 +377,14 @@ __global__ void layerNormKernel(const float *X, int64_t Rows, int64_t H,
     rowStatsDev(Xr, H, Eps, Part, Mean, Inv);
     for (int64_t J = threadIdx.x; J < H; J += blockDim.x) {
       const float N = float((Xr[J] - Mean) * Inv);
-      Y[R * H + J] = Gamma ? N * Gamma[J] + Beta[J] : N;
+      Store(Y, R * H + J, Gamma ? N * Gamma[J] + Beta[J] : N);
     }
   }
 }
 
 __global__ void layerNormGradKernel(const float *X, int64_t Rows, int64_t H,
                                     const float *Gamma, const float *DY,
-                                    double Eps, float *DX) {
+                                    double Eps, float *DX, OutputStore Store) {
   __shared__ double Part[kThreads];
   for (int64_t R = blockIdx.x; R < Rows; R += gridDim.x) {
     const float *Xr = X + R * H, *Dr = DY + R * H;
@@ -384,7 +401,7 @@ __global__ void layerNormGradKernel(const float *X, int64_t Rows, int64_t H,
     for (int64_t J = threadIdx.x; J < H; J += blockDim.x) {
       const double G = double(Dr[J]) * Gamma[J];
       const double Xh = (Xr[J] - Mean) * Inv;
-      DX[R * H + J] = float(Inv * (G - SumG - Xh * SumGX));
+      Store(DX, R * H + J, float(Inv * (G - SumG - Xh * SumGX)));
     }
   }
 }
@@ -477,7 +494,7 @@ __global__ void sumRowsKernel(const double *Rows, int64_t N, double Normalizer,
 __global__ void crossEntropyGradKernel(const float *L, int64_t Rows, int64_t V,
                                        const int32_t *Labels,
                                        const float *DLoss, double Normalizer,
-                                       float *D) {
+                                       float *D, OutputStore Store) {
   __shared__ double Part[kThreads];
   const double Scale = double(DLoss[0]) / Normalizer;
   for (int64_t R = blockIdx.x; R < Rows; R += gridDim.x) {
@@ -488,7 +505,7 @@ __global__ void crossEntropyGradKernel(const float *L, int64_t Rows, int64_t V,
     const double Inv = 1.0 / Sum;
     for (int64_t J = threadIdx.x; J < V; J += blockDim.x) {
       const double P = exp(double(Lr[J]) - Max) * Inv;
-      D[R * V + J] = float((P - (J == Lab ? 1.0 : 0.0)) * Scale);
+      Store(D, R * V + J, float((P - (J == Lab ? 1.0 : 0.0)) * Scale));
     }
   }
 }

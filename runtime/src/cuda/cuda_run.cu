@@ -541,7 +541,32 @@ private:
           if (X == Y)
             throw std::runtime_error("writes its input buffer " +
                                      std::to_string(X) + " in place");
+    RoundedAsWritten = false;
     exec(I, In);
+    // An output rounded as it is written (Instr.round_bf16): where the
+    // op's kernel did not (RoundedAsWritten), a pass rounds it in place
+    // and writes its bf16 copy.
+    if (In.round_bf16() && !RoundedAsWritten) {
+      const uint32_t Y = In.outputs()->Get(0);
+      launchOn(Compute, roundBf16Kernel, wideBlocks(numel(Y)), kThreads, 0,
+               static_cast<const float *>(f(Y)), numel(Y), f(Y),
+               writeCopy(Y, I));
+    }
+  }
+  /// Set by an op whose kernel rounded its output (and wrote its bf16
+  /// copy) as Instr.round_bf16 asks.
+  bool RoundedAsWritten = false;
+  /// How a kernel that can round as it stores writes \p In's output \p Y:
+  /// rounded, with its bf16 copy, where the plan asks (and so noted).
+  OutputStore outputStore(const Instr &In, uint32_t Y, uint32_t I) {
+    const OutputStore Store = roundingStore(In, Y, I);
+    RoundedAsWritten = Store.Round;
+    return Store;
+  }
+  /// The same, for a kernel that may or may not use it (it sets
+  /// RoundedAsWritten where it does).
+  OutputStore roundingStore(const Instr &In, uint32_t Y, uint32_t I) const {
+    return In.round_bf16() ? OutputStore{1, writeCopy(Y, I)} : OutputStore{};
   }
 
   /// Which buffers hold bf16 values in fp32 (bf16Values), the bf16
@@ -1082,18 +1107,21 @@ private:
     case op::LayerNorm:
       if (Last)
         launchOn(Compute, layerNormKernel, rowBlocks(Rows), kThreads, 0,
-                 f(X(0)), Rows, Last, f(X(1)), f(X(2)), Flt(0), f(Y));
+                 f(X(0)), Rows, Last, f(X(1)), f(X(2)), Flt(0), f(Y),
+                 outputStore(In, Y, Idx));
       return;
     case op::LayerNormGrad:
       if (Last)
         launchOn(Compute, layerNormGradKernel, rowBlocks(Rows), kThreads, 0,
-                 f(X(0)), Rows, Last, f(X(1)), f(X(2)), Flt(0), f(Y));
+                 f(X(0)), Rows, Last, f(X(1)), f(X(2)), Flt(0), f(Y),
+                 outputStore(In, Y, Idx));
       return;
     case op::Normalize:
       if (Last)
         launchOn(Compute, layerNormKernel, rowBlocks(Rows), kThreads, 0,
                  f(X(0)), Rows, Last, static_cast<const float *>(nullptr),
-                 static_cast<const float *>(nullptr), Flt(0), f(Y));
+                 static_cast<const float *>(nullptr), Flt(0), f(Y),
+                 OutputStore{});
       return;
     case op::Softmax:
       if (Last)
@@ -1122,15 +1150,16 @@ private:
         const bool Tc = tensorCoreAttention(In);
         const QkvCopies Copies = {readCopy(X(0), Idx), readCopy(X(1), Idx),
                                   readCopy(X(2), Idx)};
+        const OutputStore Store = roundingStore(In, Y, Idx);
         if (D == 32)
           flash<32>(Qp, Kp, Vp, Dy, B, S, Hl, NH, Causal, Which, Dr, Tc, Copies,
-                    f(Y));
+                    Store, f(Y));
         else if (D == 64)
           flash<64>(Qp, Kp, Vp, Dy, B, S, Hl, NH, Causal, Which, Dr, Tc, Copies,
-                    f(Y));
+                    Store, f(Y));
         else
           flash<128>(Qp, Kp, Vp, Dy, B, S, Hl, NH, Causal, Which, Dr, Tc,
-                     Copies, f(Y));
+                     Copies, Store, f(Y));
         return;
       }
       // Other head sizes: the simple kernels. Scratch: the rows' (max,
@@ -1227,7 +1256,8 @@ private:
       }
       launchOn(Compute, crossEntropyGradKernel, rowBlocks(Rows), kThreads, 0,
                f(X(0)), Rows, Last, i32(X(1)),
-               static_cast<const float *>(f(X(2))), Norm, f(Y));
+               static_cast<const float *>(f(X(2))), Norm, f(Y),
+               outputStore(In, Y, Idx));
       return;
     }
     case op::EmbeddingGrad:
@@ -1583,14 +1613,14 @@ private:
   void flash(const float *Q, const float *K, const float *V, const float *DY,
              int64_t B, int64_t S, int64_t Hl, int64_t NH, int Causal,
              int Which, const AttnDropout &Dr, bool Tc, const QkvCopies &Copies,
-             float *Out) {
+             OutputStore Store, float *Out) {
     const unsigned Blocks =
         unsigned(B * NH * ((S + kFlashRows - 1) / kFlashRows));
     // The scale as the CPU's attention computes it.
     const float Scale = float(1.0 / std::sqrt(double(D)));
     if (Tc) {
       flashTc<D>(Q, K, V, DY, B, S, Hl, NH, Causal, Which, Dr, Blocks, Scale,
-                 Copies, Out);
+                 Copies, Store, Out);
       return;
     }
     if (Which < 0) {
@@ -1628,10 +1658,10 @@ private:
   void flashTc(const float *Q, const float *K, const float *V, const float *DY,
                int64_t B, int64_t S, int64_t Hl, int64_t NH, int Causal,
                int Which, const AttnDropout &Dr, unsigned Blocks, float Scale,
-               const QkvCopies &Copies, float *Out) {
+               const QkvCopies &Copies, OutputStore Store, float *Out) {
     if (!WmmaAttention) {
       flashMma<D>(Q, K, V, DY, B, S, Hl, NH, Causal, Which, Dr, Blocks, Scale,
-                  Copies, Out);
+                  Copies, Store, Out);
       return;
     }
     using Sh = TcShared<D>;
@@ -1670,7 +1700,7 @@ private:
   void flashMma(const float *Q, const float *K, const float *V, const float *DY,
                 int64_t B, int64_t S, int64_t Hl, int64_t NH, int Causal,
                 int Which, const AttnDropout &Dr, unsigned Blocks, float Scale,
-                const QkvCopies &Copies, float *Out) {
+                const QkvCopies &Copies, OutputStore Store, float *Out) {
     using Sh = MmaShared<D>;
     if (!MmaReady[tcSlot<D>()]) { // above the default 48 KiB per block
       setSharedLimit(flashForwardMmaKernel<D>, Sh::Forward);
@@ -1695,7 +1725,8 @@ private:
                Sh::Forward, In16[0], In16[1], In16[2], S, Hl, NH, Causal, Scale,
                Dr, Out, static_cast<float *>(nullptr),
                static_cast<const float *>(nullptr),
-               static_cast<float *>(nullptr));
+               static_cast<float *>(nullptr), Store);
+      RoundedAsWritten = Store.Round;
       return;
     }
     KeptAttention &Kp =
@@ -1703,7 +1734,8 @@ private:
     if (Which == 0) {
       launchOn(Compute, flashQueryGradMmaKernel<D>, Blocks, kMmaThreads,
                Sh::QueryGrad, Kp.Q16, Kp.K16, Kp.V16, Kp.DY16, S, Hl, NH,
-               Causal, Scale, Dr, Kp.Stats, Kp.Delta, Out);
+               Causal, Scale, Dr, Kp.Stats, Kp.Delta, Out, Store);
+      RoundedAsWritten = Store.Round;
       return;
     }
     if (Kp.GradOf == Which) { // computed beside the other one
@@ -1816,7 +1848,7 @@ private:
       launchOn(Compute, flashForwardMmaKernel<D>, Blocks, kMmaThreads,
                MmaShared<D>::Forward, Kept.Q16, Kept.K16, Kept.V16, S, Hl, NH,
                Causal, Scale, Dr, static_cast<float *>(nullptr), Kept.Stats, DY,
-               Kept.Delta);
+               Kept.Delta, OutputStore{});
     }
     const size_t In = size_t(N) * sizeof(float);
     auto Span = [&](const float *P) {

@@ -183,13 +183,15 @@ mmaForEachInRows(const FlashBlock &Bl, int64_t S, int64_t Hl, VisitFn Visit) {
 }
 
 /// Writes accumulators (the warp's 16 rows by D, each row divided by
-/// Div[its half]) to rows Row0.. of head (Bi, Hh) of Out.
+/// Div[its half]) to rows Row0.. of head (Bi, Hh) of Out, as \p Store
+/// stores (rounded to bf16 with a copy of the bits, where asked).
 template <int D>
 __device__ __forceinline__ void
 mmaStoreRows(const MmaC (&Acc)[D / 8], const FlashBlock &Bl, int64_t S,
-             int64_t Hl, const float (&Div)[2], float *Out) {
+             int64_t Hl, const float (&Div)[2], float *Out,
+             OutputStore Store = OutputStore{}) {
   mmaForEachInRows<D>(Bl, S, Hl, [&](int N, int E, int64_t At) {
-    Out[At] = Acc[N].R[E] / Div[E / 2];
+    Store(Out, At, Acc[N].R[E] / Div[E / 2]);
   });
 }
 
@@ -288,7 +290,8 @@ __global__ void __launch_bounds__(kMmaThreads)
     flashForwardMmaKernel(const uint16_t *Q, const uint16_t *K,
                           const uint16_t *V, int64_t S, int64_t Hl, int64_t NH,
                           int Causal, float Scale, AttnDropout Dr, float *Y,
-                          float *Stats, const float *DY, float *Delta) {
+                          float *Stats, const float *DY, float *Delta,
+                          OutputStore Store) {
   MEGAC_DYNAMIC_SHARED(unsigned char, Smem);
   uint16_t *Qs = mmaTile<D>(Smem, 0);
   const FlashBlock Bl = flashBlock(S, NH);
@@ -340,7 +343,7 @@ __global__ void __launch_bounds__(kMmaThreads)
                     MmaNoExtra(), Use);
 
   if (Y)
-    mmaStoreRows<D>(O, Bl, S, Hl, Sum, Y);
+    mmaStoreRows<D>(O, Bl, S, Hl, Sum, Y, Store);
   if (Delta) { // dy . y per row: the lane's columns, then its group's
     float Dot[2] = {0.0f, 0.0f};
     mmaForEachInRows<D>(Bl, S, Hl, [&](int N, int E, int64_t At) {
@@ -374,7 +377,7 @@ __global__ void __launch_bounds__(kMmaThreads)
                             const uint16_t *V, const uint16_t *DY, int64_t S,
                             int64_t Hl, int64_t NH, int Causal, float Scale,
                             AttnDropout Dr, const float *Stats,
-                            const float *Delta, float *DQ) {
+                            const float *Delta, float *DQ, OutputStore Store) {
   MEGAC_DYNAMIC_SHARED(unsigned char, Smem);
   uint16_t *Qs = mmaTile<D>(Smem, 0), *Dys = mmaTile<D>(Smem, 1);
   const FlashBlock Bl = flashBlock(S, NH);
@@ -416,7 +419,7 @@ __global__ void __launch_bounds__(kMmaThreads)
   mmaStreamPairs<D>(K, V, Bl, S, Hl, 0, mmaKeyTiles(Bl, S, Causal), Smem, 2,
                     MmaNoExtra(), Use);
   const float One[2] = {1.0f, 1.0f};
-  mmaStoreRows<D>(Acc, Bl, S, Hl, One, DQ);
+  mmaStoreRows<D>(Acc, Bl, S, Hl, One, DQ, Store);
 }
 
 /// Per key row j, both dk_j = scale sum_i p_ij (dp_ij - delta_i) q_i and

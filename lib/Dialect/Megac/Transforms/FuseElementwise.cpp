@@ -60,6 +60,13 @@ bool samePlace(Operation *a, Operation *b) {
   return getStages(a) == getStages(b) && getPhase(a) == getPhase(b);
 }
 
+/// Ops whose kernels can round their result to bf16 as they write it: a
+/// rounding after one of them joins it (no pass over memory of its own).
+bool roundsAsItWrites(Operation *op) {
+  return isa<LayerNormOp, LayerNormGradOp, AttentionOp, AttentionGradOp,
+             CrossEntropyGradOp, EmbeddingOp>(op);
+}
+
 /// The single user of \p value, if it has exactly one.
 Operation *soleUser(Value value) {
   if (!value.hasOneUse())
@@ -71,7 +78,7 @@ struct FuseElementwisePass
     : public megac::impl::FuseElementwisePassBase<FuseElementwisePass> {
   void runOnOperation() override {
     MLIRContext *ctx = &getContext();
-    int64_t gemms = 0, chains = 0;
+    int64_t gemms = 0, chains = 0, roundings = 0;
     auto mark = [&](Operation *op, StringRef group) {
       op->setAttr(MegacDialect::kFusionAttrName, StringAttr::get(ctx, group));
     };
@@ -138,6 +145,22 @@ struct FuseElementwisePass
         std::string &group = name[it->second];
         if (group.empty())
           group = "e" + std::to_string(chains++);
+        mark(&op, group);
+      }
+      // Roundings left alone whose operand's only reader they are, made by
+      // an op that can round as it writes: one instruction, the op with
+      // its result rounded.
+      for (Operation &op : body) {
+        auto round = dyn_cast<RoundBf16Op>(op);
+        if (!round || op.hasAttr(MegacDialect::kFusionAttrName))
+          continue;
+        Operation *def = round.getInput().getDefiningOp();
+        if (!def || def->getNumResults() != 1 || !roundsAsItWrites(def) ||
+            def->hasAttr(MegacDialect::kFusionAttrName) ||
+            !round.getInput().hasOneUse() || !samePlace(def, &op))
+          continue;
+        std::string group = "r" + std::to_string(roundings++);
+        mark(def, group);
         mark(&op, group);
       }
     }

@@ -162,3 +162,41 @@ func.func @long_sum(%x: tensor<40xf32>) -> tensor<f32> {
   %t39 = megac.add %t38, %s39 : (tensor<f32>, tensor<f32>) -> tensor<f32>
   return %t39 : tensor<f32>
 }
+
+// -----
+
+// Tests roundings joining the op they round ("r" groups): the LayerNorm's
+// and the attention's, each their op's only reader, join them. A rounding
+// of a value with a second reader (%a, also added below) stays apart, as
+// does one of an op that cannot round as it writes (the product); a
+// rounding inside an elementwise chain stays in the chain (e0).
+// CHECK-LABEL: func.func @roundings
+// CHECK: megac.layer_norm {{.*}}megac.fusion = "r0"
+// CHECK-NEXT: megac.round_bf16 {{.*}}megac.fusion = "r0"
+// CHECK-NEXT: megac.attention {{.*}}megac.fusion = "r1"
+// CHECK-NEXT: megac.round_bf16 {{.*}}megac.fusion = "r1"
+// CHECK-NEXT: megac.attention
+// CHECK-NOT: megac.fusion
+// CHECK-NEXT: megac.round_bf16
+// CHECK-NOT: megac.fusion
+// CHECK-NEXT: megac.linear
+// CHECK-NOT: megac.fusion
+// CHECK-NEXT: megac.round_bf16
+// CHECK-NOT: megac.fusion
+// CHECK-NEXT: megac.add {{.*}}megac.fusion = "e0"
+// CHECK-NEXT: megac.round_bf16 {{.*}}megac.fusion = "e0"
+// CHECK-NEXT: return
+func.func @roundings(%x: tensor<2x8x16xf32>, %g: tensor<16xf32>, %b: tensor<16xf32>,
+                     %w: tensor<16x16xf32>) -> (tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>) {
+  %n = megac.layer_norm %x, %g, %b : (tensor<2x8x16xf32>, tensor<16xf32>, tensor<16xf32>) -> tensor<2x8x16xf32>
+  %nr = megac.round_bf16 %n : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %y = megac.attention %nr, %nr, %nr {num_heads = 2 : i64} : (tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %yr = megac.round_bf16 %y : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %a = megac.attention %yr, %yr, %yr {num_heads = 2 : i64} : (tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %ar = megac.round_bf16 %a : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %p = megac.linear %ar, %w : (tensor<2x8x16xf32>, tensor<16x16xf32>) -> tensor<2x8x16xf32>
+  %pr = megac.round_bf16 %p : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %s = megac.add %a, %pr : (tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %sr = megac.round_bf16 %s : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  return %yr, %ar, %pr, %sr : tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>
+}
