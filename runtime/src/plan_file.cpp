@@ -150,7 +150,7 @@ bool isCollective(OpCode Op) {
 /// Ops whose output may be rounded to bf16 as it is written
 /// (Instr.round_bf16).
 bool roundsAsItWrites(OpCode Op) {
-  return Op == op::Embedding || Op == op::LayerNorm ||
+  return Op == op::Linear || Op == op::Embedding || Op == op::LayerNorm ||
          Op == op::LayerNormGrad || Op == op::Attention ||
          Op == op::AttentionGrad || Op == op::CrossEntropyGrad;
 }
@@ -922,7 +922,7 @@ private:
     if (In.round_bf16() &&
         (!roundsAsItWrites(In.op()) || Outs.size() != 1 ||
          Outs[0] >= Types.size() || Types[Outs[0]] != dt::F32))
-      return fail(Pfx + "round_bf16 is only for one f32 output of "
+      return fail(Pfx + "round_bf16 is only for one f32 output of linear, "
                         "embedding, layer_norm, layer_norm_grad, attention, "
                         "attention_grad or cross_entropy_grad");
     // Only adam_w (its output is its input 0) and all_reduce (output k may

@@ -103,17 +103,20 @@ TEST(PlanFile, RejectsWrongVersion) {
 }
 
 TEST(PlanFile, RoundsOnlyWhereItMayRound) {
-  // The product of tinyProgram may not round its output as it writes it;
-  // its embedding may.
+  // An add (after tinyProgram's product) may not round its output as it
+  // writes it; the embedding and the product may.
   ProgramDesc P = test::tinyProgram();
-  P.ranks[0].instrs[1].roundBf16 = true;
+  auto &R = P.ranks[0];
+  const uint32_t Logits = R.outputs[0].buffer;
+  R.outputs[0].buffer = R.emit(op::Add, {Logits, Logits}, {2, 3, 8});
+  R.instrs[2].roundBf16 = true;
   LoadedPlan L;
   EXPECT_EQ(verifyPlanBytes(buildPlanBytes(P), L),
-            "rank 0, instruction 1 (linear): round_bf16 is only for one f32 "
-            "output of embedding, layer_norm, layer_norm_grad, attention, "
-            "attention_grad or cross_entropy_grad");
-  P.ranks[0].instrs[1].roundBf16 = false;
-  P.ranks[0].instrs[0].roundBf16 = true;
+            "rank 0, instruction 2 (add): round_bf16 is only for one f32 "
+            "output of linear, embedding, layer_norm, layer_norm_grad, "
+            "attention, attention_grad or cross_entropy_grad");
+  R.instrs[2].roundBf16 = false;
+  R.instrs[0].roundBf16 = R.instrs[1].roundBf16 = true;
   EXPECT_EQ(verifyPlanBytes(buildPlanBytes(P), L), "");
 }
 

@@ -191,6 +191,25 @@ __global__ void packBf16Kernel(const float *X, int64_t N, uint16_t *Y,
   mapWide(X, N, Y, [=](float V) { return bf16Bits(V, Inexact); });
 }
 
+/// Y = the values of bf16 bits X (fp32's upper half). Launch with
+/// wideBlocks(N).
+__global__ void widenBf16Kernel(const uint16_t *X, int64_t N, float *Y) {
+  const bool Wide =
+      reinterpret_cast<uintptr_t>(X) % sizeof(Vec4<uint16_t>) == 0 &&
+      reinterpret_cast<uintptr_t>(Y) % sizeof(Vec4<float>) == 0;
+  const int64_t Groups = Wide ? N / 4 : 0;
+  MEGAC_GRID_LOOP(G, Groups) {
+    const Vec4<uint16_t> In = reinterpret_cast<const Vec4<uint16_t> *>(X)[G];
+    Vec4<float> Out;
+    for (int K = 0; K < 4; ++K)
+      Out.V[K] = __uint_as_float(unsigned(In.V[K]) << 16);
+    reinterpret_cast<Vec4<float> *>(Y)[G] = Out;
+  }
+  MEGAC_GRID_LOOP(I, N - 4 * Groups) {
+    Y[4 * Groups + I] = __uint_as_float(unsigned(X[4 * Groups + I]) << 16);
+  }
+}
+
 /// acc = x (first micro-batch) or acc += x.
 __global__ void accumulateKernel(const float *X, int64_t N, float *Acc,
                                  int Add) {

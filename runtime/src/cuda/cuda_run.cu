@@ -666,8 +666,8 @@ private:
   void colGemm(cublasOperation_t TA, cublasOperation_t TB, int64_t M, int64_t N,
                int64_t K, const float *A, int64_t Lda, const float *B,
                int64_t Ldb, float Beta, float *C, int64_t Ldc, bool Bf16Values,
-               const uint16_t *CopyA = nullptr,
-               const uint16_t *CopyB = nullptr) {
+               const uint16_t *CopyA = nullptr, const uint16_t *CopyB = nullptr,
+               uint16_t *C16 = nullptr) {
     const float One = 1.0f;
     if (!Bf16Values) {
       check(cublasSgemm(Blas, TA, TB, int(M), int(N), int(K), &One, A, int(Lda),
@@ -678,10 +678,13 @@ private:
     const auto [Pa, Pb] =
         packOperands(A, Lda * (TA == CUBLAS_OP_N ? K : M), CopyA, B,
                      Ldb * (TB == CUBLAS_OP_N ? N : K), CopyB);
+    // A bf16 result (C16, beta 0) is the fp32 accumulation rounded to
+    // nearest even, as round_bf16 rounds.
     check(cublasGemmEx(BlasBf16, TA, TB, int(M), int(N), int(K), &One, Pa,
                        CUDA_R_16BF, int(Lda), Pb, CUDA_R_16BF, int(Ldb), &Beta,
-                       C, CUDA_R_32F, int(Ldc), CUBLAS_COMPUTE_32F,
-                       CUBLAS_GEMM_DEFAULT),
+                       C16 ? static_cast<void *>(C16) : static_cast<void *>(C),
+                       C16 ? CUDA_R_16BF : CUDA_R_32F, int(Ldc),
+                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
           "cublasGemmEx (bf16)");
   }
 
@@ -869,7 +872,8 @@ private:
   /// through column-major cuBLAS: y^T = w^T x^T.
   void gemm(const float *X, int64_t M, int64_t K, const float *W, int64_t N,
             bool Transposed, float *Y, bool Bf16Values,
-            const uint16_t *CopyX = nullptr, const uint16_t *CopyW = nullptr) {
+            const uint16_t *CopyX = nullptr, const uint16_t *CopyW = nullptr,
+            uint16_t *Y16 = nullptr) {
     if (M == 0 || N == 0)
       return;
     if (K == 0) { // an empty sum (cuBLAS refuses a leading dimension of 0)
@@ -878,7 +882,8 @@ private:
       return;
     }
     colGemm(Transposed ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, W,
-            Transposed ? K : N, X, K, 0.0f, Y, N, Bf16Values, CopyW, CopyX);
+            Transposed ? K : N, X, K, 0.0f, Y, N, Bf16Values, CopyW, CopyX,
+            Y16);
   }
 
   /// Ids and labels must lie in the model's vocabulary (the CPU checks
@@ -1034,8 +1039,23 @@ private:
           linearEpilogue(f(X(0)), N ? NY / N : 0, K, f(X(1)), N, T, f(X(2)),
                          Int(1) != 0, bf16Operands(In), f(Y), CopyX, CopyW))
         return;
+      // A rounded product of bf16 values (Instr.round_bf16): cuBLAS writes
+      // the bf16 result into y's copy (or scratch), widened into y: no fp32
+      // result to read back and round.
+      uint16_t *Y16 = nullptr;
+      if (In.op() == op::Linear && In.round_bf16() && bf16Operands(In) &&
+          NY > 0 && K > 0) {
+        Y16 = writeCopy(Y, Idx);
+        if (!Y16)
+          Y16 = static_cast<uint16_t *>(scratch(size_t(NY) * 2));
+      }
       gemm(f(X(0)), N ? NY / N : 0, K, f(X(1)), N, T, f(Y), bf16Operands(In),
-           CopyX, CopyW);
+           CopyX, CopyW, Y16);
+      if (Y16) {
+        launchOn(Compute, widenBf16Kernel, wideBlocks(NY), kThreads, 0,
+                 static_cast<const uint16_t *>(Y16), NY, f(Y));
+        RoundedAsWritten = true;
+      }
       if (In.op() == op::LinearBias) {
         launchOn(Compute, broadcastKernel, blocksFor(NY), kThreads, 0, f(Y), NY,
                  f(X(2)), N, f(Y), 0);

@@ -62,9 +62,11 @@ bool samePlace(Operation *a, Operation *b) {
 
 /// Ops whose kernels can round their result to bf16 as they write it: a
 /// rounding after one of them joins it (no pass over memory of its own).
+/// A product (not one with a bias epilogue, already grouped) has cuBLAS
+/// write its result in bf16.
 bool roundsAsItWrites(Operation *op) {
-  return isa<LayerNormOp, LayerNormGradOp, AttentionOp, AttentionGradOp,
-             CrossEntropyGradOp, EmbeddingOp>(op);
+  return isa<LinearOp, LayerNormOp, LayerNormGradOp, AttentionOp,
+             AttentionGradOp, CrossEntropyGradOp, EmbeddingOp>(op);
 }
 
 /// The single user of \p value, if it has exactly one.

@@ -639,6 +639,20 @@ cublasStatus_t gemmNow(cublasHandle_t, cublasOperation_t TransA,
   return CUBLAS_STATUS_SUCCESS;
 }
 
+/// The bf16 bits of \p X, rounded to nearest even (a NaN stays one), as
+/// cuBLAS converts its fp32 accumulation to a bf16 result.
+uint16_t bf16Nearest(float X) {
+  uint32_t U;
+  std::memcpy(&U, &X, 4);
+  if ((U & 0x7f800000u) == 0x7f800000u) {
+    if (U & 0x007fffffu)
+      U |= 0x00400000u;
+  } else {
+    U += 0x7fffu + ((U >> 16) & 1u);
+  }
+  return uint16_t(U >> 16);
+}
+
 /// An operand widened to fp32 (bf16 is fp32's upper half), for the
 /// reference product.
 std::vector<float> widenOperand(const void *X, cudaDataType_t T, size_t N) {
@@ -678,7 +692,10 @@ cublasStatus_t cublasGemmEx(cublasHandle_t H, cublasOperation_t TransA,
                             cudaDataType_t TypeB, int Ldb, const void *Beta,
                             void *C, cudaDataType_t TypeC, int Ldc,
                             cublasComputeType_t, cublasGemmAlgo_t) {
-  if (TypeC != CUDA_R_32F)
+  // fp32 results, or bf16 ones (rounded to nearest even from the fp32
+  // accumulation, as cuBLAS converts them) without a beta.
+  if (TypeC != CUDA_R_32F &&
+      (TypeC != CUDA_R_16BF || *static_cast<const float *>(Beta) != 0.0f))
     return CUBLAS_STATUS_INVALID_VALUE;
   if (M < 0 || N < 0 || K < 0 ||
       Lda < std::max(1, TransA == CUBLAS_OP_N ? M : K) ||
@@ -691,8 +708,20 @@ cublasStatus_t cublasGemmEx(cublasHandle_t H, cublasOperation_t TransA,
         A, TypeA, size_t(Lda) * size_t(TransA == CUBLAS_OP_N ? K : M));
     const std::vector<float> Bw = widenOperand(
         B, TypeB, size_t(Ldb) * size_t(TransB == CUBLAS_OP_N ? N : K));
+    if (TypeC == CUDA_R_32F) {
+      gemmNow(H, TransA, TransB, M, N, K, &Al, Aw.data(), Lda, 0, Bw.data(),
+              Ldb, 0, &Be, static_cast<float *>(C), Ldc, 0, 1);
+      return;
+    }
+    std::vector<float> Wide(size_t(Ldc) * size_t(N));
     gemmNow(H, TransA, TransB, M, N, K, &Al, Aw.data(), Lda, 0, Bw.data(), Ldb,
-            0, &Be, static_cast<float *>(C), Ldc, 0, 1);
+            0, &Be, Wide.data(), Ldc, 0, 1);
+    auto *Out = static_cast<uint16_t *>(C);
+    for (int Col = 0; Col < N; ++Col)
+      for (int Row = 0; Row < M; ++Row) {
+        const size_t At = size_t(Col) * size_t(Ldc) + size_t(Row);
+        Out[At] = bf16Nearest(Wide[At]);
+      }
   });
   return CUBLAS_STATUS_SUCCESS;
 }

@@ -225,8 +225,9 @@ def FuseElementwisePass : Pass<"megac-fuse-elementwise", "mlir::ModuleOp"> {
     gradient norm's running sum) becomes several kernels. Marks with
     `megac.fusion = "rK"` a `round_bf16` left outside such a chain and the
     op it rounds, when that op's result has no other reader and its kernel
-    can round as it writes (`layer_norm`, `layer_norm_grad`, `attention`,
-    `attention_grad`, `cross_entropy_grad`, `embedding`): one instruction,
+    can round as it writes (`linear`, `layer_norm`, `layer_norm_grad`,
+    `attention`, `attention_grad`, `cross_entropy_grad`, `embedding`): one
+    instruction,
     the op with its result rounded, saving the rounding's pass over
     memory. Ops on different pipeline stages or phases are never grouped.
     A group of one op is left alone. Attention, LayerNorm, softmax and
