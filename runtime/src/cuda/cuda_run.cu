@@ -357,7 +357,7 @@ public:
       try {
         const bool Coll = isCollective(In.op());
         if (!Coll) // its memory must be free of collectives in flight
-          waitForCollectives(rangesOf(In));
+          waitForCollectives(rangesOf(I, In));
         if (Profiling && !Coll) // collectives time themselves
           check(cudaEventRecord(event(2 * Timed.size()), Compute),
                 "cudaEventRecord");
@@ -1450,14 +1450,21 @@ private:
     FreeEvents.pop_back();
     return E;
   }
-  std::vector<Range> rangesOf(const Instr &In) const {
+  /// The memory instruction \p I reads and writes: its buffers, and the
+  /// bf16 copies it writes (a collective still reading bytes the arena
+  /// has since given to a copy must finish before the copy is written).
+  std::vector<Range> rangesOf(uint32_t I, const Instr &In) const {
     std::vector<Range> R;
     if (In.inputs())
       for (uint32_t B : *In.inputs())
         R.push_back(rangeOf(B));
     if (In.outputs())
-      for (uint32_t B : *In.outputs())
+      for (uint32_t B : *In.outputs()) {
         R.push_back(rangeOf(B));
+        if (const uint16_t *C = writeCopy(B, I))
+          R.push_back({reinterpret_cast<const char *>(C),
+                       reinterpret_cast<const char *>(C + numel(B))});
+      }
     return R;
   }
 
@@ -1480,7 +1487,7 @@ private:
     const uint32_t Y = In.outputs()->Get(0);
     const int64_t NY = numel(Y);
     const std::vector<int64_t> A = shape(X(0));
-    std::vector<Range> Touched = rangesOf(In);
+    std::vector<Range> Touched = rangesOf(Idx, In);
     // Compute-side preparation (a copy, packing or laying out chunks into
     // the staging memory), then the hand-over.
     const char *Staged = nullptr;
