@@ -21,7 +21,9 @@ both); run it on the machine the `device` tool lends:
 (`--runners megac` skips PyTorch, whose torch.compile takes most of the
 run, for quick turns on megac's own kernels; `megac-wmma` adds megac with
 its earlier wmma attention kernels, MEGAC_CUDA_ATTENTION=wmma, to compare
-the two attentions side by side.)
+the two attentions side by side; `megac-nocopy` adds megac without its
+bf16 operand copies, MEGAC_CUDA_BF16_COPIES=0, every product packing its
+operands as before them.)
 
 MFU = model FLOPs per step / step time / the measured GEMM ceiling, with
 model FLOPs per token 6 N + 12 L H S (N parameters without the position
@@ -146,9 +148,18 @@ def copy_bandwidth(torch, gib=2, reps=20):
     return 2 * src.numel() / sec  # read + write
 
 
-def megac_row(cfg, args, attention="mma"):
-    """Seconds per step of megac's CUDA backend (with the given tensor-core
-    attention kernels: MEGAC_CUDA_ATTENTION), or why there is none."""
+# megac's runners: the environment each runs megac-run with.
+MEGAC_RUNNERS = {
+    "megac": {},
+    "megac-wmma": {"MEGAC_CUDA_ATTENTION": "wmma"},
+    "megac-nocopy": {"MEGAC_CUDA_BF16_COPIES": "0"},
+}
+
+
+def megac_row(cfg, args, knobs):
+    """Seconds per step of megac's CUDA backend (run with the environment
+    \p knobs adds: MEGAC_CUDA_ATTENTION, MEGAC_CUDA_BF16_COPIES), or why
+    there is none."""
     bindir = args.megac_bin
     megac, run = os.path.join(bindir, "megac"), os.path.join(bindir, "megac-run")
     if not (os.path.exists(megac) and os.path.exists(run)):
@@ -166,7 +177,7 @@ def megac_row(cfg, args, attention="mma"):
                         "--target", "cuda", "--batch", str(args.batch), "--seq",
                         str(args.seq), "-o", plan, "--quiet"], check=True)
         profile = os.path.join(tmp, "profile.json")
-        env = dict(os.environ, MEGAC_CUDA_ATTENTION=attention)
+        env = dict(os.environ, **knobs)
         # Two runs: the step time from one without --profile (whose device
         # events around every instruction cost host time), the time per op
         # from one with it.
@@ -216,14 +227,15 @@ def main():
     parser.add_argument("--runners", default="eager,compile,megac",
                         help="which rows to measure (eager, compile, megac, "
                         "megac-wmma: megac with its earlier wmma attention "
-                        "kernels); the ceilings are measured always")
+                        "kernels, megac-nocopy: megac without its bf16 "
+                        "operand copies); the ceilings are measured always")
     parser.add_argument("--megac-bin", default=os.path.join(
         os.path.dirname(os.path.abspath(__file__)), "..", "build", "bin"))
     args = parser.parse_args()
     runners = args.runners.split(",")
-    if set(runners) - {"eager", "compile", "megac", "megac-wmma"}:
-        parser.error(f"--runners: {args.runners}: eager, compile, megac or "
-                     "megac-wmma")
+    if set(runners) - {"eager", "compile"} - set(MEGAC_RUNNERS):
+        parser.error(f"--runners: {args.runners}: eager, compile, "
+                     + ", ".join(MEGAC_RUNNERS))
     import torch
     if not torch.cuda.is_available():
         sys.exit("gpu_step.py: no CUDA device")
@@ -251,9 +263,9 @@ def main():
                 assert counted == n, f"{name}: {counted} parameters, not {n}"
                 rows.append((label, sec))
         why = ""
-        for key, attention in (("megac", "mma"), ("megac-wmma", "wmma")):
+        for key, knobs in MEGAC_RUNNERS.items():
             if key in runners:
-                sec, why, ops = megac_row(cfg, args, attention)
+                sec, why, ops = megac_row(cfg, args, knobs)
                 rows.append((key, sec))
                 if ops:
                     profiles.append((f"{name} ({key})", ops))
