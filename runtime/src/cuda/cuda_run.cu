@@ -1771,10 +1771,14 @@ private:
             "cudaMemcpyAsync");
       return;
     }
+    // The asked gradient is stored as the plan asks (rounded, with its
+    // copy); the kept one as computed: its own step rounds it, or not.
     launchOn(Compute, flashKeyGradMmaKernel<D>, Blocks, kMmaThreads,
              Sh::KeyGrad, Kp.Q16, Kp.K16, Kp.V16, Kp.DY16, S, Hl, NH, Causal,
              Scale, Dr, Kp.Stats, Kp.Delta, Which == 1 ? Out : Kp.Grad,
-             Which == 2 ? Out : Kp.Grad);
+             Which == 2 ? Out : Kp.Grad, Which == 1 ? Store : OutputStore{},
+             Which == 2 ? Store : OutputStore{});
+    RoundedAsWritten = Store.Round;
     Kp.GradOf = 3 - Which;
   }
 

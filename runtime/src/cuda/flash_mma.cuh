@@ -430,7 +430,8 @@ __global__ void __launch_bounds__(kMmaThreads)
                           const uint16_t *V, const uint16_t *DY, int64_t S,
                           int64_t Hl, int64_t NH, int Causal, float Scale,
                           AttnDropout Dr, const float *Stats,
-                          const float *Delta, float *DK, float *DV) {
+                          const float *Delta, float *DK, float *DV,
+                          OutputStore StoreK, OutputStore StoreV) {
   using Sh = MmaShared<D>;
   MEGAC_DYNAMIC_SHARED(unsigned char, Smem);
   uint16_t *Ks = mmaTile<D>(Smem, 0), *Vs = mmaTile<D>(Smem, 1);
@@ -491,8 +492,8 @@ __global__ void __launch_bounds__(kMmaThreads)
   const int64_t Tiles = First < S ? (S - First + kMmaRows - 1) / kMmaRows : 0;
   mmaStreamPairs<D>(Q, DY, Bl, S, Hl, First, Tiles, Smem, 2, LoadRows, Use);
   const float One[2] = {1.0f, 1.0f};
-  mmaStoreRows<D>(Dk, Bl, S, Hl, One, DK);
-  mmaStoreRows<D>(Dv, Bl, S, Hl, One, DV);
+  mmaStoreRows<D>(Dk, Bl, S, Hl, One, DK, StoreK);
+  mmaStoreRows<D>(Dv, Bl, S, Hl, One, DV, StoreV);
 }
 
 } // namespace cuda
