@@ -139,6 +139,23 @@ __device__ __forceinline__ void mapWide(const float *X, int64_t N, To *Y,
 }
 inline unsigned wideBlocks(int64_t N) { return blocksFor((N + 3) / 4); }
 
+/// How a kernel stores its output: as computed, or (an output rounded as
+/// it is written, Instr.round_bf16) rounded to bf16, its bits also going
+/// to the output's bf16 copy \p Bits when there is one.
+struct OutputStore {
+  int Round = 0;
+  uint16_t *Bits = nullptr;
+  __device__ __forceinline__ void operator()(float *Y, int64_t I,
+                                             float V) const {
+    if (Round) {
+      V = megac_round_bf16(V);
+      if (Bits)
+        Bits[I] = uint16_t(__float_as_uint(V) >> 16);
+    }
+    Y[I] = V;
+  }
+};
+
 /// Y = round_bf16(X) and, unless \p Bits is null, Bits = the bf16 bits of
 /// Y (its upper halves, exactly): the copy products read instead of
 /// packing Y again. Launch with wideBlocks(N).
@@ -330,13 +347,14 @@ __global__ void concatChunksKernel(const float *Chunks, int64_t Outer,
 /// outside [0, Vocab) flagged in *Bad.
 __global__ void embeddingKernel(const float *Table, int64_t Rows, int64_t H,
                                 const int32_t *Ids, int64_t N, int64_t Start,
-                                int64_t Vocab, float *Y, int *Bad) {
+                                int64_t Vocab, float *Y, int *Bad,
+                                OutputStore Store) {
   MEGAC_GRID_LOOP(I, N * H) {
     const int64_t R = I / H, J = I % H;
     if (J == 0 && (Ids[R] < 0 || Ids[R] >= Vocab))
       *Bad = 1;
     const int64_t Row = int64_t(Ids[R]) - Start;
-    Y[I] = Row >= 0 && Row < Rows ? Table[Row * H + J] : 0.0f;
+    Store(Y, I, Row >= 0 && Row < Rows ? Table[Row * H + J] : 0.0f);
   }
 }
 
@@ -366,23 +384,6 @@ __device__ inline void rowStatsDev(const float *Xr, int64_t H, double Eps,
     V += (Xr[J] - Mean) * (Xr[J] - Mean);
   Inv = 1.0 / sqrt(blockSum(V, Part) / double(H) + Eps);
 }
-
-/// How a kernel stores its output: as computed, or (an output rounded as
-/// it is written, Instr.round_bf16) rounded to bf16, its bits also going
-/// to the output's bf16 copy \p Bits when there is one.
-struct OutputStore {
-  int Round = 0;
-  uint16_t *Bits = nullptr;
-  __device__ __forceinline__ void operator()(float *Y, int64_t I,
-                                             float V) const {
-    if (Round) {
-      V = megac_round_bf16(V);
-      if (Bits)
-        Bits[I] = uint16_t(__float_as_uint(V) >> 16);
-    }
-    Y[I] = V;
-  }
-};
 
 /// y = (x - mean) / sqrt(var + eps) * gamma + beta per row; without
 /// \p Gamma (null) the normalized rows alone (the normalize op).
@@ -610,13 +611,30 @@ crossEntropyGradFromStatsKernel(const float *L, int64_t Rows, int64_t V,
 __global__ void sumLeadingPartsKernel(const float *X, int64_t Outer,
                                       int64_t Inner, int64_t RowsPer,
                                       int64_t Chunks, double *Parts) {
-  MEGAC_GRID_LOOP(T, Chunks * Inner) {
-    const int64_t C = T / Inner, J = T % Inner;
+  // Four columns a thread where rows split into aligned groups of four;
+  // each column sums its rows in the same order either way.
+  const int Width =
+      Inner % 4 == 0 &&
+              reinterpret_cast<uintptr_t>(X) % sizeof(Vec4<float>) == 0
+          ? 4
+          : 1;
+  const int64_t Groups = Inner / Width;
+  MEGAC_GRID_LOOP(T, Chunks * Groups) {
+    const int64_t C = T / Groups, J = (T % Groups) * Width;
     const int64_t End = (C + 1) * RowsPer < Outer ? (C + 1) * RowsPer : Outer;
-    double S = 0;
-    for (int64_t I = C * RowsPer; I < End; ++I)
-      S += X[I * Inner + J];
-    Parts[T] = S;
+    double S[4] = {0, 0, 0, 0};
+    if (Width == 4)
+      for (int64_t I = C * RowsPer; I < End; ++I) {
+        const Vec4<float> V =
+            *reinterpret_cast<const Vec4<float> *>(X + I * Inner + J);
+        for (int K = 0; K < 4; ++K)
+          S[K] += V.V[K];
+      }
+    else
+      for (int64_t I = C * RowsPer; I < End; ++I)
+        S[0] += X[I * Inner + J];
+    for (int K = 0; K < Width; ++K)
+      Parts[C * Inner + J + K] = S[K];
   }
 }
 

@@ -1022,7 +1022,8 @@ private:
     case op::Embedding:
       launchOn(Compute, embeddingKernel, blocksFor(NY), kThreads, 0, f(X(0)),
                A[0], A[1], i32(X(1)), numel(X(1)), Int(0),
-               vocabSize(Int(0) + A[0]), f(Y), Faults + kFaultBadToken);
+               vocabSize(Int(0) + A[0]), f(Y), Faults + kFaultBadToken,
+               outputStore(In, Y, Idx));
       return;
     case op::PositionEmbedding: // rows 0..S-1 of the table: contiguous
     case op::Reshape:
@@ -1303,8 +1304,8 @@ private:
           std::max<int64_t>(1, (Outer + RowsPer - 1) / RowsPer);
       double *Parts =
           static_cast<double *>(scratch(size_t(Chunks * NY) * sizeof(double)));
-      launchOn(Compute, sumLeadingPartsKernel, blocksFor(Chunks * NY), kThreads,
-               0, f(X(0)), Outer, NY, RowsPer, Chunks, Parts);
+      launchOn(Compute, sumLeadingPartsKernel, wideBlocks(Chunks * NY),
+               kThreads, 0, f(X(0)), Outer, NY, RowsPer, Chunks, Parts);
       launchOn(Compute, sumLeadingTotalKernel, blocksFor(NY), kThreads, 0,
                static_cast<const double *>(Parts), Chunks, NY, f(Y), int(Add));
       return;
