@@ -120,14 +120,13 @@ template <class T> struct alignas(4 * sizeof(T)) Vec4 { T V[4]; };
 /// Y[i] = F(X[i]) over N elements, four at a time where X and Y are
 /// aligned for it: these kernels are passes over memory, and wide
 /// accesses keep them at the copy bandwidth. Launch with wideBlocks(N).
-template <class To, class Fn>
-__device__ __forceinline__ void mapWide(const float *X, int64_t N, To *Y,
-                                        Fn F) {
-  const bool Wide = reinterpret_cast<uintptr_t>(X) % sizeof(Vec4<float>) == 0 &&
+template <class From, class To, class Fn>
+__device__ __forceinline__ void mapWide(const From *X, int64_t N, To *Y, Fn F) {
+  const bool Wide = reinterpret_cast<uintptr_t>(X) % sizeof(Vec4<From>) == 0 &&
                     reinterpret_cast<uintptr_t>(Y) % sizeof(Vec4<To>) == 0;
   const int64_t Groups = Wide ? N / 4 : 0;
   MEGAC_GRID_LOOP(G, Groups) {
-    const Vec4<float> In = reinterpret_cast<const Vec4<float> *>(X)[G];
+    const Vec4<From> In = reinterpret_cast<const Vec4<From> *>(X)[G];
     Vec4<To> Out;
     for (int K = 0; K < 4; ++K)
       Out.V[K] = F(In.V[K]);
@@ -211,20 +210,8 @@ __global__ void packBf16Kernel(const float *X, int64_t N, uint16_t *Y,
 /// Y = the values of bf16 bits X (fp32's upper half). Launch with
 /// wideBlocks(N).
 __global__ void widenBf16Kernel(const uint16_t *X, int64_t N, float *Y) {
-  const bool Wide =
-      reinterpret_cast<uintptr_t>(X) % sizeof(Vec4<uint16_t>) == 0 &&
-      reinterpret_cast<uintptr_t>(Y) % sizeof(Vec4<float>) == 0;
-  const int64_t Groups = Wide ? N / 4 : 0;
-  MEGAC_GRID_LOOP(G, Groups) {
-    const Vec4<uint16_t> In = reinterpret_cast<const Vec4<uint16_t> *>(X)[G];
-    Vec4<float> Out;
-    for (int K = 0; K < 4; ++K)
-      Out.V[K] = __uint_as_float(unsigned(In.V[K]) << 16);
-    reinterpret_cast<Vec4<float> *>(Y)[G] = Out;
-  }
-  MEGAC_GRID_LOOP(I, N - 4 * Groups) {
-    Y[4 * Groups + I] = __uint_as_float(unsigned(X[4 * Groups + I]) << 16);
-  }
+  mapWide(X, N, Y,
+          [](uint16_t B) { return __uint_as_float(unsigned(B) << 16); });
 }
 
 /// acc = x (first micro-batch) or acc += x.

@@ -48,15 +48,25 @@ void check(cudaError_t E, const char *What) {
   if (E != cudaSuccess)
     throw std::runtime_error(std::string(What) + ": " + cudaGetErrorString(E));
 }
+/// The value of environment knob \p Name: one of \p Choices, the first
+/// when it is unset or empty; any other value is refused.
+std::string knob(const char *Name,
+                 std::initializer_list<const char *> Choices) {
+  const char *E = std::getenv(Name);
+  const std::string Value = E && *E ? E : *Choices.begin();
+  for (const char *C : Choices)
+    if (Value == C)
+      return Value;
+  std::string Expected;
+  for (const char *C : Choices)
+    Expected += Expected.empty() ? std::string(C) + " (the default)"
+                                 : std::string(" or ") + C;
+  throw std::runtime_error(std::string(Name) + " is '" + Value +
+                           "': expected " + Expected);
+}
 /// MEGAC_CUDA_ATTENTION=wmma selects the wmma attention kernels.
 bool wmmaAttentionAsked() {
-  const char *E = std::getenv("MEGAC_CUDA_ATTENTION");
-  if (!E || !*E || std::string(E) == "mma")
-    return false;
-  if (std::string(E) == "wmma")
-    return true;
-  throw std::runtime_error(std::string("MEGAC_CUDA_ATTENTION is '") + E +
-                           "': expected mma (the default) or wmma");
+  return knob("MEGAC_CUDA_ATTENTION", {"mma", "wmma"}) == "wmma";
 }
 
 /// The bf16 copies of an attention's q, k and v (null: none).
@@ -64,13 +74,7 @@ using QkvCopies = std::array<const uint16_t *, 3>;
 
 /// MEGAC_CUDA_BF16_COPIES=0 turns the bf16 operand copies off.
 bool bf16CopiesAsked() {
-  const char *E = std::getenv("MEGAC_CUDA_BF16_COPIES");
-  if (!E || !*E || std::string(E) == "1")
-    return true;
-  if (std::string(E) == "0")
-    return false;
-  throw std::runtime_error(std::string("MEGAC_CUDA_BF16_COPIES is '") + E +
-                           "': expected 1 (the default) or 0");
+  return knob("MEGAC_CUDA_BF16_COPIES", {"1", "0"}) == "1";
 }
 
 void check(cublasStatus_t S, const char *What) {
