@@ -92,10 +92,15 @@ bool carriesGradient(OpCode Op) {
 }
 
 /// Which part of the step each instruction belongs to: its pipeline
-/// segment, or (without a pipeline) the forward (0) or backward (1) part.
+/// segment (an instruction in none, a part of its own), or (without a
+/// pipeline) the forward (0) or backward (1) part.
 std::vector<int64_t> partOfInstructions(const RankProgram &R, uint32_t NI) {
   std::vector<int64_t> Part(NI, 0);
   if (R.segments() && R.segments()->size() > 0) {
+    // Instructions outside every segment (the step after the pipeline)
+    // each form a part of their own.
+    for (uint32_t I = 0; I < NI; ++I)
+      Part[I] = -1 - int64_t(I);
     for (uint32_t K = 0; K < R.segments()->size(); ++K) {
       const Segment *S = R.segments()->Get(K);
       for (uint32_t I = S->begin(); I < S->end() && I < NI; ++I)

@@ -145,8 +145,16 @@ public:
     check(cublasCreate(&Blas), "cublasCreate");
     // Plain fp32 products: no TF32, so results stay close to the CPU's.
     check(cublasSetMathMode(Blas, CUBLAS_PEDANTIC_MATH), "cublasSetMathMode");
-    // Products of bf16 values: tensor cores, fp32 accumulation.
+    // Products of bf16 values: tensor cores, fp32 accumulation, and no
+    // reductions in reduced precision: a bf16 result (a rounded product)
+    // is then the fp32 sum rounded once, as round_bf16 rounds it, not
+    // split-K partial sums added in bf16.
     check(cublasCreate(&BlasBf16), "cublasCreate");
+    check(cublasSetMathMode(
+              BlasBf16,
+              cublasMath_t(CUBLAS_DEFAULT_MATH |
+                           CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)),
+          "cublasSetMathMode");
     check(cublasSetStream(Blas, Compute), "cublasSetStream");
     check(cublasSetStream(BlasBf16, Compute), "cublasSetStream");
     check(cublasLtCreate(&Lt), "cublasLtCreate");
@@ -988,9 +996,13 @@ private:
       Periods[K] = std::max<long long>(1, numel(In.inputs()->Get(K)));
       Args.push_back(&Periods[K]);
     }
-    // Four elements a thread where the kernel can (its wide loop).
-    check(cuLaunchKernel(Fn, wideBlocks(NN), 1, 1, kThreads, 1, 1, 0, Compute,
-                         Args.data(), nullptr),
+    // Four elements a thread where the kernel can (its wide loop: every
+    // period a multiple of 4; the arena and allocations are aligned).
+    bool Wide = NN % 4 == 0;
+    for (long long Period : Periods)
+      Wide &= Period % 4 == 0;
+    check(cuLaunchKernel(Fn, Wide ? wideBlocks(NN) : blocksFor(NN), 1, 1,
+                         kThreads, 1, 1, 0, Compute, Args.data(), nullptr),
           "cuLaunchKernel");
   }
 
@@ -1308,7 +1320,8 @@ private:
           std::max<int64_t>(1, (Outer + RowsPer - 1) / RowsPer);
       double *Parts =
           static_cast<double *>(scratch(size_t(Chunks * NY) * sizeof(double)));
-      launchOn(Compute, sumLeadingPartsKernel, wideBlocks(Chunks * NY),
+      launchOn(Compute, sumLeadingPartsKernel,
+               NY % 4 == 0 ? wideBlocks(Chunks * NY) : blocksFor(Chunks * NY),
                kThreads, 0, f(X(0)), Outer, NY, RowsPer, Chunks, Parts);
       launchOn(Compute, sumLeadingTotalKernel, blocksFor(NY), kThreads, 0,
                static_cast<const double *>(Parts), Chunks, NY, f(Y), int(Add));

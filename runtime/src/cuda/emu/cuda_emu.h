@@ -131,7 +131,11 @@ enum cublasStatus_t {
   CUBLAS_STATUS_NOT_SUPPORTED = 15
 };
 enum cublasOperation_t { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1 };
-enum cublasMath_t { CUBLAS_DEFAULT_MATH = 0, CUBLAS_PEDANTIC_MATH = 2 };
+enum cublasMath_t {
+  CUBLAS_DEFAULT_MATH = 0,
+  CUBLAS_PEDANTIC_MATH = 2,
+  CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION = 16
+};
 using cublasHandle_t = struct cublasContext *;
 
 cublasStatus_t cublasCreate(cublasHandle_t *H);
