@@ -95,6 +95,26 @@ TEST(MemoryPlan, CopiesLiveToTheLastReaderInTheirPart) {
   }
 }
 
+TEST(MemoryPlan, CopiesStayInTheirPipelineSegment) {
+  // The step as two pipeline segments (forward 0..3, backward 4..6) and
+  // the sum (7) after both, in no segment: a reader outside every segment
+  // is in a part of its own, not segment 0's.
+  Step S;
+  RankDesc &R = S.P.ranks[0];
+  R.segments = {{0, 4, 0, false}, {4, 7, 0, true}};
+  R.schedule = {{0, 0}, {1, 0}};
+  R.accumulateEnd = 7;
+  // After the segments, a product reading the forward's rounded weight.
+  R.emit(op::Linear, {S.Er, S.Wr}, {2, 3, 8}, {0}); // 8
+  const std::vector<uint8_t> Bytes = serializeProgram(S.P);
+  const auto *P = flatbuffers::GetRoot<megac::plan::Program>(Bytes.data());
+  const CopyLifetimes Copies = bf16CopyLifetimes(*P, *P->ranks()->Get(0));
+  EXPECT_EQ(Copies.last[S.Wr], 3); // not 8: that reader packs
+  EXPECT_EQ(Copies.last[S.Er], 3);
+  EXPECT_EQ(Copies.first[S.Dyr], 5);
+  EXPECT_EQ(Copies.last[S.Dyr], 6);
+}
+
 TEST(MemoryPlan, CopiesTakeBytesNothingLiveUses) {
   Step S;
   Loaded L(S.P);
