@@ -370,6 +370,9 @@ MemoryPlan planMemory(const Program &P, const RankProgram &R, bool Bf16Copies) {
   }
   // bf16 copies: 2 bytes an element, from their writer to their last
   // reader, placed as buffers NB + B among the shared ones.
+  auto CopySize = [&](uint32_t B) {
+    return aligned(bufferBytes(*R.buffers()->Get(B)) / 2);
+  };
   M.copyOffset.assign(NB, -1);
   M.copyFirst.assign(NB, -1);
   M.copyLast.assign(NB, -1);
@@ -380,11 +383,10 @@ MemoryPlan planMemory(const Program &P, const RankProgram &R, bool Bf16Copies) {
     M.copyLast = std::move(Copies.last);
     for (uint32_t B = 0; B < NB; ++B)
       if (M.copyLast[B] >= 0) {
-        const uint64_t Size = aligned(bufferBytes(*R.buffers()->Get(B)) / 2);
-        Items.push_back({NB + B, Size, M.copyFirst[B], M.copyLast[B]});
+        Items.push_back({NB + B, CopySize(B), M.copyFirst[B], M.copyLast[B]});
         CopyStarts[M.copyFirst[B]].push_back(B);
         CopyEnds[M.copyLast[B]].push_back(B);
-        M.copyBytes += Size;
+        M.copyBytes += CopySize(B);
       }
   }
   M.offset.resize(2 * size_t(NB), -1);
@@ -407,9 +409,6 @@ MemoryPlan planMemory(const Program &P, const RankProgram &R, bool Bf16Copies) {
   uint64_t PeakSum = 0;
   auto SizeOf = [&](uint32_t B) {
     return aligned(bufferBytes(*R.buffers()->Get(B)));
-  };
-  auto CopySize = [&](uint32_t B) {
-    return aligned(bufferBytes(*R.buffers()->Get(B)) / 2);
   };
   const size_t Workspace = size_t(MemoryKind::Workspace);
   for (uint32_t I = 0; I < NI; ++I) {

@@ -586,8 +586,7 @@ private:
   /// many products and attentions read only such values. (The kernels
   /// check: a value with more bits raises the not-bf16 fault.)
   void findBf16Values() {
-    Values = bf16Values(P, RP);
-    Bf16.assign(Values.begin(), Values.end());
+    Bf16 = bf16Values(P, RP);
     if (!RP.instrs())
       return;
     for (uint32_t I = 0; I < RP.instrs()->size(); ++I) {
@@ -614,7 +613,7 @@ private:
       const bool Attention = In.op() == op::Attention;
       if (Attention && (!tensorCoreAttention(In) || WmmaAttention))
         continue; // the fp32 and wmma kernels read no copies
-      for (uint32_t X : tensorCoreOperands(In, Values)) {
+      for (uint32_t X : tensorCoreOperands(In, Bf16)) {
         ++Operands;
         Reads += readCopy(X, I) != nullptr;
       }
@@ -1931,8 +1930,7 @@ private:
   size_t SharedOptin = 0; // dynamic shared memory a block may opt in to
   cublasHandle_t Blas = nullptr, BlasBf16 = nullptr;
   /// Per buffer: holds bf16 values (see findBf16Values).
-  std::vector<char> Bf16;
-  std::vector<bool> Values; // the same, as bf16Values gives it
+  std::vector<bool> Bf16;
   /// Per buffer: its bf16 copy in the arena (null: none) and the last
   /// instruction that may read it; the first is the copy's one writer.
   std::vector<uint16_t *> Copy;
