@@ -23,7 +23,9 @@ run, for quick turns on megac's own kernels; `megac-wmma` adds megac with
 its earlier wmma attention kernels, MEGAC_CUDA_ATTENTION=wmma, to compare
 the two attentions side by side; `megac-nocopy` adds megac without its
 bf16 operand copies, MEGAC_CUDA_BF16_COPIES=0, every product packing its
-operands as before them.)
+operands as before them; `megac-fp32` adds megac with its bf16 copies
+but every buffer in fp32, MEGAC_CUDA_BF16_ONLY=0, none kept in bf16
+alone.)
 
 MFU = model FLOPs per step / step time / the measured GEMM ceiling, with
 model FLOPs per token 6 N + 12 L H S (N parameters without the position
@@ -153,6 +155,7 @@ MEGAC_RUNNERS = {
     "megac": {},
     "megac-wmma": {"MEGAC_CUDA_ATTENTION": "wmma"},
     "megac-nocopy": {"MEGAC_CUDA_BF16_COPIES": "0"},
+    "megac-fp32": {"MEGAC_CUDA_BF16_ONLY": "0"},
 }
 
 
@@ -228,7 +231,8 @@ def main():
                         help="which rows to measure (eager, compile, megac, "
                         "megac-wmma: megac with its earlier wmma attention "
                         "kernels, megac-nocopy: megac without its bf16 "
-                        "operand copies); the ceilings are measured always")
+                        "operand copies, megac-fp32: megac with every buffer "
+                        "in fp32); the ceilings are measured always")
     parser.add_argument("--megac-bin", default=os.path.join(
         os.path.dirname(os.path.abspath(__file__)), "..", "build", "bin"))
     args = parser.parse_args()

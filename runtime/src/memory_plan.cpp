@@ -206,6 +206,96 @@ CopyLifetimes bf16CopyLifetimes(const Program &P, const RankProgram &R) {
   return Out;
 }
 
+namespace {
+
+/// Whether \p In writes its output \p Y in bf16 alone when the CUDA
+/// backend gives it no fp32 storage: the rounding writers whose kernels
+/// store the bf16 bits as they round (the copy), or whose product cuBLAS
+/// writes in bf16.
+bool writesBf16Alone(const Program &P, const RankProgram &R, const Instr &In,
+                     const std::vector<bool> &Bf16) {
+  if (!In.outputs() || In.outputs()->size() != 1 || !roundsToBf16(P, In))
+    return false;
+  switch (In.op()) {
+  case op::RoundBf16:
+  case op::Fused:
+  case op::LayerNorm:
+  case op::LayerNormGrad:
+  case op::Embedding:
+    return true;
+  case op::CrossEntropyGrad: // not the vocabulary-parallel one (from stats)
+    return In.inputs() && In.inputs()->size() != 4;
+  case op::Linear: { // cuBLAS's bf16 result: a product of bf16 operands
+    if (!In.inputs() || In.inputs()->size() < 2)
+      return false;
+    for (uint32_t B :
+         {In.inputs()->Get(0), In.inputs()->Get(1), In.outputs()->Get(0)})
+      if (bufferBytes(*R.buffers()->Get(B)) == 0)
+        return false; // the empty products memset their fp32 output
+    return Bf16[In.inputs()->Get(0)] && Bf16[In.inputs()->Get(1)];
+  }
+  default:
+    return false;
+  }
+}
+
+/// Whether \p In reads its input \p K from a bf16 copy when there is one:
+/// the products of bf16 values (their two operands), the generated
+/// kernels and the column sums.
+bool readsBf16(const Instr &In, uint32_t K, const std::vector<bool> &Bf16) {
+  switch (In.op()) {
+  case op::Linear:
+  case op::LinearBias:
+  case op::LinearWeightGrad:
+    return K < 2 && Bf16[In.inputs()->Get(0)] && Bf16[In.inputs()->Get(1)];
+  case op::Fused:
+    return true;
+  case op::SumLeading:
+    return K == 0;
+  default:
+    return false;
+  }
+}
+
+} // namespace
+
+std::vector<bool> bf16OnlyBuffers(const Program &P, const RankProgram &R) {
+  const uint32_t NB = R.buffers() ? R.buffers()->size() : 0;
+  const uint32_t NI = R.instrs() ? R.instrs()->size() : 0;
+  std::vector<bool> Only(NB, false);
+  // A pipeline's micro-batch slots hold fp32 buffers only (for now).
+  if (!NI || (R.segments() && R.segments()->size() > 0))
+    return Only;
+  const std::vector<bool> Bf16 = bf16Values(P, R);
+  std::vector<int> Writers(NB, 0);
+  std::vector<bool> Ok(NB, true);
+  for (uint32_t I = 0; I < NI; ++I) {
+    const Instr &In = *R.instrs()->Get(I);
+    if (In.outputs())
+      for (uint32_t Y : *In.outputs()) {
+        ++Writers[Y];
+        Ok[Y] = Ok[Y] && writesBf16Alone(P, R, In, Bf16);
+      }
+    if (In.inputs())
+      for (uint32_t K = 0; K < In.inputs()->size(); ++K)
+        Ok[In.inputs()->Get(K)] =
+            Ok[In.inputs()->Get(K)] && readsBf16(In, K, Bf16);
+  }
+  // What the host reads or writes stays fp32.
+  if (R.params())
+    for (const Param *Pa : *R.params())
+      Ok[Pa->buffer()] = false;
+  if (R.inputs())
+    for (const Input *In : *R.inputs())
+      Ok[In->buffer()] = false;
+  if (R.outputs())
+    for (const Output *O : *R.outputs())
+      Ok[O->buffer()] = false;
+  for (uint32_t B = 0; B < NB; ++B)
+    Only[B] = Ok[B] && Writers[B] == 1;
+  return Only;
+}
+
 std::string formatBytes(uint64_t Bytes) {
   char Buf[32];
   if (Bytes >= (uint64_t(1) << 30))
@@ -242,7 +332,8 @@ uint32_t pipelineSlots(const Program &P, const RankProgram &R) {
   return Most;
 }
 
-MemoryPlan planMemory(const Program &P, const RankProgram &R, bool Bf16Copies) {
+MemoryPlan planMemory(const Program &P, const RankProgram &R,
+                      Bf16Storage Storage) {
   MemoryPlan M;
   const uint32_t NB = R.buffers() ? R.buffers()->size() : 0;
   const uint32_t NI = R.instrs() ? R.instrs()->size() : 0;
@@ -341,48 +432,65 @@ MemoryPlan planMemory(const Program &P, const RankProgram &R, bool Bf16Copies) {
           R.segments()->Get(SegmentOf[Last[B]])->backward())
         M.savedActivationBytes += bufferBytes(*R.buffers()->Get(B));
   }
-  // Saved activations: written by the forward part, read after it.
+  // Saved activations: written by the forward part, read after it (in
+  // bf16, where kept so).
+  M.bf16Only = Storage == Bf16Storage::Bf16Only ? bf16OnlyBuffers(P, R)
+                                                : std::vector<bool>(NB, false);
   for (uint32_t B = 0; B < NB; ++B)
     if (M.kind[B] == MemoryKind::Activation && First[B] >= 0 &&
         First[B] < FwdEnd && Last[B] >= FwdEnd && FwdEnd < int64_t(NI))
-      M.savedActivationBytes += bufferBytes(*R.buffers()->Get(B));
+      M.savedActivationBytes +=
+          bufferBytes(*R.buffers()->Get(B)) / (M.bf16Only[B] ? 2 : 1);
 
   // Lifetimes; persistent buffers (and those never written) span the run.
   // A pipeline places one micro-batch's buffers apart (PerMicroItems):
-  // the runtime keeps one copy of them per micro-batch in flight.
-  std::vector<Interval> Items, PerMicroItems;
-  std::vector<std::vector<uint32_t>> Starts(NI + 1), Ends(NI + 1);
-  uint64_t Live[4] = {0, 0, 0, 0};
-  for (uint32_t B = 0; B < NB; ++B) {
-    if (M.kind[B] == MemoryKind::Parameter)
-      continue;
-    const uint64_t Size = aligned(bufferBytes(*R.buffers()->Get(B)));
-    std::vector<Interval> &To = M.perMicro[B] ? PerMicroItems : Items;
-    if (Persistent[B] || First[B] < 0) {
-      To.push_back({B, Size, 0, int64_t(NI)});
-      Live[size_t(M.kind[B])] += Size;
-      continue;
-    }
-    const int64_t End = std::max(Last[B], First[B]);
-    To.push_back({B, Size, First[B], End});
-    Starts[First[B]].push_back(B);
-    Ends[End].push_back(B);
-  }
-  // bf16 copies: 2 bytes an element, from their writer to their last
-  // reader, placed as buffers NB + B among the shared ones.
+  // the runtime keeps one copy of them per micro-batch in flight. A buffer
+  // kept in bf16 only is placed as its copy (buffer NB + B), 2 bytes an
+  // element over its whole lifetime.
   auto CopySize = [&](uint32_t B) {
     return aligned(bufferBytes(*R.buffers()->Get(B)) / 2);
   };
   M.copyOffset.assign(NB, -1);
   M.copyFirst.assign(NB, -1);
   M.copyLast.assign(NB, -1);
+  std::vector<Interval> Items, PerMicroItems;
+  std::vector<std::vector<uint32_t>> Starts(NI + 1), Ends(NI + 1);
+  std::vector<uint64_t> Stored(NB, 0); // arena bytes of each buffer
+  uint64_t Live[4] = {0, 0, 0, 0};
+  for (uint32_t B = 0; B < NB; ++B) {
+    if (M.kind[B] == MemoryKind::Parameter)
+      continue;
+    Stored[B] = aligned(bufferBytes(*R.buffers()->Get(B)));
+    std::vector<Interval> &To = M.perMicro[B] ? PerMicroItems : Items;
+    if (Persistent[B] || First[B] < 0) {
+      To.push_back({B, Stored[B], 0, int64_t(NI)});
+      Live[size_t(M.kind[B])] += Stored[B];
+      continue;
+    }
+    const int64_t End = std::max(Last[B], First[B]);
+    if (M.bf16Only[B]) {
+      Stored[B] = CopySize(B);
+      To.push_back({NB + B, Stored[B], First[B], End});
+      M.copyFirst[B] = First[B];
+      M.copyLast[B] = End;
+      ++M.bf16OnlyBuffers;
+      M.bf16OnlyBytes += bufferBytes(*R.buffers()->Get(B)) / 2;
+    } else {
+      To.push_back({B, Stored[B], First[B], End});
+    }
+    Starts[First[B]].push_back(B);
+    Ends[End].push_back(B);
+  }
+  // bf16 copies beside fp32 buffers: 2 bytes an element, from their
+  // writer to their last reader, placed as buffers NB + B among the
+  // shared ones.
   std::vector<std::vector<uint32_t>> CopyStarts(NI + 1), CopyEnds(NI + 1);
-  if (Bf16Copies) {
+  if (Storage != Bf16Storage::Fp32) {
     CopyLifetimes Copies = bf16CopyLifetimes(P, R);
-    M.copyFirst = std::move(Copies.first);
-    M.copyLast = std::move(Copies.last);
     for (uint32_t B = 0; B < NB; ++B)
-      if (M.copyLast[B] >= 0) {
+      if (Copies.last[B] >= 0 && !M.bf16Only[B]) {
+        M.copyFirst[B] = Copies.first[B];
+        M.copyLast[B] = Copies.last[B];
         Items.push_back({NB + B, CopySize(B), M.copyFirst[B], M.copyLast[B]});
         CopyStarts[M.copyFirst[B]].push_back(B);
         CopyEnds[M.copyLast[B]].push_back(B);
@@ -407,13 +515,10 @@ MemoryPlan planMemory(const Program &P, const RankProgram &R, bool Bf16Copies) {
 
   // Live bytes by kind along the run; the peak is where their sum is largest.
   uint64_t PeakSum = 0;
-  auto SizeOf = [&](uint32_t B) {
-    return aligned(bufferBytes(*R.buffers()->Get(B)));
-  };
   const size_t Workspace = size_t(MemoryKind::Workspace);
   for (uint32_t I = 0; I < NI; ++I) {
     for (uint32_t B : Starts[I])
-      Live[size_t(M.kind[B])] += SizeOf(B);
+      Live[size_t(M.kind[B])] += Stored[B];
     for (uint32_t B : CopyStarts[I])
       Live[Workspace] += CopySize(B);
     const uint64_t Sum = Live[1] + Live[2] + Live[3];
@@ -425,7 +530,7 @@ MemoryPlan planMemory(const Program &P, const RankProgram &R, bool Bf16Copies) {
       M.peakInstruction = I;
     }
     for (uint32_t B : Ends[I])
-      Live[size_t(M.kind[B])] -= SizeOf(B);
+      Live[size_t(M.kind[B])] -= Stored[B];
     for (uint32_t B : CopyEnds[I])
       Live[Workspace] -= CopySize(B);
   }

@@ -1,8 +1,8 @@
 //===- MemoryPlanTest.cpp - The arena plan and its bf16 copies ------------===//
 //
-// bf16CopyLifetimes against lifetimes worked out by hand on a small step,
-// and planMemory's placement of buffers and copies: nothing live at the
-// same time shares bytes.
+// bf16CopyLifetimes and bf16OnlyBuffers against lifetimes and choices
+// worked out by hand on a small step, and planMemory's placement of
+// buffers and copies: nothing live at the same time shares bytes.
 //
 //===----------------------------------------------------------------------===//
 
@@ -59,6 +59,53 @@ struct Loaded {
     return *L.program->ranks()->Get(0);
   }
 };
+
+/// Checks that no two of \p Plan's arena items (fp32 buffers and bf16
+/// copies, each over its lifetime) that are live at once share bytes, and
+/// that all lie in the arena; returns how many there are.
+size_t placedWithoutOverlap(const MemoryPlan &Plan,
+                            const megac::plan::RankProgram &R) {
+  struct Item {
+    int64_t Begin, End, First, Last;
+  };
+  std::vector<Item> Items;
+  const uint32_t NB = R.buffers()->size(), NI = R.instrs()->size();
+  std::vector<int64_t> First(NB, -1), LastUse(NB, -1);
+  for (uint32_t I = 0; I < NI; ++I) {
+    const auto *In = R.instrs()->Get(I);
+    for (uint32_t X : *In->inputs())
+      LastUse[X] = I;
+    for (uint32_t Y : *In->outputs()) {
+      if (First[Y] < 0)
+        First[Y] = I;
+      LastUse[Y] = std::max<int64_t>(LastUse[Y], I);
+    }
+  }
+  for (const auto *O : *R.outputs())
+    LastUse[O->buffer()] = NI;
+  for (uint32_t B = 0; B < NB; ++B) {
+    int64_t Elements = 1;
+    for (int64_t D : *R.buffers()->Get(B)->shape())
+      Elements *= D;
+    const int64_t Lo = First[B] < 0 ? 0 : First[B];
+    const int64_t Hi = First[B] < 0 ? NI : LastUse[B];
+    if (Plan.offset[B] >= 0) // else a parameter, or kept in bf16 alone
+      Items.push_back({Plan.offset[B], Plan.offset[B] + 4 * Elements, Lo, Hi});
+    if (Plan.copyOffset[B] >= 0)
+      Items.push_back({Plan.copyOffset[B], Plan.copyOffset[B] + 2 * Elements,
+                       Plan.copyFirst[B], Plan.copyLast[B]});
+  }
+  for (size_t A = 0; A < Items.size(); ++A)
+    for (size_t B = A + 1; B < Items.size(); ++B) {
+      const Item &X = Items[A], &Y = Items[B];
+      const bool SameTime = X.First <= Y.Last && Y.First <= X.Last;
+      const bool SameBytes = X.Begin < Y.End && Y.Begin < X.End;
+      EXPECT_FALSE(SameTime && SameBytes) << "items " << A << " and " << B;
+    }
+  for (const Item &It : Items)
+    EXPECT_LE(uint64_t(It.End), Plan.arenaBytes);
+  return Items.size();
+}
 
 TEST(MemoryPlan, Bf16ValuesAreTheRoundedOnes) {
   Step S;
@@ -120,7 +167,7 @@ TEST(MemoryPlan, CopiesTakeBytesNothingLiveUses) {
   Loaded L(S.P);
   const MemoryPlan Without = planMemory(*L.L.program, L.rank());
   const MemoryPlan With =
-      planMemory(*L.L.program, L.rank(), /*Bf16Copies=*/true);
+      planMemory(*L.L.program, L.rank(), Bf16Storage::Copies);
   for (int64_t Off : Without.copyOffset)
     EXPECT_EQ(Off, -1);
   EXPECT_EQ(Without.copyBytes, 0u);
@@ -132,50 +179,56 @@ TEST(MemoryPlan, CopiesTakeBytesNothingLiveUses) {
   EXPECT_EQ(With.copyFirst, Copies.first);
   EXPECT_EQ(With.copyLast, Copies.last);
 
-  // Every arena buffer and copy as (bytes, lifetime); no two that are
-  // live at once may overlap in the arena.
-  struct Item {
-    int64_t Begin, End, First, Last;
-  };
-  const auto &R = L.rank();
-  std::vector<Item> Items;
-  const uint32_t NB = R.buffers()->size(), NI = R.instrs()->size();
-  std::vector<int64_t> First(NB, -1), LastUse(NB, -1);
-  for (uint32_t I = 0; I < NI; ++I) {
-    const auto *In = R.instrs()->Get(I);
-    for (uint32_t X : *In->inputs())
-      LastUse[X] = I;
-    for (uint32_t Y : *In->outputs()) {
-      if (First[Y] < 0)
-        First[Y] = I;
-      LastUse[Y] = std::max<int64_t>(LastUse[Y], I);
-    }
-  }
-  for (const auto *O : *R.outputs())
-    LastUse[O->buffer()] = NI;
-  for (uint32_t B = 0; B < NB; ++B) {
-    if (With.offset[B] < 0)
-      continue; // a parameter
-    int64_t Elements = 1;
-    for (int64_t D : *R.buffers()->Get(B)->shape())
-      Elements *= D;
-    const int64_t Lo = First[B] < 0 ? 0 : First[B];
-    const int64_t Hi = First[B] < 0 ? NI : LastUse[B];
-    Items.push_back({With.offset[B], With.offset[B] + 4 * Elements, Lo, Hi});
-    if (With.copyOffset[B] >= 0)
-      Items.push_back({With.copyOffset[B], With.copyOffset[B] + 2 * Elements,
-                       With.copyFirst[B], With.copyLast[B]});
-  }
-  EXPECT_EQ(Items.size(), size_t(NB - 2 + 3)); // all but the parameters
-  for (size_t A = 0; A < Items.size(); ++A)
-    for (size_t B = A + 1; B < Items.size(); ++B) {
-      const Item &X = Items[A], &Y = Items[B];
-      const bool SameTime = X.First <= Y.Last && Y.First <= X.Last;
-      const bool SameBytes = X.Begin < Y.End && Y.Begin < X.End;
-      EXPECT_FALSE(SameTime && SameBytes) << "items " << A << " and " << B;
-    }
-  for (const Item &It : Items)
-    EXPECT_LE(uint64_t(It.End), With.arenaBytes);
+  // The 9 buffers that are not parameters, and 3 copies.
+  EXPECT_EQ(placedWithoutOverlap(With, L.rank()), size_t(9 + 3));
+}
+
+TEST(MemoryPlan, Bf16OnlyBuffersAreThoseEveryReaderReadsAsBf16) {
+  Step S;
+  Loaded L(S.P);
+  const std::vector<bool> Only = bf16OnlyBuffers(*L.L.program, L.rank());
+  // The rounded weight (read by the product alone) and the rounded
+  // embedding (by the product and the weight gradient): products of bf16
+  // values. The rounded output gradient is also read by a plain add.
+  for (uint32_t B = 0; B < Only.size(); ++B)
+    EXPECT_EQ(Only[B], B == S.Wr || B == S.Er) << "buffer " << B;
+
+  const MemoryPlan Plan =
+      planMemory(*L.L.program, L.rank(), Bf16Storage::Bf16Only);
+  EXPECT_EQ(Plan.bf16Only, Only);
+  EXPECT_EQ(Plan.bf16OnlyBuffers, 2u);
+  EXPECT_EQ(Plan.bf16OnlyBytes, 2u * (32 + 24));
+  // No fp32 storage; the copy lives as long as the buffer: the saved
+  // embedding from its writer (2) to the backward's weight gradient (6).
+  EXPECT_EQ(Plan.offset[S.Wr], -1);
+  EXPECT_EQ(Plan.offset[S.Er], -1);
+  EXPECT_EQ(Plan.copyFirst[S.Wr], 0);
+  EXPECT_EQ(Plan.copyLast[S.Wr], 3);
+  EXPECT_EQ(Plan.copyFirst[S.Er], 2);
+  EXPECT_EQ(Plan.copyLast[S.Er], 6);
+  // The output gradient keeps its fp32 buffer and its copy.
+  EXPECT_GE(Plan.offset[S.Dyr], 0);
+  EXPECT_EQ(Plan.copyFirst[S.Dyr], 5);
+  EXPECT_EQ(Plan.copyLast[S.Dyr], 6);
+  // The saved embedding is kept for the backward pass in bf16: 48 bytes.
+  const MemoryPlan Fp32 = planMemory(*L.L.program, L.rank());
+  EXPECT_EQ(Fp32.savedActivationBytes - Plan.savedActivationBytes, 48u);
+  // 2 fp32 buffers fewer than with copies alone.
+  EXPECT_EQ(placedWithoutOverlap(Plan, L.rank()), size_t(9 - 2 + 3));
+}
+
+TEST(MemoryPlan, PipelineRanksKeepFp32Buffers) {
+  Step S;
+  RankDesc &R = S.P.ranks[0];
+  R.segments = {{0, 4, 0, false}, {4, 8, 0, true}};
+  R.schedule = {{0, 0}, {1, 0}};
+  R.accumulateEnd = 8;
+  const std::vector<uint8_t> Bytes = serializeProgram(S.P);
+  const auto *P = flatbuffers::GetRoot<megac::plan::Program>(Bytes.data());
+  const std::vector<bool> Only = bf16OnlyBuffers(*P, *P->ranks()->Get(0));
+  EXPECT_EQ(Only.size(), P->ranks()->Get(0)->buffers()->size());
+  for (bool O : Only)
+    EXPECT_FALSE(O);
 }
 
 } // namespace

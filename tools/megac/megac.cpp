@@ -112,8 +112,12 @@ mlir::LogicalResult checkMemory(const megac::plan::Program &program,
   // grid) have the same plan: compute it once per distinct program.
   std::map<std::vector<int64_t>, megac_rt::MemoryPlan> planned;
   // A CUDA plan runs where the backend keeps bf16 copies of its rounded
-  // operands; the report counts them as the backend allocates them.
-  const bool bf16Copies = program.target() && program.target()->str() == "cuda";
+  // operands, and some rounded tensors in bf16 alone; the report counts
+  // them as the backend allocates them by default.
+  const megac_rt::Bf16Storage storage =
+      program.target() && program.target()->str() == "cuda"
+          ? megac_rt::Bf16Storage::Bf16Only
+          : megac_rt::Bf16Storage::Fp32;
   for (uint32_t r = 0; r < program.ranks()->size(); ++r) {
     const auto &rp = *program.ranks()->Get(r);
     std::vector<int64_t> key = {rp.forward_end(), rp.accumulate_end()};
@@ -149,7 +153,7 @@ mlir::LogicalResult checkMemory(const megac::plan::Program &program,
     if (found == planned.end())
       found = planned
                   .emplace(std::move(key),
-                           megac_rt::planMemory(program, rp, bf16Copies))
+                           megac_rt::planMemory(program, rp, storage))
                   .first;
     const megac_rt::MemoryPlan &plan = found->second;
     if (report)
@@ -157,7 +161,7 @@ mlir::LogicalResult checkMemory(const megac::plan::Program &program,
           "megac: memory of rank {0}: {1} = parameters {2} + optimizer state "
           "{3} + arena {4} (at its peak, instruction {5}: gradients {6}, "
           "activations {7}, workspace {8}; {11} without reuse); activations "
-          "kept for the backward pass {9} ({10} B){12}{13}\n",
+          "kept for the backward pass {9} ({10} B){12}{13}{14}\n",
           r, formatBytes(plan.totalBytes()), formatBytes(plan.parameterBytes),
           formatBytes(plan.optimizerBytes), formatBytes(plan.arenaBytes),
           plan.peakInstruction, formatBytes(plan.peakGradientBytes),
@@ -174,6 +178,14 @@ mlir::LogicalResult checkMemory(const megac::plan::Program &program,
           plan.copyBytes
               ? llvm::formatv("; bf16 operand copies {0} without reuse",
                               formatBytes(plan.copyBytes))
+                    .str()
+              : std::string(),
+          plan.bf16OnlyBuffers
+              ? llvm::formatv("; {0} buffers kept in bf16 alone ({1}, "
+                              "not {2} in fp32)",
+                              plan.bf16OnlyBuffers,
+                              formatBytes(plan.bf16OnlyBytes),
+                              formatBytes(2 * plan.bf16OnlyBytes))
                     .str()
               : std::string());
     if (r == 0 || plan.totalBytes() > worst.totalBytes()) {

@@ -972,16 +972,26 @@ std::string cudaKernelSource(
   s += "  return t" + std::to_string(steps.size() - 1) + ";\n}\n";
   // A kernel that ends in a rounding also writes the bf16 bits of its
   // output to y16 when the backend asks (y16 not null): the copy that
-  // products read instead of packing y again.
+  // products read instead of packing y again. The backend may keep such
+  // an output in bf16 only (y null). Input k comes as fp32 (xk) or, where
+  // the backend has its bf16 copy, as those bits (hk not null).
   const bool rounds = !steps.empty() && steps.back().first == "round_bf16";
   s += "struct alignas(16) " + name + "_f4 { float v[4]; };\n";
   s += "struct alignas(8) " + name + "_b4 { unsigned short v[4]; };\n";
+  s += "static __device__ __forceinline__ " + name + "_f4 " + name +
+       "_load4(const float *x, const unsigned short *h, long long i) {\n"
+       "  if (!h)\n    return *(const " +
+       name + "_f4 *)(x + i);\n  const " + name + "_b4 b = *(const " + name +
+       "_b4 *)(h + i);\n  " + name +
+       "_f4 out;\n  for (int j = 0; j < 4; ++j)\n"
+       "    out.v[j] = megac_bf16_value(b.v[j]);\n  return out;\n}\n";
   s += "extern \"C\" __global__ void " + name +
        "(float *__restrict__ y, unsigned short *__restrict__ y16" +
-       list("x", "const float *__restrict__ ", true) + ", long long n" +
-       list("p", "long long ", true) + ") {\n";
+       list("x", "const float *__restrict__ ", true) +
+       list("h", "const unsigned short *__restrict__ ", true) +
+       ", long long n" + list("p", "long long ", true) + ") {\n";
   s += "  // Input k is read at i % pk: its size, or a row it repeats. Four\n"
-       "  // elements at a time where every pointer is 16-byte aligned and\n"
+       "  // elements at a time where every pointer is aligned for it and\n"
        "  // every period a multiple of 4; the rest one at a time.\n"
        "  const long long stride = (long long)gridDim.x * blockDim.x;\n"
        "  const long long first = blockIdx.x * (long long)blockDim.x + "
@@ -990,16 +1000,17 @@ std::string cudaKernelSource(
        "                    (unsigned long long)y16 % 8 == 0";
   for (unsigned k = 0; k < inputs; ++k) {
     std::string K = std::to_string(k);
-    s += " &&\n                    p" + K +
-         " % 4 == 0 && (unsigned long long)x" + K + " % 16 == 0";
+    s += " &&\n                    p" + K + " % 4 == 0 && (h" + K +
+         " ? (unsigned long long)h" + K + " % 8 == 0 : (unsigned long long)x" +
+         K + " % 16 == 0)";
   }
   s += ";\n  const long long groups = wide ? n / 4 : 0;\n";
   s += "  for (long long g = first; g < groups; g += stride) {\n"
        "    const long long i = 4 * g;\n";
   for (unsigned k = 0; k < inputs; ++k) {
     std::string K = std::to_string(k);
-    s += "    const " + name + "_f4 a" + K + " = *(const " + name + "_f4 *)(x" +
-         K + " + (p" + K + " == n ? i : i % p" + K + "));\n";
+    s += "    const " + name + "_f4 a" + K + " = " + name + "_load4(x" + K +
+         ", h" + K + ", p" + K + " == n ? i : i % p" + K + ");\n";
   }
   s += "    " + name + "_f4 out;\n";
   if (rounds)
@@ -1012,7 +1023,7 @@ std::string cudaKernelSource(
   if (rounds)
     s += "      bits.v[j] = (unsigned short)(__float_as_uint(out.v[j]) >> "
          "16);\n";
-  s += "    }\n    *(" + name + "_f4 *)(y + i) = out;\n";
+  s += "    }\n    if (y)\n      *(" + name + "_f4 *)(y + i) = out;\n";
   if (rounds)
     s += "    if (y16)\n      *(" + name + "_b4 *)(y16 + i) = bits;\n";
   s += "  }\n  for (long long i = 4 * groups + first; i < n; i += stride) {\n"
@@ -1020,9 +1031,11 @@ std::string cudaKernelSource(
        name + "_chain(";
   for (unsigned k = 0; k < inputs; ++k) {
     std::string K = std::to_string(k);
-    s += (k ? ", x" : "x") + K + "[p" + K + " == n ? i : i % p" + K + "]";
+    std::string at = "[p" + K + " == n ? i : i % p" + K + "]";
+    s += (k ? ", " : "") +
+         ("h" + K + " ? megac_bf16_value(h" + K + at + ") : x" + K + at);
   }
-  s += ");\n    y[i] = t;\n";
+  s += ");\n    if (y)\n      y[i] = t;\n";
   if (rounds)
     s += "    if (y16)\n      y16[i] = (unsigned short)(__float_as_uint(t) "
          ">> 16);\n";

@@ -56,18 +56,30 @@ struct MemoryPlan {
   /// bytes count as workspace in the peak.
   std::vector<int64_t> copyOffset, copyFirst, copyLast;
   uint64_t copyBytes = 0; // what the copies would take without reuse
+  /// Per buffer: kept in bf16 only (Bf16Storage::Bf16Only): no fp32
+  /// storage (offset -1), its copy is the buffer. How many, and their
+  /// bf16 bytes (half what fp32 storage of them would take).
+  std::vector<bool> bf16Only;
+  uint32_t bf16OnlyBuffers = 0;
+  uint64_t bf16OnlyBytes = 0;
   /// Whole-rank peak: parameters + optimizer state + arena.
   uint64_t totalBytes() const {
     return parameterBytes + optimizerBytes + arenaBytes;
   }
 };
 
+/// How a backend keeps the tensors a bf16 plan rounds.
+enum class Bf16Storage {
+  Fp32,   // in fp32 alone (the CPU backend)
+  Copies, // in fp32, with bf16 copies for the tensor cores (bf16CopyLifetimes)
+  Bf16Only, // the same, but those every reader of which takes bf16 in bf16
+            // alone (bf16OnlyBuffers): the CUDA backend's default
+};
+
 /// Plans rank program \p R of \p P. Buffers are aligned to 64 bytes.
-/// \p Bf16Copies: also place the bf16 copies the CUDA backend keeps of
-/// rounded tensors (bf16CopyLifetimes).
 MemoryPlan planMemory(const megac::plan::Program &P,
                       const megac::plan::RankProgram &R,
-                      bool Bf16Copies = false);
+                      Bf16Storage Storage = Bf16Storage::Fp32);
 
 /// Whether \p In rounds its output to bf16: a round_bf16, an op rounding
 /// its output as it writes it (Instr.round_bf16), or a fused kernel whose
@@ -104,6 +116,18 @@ struct CopyLifetimes {
 };
 CopyLifetimes bf16CopyLifetimes(const megac::plan::Program &P,
                                 const megac::plan::RankProgram &R);
+
+/// The buffers the CUDA backend keeps in bf16 alone, with no fp32 storage:
+/// rounded tensors with one writer, whose kernel can store just the bf16
+/// bits (round_bf16, a generated kernel ending in a rounding, a product of
+/// bf16 values, and LayerNorm, its gradient, the cross-entropy gradient and
+/// the embedding where they round), and whose every reader reads bf16
+/// (products of bf16 values, generated kernels, column sums). Parameters,
+/// inputs and outputs stay fp32, and so does everything of a pipeline
+/// rank (its micro-batch slots hold fp32 buffers). Saved activations
+/// qualify: a copy lives as long as its buffer would.
+std::vector<bool> bf16OnlyBuffers(const megac::plan::Program &P,
+                                  const megac::plan::RankProgram &R);
 
 /// Micro-batches a pipeline rank holds at once under its schedule (from
 /// its first task on a micro-batch to its last); 1 without a pipeline.

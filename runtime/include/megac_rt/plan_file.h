@@ -32,7 +32,10 @@ namespace megac_rt {
 /// RankProgram.segments / schedule and Program.pipeline_stages.
 /// Version 7 changed the generated kernels' parameters: (y, y16, x0..,
 /// n, p0..), y16 taking the bf16 bits of a rounded output (or null).
-constexpr uint32_t kPlanFormatVersion = 7;
+/// Version 8 added the bf16 inputs: (y, y16, x0.., h0.., n, p0..), hk
+/// the bf16 bits of input k (or null: read xk), y null for an output kept
+/// in bf16 alone.
+constexpr uint32_t kPlanFormatVersion = 8;
 
 /// CRC-32 (IEEE 802.3, reflected, as zlib computes it).
 uint32_t crc32(const uint8_t *data, size_t size);

@@ -151,13 +151,15 @@ struct OutputStore {
       if (Bits)
         Bits[I] = uint16_t(__float_as_uint(V) >> 16);
     }
-    Y[I] = V;
+    if (Y) // null: the output is kept in bf16 alone
+      Y[I] = V;
   }
 };
 
 /// Y = round_bf16(X) and, unless \p Bits is null, Bits = the bf16 bits of
 /// Y (its upper halves, exactly): the copy products read instead of
-/// packing Y again. Launch with wideBlocks(N).
+/// packing Y again. Y is null where the bits are all that is kept of it.
+/// Launch with wideBlocks(N).
 __global__ void roundBf16Kernel(const float *X, int64_t N, float *Y,
                                 uint16_t *Bits) {
   if (!Bits) {
@@ -177,12 +179,14 @@ __global__ void roundBf16Kernel(const float *X, int64_t N, float *Y,
       Out.V[K] = megac_round_bf16(In.V[K]);
       B.V[K] = uint16_t(__float_as_uint(Out.V[K]) >> 16);
     }
-    reinterpret_cast<Vec4<float> *>(Y)[G] = Out;
+    if (Y)
+      reinterpret_cast<Vec4<float> *>(Y)[G] = Out;
     reinterpret_cast<Vec4<uint16_t> *>(Bits)[G] = B;
   }
   MEGAC_GRID_LOOP(I, N - 4 * Groups) {
     const float V = megac_round_bf16(X[4 * Groups + I]);
-    Y[4 * Groups + I] = V;
+    if (Y)
+      Y[4 * Groups + I] = V;
     Bits[4 * Groups + I] = uint16_t(__float_as_uint(V) >> 16);
   }
 }
@@ -593,33 +597,40 @@ crossEntropyGradFromStatsKernel(const float *L, int64_t Rows, int64_t V,
 
 //===-- Reductions over rows ------------------------------------------===//
 
+/// An element of X as fp32: X's own, or the value of bf16 bits.
+__device__ __forceinline__ float valueOf(float X) { return X; }
+__device__ __forceinline__ float valueOf(uint16_t Bits) {
+  return megac_bf16_value(Bits);
+}
+
 /// Pass 1 of y[j] (+)= sum over i of x[i, j]: chunk c of RowsPer rows
 /// summed (in double) into Parts[c, j]; threads run along j (coalesced).
-__global__ void sumLeadingPartsKernel(const float *X, int64_t Outer,
-                                      int64_t Inner, int64_t RowsPer,
-                                      int64_t Chunks, double *Parts) {
+/// X is fp32, or the bf16 copy of a tensor of bf16 values (T = uint16_t:
+/// half the bytes, the same sums).
+template <class T>
+__global__ void sumLeadingPartsKernel(const T *X, int64_t Outer, int64_t Inner,
+                                      int64_t RowsPer, int64_t Chunks,
+                                      double *Parts) {
   // Four columns a thread where rows split into aligned groups of four;
   // each column sums its rows in the same order either way.
   const int Width =
-      Inner % 4 == 0 &&
-              reinterpret_cast<uintptr_t>(X) % sizeof(Vec4<float>) == 0
+      Inner % 4 == 0 && reinterpret_cast<uintptr_t>(X) % sizeof(Vec4<T>) == 0
           ? 4
           : 1;
   const int64_t Groups = Inner / Width;
-  MEGAC_GRID_LOOP(T, Chunks * Groups) {
-    const int64_t C = T / Groups, J = (T % Groups) * Width;
+  MEGAC_GRID_LOOP(G, Chunks * Groups) {
+    const int64_t C = G / Groups, J = (G % Groups) * Width;
     const int64_t End = (C + 1) * RowsPer < Outer ? (C + 1) * RowsPer : Outer;
     double S[4] = {0, 0, 0, 0};
     if (Width == 4)
       for (int64_t I = C * RowsPer; I < End; ++I) {
-        const Vec4<float> V =
-            *reinterpret_cast<const Vec4<float> *>(X + I * Inner + J);
+        const Vec4<T> V = *reinterpret_cast<const Vec4<T> *>(X + I * Inner + J);
         for (int K = 0; K < 4; ++K)
-          S[K] += V.V[K];
+          S[K] += valueOf(V.V[K]);
       }
     else
       for (int64_t I = C * RowsPer; I < End; ++I)
-        S[0] += X[I * Inner + J];
+        S[0] += valueOf(X[I * Inner + J]);
     for (int K = 0; K < Width; ++K)
       Parts[C * Inner + J + K] = S[K];
   }

@@ -72,10 +72,13 @@ bool wmmaAttentionAsked() {
 /// The bf16 copies of an attention's q, k and v (null: none).
 using QkvCopies = std::array<const uint16_t *, 3>;
 
-/// MEGAC_CUDA_BF16_COPIES=0 turns the bf16 operand copies off.
+/// MEGAC_CUDA_BF16_COPIES=0 turns the bf16 operand copies off (and the
+/// buffers kept in bf16 alone with them).
 bool bf16CopiesAsked() {
   return knob("MEGAC_CUDA_BF16_COPIES", {"1", "0"}) == "1";
 }
+/// MEGAC_CUDA_BF16_ONLY=0 keeps every buffer in fp32 (beside its copy).
+bool bf16OnlyAsked() { return knob("MEGAC_CUDA_BF16_ONLY", {"1", "0"}) == "1"; }
 
 void check(cublasStatus_t S, const char *What) {
   if (S != CUBLAS_STATUS_SUCCESS)
@@ -166,7 +169,12 @@ public:
     check(cublasSetWorkspace(Blas, Ws, BlasBytes), "cublasSetWorkspace");
     check(cublasSetWorkspace(BlasBf16, Ws, BlasBytes), "cublasSetWorkspace");
     findBf16Values();
-    const MemoryPlan Plan = planMemory(P, RP, /*Bf16Copies=*/true);
+    // With the copies off their memory stays planned (as before them).
+    const MemoryPlan Plan =
+        planMemory(P, RP,
+                   CopiesOn && bf16OnlyAsked() ? Bf16Storage::Bf16Only
+                                               : Bf16Storage::Copies);
+    Bf16Only = Plan.bf16Only;
     Arena = allocate(std::max<uint64_t>(Plan.arenaBytes, 64), "arena");
     const uint32_t N = RP.buffers() ? RP.buffers()->size() : 0;
     Ptr.assign(N, nullptr);
@@ -180,6 +188,8 @@ public:
       for (int64_t D : *RP.buffers()->Get(B)->shape())
         Count *= size_t(D);
       Bytes[B] = Count * 4;
+      if (Bf16Only[B])
+        continue; // its copy, below, is all there is of it
       if (Plan.offset[B] >= 0 && Plan.perMicro[B]) {
         PerMicro.push_back(B);
         for (uint32_t Sl = 0; Sl < Plan.slots; ++Sl)
@@ -327,9 +337,11 @@ public:
     const auto [Reads, Operands] = copyReads();
     if (!Operands)
       return "";
+    const auto Alone = std::count(Bf16Only.begin(), Bf16Only.end(), true);
     return std::to_string(Reads) + " of " + std::to_string(Operands) +
            " tensor-core operands from bf16 copies their writers made" +
-           (CopiesOn ? "" : " (MEGAC_CUDA_BF16_COPIES=0)") + "; ";
+           (CopiesOn ? "" : " (MEGAC_CUDA_BF16_COPIES=0)") + "; " +
+           std::to_string(Alone) + " buffers kept in bf16 alone; ";
   }
 
   /// The device memory taken at the start, as `megac compile
@@ -936,10 +948,12 @@ private:
     const Kernel &Kn = *P.kernels()->Get(Index);
 #ifdef MEGAC_CUDA_EMULATION
     // The host runs the kernel's CUDA source, not its cubins. Fused
-    // kernels take (y, y16, x0..xn-1, n, p0..pn-1).
+    // kernels take (y, y16, x0..xn-1, h0..hn-1, n, p0..pn-1).
     std::vector<std::string> Types = {"float *", "unsigned short *"};
     for (unsigned K = 0; K < Kn.inputs(); ++K)
       Types.push_back("const float *");
+    for (unsigned K = 0; K < Kn.inputs(); ++K)
+      Types.push_back("const unsigned short *");
     Types.push_back("long long");
     for (unsigned K = 0; K < Kn.inputs(); ++K)
       Types.push_back("long long");
@@ -976,20 +990,25 @@ private:
     return Functions[Index];
   }
 
-  /// A generated kernel over \p Y's elements; one that rounds also writes
-  /// the bf16 copy \p Copy of Y (when not null).
-  void launchFused(const Instr &In, uint32_t Y, uint16_t *Copy) {
+  /// Generated kernel \p Idx over \p Y's elements; one that rounds also
+  /// writes the bf16 copy of Y (when it has one; Y itself may have no fp32
+  /// storage). Inputs with a bf16 copy that \p Idx may read are read from
+  /// it: half the bytes.
+  void launchFused(uint32_t Idx, const Instr &In, uint32_t Y) {
     CUfunction Fn = kernel(uint32_t(In.ints()->Get(0)));
     const unsigned NIn = In.inputs()->size();
-    std::vector<void *> Ptrs(NIn);
+    std::vector<const void *> Ptrs(2 * NIn);
     std::vector<long long> Periods(NIn);
     long long NN = numel(Y);
-    void *Out = Ptr[Y], *Out16 = Copy;
+    void *Out = Ptr[Y], *Out16 = writeCopy(Y, Idx);
     std::vector<void *> Args = {&Out, &Out16};
     for (unsigned K = 0; K < NIn; ++K) {
-      Ptrs[K] = Ptr[In.inputs()->Get(K)];
-      Args.push_back(&Ptrs[K]);
+      const uint32_t X = In.inputs()->Get(K);
+      Ptrs[NIn + K] = readCopy(X, Idx);
+      Ptrs[K] = Ptrs[NIn + K] ? nullptr : Ptr[X];
     }
+    for (const void *&Q : Ptrs)
+      Args.push_back(&Q);
     Args.push_back(&NN);
     for (unsigned K = 0; K < NIn; ++K) {
       Periods[K] = std::max<long long>(1, numel(In.inputs()->Get(K)));
@@ -1068,8 +1087,9 @@ private:
       gemm(f(X(0)), N ? NY / N : 0, K, f(X(1)), N, T, f(Y), bf16Operands(In),
            CopyX, CopyW, Y16);
       if (Y16) {
-        launchOn(Compute, widenBf16Kernel, wideBlocks(NY), kThreads, 0,
-                 static_cast<const uint16_t *>(Y16), NY, f(Y));
+        if (!Bf16Only[Y]) // else the bf16 result is all of y
+          launchOn(Compute, widenBf16Kernel, wideBlocks(NY), kThreads, 0,
+                   static_cast<const uint16_t *>(Y16), NY, f(Y));
         RoundedAsWritten = true;
       }
       if (In.op() == op::LinearBias) {
@@ -1319,9 +1339,15 @@ private:
           std::max<int64_t>(1, (Outer + RowsPer - 1) / RowsPer);
       double *Parts =
           static_cast<double *>(scratch(size_t(Chunks * NY) * sizeof(double)));
-      launchOn(Compute, sumLeadingPartsKernel,
-               NY % 4 == 0 ? wideBlocks(Chunks * NY) : blocksFor(Chunks * NY),
-               kThreads, 0, f(X(0)), Outer, NY, RowsPer, Chunks, Parts);
+      const unsigned Blocks =
+          NY % 4 == 0 ? wideBlocks(Chunks * NY) : blocksFor(Chunks * NY);
+      if (const uint16_t *X16 = readCopy(X(0), Idx)) // half the bytes
+        launchOn(Compute, sumLeadingPartsKernel<uint16_t>, Blocks, kThreads, 0,
+                 X16, Outer, NY, RowsPer, Chunks, Parts);
+      else
+        launchOn(Compute, sumLeadingPartsKernel<float>, Blocks, kThreads, 0,
+                 static_cast<const float *>(f(X(0))), Outer, NY, RowsPer,
+                 Chunks, Parts);
       launchOn(Compute, sumLeadingTotalKernel, blocksFor(NY), kThreads, 0,
                static_cast<const double *>(Parts), Chunks, NY, f(Y), int(Add));
       return;
@@ -1374,7 +1400,7 @@ private:
       return;
     }
     case op::Fused:
-      launchFused(In, Y, writeCopy(Y, Idx));
+      launchFused(Idx, In, Y);
       return;
 
     case op::AllReduce:
@@ -1416,6 +1442,10 @@ private:
   };
 
   Range rangeOf(uint32_t B) const {
+    if (Bf16Only[B]) {
+      const char *P0 = reinterpret_cast<const char *>(Copy[B]);
+      return {P0, P0 + Bytes[B] / 2};
+    }
     const char *P0 = static_cast<const char *>(Ptr[B]);
     return {P0, P0 + Bytes[B]};
   }
@@ -1938,6 +1968,9 @@ private:
   /// MEGAC_CUDA_BF16_COPIES=0: writers make no copies and readers pack, as
   /// before the copies (their memory stays planned), to compare the two.
   const bool CopiesOn = bf16CopiesAsked();
+  /// Per buffer: kept in bf16 alone (MemoryPlan::bf16Only): no fp32
+  /// storage (Ptr null), its copy is the buffer.
+  std::vector<bool> Bf16Only;
   unsigned Products = 0, Bf16Products = 0, Attentions = 0, Bf16Attentions = 0;
   GrowingBuffer Scratch, BlasWorkspace;
   cublasLtHandle_t Lt = nullptr;

@@ -18,6 +18,10 @@ __device__ __forceinline__ float megac_gelu_grad(float x, float dy) {
       0.5 * (1.0 + t) + 0.5 * v * (1.0 - t * t) * c * (1.0 + 3.0 * a * v * v);
   return (float)((double)dy * d);
 }
+/// The value of bf16 bits (fp32's upper half).
+__device__ __forceinline__ float megac_bf16_value(unsigned short bits) {
+  return __uint_as_float((unsigned)bits << 16);
+}
 __device__ __forceinline__ float megac_round_bf16(float x) {
   unsigned u = __float_as_uint(x);
   if ((u & 0x7f800000u) == 0x7f800000u) {
