@@ -105,6 +105,24 @@ struct FuseElementwisePass
           if (samePlace(&op, gelu))
             mark(gelu, group);
       }
+      // A rounding whose operand's only reader it is, made by an op that
+      // can round as it writes: one instruction, the op with its result
+      // rounded. Before the chains: a product rounded by cuBLAS into bf16
+      // hands the bias add's kernel 2 bytes an element to read, where a
+      // chain starting with the rounding would read the fp32 product.
+      for (Operation &op : body) {
+        auto round = dyn_cast<RoundBf16Op>(op);
+        if (!round || op.hasAttr(MegacDialect::kFusionAttrName))
+          continue;
+        Operation *def = round.getInput().getDefiningOp();
+        if (!def || def->getNumResults() != 1 || !roundsAsItWrites(def) ||
+            def->hasAttr(MegacDialect::kFusionAttrName) ||
+            !round.getInput().hasOneUse() || !samePlace(def, &op))
+          continue;
+        std::string group = "r" + std::to_string(roundings++);
+        mark(def, group);
+        mark(&op, group);
+      }
       // Elementwise chains: an op joins the chain of an operand whose only
       // reader it is.
       llvm::DenseMap<Operation *, int64_t> chainOf;
@@ -147,22 +165,6 @@ struct FuseElementwisePass
         std::string &group = name[it->second];
         if (group.empty())
           group = "e" + std::to_string(chains++);
-        mark(&op, group);
-      }
-      // Roundings left alone whose operand's only reader they are, made by
-      // an op that can round as it writes: one instruction, the op with
-      // its result rounded.
-      for (Operation &op : body) {
-        auto round = dyn_cast<RoundBf16Op>(op);
-        if (!round || op.hasAttr(MegacDialect::kFusionAttrName))
-          continue;
-        Operation *def = round.getInput().getDefiningOp();
-        if (!def || def->getNumResults() != 1 || !roundsAsItWrites(def) ||
-            def->hasAttr(MegacDialect::kFusionAttrName) ||
-            !round.getInput().hasOneUse() || !samePlace(def, &op))
-          continue;
-        std::string group = "r" + std::to_string(roundings++);
-        mark(def, group);
         mark(&op, group);
       }
     }

@@ -198,3 +198,21 @@ func.func @roundings(%x: tensor<2x8x16xf32>, %g: tensor<16xf32>, %b: tensor<16xf
   %sr = megac.round_bf16 %s : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
   return %yr, %ar, %pr, %sr : tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>
 }
+
+// Tests a product's rounding that a bias add reads: it joins the product
+// (cuBLAS writes the rounded product in bf16), not the chain of the add,
+// which would then read the product in fp32.
+// CHECK-LABEL: func.func @product_rounding_before_its_bias
+// CHECK: megac.linear {{.*}}megac.fusion = "[[R:r[0-9]+]]"
+// CHECK-NEXT: megac.round_bf16 {{.*}}megac.fusion = "[[R]]"
+// CHECK-NEXT: megac.add {{.*}}megac.fusion = "[[E:e[0-9]+]]"
+// CHECK-NEXT: megac.round_bf16 {{.*}}megac.fusion = "[[E]]"
+// CHECK-NEXT: return
+func.func @product_rounding_before_its_bias(%x: tensor<2x8x16xf32>, %w: tensor<16x16xf32>,
+                                            %b: tensor<16xf32>) -> tensor<2x8x16xf32> {
+  %p = megac.linear %x, %w : (tensor<2x8x16xf32>, tensor<16x16xf32>) -> tensor<2x8x16xf32>
+  %pr = megac.round_bf16 %p : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %s = megac.add %pr, %b : (tensor<2x8x16xf32>, tensor<16xf32>) -> tensor<2x8x16xf32>
+  %sr = megac.round_bf16 %s : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  return %sr : tensor<2x8x16xf32>
+}
