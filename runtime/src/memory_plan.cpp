@@ -213,10 +213,14 @@ namespace {
 /// store the bf16 bits as they round (the copy), or whose product cuBLAS
 /// writes in bf16.
 bool writesBf16Alone(const Program &P, const RankProgram &R, const Instr &In,
-                     const std::vector<bool> &Bf16) {
+                     const std::vector<bool> &Bf16,
+                     const AttentionInBf16 &Attention) {
   if (!In.outputs() || In.outputs()->size() != 1 || !roundsToBf16(P, In))
     return false;
   switch (In.op()) {
+  case op::Attention:
+  case op::AttentionGrad:
+    return Attention(In);
   case op::RoundBf16:
   case op::Fused:
   case op::LayerNorm:
@@ -240,18 +244,30 @@ bool writesBf16Alone(const Program &P, const RankProgram &R, const Instr &In,
 }
 
 /// Whether \p In reads its input \p K from a bf16 copy when there is one:
-/// the products of bf16 values (their two operands), the generated
-/// kernels and the column sums.
-bool readsBf16(const Instr &In, uint32_t K, const std::vector<bool> &Bf16) {
+/// the products of bf16 values (their two operands), the attentions on
+/// bf16 kernels, the generated kernels, the plain adds and products, the
+/// column sums, and LayerNorm's input and gradient.
+bool readsBf16(const Instr &In, uint32_t K, const std::vector<bool> &Bf16,
+               const AttentionInBf16 &Attention) {
   switch (In.op()) {
+  case op::Attention: // q, k, v
+    return K < 3 && Attention(In);
+  case op::AttentionGrad: // q, k, v, dy
+    return K < 4 && Attention(In);
   case op::Linear:
   case op::LinearBias:
   case op::LinearWeightGrad:
     return K < 2 && Bf16[In.inputs()->Get(0)] && Bf16[In.inputs()->Get(1)];
   case op::Fused:
+  case op::Add:
+  case op::Mul:
     return true;
   case op::SumLeading:
+  case op::LayerNorm: // x (not the gain and bias)
+  case op::Normalize:
     return K == 0;
+  case op::LayerNormGrad: // x and dy (not the gain)
+    return K == 0 || K == 2;
   default:
     return false;
   }
@@ -259,7 +275,24 @@ bool readsBf16(const Instr &In, uint32_t K, const std::vector<bool> &Bf16) {
 
 } // namespace
 
-std::vector<bool> bf16OnlyBuffers(const Program &P, const RankProgram &R) {
+bool attentionInBf16ByDefault(const RankProgram &R, const Instr &In,
+                              const std::vector<bool> &Bf16) {
+  if (!In.inputs() || In.inputs()->size() < 3 || !In.ints() ||
+      In.ints()->size() < 1)
+    return false;
+  for (uint32_t K = 0; K < 3; ++K)
+    if (!Bf16[In.inputs()->Get(K)])
+      return false;
+  const auto *Shape = R.buffers()->Get(In.inputs()->Get(0))->shape();
+  const int64_t NH = In.ints()->Get(0);
+  if (!Shape || Shape->size() != 3 || NH <= 0 || Shape->Get(2) % NH)
+    return false;
+  const int64_t D = Shape->Get(2) / NH;
+  return D == 32 || D == 64 || D == 128;
+}
+
+std::vector<bool> bf16OnlyBuffers(const Program &P, const RankProgram &R,
+                                  AttentionInBf16 Attention) {
   const uint32_t NB = R.buffers() ? R.buffers()->size() : 0;
   const uint32_t NI = R.instrs() ? R.instrs()->size() : 0;
   std::vector<bool> Only(NB, false);
@@ -267,6 +300,10 @@ std::vector<bool> bf16OnlyBuffers(const Program &P, const RankProgram &R) {
   if (!NI || (R.segments() && R.segments()->size() > 0))
     return Only;
   const std::vector<bool> Bf16 = bf16Values(P, R);
+  if (!Attention)
+    Attention = [&](const Instr &In) {
+      return attentionInBf16ByDefault(R, In, Bf16);
+    };
   std::vector<int> Writers(NB, 0);
   std::vector<bool> Ok(NB, true);
   for (uint32_t I = 0; I < NI; ++I) {
@@ -274,12 +311,12 @@ std::vector<bool> bf16OnlyBuffers(const Program &P, const RankProgram &R) {
     if (In.outputs())
       for (uint32_t Y : *In.outputs()) {
         ++Writers[Y];
-        Ok[Y] = Ok[Y] && writesBf16Alone(P, R, In, Bf16);
+        Ok[Y] = Ok[Y] && writesBf16Alone(P, R, In, Bf16, Attention);
       }
     if (In.inputs())
       for (uint32_t K = 0; K < In.inputs()->size(); ++K)
         Ok[In.inputs()->Get(K)] =
-            Ok[In.inputs()->Get(K)] && readsBf16(In, K, Bf16);
+            Ok[In.inputs()->Get(K)] && readsBf16(In, K, Bf16, Attention);
   }
   // What the host reads or writes stays fp32.
   if (R.params())
@@ -333,7 +370,7 @@ uint32_t pipelineSlots(const Program &P, const RankProgram &R) {
 }
 
 MemoryPlan planMemory(const Program &P, const RankProgram &R,
-                      Bf16Storage Storage) {
+                      Bf16Storage Storage, const AttentionInBf16 &Attention) {
   MemoryPlan M;
   const uint32_t NB = R.buffers() ? R.buffers()->size() : 0;
   const uint32_t NI = R.instrs() ? R.instrs()->size() : 0;
@@ -434,8 +471,9 @@ MemoryPlan planMemory(const Program &P, const RankProgram &R,
   }
   // Saved activations: written by the forward part, read after it (in
   // bf16, where kept so).
-  M.bf16Only = Storage == Bf16Storage::Bf16Only ? bf16OnlyBuffers(P, R)
-                                                : std::vector<bool>(NB, false);
+  M.bf16Only = Storage == Bf16Storage::Bf16Only
+                   ? bf16OnlyBuffers(P, R, Attention)
+                   : std::vector<bool>(NB, false);
   for (uint32_t B = 0; B < NB; ++B)
     if (M.kind[B] == MemoryKind::Activation && First[B] >= 0 &&
         First[B] < FwdEnd && Last[B] >= FwdEnd && FwdEnd < int64_t(NI))

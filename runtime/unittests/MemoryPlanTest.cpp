@@ -22,10 +22,10 @@ namespace {
 /// embedding are rounded, a product reads both. Backward (4..): the
 /// product's output gradient is rounded, and the weight gradient reads it
 /// and the forward's rounded embedding (a saved activation); an unrounded
-/// sum of two buffers is not bf16.
+/// GeLU gradient of two buffers is not bf16 (and its kernel reads fp32).
 struct Step {
   ProgramDesc P;
-  uint32_t Wr, E, Er, Y, Dy, Dyr, Dw, Sum;
+  uint32_t Wr, E, Er, Y, Dy, Dyr, Dw, Gg;
   Step() {
     P.batch = 2;
     P.seq = 3;
@@ -45,7 +45,7 @@ struct Step {
     Dy = R.emit(op::Add, {Y, Y}, {2, 3, 8});                   // 4
     Dyr = R.emit(op::RoundBf16, {Dy}, {2, 3, 8});              // 5
     Dw = R.emit(op::LinearWeightGrad, {Er, Dyr}, {4, 8}, {0}); // 6
-    Sum = R.emit(op::Add, {Dyr, Dy}, {2, 3, 8});               // 7
+    Gg = R.emit(op::GeluGrad, {Dyr, Dy}, {2, 3, 8});           // 7
     P.ranks.push_back(R);
   }
 };
@@ -116,7 +116,7 @@ TEST(MemoryPlan, Bf16ValuesAreTheRoundedOnes) {
   EXPECT_TRUE(Bf16[S.Dyr]);
   EXPECT_FALSE(Bf16[S.E]);
   EXPECT_FALSE(Bf16[S.Y]);
-  EXPECT_FALSE(Bf16[S.Sum]);
+  EXPECT_FALSE(Bf16[S.Gg]);
 }
 
 TEST(MemoryPlan, CopiesLiveToTheLastReaderInTheirPart) {
@@ -133,7 +133,7 @@ TEST(MemoryPlan, CopiesLiveToTheLastReaderInTheirPart) {
   EXPECT_EQ(Last[S.Wr], 3);
   EXPECT_EQ(Last[S.Er], 3);
   // The output gradient: written and read (6) in the backward part; the
-  // sum (7) reads it as fp32.
+  // GeLU gradient (7) reads it as fp32.
   EXPECT_EQ(Last[S.Dyr], 6);
   // Not rounded by their writer: no copy.
   for (uint32_t B : {S.E, S.Y, S.Dy}) {
@@ -144,8 +144,8 @@ TEST(MemoryPlan, CopiesLiveToTheLastReaderInTheirPart) {
 
 TEST(MemoryPlan, CopiesStayInTheirPipelineSegment) {
   // The step as two pipeline segments (forward 0..3, backward 4..6) and
-  // the sum (7) after both, in no segment: a reader outside every segment
-  // is in a part of its own, not segment 0's.
+  // the GeLU gradient (7) after both, in no segment: a reader outside every
+  // segment is in a part of its own, not segment 0's.
   Step S;
   RankDesc &R = S.P.ranks[0];
   R.segments = {{0, 4, 0, false}, {4, 7, 0, true}};
@@ -189,7 +189,7 @@ TEST(MemoryPlan, Bf16OnlyBuffersAreThoseEveryReaderReadsAsBf16) {
   const std::vector<bool> Only = bf16OnlyBuffers(*L.L.program, L.rank());
   // The rounded weight (read by the product alone) and the rounded
   // embedding (by the product and the weight gradient): products of bf16
-  // values. The rounded output gradient is also read by a plain add.
+  // values. The rounded output gradient is also read by a GeLU gradient.
   for (uint32_t B = 0; B < Only.size(); ++B)
     EXPECT_EQ(Only[B], B == S.Wr || B == S.Er) << "buffer " << B;
 
@@ -215,6 +215,53 @@ TEST(MemoryPlan, Bf16OnlyBuffersAreThoseEveryReaderReadsAsBf16) {
   EXPECT_EQ(Fp32.savedActivationBytes - Plan.savedActivationBytes, 48u);
   // 2 fp32 buffers fewer than with copies alone.
   EXPECT_EQ(placedWithoutOverlap(Plan, L.rank()), size_t(9 - 2 + 3));
+}
+
+TEST(MemoryPlan, AttentionBuffersInBf16WhereItsKernelsReadBf16) {
+  // q = k = v (rounded), the attention's rounded output read by a product,
+  // a rounded dy, and two rounded gradient steps: dq read by a GeLU
+  // gradient (in fp32), dk by a product. Head size 64.
+  ProgramDesc P;
+  P.batch = 1;
+  P.seq = 4;
+  P.vocabSize = 8;
+  RankDesc R;
+  const uint32_t X = R.addBuffer(dt::F32, {1, 4, 64}, "x");
+  const uint32_t G = R.addBuffer(dt::F32, {1, 4, 64}, "g");
+  const uint32_t W = R.addBuffer(dt::F32, {64, 8}, "w");
+  R.params.push_back({"x", X, {1, 4, 64}, {0, 0, 0}, ik::Normal, 0.02, "", {}});
+  R.params.push_back({"g", G, {1, 4, 64}, {0, 0, 0}, ik::Normal, 0.02, "", {}});
+  R.params.push_back({"w", W, {64, 8}, {0, 0}, ik::Normal, 0.02, "", {}});
+  const uint32_t Xr = R.emit(op::RoundBf16, {X}, {1, 4, 64});
+  const uint32_t Wr = R.emit(op::RoundBf16, {W}, {64, 8});
+  const uint32_t Y = R.emit(op::Attention, {Xr, Xr, Xr}, {1, 4, 64}, {1, 1});
+  R.instrs.back().roundBf16 = true;
+  R.emit(op::Linear, {Y, Wr}, {1, 4, 8}, {0});
+  R.forwardEnd = int32_t(R.instrs.size());
+  const uint32_t Gr = R.emit(op::RoundBf16, {G}, {1, 4, 64});
+  const uint32_t Dq =
+      R.emit(op::AttentionGrad, {Xr, Xr, Xr, Gr}, {1, 4, 64}, {1, 1, 0});
+  R.instrs.back().roundBf16 = true;
+  const uint32_t Dk =
+      R.emit(op::AttentionGrad, {Xr, Xr, Xr, Gr}, {1, 4, 64}, {1, 1, 1});
+  R.instrs.back().roundBf16 = true;
+  R.emit(op::GeluGrad, {Dq, Dq}, {1, 4, 64});
+  R.emit(op::LinearWeightGrad, {Y, Dk}, {64, 64}, {0});
+  P.ranks.push_back(R);
+  Loaded L(P);
+  // On the register-resident kernels (the default at head size 64): q, k,
+  // v, the output, dy and dk; not dq, which the GeLU gradient reads.
+  const std::vector<bool> Only = bf16OnlyBuffers(*L.L.program, L.rank());
+  for (uint32_t B : {Xr, Wr, Y, Gr, Dk})
+    EXPECT_TRUE(Only[B]) << "buffer " << B;
+  EXPECT_FALSE(Only[Dq]);
+  // Where the backend runs them in fp32 (the wmma kernels, or a device
+  // without the shared memory): the attentions' buffers stay fp32.
+  const std::vector<bool> Fp32Attention = bf16OnlyBuffers(
+      *L.L.program, L.rank(), [](const megac::plan::Instr &) { return false; });
+  for (uint32_t B : {Xr, Y, Gr, Dq, Dk})
+    EXPECT_FALSE(Fp32Attention[B]) << "buffer " << B;
+  EXPECT_TRUE(Fp32Attention[Wr]);
 }
 
 TEST(MemoryPlan, PipelineRanksKeepFp32Buffers) {

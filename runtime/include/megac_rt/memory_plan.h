@@ -12,6 +12,7 @@
 #define MEGAC_RT_MEMORY_PLAN_H
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -76,10 +77,16 @@ enum class Bf16Storage {
             // alone (bf16OnlyBuffers): the CUDA backend's default
 };
 
+/// Whether an attention (or attention gradient) instruction runs on
+/// kernels that read and write bf16 (the CUDA backend's register-resident
+/// ones); null: attentionInBf16ByDefault.
+using AttentionInBf16 = std::function<bool(const megac::plan::Instr &)>;
+
 /// Plans rank program \p R of \p P. Buffers are aligned to 64 bytes.
 MemoryPlan planMemory(const megac::plan::Program &P,
                       const megac::plan::RankProgram &R,
-                      Bf16Storage Storage = Bf16Storage::Fp32);
+                      Bf16Storage Storage = Bf16Storage::Fp32,
+                      const AttentionInBf16 &Attention = nullptr);
 
 /// Whether \p In rounds its output to bf16: a round_bf16, an op rounding
 /// its output as it writes it (Instr.round_bf16), or a fused kernel whose
@@ -120,14 +127,25 @@ CopyLifetimes bf16CopyLifetimes(const megac::plan::Program &P,
 /// The buffers the CUDA backend keeps in bf16 alone, with no fp32 storage:
 /// rounded tensors with one writer, whose kernel can store just the bf16
 /// bits (round_bf16, a generated kernel ending in a rounding, a product of
-/// bf16 values, and LayerNorm, its gradient, the cross-entropy gradient and
+/// bf16 values, an attention or its gradient on bf16 kernels (\p
+/// Attention), and LayerNorm, its gradient, the cross-entropy gradient and
 /// the embedding where they round), and whose every reader reads bf16
-/// (products of bf16 values, generated kernels, column sums). Parameters,
-/// inputs and outputs stay fp32, and so does everything of a pipeline
-/// rank (its micro-batch slots hold fp32 buffers). Saved activations
-/// qualify: a copy lives as long as its buffer would.
+/// (products of bf16 values, attentions on bf16 kernels, generated
+/// kernels, plain adds and products, column sums, LayerNorm's input and
+/// its gradient's input and output gradient). Parameters, inputs and outputs
+/// stay fp32, and so does everything of a pipeline rank (its micro-batch slots
+/// hold fp32 buffers). Saved activations qualify: a copy lives as long as its
+/// buffer would.
 std::vector<bool> bf16OnlyBuffers(const megac::plan::Program &P,
-                                  const megac::plan::RankProgram &R);
+                                  const megac::plan::RankProgram &R,
+                                  AttentionInBf16 Attention = nullptr);
+
+/// The CUDA backend's choice on a device with the shared memory of sm_90
+/// and the default MEGAC_CUDA_ATTENTION: q, k and v hold bf16 values
+/// (bf16Values \p Bf16) and the head size is 32, 64 or 128.
+bool attentionInBf16ByDefault(const megac::plan::RankProgram &R,
+                              const megac::plan::Instr &In,
+                              const std::vector<bool> &Bf16);
 
 /// Micro-batches a pipeline rank holds at once under its schedule (from
 /// its first task on a micro-batch to its last); 1 without a pipeline.

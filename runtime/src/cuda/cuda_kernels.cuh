@@ -97,10 +97,19 @@ __global__ void fillKernel(float *Y, int64_t N, float V) {
 }
 
 /// y = a + b or a * b, b repeating with period NB (a trailing broadcast).
-__global__ void broadcastKernel(const float *A, int64_t NA, const float *B,
+/// An element of a tensor as fp32: an fp32 buffer's own, or the value of
+/// the bf16 bits in a copy (a buffer kept in bf16 alone): kernels that
+/// read either are templates over the element type.
+__device__ __forceinline__ float valueOf(float X) { return X; }
+__device__ __forceinline__ float valueOf(uint16_t Bits) {
+  return megac_bf16_value(Bits);
+}
+
+template <class TA, class TB>
+__global__ void broadcastKernel(const TA *A, int64_t NA, const TB *B,
                                 int64_t NB, float *Y, int Mul) {
   MEGAC_GRID_LOOP(I, NA) {
-    const float X = A[I], Z = B[I % NB];
+    const float X = valueOf(A[I]), Z = valueOf(B[I % NB]);
     Y[I] = Mul ? X * Z : X + Z;
   }
 }
@@ -364,54 +373,58 @@ __global__ void embeddingGradKernel(const int32_t *Ids, int64_t N,
 //===-- Row kernels: one block per row --------------------------------===//
 
 /// Mean and 1 / sqrt(var + eps) of a row, in double (as the CPU's rowStats).
-__device__ inline void rowStatsDev(const float *Xr, int64_t H, double Eps,
+template <class T>
+__device__ inline void rowStatsDev(const T *Xr, int64_t H, double Eps,
                                    double *Part, double &Mean, double &Inv) {
   double S = 0;
   for (int64_t J = threadIdx.x; J < H; J += blockDim.x)
-    S += Xr[J];
+    S += valueOf(Xr[J]);
   Mean = blockSum(S, Part) / double(H);
   double V = 0;
   for (int64_t J = threadIdx.x; J < H; J += blockDim.x)
-    V += (Xr[J] - Mean) * (Xr[J] - Mean);
+    V += (valueOf(Xr[J]) - Mean) * (valueOf(Xr[J]) - Mean);
   Inv = 1.0 / sqrt(blockSum(V, Part) / double(H) + Eps);
 }
 
 /// y = (x - mean) / sqrt(var + eps) * gamma + beta per row; without
 /// \p Gamma (null) the normalized rows alone (the normalize op).
-__global__ void layerNormKernel(const float *X, int64_t Rows, int64_t H,
+template <class TX>
+__global__ void layerNormKernel(const TX *X, int64_t Rows, int64_t H,
                                 const float *Gamma, const float *Beta,
                                 double Eps, float *Y, OutputStore Store) {
   __shared__ double Part[kThreads];
   for (int64_t R = blockIdx.x; R < Rows; R += gridDim.x) {
-    const float *Xr = X + R * H;
+    const TX *Xr = X + R * H;
     double Mean, Inv;
     rowStatsDev(Xr, H, Eps, Part, Mean, Inv);
     for (int64_t J = threadIdx.x; J < H; J += blockDim.x) {
-      const float N = float((Xr[J] - Mean) * Inv);
+      const float N = float((valueOf(Xr[J]) - Mean) * Inv);
       Store(Y, R * H + J, Gamma ? N * Gamma[J] + Beta[J] : N);
     }
   }
 }
 
-__global__ void layerNormGradKernel(const float *X, int64_t Rows, int64_t H,
-                                    const float *Gamma, const float *DY,
+template <class TX, class TD>
+__global__ void layerNormGradKernel(const TX *X, int64_t Rows, int64_t H,
+                                    const float *Gamma, const TD *DY,
                                     double Eps, float *DX, OutputStore Store) {
   __shared__ double Part[kThreads];
   for (int64_t R = blockIdx.x; R < Rows; R += gridDim.x) {
-    const float *Xr = X + R * H, *Dr = DY + R * H;
+    const TX *Xr = X + R * H;
+    const TD *Dr = DY + R * H;
     double Mean, Inv;
     rowStatsDev(Xr, H, Eps, Part, Mean, Inv);
     double SG = 0, SGX = 0;
     for (int64_t J = threadIdx.x; J < H; J += blockDim.x) {
-      const double G = double(Dr[J]) * Gamma[J];
+      const double G = double(valueOf(Dr[J])) * Gamma[J];
       SG += G;
-      SGX += G * (Xr[J] - Mean) * Inv;
+      SGX += G * (valueOf(Xr[J]) - Mean) * Inv;
     }
     const double SumG = blockSum(SG, Part) / double(H);
     const double SumGX = blockSum(SGX, Part) / double(H);
     for (int64_t J = threadIdx.x; J < H; J += blockDim.x) {
-      const double G = double(Dr[J]) * Gamma[J];
-      const double Xh = (Xr[J] - Mean) * Inv;
+      const double G = double(valueOf(Dr[J])) * Gamma[J];
+      const double Xh = (valueOf(Xr[J]) - Mean) * Inv;
       Store(DX, R * H + J, float(Inv * (G - SumG - Xh * SumGX)));
     }
   }
@@ -596,12 +609,6 @@ crossEntropyGradFromStatsKernel(const float *L, int64_t Rows, int64_t V,
 }
 
 //===-- Reductions over rows ------------------------------------------===//
-
-/// An element of X as fp32: X's own, or the value of bf16 bits.
-__device__ __forceinline__ float valueOf(float X) { return X; }
-__device__ __forceinline__ float valueOf(uint16_t Bits) {
-  return megac_bf16_value(Bits);
-}
 
 /// Pass 1 of y[j] (+)= sum over i of x[i, j]: chunk c of RowsPer rows
 /// summed (in double) into Parts[c, j]; threads run along j (coalesced).

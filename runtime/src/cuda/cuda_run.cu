@@ -36,6 +36,7 @@
 #include <stdexcept>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 using namespace megac::plan;
@@ -69,8 +70,10 @@ bool wmmaAttentionAsked() {
   return knob("MEGAC_CUDA_ATTENTION", {"mma", "wmma"}) == "wmma";
 }
 
-/// The bf16 copies of an attention's q, k and v (null: none).
-using QkvCopies = std::array<const uint16_t *, 3>;
+/// The bf16 copies of an attention's q, k, v and (its gradient's) dy
+/// (null: none; where a buffer is kept in bf16 alone, its fp32 pointer is
+/// null and its copy is all there is).
+using AttentionCopies = std::array<const uint16_t *, 4>;
 
 /// MEGAC_CUDA_BF16_COPIES=0 turns the bf16 operand copies off (and the
 /// buffers kept in bf16 alone with them).
@@ -173,7 +176,10 @@ public:
     const MemoryPlan Plan =
         planMemory(P, RP,
                    CopiesOn && bf16OnlyAsked() ? Bf16Storage::Bf16Only
-                                               : Bf16Storage::Copies);
+                                               : Bf16Storage::Copies,
+                   [this](const Instr &In) {
+                     return tensorCoreAttention(In) && !WmmaAttention;
+                   });
     Bf16Only = Plan.bf16Only;
     Arena = allocate(std::max<uint64_t>(Plan.arenaBytes, 64), "arena");
     const uint32_t N = RP.buffers() ? RP.buffers()->size() : 0;
@@ -387,7 +393,7 @@ public:
                 "cudaEventRecord");
         if (In.outputs())
           for (uint32_t Y : *In.outputs())
-            forgetWritten(Y);
+            forgetWritten(I, Y);
         execUnaliased(I, In);
         check(cudaGetLastError(), "kernel launch");
         if (Profiling && !Coll) {
@@ -640,6 +646,19 @@ private:
                ? Copy[B]
                : nullptr;
   }
+  /// Calls \p Launch with input \p X of instruction \p I as a kernel
+  /// templated over its element type reads it: its bf16 copy where \p I
+  /// may read one (half the bytes; all there is of a buffer kept in bf16
+  /// alone), else its fp32 buffer.
+  template <class LaunchFn>
+  void withInput(uint32_t X, uint32_t I, LaunchFn Launch) {
+    if (const uint16_t *C = readCopy(X, I))
+      Launch(C);
+    else
+      Launch(static_cast<const float *>(f(X)));
+  }
+  template <class PointerT>
+  using Elem = std::remove_cv_t<std::remove_pointer_t<PointerT>>;
   /// Where instruction \p I writes the bf16 copy of its output \p Y (null:
   /// it makes none).
   uint16_t *writeCopy(uint32_t Y, uint32_t I) const {
@@ -772,13 +791,16 @@ private:
   /// bf16 copies of operands) is forgotten when an instruction writes its
   /// sources, and wholesale where the host changes memory (uploads, buffer
   /// slots) or a run starts.
-  void forgetWritten(uint32_t Buffer) {
-    const Range Written = rangeOf(Buffer);
-    if (Kept.Valid && overlaps({Written}, Kept.Inputs))
+  void forgetWritten(uint32_t I, uint32_t Buffer) {
+    std::vector<Range> Written = {rangeOf(Buffer)};
+    if (const uint16_t *C = writeCopy(Buffer, I)) // the kept state may
+      Written.push_back({reinterpret_cast<const char *>(C), // have read
+                         reinterpret_cast<const char *>(C + numel(Buffer))});
+    if (Kept.Valid && overlaps(Written, Kept.Inputs))
       Kept.Valid = false;
     for (PackedOperand &P : Packed)
       if (P.Src &&
-          overlaps({Written},
+          overlaps(Written,
                    {Range{reinterpret_cast<const char *>(P.Src),
                           reinterpret_cast<const char *>(P.Src + P.N)}}))
         P.Src = nullptr;
@@ -1093,8 +1115,9 @@ private:
         RoundedAsWritten = true;
       }
       if (In.op() == op::LinearBias) {
-        launchOn(Compute, broadcastKernel, blocksFor(NY), kThreads, 0, f(Y), NY,
-                 f(X(2)), N, f(Y), 0);
+        launchOn(Compute, broadcastKernel<float, float>, blocksFor(NY),
+                 kThreads, 0, static_cast<const float *>(f(Y)), NY,
+                 static_cast<const float *>(f(X(2))), N, f(Y), 0);
         if (Int(1) != 0)
           launchOn(Compute, geluKernel, blocksFor(NY), kThreads, 0, f(Y), NY,
                    f(Y));
@@ -1145,8 +1168,14 @@ private:
     }
     case op::Add:
     case op::Mul:
-      launchOn(Compute, broadcastKernel, blocksFor(NY), kThreads, 0, f(X(0)),
-               NY, f(X(1)), numel(X(1)), f(Y), In.op() == op::Mul);
+      withInput(X(0), Idx, [&](auto *A) {
+        withInput(X(1), Idx, [&](auto *B) {
+          launchOn(Compute,
+                   broadcastKernel<Elem<decltype(A)>, Elem<decltype(B)>>,
+                   blocksFor(NY), kThreads, 0, A, NY, B, numel(X(1)), f(Y),
+                   In.op() == op::Mul);
+        });
+      });
       return;
     case op::Gelu:
       launchOn(Compute, geluKernel, blocksFor(NY), kThreads, 0, f(X(0)), NY,
@@ -1162,22 +1191,35 @@ private:
       return;
     case op::LayerNorm:
       if (Last)
-        launchOn(Compute, layerNormKernel, rowBlocks(Rows), kThreads, 0,
-                 f(X(0)), Rows, Last, f(X(1)), f(X(2)), Flt(0), f(Y),
-                 outputStore(In, Y, Idx));
+        withInput(X(0), Idx, [&](auto *Xs) {
+          launchOn(Compute, layerNormKernel<Elem<decltype(Xs)>>,
+                   rowBlocks(Rows), kThreads, 0, Xs, Rows, Last,
+                   static_cast<const float *>(f(X(1))),
+                   static_cast<const float *>(f(X(2))), Flt(0), f(Y),
+                   outputStore(In, Y, Idx));
+        });
       return;
     case op::LayerNormGrad:
       if (Last)
-        launchOn(Compute, layerNormGradKernel, rowBlocks(Rows), kThreads, 0,
-                 f(X(0)), Rows, Last, f(X(1)), f(X(2)), Flt(0), f(Y),
-                 outputStore(In, Y, Idx));
+        withInput(X(0), Idx, [&](auto *Xs) {
+          withInput(X(2), Idx, [&](auto *Dy) {
+            launchOn(
+                Compute,
+                layerNormGradKernel<Elem<decltype(Xs)>, Elem<decltype(Dy)>>,
+                rowBlocks(Rows), kThreads, 0, Xs, Rows, Last,
+                static_cast<const float *>(f(X(1))), Dy, Flt(0), f(Y),
+                outputStore(In, Y, Idx));
+          });
+        });
       return;
     case op::Normalize:
       if (Last)
-        launchOn(Compute, layerNormKernel, rowBlocks(Rows), kThreads, 0,
-                 f(X(0)), Rows, Last, static_cast<const float *>(nullptr),
-                 static_cast<const float *>(nullptr), Flt(0), f(Y),
-                 OutputStore{});
+        withInput(X(0), Idx, [&](auto *Xs) {
+          launchOn(
+              Compute, layerNormKernel<Elem<decltype(Xs)>>, rowBlocks(Rows),
+              kThreads, 0, Xs, Rows, Last, static_cast<const float *>(nullptr),
+              static_cast<const float *>(nullptr), Flt(0), f(Y), OutputStore{});
+        });
       return;
     case op::Softmax:
       if (Last)
@@ -1204,8 +1246,9 @@ private:
         const float *Dy = Grad ? f(X(3)) : nullptr;
         const int Which = Grad ? int(Int(2)) : -1;
         const bool Tc = tensorCoreAttention(In);
-        const QkvCopies Copies = {readCopy(X(0), Idx), readCopy(X(1), Idx),
-                                  readCopy(X(2), Idx)};
+        const AttentionCopies Copies = {
+            readCopy(X(0), Idx), readCopy(X(1), Idx), readCopy(X(2), Idx),
+            Grad ? readCopy(X(3), Idx) : nullptr};
         const OutputStore Store = roundingStore(In, Y, Idx);
         if (D == 32)
           flash<32>(Qp, Kp, Vp, Dy, B, S, Hl, NH, Causal, Which, Dr, Tc, Copies,
@@ -1686,10 +1729,16 @@ private:
   template <int D>
   void flash(const float *Q, const float *K, const float *V, const float *DY,
              int64_t B, int64_t S, int64_t Hl, int64_t NH, int Causal,
-             int Which, const AttnDropout &Dr, bool Tc, const QkvCopies &Copies,
-             OutputStore Store, float *Out) {
+             int Which, const AttnDropout &Dr, bool Tc,
+             const AttentionCopies &Copies, OutputStore Store, float *Out) {
     const unsigned Blocks =
         unsigned(B * NH * ((S + kFlashRows - 1) / kFlashRows));
+    // Buffers kept in bf16 alone (no fp32 pointer) reach only the
+    // register-resident kernels (planMemory asks tensorCoreAttention).
+    if ((!Tc || WmmaAttention) &&
+        (!Q || !K || !V || (Which >= 0 && !DY) || !Out))
+      throw std::logic_error("an attention buffer kept in bf16 alone reaches "
+                             "the fp32 or wmma kernels");
     // The scale as the CPU's attention computes it.
     const float Scale = float(1.0 / std::sqrt(double(D)));
     if (Tc) {
@@ -1732,7 +1781,7 @@ private:
   void flashTc(const float *Q, const float *K, const float *V, const float *DY,
                int64_t B, int64_t S, int64_t Hl, int64_t NH, int Causal,
                int Which, const AttnDropout &Dr, unsigned Blocks, float Scale,
-               const QkvCopies &Copies, OutputStore Store, float *Out) {
+               const AttentionCopies &Copies, OutputStore Store, float *Out) {
     if (!WmmaAttention) {
       flashMma<D>(Q, K, V, DY, B, S, Hl, NH, Causal, Which, Dr, Blocks, Scale,
                   Copies, Store, Out);
@@ -1752,8 +1801,8 @@ private:
                static_cast<float *>(nullptr), Inexact);
       return;
     }
-    const KeptAttention &Kp =
-        keptAttention<D>(Q, K, V, DY, B, S, Hl, NH, Causal, Dr, Blocks, Scale);
+    const KeptAttention &Kp = keptAttention<D>(
+        Q, K, V, DY, B, S, Hl, NH, Causal, Dr, Blocks, Scale, Copies);
     const float *Stats = Kp.Stats, *Delta = Kp.Delta;
     if (Which == 0)
       launchOn(Compute, flashQueryGradTcKernel<D>, Blocks, kTcThreads, Sh::Grad,
@@ -1774,7 +1823,7 @@ private:
   void flashMma(const float *Q, const float *K, const float *V, const float *DY,
                 int64_t B, int64_t S, int64_t Hl, int64_t NH, int Causal,
                 int Which, const AttnDropout &Dr, unsigned Blocks, float Scale,
-                const QkvCopies &Copies, OutputStore Store, float *Out) {
+                const AttentionCopies &Copies, OutputStore Store, float *Out) {
     using Sh = MmaShared<D>;
     if (!MmaReady[tcSlot<D>()]) { // above the default 48 KiB per block
       setSharedLimit(flashForwardMmaKernel<D>, Sh::Forward);
@@ -1798,13 +1847,13 @@ private:
       launchOn(Compute, flashForwardMmaKernel<D>, Blocks, kMmaThreads,
                Sh::Forward, In16[0], In16[1], In16[2], S, Hl, NH, Causal, Scale,
                Dr, Out, static_cast<float *>(nullptr),
-               static_cast<const float *>(nullptr),
+               static_cast<const uint16_t *>(nullptr),
                static_cast<float *>(nullptr), Store);
       RoundedAsWritten = Store.Round;
       return;
     }
-    KeptAttention &Kp =
-        keptAttention<D>(Q, K, V, DY, B, S, Hl, NH, Causal, Dr, Blocks, Scale);
+    KeptAttention &Kp = keptAttention<D>(Q, K, V, DY, B, S, Hl, NH, Causal, Dr,
+                                         Blocks, Scale, Copies);
     if (Which == 0) {
       launchOn(Compute, flashQueryGradMmaKernel<D>, Blocks, kMmaThreads,
                Sh::QueryGrad, Kp.Q16, Kp.K16, Kp.V16, Kp.DY16, S, Hl, NH,
@@ -1813,6 +1862,13 @@ private:
       return;
     }
     if (Kp.GradOf == Which) { // computed beside the other one
+      if (!Out) {             // kept in bf16 alone: rounded into its copy
+        launchOn(Compute, roundBf16Kernel, wideBlocks(N), kThreads, 0,
+                 static_cast<const float *>(Kp.Grad), N,
+                 static_cast<float *>(nullptr), Store.Bits);
+        RoundedAsWritten = true;
+        return;
+      }
       check(cudaMemcpyAsync(Out, Kp.Grad, size_t(N) * sizeof(float),
                             cudaMemcpyDeviceToDevice, Compute),
             "cudaMemcpyAsync");
@@ -1835,17 +1891,6 @@ private:
           "cudaFuncSetAttribute");
   }
 
-  /// bf16 copies of q, k and v (checked: they must hold bf16 values) and,
-  /// as the fourth when given, dy (rounded: the plan need not round it),
-  /// N elements each, one after the other from \p To.
-  void packAttentionInputs(std::initializer_list<const float *> From, int64_t N,
-                           uint16_t *To) {
-    int K = 0;
-    for (const float *X : From) {
-      packBf16(X, N, To + K * N, /*Exact=*/K < 3);
-      ++K;
-    }
-  }
   /// \p To = the bf16 bits of \p N values: exact ones (flagging any that
   /// is not bf16), or rounded.
   void packBf16(const float *X, int64_t N, uint16_t *To, bool Exact) {
@@ -1867,32 +1912,42 @@ private:
     std::vector<Range> Inputs;
     GrowingBuffer Memory;
     float *Stats = nullptr, *Delta = nullptr, *Grad = nullptr;
-    uint16_t *Q16 = nullptr, *K16 = nullptr, *V16 = nullptr, *DY16 = nullptr;
+    const uint16_t *Q16 = nullptr, *K16 = nullptr, *V16 = nullptr,
+                   *DY16 = nullptr;
     int GradOf = -1;
   } Kept;
 
   template <int D>
-  KeptAttention &
-  keptAttention(const float *Q, const float *K, const float *V, const float *DY,
-                int64_t B, int64_t S, int64_t Hl, int64_t NH, int Causal,
-                const AttnDropout &Dr, unsigned Blocks, float Scale) {
+  KeptAttention &keptAttention(const float *Q, const float *K, const float *V,
+                               const float *DY, int64_t B, int64_t S,
+                               int64_t Hl, int64_t NH, int Causal,
+                               const AttnDropout &Dr, unsigned Blocks,
+                               float Scale, const AttentionCopies &Copies) {
     const int64_t Rows = B * NH * S, N = B * S * Hl;
-    const std::vector<int64_t> Key = {int64_t(reinterpret_cast<intptr_t>(Q)),
-                                      int64_t(reinterpret_cast<intptr_t>(K)),
-                                      int64_t(reinterpret_cast<intptr_t>(V)),
-                                      int64_t(reinterpret_cast<intptr_t>(DY)),
-                                      B,
-                                      S,
-                                      Hl,
-                                      NH,
-                                      Causal,
-                                      D,
-                                      int64_t(Dr.Key),
-                                      int64_t(Dr.Rate * 1e9),
-                                      Dr.GlobalHeads,
-                                      Dr.BatchOffset,
-                                      Dr.HeadOffset,
-                                      WmmaAttention};
+    // Each input by its fp32 buffer, or its bf16 copy where it is kept in
+    // bf16 alone.
+    const float *Fp32[4] = {Q, K, V, DY};
+    auto Where = [&](int J) -> const char * {
+      return Fp32[J] ? reinterpret_cast<const char *>(Fp32[J])
+                     : reinterpret_cast<const char *>(Copies[size_t(J)]);
+    };
+    const std::vector<int64_t> Key = {
+        int64_t(reinterpret_cast<intptr_t>(Where(0))),
+        int64_t(reinterpret_cast<intptr_t>(Where(1))),
+        int64_t(reinterpret_cast<intptr_t>(Where(2))),
+        int64_t(reinterpret_cast<intptr_t>(Where(3))),
+        B,
+        S,
+        Hl,
+        NH,
+        Causal,
+        D,
+        int64_t(Dr.Key),
+        int64_t(Dr.Rate * 1e9),
+        Dr.GlobalHeads,
+        Dr.BatchOffset,
+        Dr.HeadOffset,
+        WmmaAttention};
     if (Kept.Valid && Kept.Key == Key)
       return Kept;
     // [max, 1 / sum] per row, deltas, then (register-resident kernels)
@@ -1917,23 +1972,31 @@ private:
                static_cast<const float *>(Y), B, S, Hl, NH, int64_t(D),
                Kept.Delta);
     } else {
-      Kept.Q16 = reinterpret_cast<uint16_t *>(Base + StatsBytes);
-      Kept.K16 = Kept.Q16 + N;
-      Kept.V16 = Kept.K16 + N;
-      Kept.DY16 = Kept.V16 + N;
+      // q, k and v in bf16 (checked: they must hold bf16 values) and dy
+      // rounded: their copies where their writers made them, else packed.
+      uint16_t *Packed16 = reinterpret_cast<uint16_t *>(Base + StatsBytes);
+      const uint16_t *In16[4];
+      for (int J = 0; J < 4; ++J) {
+        In16[J] = Copies[size_t(J)];
+        if (!In16[J]) {
+          packBf16(Fp32[J], N, Packed16 + J * N, /*Exact=*/J < 3);
+          In16[J] = Packed16 + J * N;
+        }
+      }
+      Kept.Q16 = In16[0];
+      Kept.K16 = In16[1];
+      Kept.V16 = In16[2];
+      Kept.DY16 = In16[3];
       Kept.Grad = reinterpret_cast<float *>(Base + StatsBytes + Bf16Bytes);
-      packAttentionInputs({Q, K, V, DY}, N, Kept.Q16);
       launchOn(Compute, flashForwardMmaKernel<D>, Blocks, kMmaThreads,
                MmaShared<D>::Forward, Kept.Q16, Kept.K16, Kept.V16, S, Hl, NH,
-               Causal, Scale, Dr, static_cast<float *>(nullptr), Kept.Stats, DY,
-               Kept.Delta, OutputStore{});
+               Causal, Scale, Dr, static_cast<float *>(nullptr), Kept.Stats,
+               Kept.DY16, Kept.Delta, OutputStore{});
     }
-    const size_t In = size_t(N) * sizeof(float);
-    auto Span = [&](const float *P) {
-      return Range{reinterpret_cast<const char *>(P),
-                   reinterpret_cast<const char *>(P) + In};
-    };
-    Kept.Inputs = {Span(Q), Span(K), Span(V), Span(DY)};
+    Kept.Inputs.clear();
+    for (int J = 0; J < 4; ++J)
+      Kept.Inputs.push_back(
+          {Where(J), Where(J) + size_t(N) * (Fp32[J] ? sizeof(float) : 2)});
     Kept.Key = Key;
     Kept.Valid = true;
     return Kept;

@@ -9,8 +9,9 @@
 // cp.async, the next tile's copy running under the current tile's
 // products (double buffering).
 //
-// q, k, v and dy come as bf16 copies (packed once per attention by the
-// runtime, which also checks that q, k and v held bf16 values). A block of
+// q, k, v and dy come as bf16: the copies their writers made, or packed
+// once per attention by the runtime, which also checks that q, k and v
+// held bf16 values. A block of
 // 4 warps owns 64 rows, 16 per warp:
 // - forward: 64 queries; y, and when asked each row's max and 1 / sum and
 //   its delta = dy . y (the backward pass's statistics, in one pass);
@@ -282,15 +283,14 @@ __device__ inline int64_t mmaKeyTiles(const FlashBlock &Bl, int64_t S,
 
 /// y = softmax(scale q k^T) v over key tiles with the online softmax;
 /// when given, each row's max and 1 / sum in Stats and its delta = dy . y
-/// in Delta (dy fp32, rounded to bf16 here as the gradient kernels' copy
-/// of it is, so that sum_j p_ij (dp_ij - delta_i) = 0 holds for the values
-/// they use).
+/// in Delta (dy as the bf16 the gradient kernels read, so that
+/// sum_j p_ij (dp_ij - delta_i) = 0 holds for the values they use).
 template <int D>
 __global__ void __launch_bounds__(kMmaThreads)
     flashForwardMmaKernel(const uint16_t *Q, const uint16_t *K,
                           const uint16_t *V, int64_t S, int64_t Hl, int64_t NH,
                           int Causal, float Scale, AttnDropout Dr, float *Y,
-                          float *Stats, const float *DY, float *Delta,
+                          float *Stats, const uint16_t *DY, float *Delta,
                           OutputStore Store) {
   MEGAC_DYNAMIC_SHARED(unsigned char, Smem);
   uint16_t *Qs = mmaTile<D>(Smem, 0);
@@ -342,12 +342,12 @@ __global__ void __launch_bounds__(kMmaThreads)
   mmaStreamPairs<D>(K, V, Bl, S, Hl, 0, mmaKeyTiles(Bl, S, Causal), Smem, 1,
                     MmaNoExtra(), Use);
 
-  if (Y)
+  if (Y || Store.Bits) // (Y null: kept in bf16 alone, its bits only)
     mmaStoreRows<D>(O, Bl, S, Hl, Sum, Y, Store);
   if (Delta) { // dy . y per row: the lane's columns, then its group's
     float Dot[2] = {0.0f, 0.0f};
     mmaForEachInRows<D>(Bl, S, Hl, [&](int N, int E, int64_t At) {
-      Dot[E / 2] += roundedToBf16(DY[At]) * (O[N].R[E] / Sum[E / 2]);
+      Dot[E / 2] += megac_bf16_value(DY[At]) * (O[N].R[E] / Sum[E / 2]);
     });
 #pragma unroll
     for (int H = 0; H < 2; ++H) {

@@ -42,11 +42,6 @@
 namespace megac_rt {
 namespace cuda {
 
-/// \p X rounded to bf16 (nearest even) and widened again.
-__device__ inline float roundedToBf16(float X) {
-  return __bfloat162float(__float2bfloat16_rn(X));
-}
-
 /// The fragments of one mma.m16n8k16.
 struct MmaA {
   uint32_t R[4];
