@@ -246,7 +246,8 @@ bool writesBf16Alone(const Program &P, const RankProgram &R, const Instr &In,
 /// Whether \p In reads its input \p K from a bf16 copy when there is one:
 /// the products of bf16 values (their two operands), the attentions on
 /// bf16 kernels, the generated kernels, the plain adds and products, the
-/// column sums, and LayerNorm's input and gradient.
+/// column sums, LayerNorm's input and gradient, and the embedding's table
+/// and gradient.
 bool readsBf16(const Instr &In, uint32_t K, const std::vector<bool> &Bf16,
                const AttentionInBf16 &Attention) {
   switch (In.op()) {
@@ -267,6 +268,10 @@ bool readsBf16(const Instr &In, uint32_t K, const std::vector<bool> &Bf16,
   case op::Normalize:
     return K == 0;
   case op::LayerNormGrad: // x and dy (not the gain)
+    return K == 0 || K == 2;
+  case op::Embedding: // the table (not the ids)
+    return K == 0;
+  case op::EmbeddingGrad: // the table's shape, and dy
     return K == 0 || K == 2;
   default:
     return false;

@@ -345,7 +345,8 @@ __global__ void concatChunksKernel(const float *Chunks, int64_t Outer,
 
 /// Rows of this rank's block of the table (ids outside it: zeros), ids
 /// outside [0, Vocab) flagged in *Bad.
-__global__ void embeddingKernel(const float *Table, int64_t Rows, int64_t H,
+template <class T>
+__global__ void embeddingKernel(const T *Table, int64_t Rows, int64_t H,
                                 const int32_t *Ids, int64_t N, int64_t Start,
                                 int64_t Vocab, float *Y, int *Bad,
                                 OutputStore Store) {
@@ -354,19 +355,20 @@ __global__ void embeddingKernel(const float *Table, int64_t Rows, int64_t H,
     if (J == 0 && (Ids[R] < 0 || Ids[R] >= Vocab))
       *Bad = 1;
     const int64_t Row = int64_t(Ids[R]) - Start;
-    Store(Y, I, Row >= 0 && Row < Rows ? Table[Row * H + J] : 0.0f);
+    Store(Y, I, Row >= 0 && Row < Rows ? valueOf(Table[Row * H + J]) : 0.0f);
   }
 }
 
 /// dtable[id - start] += dy[token], for ids of this rank's rows (dtable
 /// zeroed first). Atomic adds: the order of a row's sum is not fixed.
-__global__ void embeddingGradKernel(const int32_t *Ids, int64_t N,
-                                    const float *DY, int64_t Rows, int64_t H,
-                                    int64_t Start, float *DT) {
+template <class T>
+__global__ void embeddingGradKernel(const int32_t *Ids, int64_t N, const T *DY,
+                                    int64_t Rows, int64_t H, int64_t Start,
+                                    float *DT) {
   MEGAC_GRID_LOOP(I, N * H) {
     const int64_t Row = int64_t(Ids[I / H]) - Start;
     if (Row >= 0 && Row < Rows)
-      atomicAdd(&DT[Row * H + I % H], DY[I]);
+      atomicAdd(&DT[Row * H + I % H], valueOf(DY[I]));
   }
 }
 

@@ -1076,10 +1076,12 @@ private:
     const bool Accumulating = CurMicro > 0;
     switch (In.op()) {
     case op::Embedding:
-      launchOn(Compute, embeddingKernel, blocksFor(NY), kThreads, 0, f(X(0)),
-               A[0], A[1], i32(X(1)), numel(X(1)), Int(0),
-               vocabSize(Int(0) + A[0]), f(Y), Faults + kFaultBadToken,
-               outputStore(In, Y, Idx));
+      withInput(X(0), Idx, [&](auto *Table) {
+        launchOn(Compute, embeddingKernel<Elem<decltype(Table)>>, blocksFor(NY),
+                 kThreads, 0, Table, A[0], A[1], i32(X(1)), numel(X(1)), Int(0),
+                 vocabSize(Int(0) + A[0]), f(Y), Faults + kFaultBadToken,
+                 outputStore(In, Y, Idx));
+      });
       return;
     case op::PositionEmbedding: // rows 0..S-1 of the table: contiguous
     case op::Reshape:
@@ -1361,9 +1363,12 @@ private:
     }
     case op::EmbeddingGrad:
       check(cudaMemsetAsync(Ptr[Y], 0, Bytes[Y], Compute), "cudaMemsetAsync");
-      launchOn(Compute, embeddingGradKernel, blocksFor(numel(X(2))), kThreads,
-               0, i32(X(1)), numel(X(1)), static_cast<const float *>(f(X(2))),
-               A[0], A[1], Int(0), f(Y));
+      // The table (input 0) gives only its shape.
+      withInput(X(2), Idx, [&](auto *Dy) {
+        launchOn(Compute, embeddingGradKernel<Elem<decltype(Dy)>>,
+                 blocksFor(numel(X(2))), kThreads, 0, i32(X(1)), numel(X(1)),
+                 Dy, A[0], A[1], Int(0), f(Y));
+      });
       return;
     case op::PositionEmbeddingGrad:
       // Rows below S are dy, the rest zero.
