@@ -280,19 +280,24 @@ bool readsBf16(const Instr &In, uint32_t K, const std::vector<bool> &Bf16,
 
 } // namespace
 
-bool attentionInBf16ByDefault(const RankProgram &R, const Instr &In,
+int64_t bf16AttentionHeadSize(const RankProgram &R, const Instr &In,
                               const std::vector<bool> &Bf16) {
   if (!In.inputs() || In.inputs()->size() < 3 || !In.ints() ||
       In.ints()->size() < 1)
-    return false;
+    return 0;
   for (uint32_t K = 0; K < 3; ++K)
     if (!Bf16[In.inputs()->Get(K)])
-      return false;
+      return 0;
   const auto *Shape = R.buffers()->Get(In.inputs()->Get(0))->shape();
   const int64_t NH = In.ints()->Get(0);
   if (!Shape || Shape->size() != 3 || NH <= 0 || Shape->Get(2) % NH)
-    return false;
-  const int64_t D = Shape->Get(2) / NH;
+    return 0;
+  return Shape->Get(2) / NH;
+}
+
+bool attentionInBf16ByDefault(const RankProgram &R, const Instr &In,
+                              const std::vector<bool> &Bf16) {
+  const int64_t D = bf16AttentionHeadSize(R, In, Bf16);
   return D == 32 || D == 64 || D == 128;
 }
 
@@ -506,6 +511,7 @@ MemoryPlan planMemory(const Program &P, const RankProgram &R,
     Stored[B] = aligned(bufferBytes(*R.buffers()->Get(B)));
     std::vector<Interval> &To = M.perMicro[B] ? PerMicroItems : Items;
     if (Persistent[B] || First[B] < 0) {
+      M.bf16Only[B] = false; // (bf16OnlyBuffers leaves out such buffers)
       To.push_back({B, Stored[B], 0, int64_t(NI)});
       Live[size_t(M.kind[B])] += Stored[B];
       continue;

@@ -140,6 +140,12 @@ std::vector<bool> bf16OnlyBuffers(const megac::plan::Program &P,
                                   const megac::plan::RankProgram &R,
                                   AttentionInBf16 Attention = nullptr);
 
+/// The head size of attention (or attention gradient) \p In whose q, k
+/// and v hold bf16 values (bf16Values \p Bf16); 0 for any other.
+int64_t bf16AttentionHeadSize(const megac::plan::RankProgram &R,
+                              const megac::plan::Instr &In,
+                              const std::vector<bool> &Bf16);
+
 /// The CUDA backend's choice on a device with the shared memory of sm_90
 /// and the default MEGAC_CUDA_ATTENTION: q, k and v hold bf16 values
 /// (bf16Values \p Bf16) and the head size is 32, 64 or 128.

@@ -673,18 +673,8 @@ private:
   /// shared memory fits the device (104 KB at head size 128, 113 KB for
   /// the wmma kernels: more than an sm_86 or sm_89 block may have).
   bool tensorCoreAttention(const Instr &In) const {
-    if (!In.inputs() || In.inputs()->size() < 3 || !In.ints() ||
-        In.ints()->size() < 1)
-      return false;
-    for (unsigned K = 0; K < 3; ++K)
-      if (!Bf16[In.inputs()->Get(K)])
-        return false;
-    const std::vector<int64_t> A = shape(In.inputs()->Get(0));
-    const int64_t NH = In.ints()->Get(0);
-    if (A.size() != 3 || NH <= 0 || A[2] % NH)
-      return false;
-    const int64_t D = A[2] / NH;
-    return flashTcShared(D) && flashTcShared(D) <= SharedOptin;
+    const int64_t D = bf16AttentionHeadSize(RP, In, Bf16);
+    return D && flashTcShared(D) && flashTcShared(D) <= SharedOptin;
   }
   /// The most dynamic shared memory the tensor-core attention kernels of
   /// head size \p D take (0: none for that size).
@@ -1930,29 +1920,30 @@ private:
                                float Scale, const AttentionCopies &Copies) {
     const int64_t Rows = B * NH * S, N = B * S * Hl;
     // Each input by its fp32 buffer, or its bf16 copy where it is kept in
-    // bf16 alone.
+    // bf16 alone (the copies read are part of the key too).
     const float *Fp32[4] = {Q, K, V, DY};
     auto Where = [&](int J) -> const char * {
       return Fp32[J] ? reinterpret_cast<const char *>(Fp32[J])
                      : reinterpret_cast<const char *>(Copies[size_t(J)]);
     };
-    const std::vector<int64_t> Key = {
-        int64_t(reinterpret_cast<intptr_t>(Where(0))),
-        int64_t(reinterpret_cast<intptr_t>(Where(1))),
-        int64_t(reinterpret_cast<intptr_t>(Where(2))),
-        int64_t(reinterpret_cast<intptr_t>(Where(3))),
-        B,
-        S,
-        Hl,
-        NH,
-        Causal,
-        D,
-        int64_t(Dr.Key),
-        int64_t(Dr.Rate * 1e9),
-        Dr.GlobalHeads,
-        Dr.BatchOffset,
-        Dr.HeadOffset,
-        WmmaAttention};
+    std::vector<int64_t> Key = {int64_t(reinterpret_cast<intptr_t>(Where(0))),
+                                int64_t(reinterpret_cast<intptr_t>(Where(1))),
+                                int64_t(reinterpret_cast<intptr_t>(Where(2))),
+                                int64_t(reinterpret_cast<intptr_t>(Where(3))),
+                                B,
+                                S,
+                                Hl,
+                                NH,
+                                Causal,
+                                D,
+                                int64_t(Dr.Key),
+                                int64_t(Dr.Rate * 1e9),
+                                Dr.GlobalHeads,
+                                Dr.BatchOffset,
+                                Dr.HeadOffset,
+                                WmmaAttention};
+    for (const uint16_t *C : Copies)
+      Key.push_back(int64_t(reinterpret_cast<intptr_t>(C)));
     if (Kept.Valid && Kept.Key == Key)
       return Kept;
     // [max, 1 / sum] per row, deltas, then (register-resident kernels)
@@ -1998,10 +1989,16 @@ private:
                Causal, Scale, Dr, static_cast<float *>(nullptr), Kept.Stats,
                Kept.DY16, Kept.Delta, OutputStore{});
     }
+    // What the kept state was made from: the fp32 buffers and the copies
+    // read (a copy's bytes may go to another buffer while the fp32 one
+    // lives on).
     Kept.Inputs.clear();
-    for (int J = 0; J < 4; ++J)
-      Kept.Inputs.push_back(
-          {Where(J), Where(J) + size_t(N) * (Fp32[J] ? sizeof(float) : 2)});
+    for (int J = 0; J < 4; ++J) {
+      if (Fp32[J])
+        Kept.Inputs.push_back({Where(J), Where(J) + size_t(N) * sizeof(float)});
+      if (const char *C = reinterpret_cast<const char *>(Copies[size_t(J)]))
+        Kept.Inputs.push_back({C, C + size_t(N) * 2});
+    }
     Kept.Key = Key;
     Kept.Valid = true;
     return Kept;
