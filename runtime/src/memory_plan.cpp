@@ -522,7 +522,6 @@ MemoryPlan planMemory(const Program &P, const RankProgram &R,
       To.push_back({NB + B, Stored[B], First[B], End});
       M.copyFirst[B] = First[B];
       M.copyLast[B] = End;
-      ++M.bf16OnlyBuffers;
       M.bf16OnlyBytes += bufferBytes(*R.buffers()->Get(B)) / 2;
     } else {
       To.push_back({B, Stored[B], First[B], End});

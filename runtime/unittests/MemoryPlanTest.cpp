@@ -196,7 +196,6 @@ TEST(MemoryPlan, Bf16OnlyBuffersAreThoseEveryReaderReadsAsBf16) {
   const MemoryPlan Plan =
       planMemory(*L.L.program, L.rank(), Bf16Storage::Bf16Only);
   EXPECT_EQ(Plan.bf16Only, Only);
-  EXPECT_EQ(Plan.bf16OnlyBuffers, 2u);
   EXPECT_EQ(Plan.bf16OnlyBytes, 2u * (32 + 24));
   // No fp32 storage; the copy lives as long as the buffer: the saved
   // embedding from its writer (2) to the backward's weight gradient (6).

@@ -180,10 +180,10 @@ mlir::LogicalResult checkMemory(const megac::plan::Program &program,
                               formatBytes(plan.copyBytes))
                     .str()
               : std::string(),
-          plan.bf16OnlyBuffers
+          plan.bf16OnlyBytes
               ? llvm::formatv("; {0} buffers kept in bf16 alone ({1}, "
                               "not {2} in fp32)",
-                              plan.bf16OnlyBuffers,
+                              llvm::count(plan.bf16Only, true),
                               formatBytes(plan.bf16OnlyBytes),
                               formatBytes(2 * plan.bf16OnlyBytes))
                     .str()

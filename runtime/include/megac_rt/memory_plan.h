@@ -58,10 +58,9 @@ struct MemoryPlan {
   std::vector<int64_t> copyOffset, copyFirst, copyLast;
   uint64_t copyBytes = 0; // what the copies would take without reuse
   /// Per buffer: kept in bf16 only (Bf16Storage::Bf16Only): no fp32
-  /// storage (offset -1), its copy is the buffer. How many, and their
-  /// bf16 bytes (half what fp32 storage of them would take).
+  /// storage (offset -1), its copy is the buffer. Their bf16 bytes (half
+  /// what fp32 storage of them would take).
   std::vector<bool> bf16Only;
-  uint32_t bf16OnlyBuffers = 0;
   uint64_t bf16OnlyBytes = 0;
   /// Whole-rank peak: parameters + optimizer state + arena.
   uint64_t totalBytes() const {

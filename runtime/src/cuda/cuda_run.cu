@@ -1379,13 +1379,10 @@ private:
           static_cast<double *>(scratch(size_t(Chunks * NY) * sizeof(double)));
       const unsigned Blocks =
           NY % 4 == 0 ? wideBlocks(Chunks * NY) : blocksFor(Chunks * NY);
-      if (const uint16_t *X16 = readCopy(X(0), Idx)) // half the bytes
-        launchOn(Compute, sumLeadingPartsKernel<uint16_t>, Blocks, kThreads, 0,
-                 X16, Outer, NY, RowsPer, Chunks, Parts);
-      else
-        launchOn(Compute, sumLeadingPartsKernel<float>, Blocks, kThreads, 0,
-                 static_cast<const float *>(f(X(0))), Outer, NY, RowsPer,
-                 Chunks, Parts);
+      withInput(X(0), Idx, [&](auto *Xs) {
+        launchOn(Compute, sumLeadingPartsKernel<Elem<decltype(Xs)>>, Blocks,
+                 kThreads, 0, Xs, Outer, NY, RowsPer, Chunks, Parts);
+      });
       launchOn(Compute, sumLeadingTotalKernel, blocksFor(NY), kThreads, 0,
                static_cast<const double *>(Parts), Chunks, NY, f(Y), int(Add));
       return;
@@ -1919,18 +1916,10 @@ private:
                                const AttnDropout &Dr, unsigned Blocks,
                                float Scale, const AttentionCopies &Copies) {
     const int64_t Rows = B * NH * S, N = B * S * Hl;
-    // Each input by its fp32 buffer, or its bf16 copy where it is kept in
-    // bf16 alone (the copies read are part of the key too).
+    // Each input by its fp32 buffer (null where it is kept in bf16 alone)
+    // and the bf16 copy read (null: packed below).
     const float *Fp32[4] = {Q, K, V, DY};
-    auto Where = [&](int J) -> const char * {
-      return Fp32[J] ? reinterpret_cast<const char *>(Fp32[J])
-                     : reinterpret_cast<const char *>(Copies[size_t(J)]);
-    };
-    std::vector<int64_t> Key = {int64_t(reinterpret_cast<intptr_t>(Where(0))),
-                                int64_t(reinterpret_cast<intptr_t>(Where(1))),
-                                int64_t(reinterpret_cast<intptr_t>(Where(2))),
-                                int64_t(reinterpret_cast<intptr_t>(Where(3))),
-                                B,
+    std::vector<int64_t> Key = {B,
                                 S,
                                 Hl,
                                 NH,
@@ -1942,8 +1931,10 @@ private:
                                 Dr.BatchOffset,
                                 Dr.HeadOffset,
                                 WmmaAttention};
-    for (const uint16_t *C : Copies)
-      Key.push_back(int64_t(reinterpret_cast<intptr_t>(C)));
+    for (int J = 0; J < 4; ++J)
+      Key.insert(Key.end(),
+                 {int64_t(reinterpret_cast<intptr_t>(Fp32[J])),
+                  int64_t(reinterpret_cast<intptr_t>(Copies[size_t(J)]))});
     if (Kept.Valid && Kept.Key == Key)
       return Kept;
     // [max, 1 / sum] per row, deltas, then (register-resident kernels)
@@ -1994,8 +1985,8 @@ private:
     // lives on).
     Kept.Inputs.clear();
     for (int J = 0; J < 4; ++J) {
-      if (Fp32[J])
-        Kept.Inputs.push_back({Where(J), Where(J) + size_t(N) * sizeof(float)});
+      if (const char *F = reinterpret_cast<const char *>(Fp32[J]))
+        Kept.Inputs.push_back({F, F + size_t(N) * sizeof(float)});
       if (const char *C = reinterpret_cast<const char *>(Copies[size_t(J)]))
         Kept.Inputs.push_back({C, C + size_t(N) * 2});
     }
