@@ -179,6 +179,23 @@ std::vector<uint32_t> tensorCoreOperands(const Instr &In,
   return Out;
 }
 
+namespace {
+/// The inputs of \p In that read a bf16 copy where their writer made one:
+/// the tensor-core operands, and the logits of a cross-entropy and of its
+/// gradient over the whole vocabulary (the vocabulary-wide rows these two
+/// read are most of what they cost).
+std::vector<uint32_t> copyOperands(const Instr &In,
+                                   const std::vector<bool> &Bf16) {
+  const bool Loss =
+      In.op() == op::CrossEntropy || (In.op() == op::CrossEntropyGrad &&
+                                      In.inputs() && In.inputs()->size() != 4);
+  if (Loss && In.inputs() && In.inputs()->size() > 0 &&
+      Bf16[In.inputs()->Get(0)])
+    return {In.inputs()->Get(0)};
+  return tensorCoreOperands(In, Bf16);
+}
+} // namespace
+
 CopyLifetimes bf16CopyLifetimes(const Program &P, const RankProgram &R) {
   const uint32_t NB = R.buffers() ? R.buffers()->size() : 0;
   const uint32_t NI = R.instrs() ? R.instrs()->size() : 0;
@@ -196,13 +213,16 @@ CopyLifetimes bf16CopyLifetimes(const Program &P, const RankProgram &R) {
     for (uint32_t Y : *In.outputs())
       Writer[Y] = Writer[Y] == -1 && roundsToBf16(P, In) ? int64_t(I) : -2;
   }
-  for (uint32_t I = 0; I < NI; ++I)
-    for (uint32_t X : tensorCoreOperands(*R.instrs()->Get(I), Bf16))
+  for (uint32_t I = 0; I < NI; ++I) {
+    // The loss's gradient opens the backward part, next to the loss.
+    const bool AnyPart = R.instrs()->Get(I)->op() == op::CrossEntropyGrad;
+    for (uint32_t X : copyOperands(*R.instrs()->Get(I), Bf16))
       if (Writer[X] >= 0 && Writer[X] < int64_t(I) &&
-          Part[size_t(Writer[X])] == Part[I]) {
+          (AnyPart || Part[size_t(Writer[X])] == Part[I])) {
         Out.first[X] = Writer[X];
         Out.last[X] = I;
       }
+  }
   return Out;
 }
 
@@ -270,7 +290,10 @@ bool readsBf16(const Instr &In, uint32_t K, const std::vector<bool> &Bf16,
   case op::LayerNormGrad: // x and dy (not the gain)
     return K == 0 || K == 2;
   case op::Embedding: // the table (not the ids)
+  case op::CrossEntropy: // the logits (not the labels)
     return K == 0;
+  case op::CrossEntropyGrad: // the logits, over the whole vocabulary
+    return K == 0 && In.inputs()->size() != 4;
   case op::EmbeddingGrad: // the table's shape, and dy
     return K == 0 || K == 2;
   default:

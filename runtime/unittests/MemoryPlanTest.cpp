@@ -162,6 +162,40 @@ TEST(MemoryPlan, CopiesStayInTheirPipelineSegment) {
   EXPECT_EQ(Copies.last[S.Dyr], 6);
 }
 
+TEST(MemoryPlan, LogitsCopyLivesFromTheHeadToTheLossGradient) {
+  // The head's product rounds the logits (forward, 1); the loss (2) and
+  // its gradient over the whole vocabulary (backward, 4) read them in
+  // bf16, so their copy spans both parts. A gradient over one vocabulary
+  // block (4 inputs, with the blocks' stats) reads fp32 and keeps none.
+  ProgramDesc P;
+  P.batch = 2;
+  P.seq = 3;
+  P.vocabSize = 8;
+  RankDesc R;
+  const uint32_t X = R.addBuffer(dt::F32, {2, 3, 4}, "x");
+  const uint32_t W = R.addBuffer(dt::F32, {4, 8}, "w");
+  const uint32_t Lab = R.addBuffer(dt::I32, {2, 3}, "labels");
+  R.params.push_back({"x", X, {2, 3, 4}, {0, 0, 0}, ik::Normal, 0.02, "", {}});
+  R.params.push_back({"w", W, {4, 8}, {0, 0}, ik::Normal, 0.02, "", {}});
+  R.inputs.push_back({"labels", Lab, "labels"});
+  const uint32_t Wr = R.emit(op::RoundBf16, {W}, {4, 8});          // 0
+  const uint32_t Lg = R.emit(op::Linear, {X, Wr}, {2, 3, 8}, {0}); // 1
+  R.instrs.back().roundBf16 = true;
+  R.emit(op::CrossEntropy, {Lg, Lab}, {}, {6}); // 2
+  R.forwardEnd = int32_t(R.instrs.size());
+  const uint32_t One = R.emit(op::Fill, {}, {}, {}, {1.0});          // 3
+  R.emit(op::CrossEntropyGrad, {Lg, Lab, One}, {2, 3, 8}, {6});      // 4
+  const uint32_t Stats = R.emit(op::Fill, {}, {2, 3, 3}, {}, {0.0}); // 5
+  R.emit(op::CrossEntropyGrad, {Lg, Lab, One, Stats}, {2, 3, 8}, {6, 0});
+  P.ranks.push_back(R);
+  Loaded L(P);
+  const CopyLifetimes Copies = bf16CopyLifetimes(*L.L.program, L.rank());
+  EXPECT_EQ(Copies.first[Lg], 1);
+  EXPECT_EQ(Copies.last[Lg], 4); // not 6: the block's gradient reads fp32
+  // Its block-gradient reader keeps the logits in fp32 as well.
+  EXPECT_FALSE(bf16OnlyBuffers(*L.L.program, L.rank())[Lg]);
+}
+
 TEST(MemoryPlan, CopiesTakeBytesNothingLiveUses) {
   Step S;
   Loaded L(S.P);

@@ -113,7 +113,10 @@ std::vector<uint32_t> tensorCoreOperands(const megac::plan::Instr &In,
 /// one pipeline segment) read those. A copy lives from that writer to its
 /// last such reader; later readers (the backward pass's weight gradients
 /// of saved activations) pack as before, so saved activations keep no
-/// copy from one part to the other. Only buffers with one writer, which
+/// copy from one part to the other. The logits are the one exception:
+/// the cross-entropy and its gradient over the whole vocabulary read them
+/// in bf16 too, and the gradient, which opens the backward part, extends
+/// their copy across the boundary. Only buffers with one writer, which
 /// rounds, get one.
 struct CopyLifetimes {
   /// Per buffer: the instruction writing its copy, and the last that reads
@@ -131,10 +134,11 @@ CopyLifetimes bf16CopyLifetimes(const megac::plan::Program &P,
 /// the embedding where they round), and whose every reader reads bf16
 /// (products of bf16 values, attentions on bf16 kernels, generated
 /// kernels, plain adds and products, column sums, LayerNorm's input and
-/// its gradient's input and output gradient). Parameters, inputs and outputs
-/// stay fp32, and so does everything of a pipeline rank (its micro-batch slots
-/// hold fp32 buffers). Saved activations qualify: a copy lives as long as its
-/// buffer would.
+/// its gradient's input and output gradient, the logits of the
+/// cross-entropy and of its gradient over the whole vocabulary). Parameters,
+/// inputs and outputs stay fp32, and so does everything of a pipeline rank (its
+/// micro-batch slots hold fp32 buffers). Saved activations qualify: a copy
+/// lives as long as its buffer would.
 std::vector<bool> bf16OnlyBuffers(const megac::plan::Program &P,
                                   const megac::plan::RankProgram &R,
                                   AttentionInBf16 Attention = nullptr);

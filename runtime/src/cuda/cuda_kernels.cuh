@@ -163,6 +163,26 @@ struct OutputStore {
     if (Y) // null: the output is kept in bf16 alone
       Y[I] = V;
   }
+  /// Whether store4 may write from \p Y (and Bits) at multiples of 4.
+  __host__ __device__ bool alignedFor4(const float *Y) const {
+    return reinterpret_cast<uintptr_t>(Y) % sizeof(Vec4<float>) == 0 &&
+           reinterpret_cast<uintptr_t>(Bits) % sizeof(Vec4<uint16_t>) == 0;
+  }
+  /// Outputs I..I+3 in one access each (I a multiple of 4; alignedFor4).
+  __device__ __forceinline__ void store4(float *Y, int64_t I,
+                                         Vec4<float> V) const {
+    if (Round) {
+      Vec4<uint16_t> B;
+      for (int K = 0; K < 4; ++K) {
+        V.V[K] = megac_round_bf16(V.V[K]);
+        B.V[K] = uint16_t(__float_as_uint(V.V[K]) >> 16);
+      }
+      if (Bits)
+        *reinterpret_cast<Vec4<uint16_t> *>(Bits + I) = B;
+    }
+    if (Y)
+      *reinterpret_cast<Vec4<float> *>(Y + I) = V;
+  }
 };
 
 /// Y = round_bf16(X) and, unless \p Bits is null, Bits = the bf16 bits of
@@ -466,43 +486,84 @@ __global__ void softmaxGradKernel(const float *Y, const float *DY, int64_t Rows,
   }
 }
 
-/// Per row: max and sum of exp(logit - max), in double; the loss's and its
-/// gradient's common softmax. One pass over the row (a row of logits is a
-/// vocabulary wide, and these kernels are bound by reading it): each thread
-/// keeps its running max and its sum scaled to it, rescaling the sum when
-/// the max grows; the block then scales every thread's sum to the row's
-/// max. The same sum as max first, then sum, up to double rounding.
-__device__ inline void rowSoftmaxDev(const float *Lr, int64_t V, double *Part,
-                                     double &Max, double &Sum) {
-  double M = -INFINITY, S = 0;
-  for (int64_t J = threadIdx.x; J < V; J += blockDim.x) {
-    const double X = Lr[J];
-    if (X > M) {
-      S = S * exp(M - X) + 1.0;
-      M = X;
-    } else if (X != -INFINITY) { // (adds 0; before any max, NaN)
-      S += exp(X - M); // a NaN logit makes the sum NaN, as it should
+/// Per row of logits (fp32, or the bf16 bits of a copy: T = uint16_t):
+/// the max and the sum of exp(logit - max); the loss's and its gradient's
+/// common softmax. One pass over the row (a row of logits is a vocabulary
+/// wide, and these kernels are bound by reading it), four logits at a time
+/// where the row is aligned for it: each thread keeps its running max and
+/// its sum scaled to it, rescaling the sum when the max grows; the block
+/// then scales every thread's sum to the row's max. Each term's exp is an
+/// fp32 one (a double exp per logit would cost the H100 more than reading
+/// the logit), the sums and the rescalings are in double.
+struct RowSoftmaxAcc {
+  float M = -INFINITY;
+  double S = 0;
+  __device__ __forceinline__ void grow(float NewMax) {
+    if (NewMax > M) { // (S * 0 while M is -inf; a NaN sum stays NaN)
+      S *= exp(double(M) - double(NewMax));
+      M = NewMax;
     }
   }
-  Max = blockMax(M, Part);
-  Sum = blockSum(M == -INFINITY ? 0.0 : S * exp(M - Max), Part);
+  __device__ __forceinline__ void add(float X) {
+    if (X != -INFINITY) // (adds 0; a NaN logit makes the sum NaN)
+      S += double(expf(X - M));
+  }
+};
+
+template <class T>
+__device__ inline void rowSoftmaxDev(const T *Lr, int64_t V, double *Part,
+                                     double &Max, double &Sum) {
+  RowSoftmaxAcc A;
+  const int64_t Groups =
+      V % 4 == 0 && reinterpret_cast<uintptr_t>(Lr) % sizeof(Vec4<T>) == 0
+          ? V / 4
+          : 0;
+  for (int64_t G = threadIdx.x; G < Groups; G += blockDim.x) {
+    const Vec4<T> In = reinterpret_cast<const Vec4<T> *>(Lr)[G];
+    float X[4];
+    for (int K = 0; K < 4; ++K)
+      X[K] = valueOf(In.V[K]);
+    A.grow(fmaxf(fmaxf(X[0], X[1]), fmaxf(X[2], X[3])));
+    for (int K = 0; K < 4; ++K)
+      A.add(X[K]);
+  }
+  for (int64_t J = 4 * Groups + threadIdx.x; J < V; J += blockDim.x) {
+    const float X = valueOf(Lr[J]);
+    A.grow(X);
+    A.add(X);
+  }
+  Max = blockMax(A.M, Part);
+  Sum = blockSum(A.M == -INFINITY ? 0.0 : A.S * exp(double(A.M) - Max), Part);
 }
 
-/// Per row: logsumexp - logit[label] (a label outside [0, V): NaN, and
-/// flagged in *Bad).
-__global__ void crossEntropyRowsKernel(const float *L, int64_t Rows, int64_t V,
+/// Flags a label outside [0, V) in *Bad (the CPU refuses it).
+__device__ __forceinline__ bool labelInVocabulary(int64_t Lab, int64_t V,
+                                                  int *Bad) {
+  if (Lab >= 0 && Lab < V)
+    return true;
+  if (threadIdx.x == 0)
+    *Bad = 1;
+  return false;
+}
+
+/// Per row: logsumexp - logit[label] into Out (a label outside [0, V):
+/// NaN, and flagged in *Bad), and the row's softmax statistics [max, sum]
+/// into Stats, for the gradient to read instead of a second pass.
+template <class T>
+__global__ void crossEntropyRowsKernel(const T *L, int64_t Rows, int64_t V,
                                        const int32_t *Labels, double *Out,
-                                       int *Bad) {
+                                       double *Stats, int *Bad) {
   __shared__ double Part[kThreads];
   for (int64_t R = blockIdx.x; R < Rows; R += gridDim.x) {
-    const float *Lr = L + R * V;
+    const T *Lr = L + R * V;
     double Max, Sum;
     rowSoftmaxDev(Lr, V, Part, Max, Sum);
     const int32_t Lab = Labels[R];
+    const bool Ok = labelInVocabulary(Lab, V, Bad);
     if (threadIdx.x == 0) {
-      Out[R] = (Lab >= 0 && Lab < V) ? Max + log(Sum) - double(Lr[Lab]) : NAN;
-      if (Lab < 0 || Lab >= V)
-        *Bad = 1;
+      Out[R] = Ok ? Max + log(Sum) - double(valueOf(Lr[Lab])) : NAN;
+      Stats[2 * R] = Max;
+      Stats[2 * R + 1] = Sum;
     }
   }
 }
@@ -516,23 +577,41 @@ __global__ void sumRowsKernel(const double *Rows, int64_t N, double Normalizer,
   Y[0] = float(S / Normalizer);
 }
 
-/// dlogits = (softmax - onehot(label)) * dloss / normalizer.
-__global__ void crossEntropyGradKernel(const float *L, int64_t Rows, int64_t V,
+/// dlogits = (softmax - onehot(label)) * dloss / normalizer, the softmax
+/// from the rows' [max, sum] (crossEntropyRowsKernel's): one pass that
+/// reads the logits and writes their gradient, four at a time where
+/// aligned.
+template <class T>
+__global__ void crossEntropyGradKernel(const T *L, int64_t Rows, int64_t V,
                                        const int32_t *Labels,
-                                       const float *DLoss, double Normalizer,
-                                       float *D, OutputStore Store) {
-  __shared__ double Part[kThreads];
+                                       const double *Stats, const float *DLoss,
+                                       double Normalizer, float *D,
+                                       OutputStore Store, int *Bad) {
   const double Scale = double(DLoss[0]) / Normalizer;
+  const int64_t Groups =
+      V % 4 == 0 && reinterpret_cast<uintptr_t>(L) % sizeof(Vec4<T>) == 0 &&
+              Store.alignedFor4(D)
+          ? V / 4
+          : 0;
   for (int64_t R = blockIdx.x; R < Rows; R += gridDim.x) {
-    const float *Lr = L + R * V;
-    double Max, Sum;
-    rowSoftmaxDev(Lr, V, Part, Max, Sum);
+    const T *Lr = L + R * V;
+    const float Max = float(Stats[2 * R]);
+    const double Inv = 1.0 / Stats[2 * R + 1];
     const int64_t Lab = Labels[R];
-    const double Inv = 1.0 / Sum;
-    for (int64_t J = threadIdx.x; J < V; J += blockDim.x) {
-      const double P = exp(double(Lr[J]) - Max) * Inv;
-      Store(D, R * V + J, float((P - (J == Lab ? 1.0 : 0.0)) * Scale));
+    labelInVocabulary(Lab, V, Bad);
+    auto Grad = [&](float X, int64_t J) {
+      const double P = double(expf(X - Max)) * Inv;
+      return float((P - (J == Lab ? 1.0 : 0.0)) * Scale);
+    };
+    for (int64_t G = threadIdx.x; G < Groups; G += blockDim.x) {
+      const Vec4<T> In = reinterpret_cast<const Vec4<T> *>(Lr)[G];
+      Vec4<float> Out;
+      for (int K = 0; K < 4; ++K)
+        Out.V[K] = Grad(valueOf(In.V[K]), 4 * G + K);
+      Store.store4(D, R * V + 4 * G, Out);
     }
+    for (int64_t J = 4 * Groups + threadIdx.x; J < V; J += blockDim.x)
+      Store(D, R * V + J, Grad(valueOf(Lr[J]), J));
   }
 }
 

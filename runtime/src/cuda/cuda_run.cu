@@ -788,6 +788,8 @@ private:
                          reinterpret_cast<const char *>(C + numel(Buffer))});
     if (Kept.Valid && overlaps(Written, Kept.Inputs))
       Kept.Valid = false;
+    if (Loss.Valid && overlaps(Written, Loss.Inputs))
+      Loss.Valid = false;
     for (PackedOperand &P : Packed)
       if (P.Src &&
           overlaps(Written,
@@ -797,6 +799,7 @@ private:
   }
   void forgetAll() {
     Kept.Valid = false;
+    Loss.Valid = false;
     for (PackedOperand &P : Packed)
       P.Src = nullptr;
   }
@@ -1300,8 +1303,11 @@ private:
       }
       double *Out =
           static_cast<double *>(scratch(size_t(Rows) * sizeof(double)));
-      launchOn(Compute, crossEntropyRowsKernel, rowBlocks(Rows), kThreads, 0,
-               f(X(0)), Rows, Last, i32(X(1)), Out, Faults + kFaultBadToken);
+      withInput(X(0), Idx, [&](auto *L) {
+        launchOn(Compute, crossEntropyRowsKernel<Elem<decltype(L)>>,
+                 rowBlocks(Rows), kThreads, 0, L, Rows, Last, i32(X(1)), Out,
+                 keepLossStats(X(0), L, Rows, Last), Faults + kFaultBadToken);
+      });
       const double Norm =
           NumInts() && Int(0) > 0 ? double(Int(0)) : double(Rows);
       launchOn(Compute, sumRowsKernel, 1, 1, 0,
@@ -1345,10 +1351,24 @@ private:
                  static_cast<const float *>(f(X(2))), Norm, f(Y));
         return;
       }
-      launchOn(Compute, crossEntropyGradKernel, rowBlocks(Rows), kThreads, 0,
-               f(X(0)), Rows, Last, i32(X(1)),
-               static_cast<const float *>(f(X(2))), Norm, f(Y),
-               outputStore(In, Y, Idx));
+      if (Rows == 0 || Last == 0)
+        return;
+      withInput(X(0), Idx, [&](auto *L) {
+        const double *Stats = keptLossStats(X(0), Rows, Last);
+        if (!Stats) { // not kept from the loss: one more pass for them
+          double *Out =
+              static_cast<double *>(scratch(size_t(Rows) * sizeof(double)));
+          double *New = keepLossStats(X(0), L, Rows, Last);
+          launchOn(Compute, crossEntropyRowsKernel<Elem<decltype(L)>>,
+                   rowBlocks(Rows), kThreads, 0, L, Rows, Last, i32(X(1)), Out,
+                   New, Faults + kFaultBadToken);
+          Stats = New;
+        }
+        launchOn(Compute, crossEntropyGradKernel<Elem<decltype(L)>>,
+                 rowBlocks(Rows), kThreads, 0, L, Rows, Last, i32(X(1)), Stats,
+                 static_cast<const float *>(f(X(2))), Norm, f(Y),
+                 outputStore(In, Y, Idx), Faults + kFaultBadToken);
+      });
       return;
     }
     case op::EmbeddingGrad:
@@ -1898,6 +1918,40 @@ private:
   /// The register-resident kernels also keep bf16 copies of q, k, v and
   /// dy, and the gradient of k or v (\p GradOf) that the other's step
   /// computed beside its own.
+  /// The rows' softmax statistics [max, sum] of the last cross-entropy,
+  /// for its gradient to read instead of a pass of its own over the logits
+  /// (a vocabulary a row): kept as long as nothing writes the logits read.
+  struct KeptLoss {
+    bool Valid = false;
+    uint32_t Logits = 0; // the buffer (read in fp32 or from its copy)
+    int64_t Rows = 0, Vocab = 0;
+    std::vector<Range> Inputs;
+    GrowingBuffer Memory;
+  } Loss;
+
+  /// Where the cross-entropy of \p Rows rows of \p Vocab logits (buffer
+  /// \p B, read at \p L: fp32 or its copy) writes its statistics, which
+  /// then count as kept.
+  template <class T>
+  double *keepLossStats(uint32_t B, const T *L, int64_t Rows, int64_t Vocab) {
+    double *Stats = static_cast<double *>(Loss.Memory.atLeast(
+        size_t(2 * Rows) * sizeof(double), "cross-entropy statistics"));
+    const char *P0 = reinterpret_cast<const char *>(L);
+    Loss.Inputs = {rangeOf(B), {P0, P0 + size_t(Rows * Vocab) * sizeof(T)}};
+    Loss.Logits = B;
+    Loss.Rows = Rows;
+    Loss.Vocab = Vocab;
+    Loss.Valid = true;
+    return Stats;
+  }
+  /// The statistics kept for those logits (null: none).
+  const double *keptLossStats(uint32_t B, int64_t Rows, int64_t Vocab) const {
+    return Loss.Valid && Loss.Logits == B && Loss.Rows == Rows &&
+                   Loss.Vocab == Vocab
+               ? static_cast<const double *>(Loss.Memory.Ptr)
+               : nullptr;
+  }
+
   struct KeptAttention {
     bool Valid = false;
     std::vector<int64_t> Key;
