@@ -25,7 +25,8 @@ the two attentions side by side; `megac-nocopy` adds megac without its
 bf16 operand copies, MEGAC_CUDA_BF16_COPIES=0, every product packing its
 operands as before them; `megac-fp32` adds megac with its bf16 copies
 but every buffer in fp32, MEGAC_CUDA_BF16_ONLY=0, none kept in bf16
-alone.)
+alone; `megac-cudnn` adds megac with cuDNN's fused attention,
+MEGAC_CUDA_ATTENTION=cudnn, where it can load libcudnn.so.9.)
 
 MFU = model FLOPs per step / step time / the measured GEMM ceiling, with
 model FLOPs per token 6 N + 12 L H S (N parameters without the position
@@ -154,6 +155,7 @@ def copy_bandwidth(torch, gib=2, reps=20):
 MEGAC_RUNNERS = {
     "megac": {},
     "megac-wmma": {"MEGAC_CUDA_ATTENTION": "wmma"},
+    "megac-cudnn": {"MEGAC_CUDA_ATTENTION": "cudnn"},
     "megac-nocopy": {"MEGAC_CUDA_BF16_COPIES": "0"},
     "megac-fp32": {"MEGAC_CUDA_BF16_ONLY": "0"},
 }
@@ -230,7 +232,8 @@ def main():
     parser.add_argument("--runners", default="eager,compile,megac",
                         help="which rows to measure (eager, compile, megac, "
                         "megac-wmma: megac with its earlier wmma attention "
-                        "kernels, megac-nocopy: megac without its bf16 "
+                        "kernels, megac-cudnn: megac with cuDNN's fused "
+                        "attention, megac-nocopy: megac without its bf16 "
                         "operand copies, megac-fp32: megac with every buffer "
                         "in fp32); the ceilings are measured always")
     parser.add_argument("--megac-bin", default=os.path.join(

@@ -45,6 +45,9 @@ pack() {
   rm -rf "$stage" && mkdir -p "$stage/repo/build/bin" "$stage/repo/build/test/Unit" "$stage/sys"
   cp "$ROOT"/build/bin/{megac-run,libmegac_cuda.so,libmegac_cuda_emu.so,megac-plan-demo,megac-runtime-unittests,megac-cuda-emu-unittests} \
     "$stage/repo/build/bin/"
+  # cuDNN's attention graphs' unit test, where the build has the frontend.
+  [[ -x "$ROOT/build/bin/megac-cudnn-unittests" ]] &&
+    cp "$ROOT/build/bin/megac-cudnn-unittests" "$stage/repo/build/bin/"
   cp "$ROOT"/build-static/bin/{megac,megac-opt} "$stage/repo/build/bin/"
   cp "$ROOT/build/test/lit.site.cfg.py" "$stage/repo/build/test/"
   cp "$ROOT/build/test/Unit/lit.site.cfg.py" "$stage/repo/build/test/Unit/"

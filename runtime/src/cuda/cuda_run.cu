@@ -21,6 +21,9 @@
 
 #include "cuda_api.h"
 #include "cuda_kernels.cuh"
+#ifdef MEGAC_HAVE_CUDNN_ATTENTION
+#include "cudnn_attention.h"
+#endif
 
 #include <algorithm>
 #include <array>
@@ -65,10 +68,36 @@ std::string knob(const char *Name,
   throw std::runtime_error(std::string(Name) + " is '" + Value +
                            "': expected " + Expected);
 }
-/// MEGAC_CUDA_ATTENTION=wmma selects the wmma attention kernels.
-bool wmmaAttentionAsked() {
-  return knob("MEGAC_CUDA_ATTENTION", {"mma", "wmma"}) == "wmma";
+/// Which attention runs on bf16 values: the register-resident kernels
+/// (mma, the default), the first tensor-core kernels (wmma), or cuDNN's
+/// fused attention (cudnn; where it applies, else the default).
+std::string attentionAsked() {
+  return knob("MEGAC_CUDA_ATTENTION", {"mma", "wmma", "cudnn"});
 }
+
+#ifndef MEGAC_HAVE_CUDNN_ATTENTION
+/// A build without cuDNN's frontend: the knob says why it is not there.
+struct SdpaShape {
+  int64_t B = 0, S = 0, NH = 0, D = 0;
+  bool Causal = false;
+  float Scale = 1;
+};
+struct CudnnAttention {
+  static std::unique_ptr<CudnnAttention> open(std::string &Why) {
+    Why = "this build has no cuDNN frontend (scripts/setup.sh fetches it)";
+    return nullptr;
+  }
+  std::string forward(const SdpaShape &, const void *, const void *,
+                      const void *, void *, float *, cudaStream_t) {
+    return "unavailable";
+  }
+  std::string backward(const SdpaShape &, const void *, const void *,
+                       const void *, const void *, const void *, const float *,
+                       void *, void *, void *, cudaStream_t) {
+    return "unavailable";
+  }
+};
+#endif
 
 /// The bf16 copies of an attention's q, k, v and (its gradient's) dy
 /// (null: none; where a buffer is kept in bf16 alone, its fp32 pointer is
@@ -138,6 +167,15 @@ public:
     Name = std::string(Prop.name) + " (" + Arch + ")";
     Major = Prop.major;
     SharedOptin = Prop.sharedMemPerBlockOptin;
+    if (AttentionKind == "cudnn") {
+      std::string Why;
+      Cudnn = CudnnAttention::open(Why);
+      if (!Cudnn)
+        std::fprintf(stderr,
+                     "megac-run: cuDNN attention unavailable (%s); the "
+                     "register-resident kernels run instead\n",
+                     Why.c_str());
+    }
     // The compute stream first (the emulation runs the first stream's
     // work at once and defers the others'), then the collectives'.
     check(cudaStreamCreateWithFlags(&Compute, cudaStreamNonBlocking),
@@ -333,8 +371,10 @@ public:
            " products and " + std::to_string(Bf16Attentions) + " of " +
            std::to_string(Attentions) +
            " attention steps on bf16 values (tensor cores, fp32 "
-           "accumulation), the rest in fp32; " +
-           copyNote() + memoryNote();
+           "accumulation" +
+           (Cudnn ? std::string(", attention on cuDNN where it applies")
+                  : std::string()) +
+           "), the rest in fp32; " + copyNote() + memoryNote();
   }
 
   /// How the tensor-core operands come: copies their writers made, or
@@ -1836,6 +1876,9 @@ private:
                 int64_t B, int64_t S, int64_t Hl, int64_t NH, int Causal,
                 int Which, const AttnDropout &Dr, unsigned Blocks, float Scale,
                 const AttentionCopies &Copies, OutputStore Store, float *Out) {
+    if (Cudnn && cudnnAttention(Q, K, V, DY, B, S, Hl, NH, Causal, Which, Dr,
+                                Scale, Copies, Store, Out))
+      return;
     using Sh = MmaShared<D>;
     if (!MmaReady[tcSlot<D>()]) { // above the default 48 KiB per block
       setSharedLimit(flashForwardMmaKernel<D>, Sh::Forward);
@@ -1845,17 +1888,11 @@ private:
     }
     const int64_t N = B * S * Hl;
     if (Which < 0) {
-      const uint16_t *In16[3] = {Copies[0], Copies[1], Copies[2]};
-      const float *In[3] = {Q, K, V};
-      uint16_t *Packed16 = nullptr;
-      for (int J = 0; J < 3; ++J)
-        if (!In16[J]) {
-          if (!Packed16)
-            Packed16 = static_cast<uint16_t *>(
-                scratch(size_t(3 * N) * sizeof(uint16_t)));
-          packBf16(In[J], N, Packed16 + J * N, /*Exact=*/true);
-          In16[J] = Packed16 + J * N;
-        }
+      std::array<const uint16_t *, 4> In16 = Copies;
+      packMissing(In16, {Q, K, V, nullptr}, N, [&] {
+        return static_cast<uint16_t *>(
+            scratch(size_t(3 * N) * sizeof(uint16_t)));
+      });
       launchOn(Compute, flashForwardMmaKernel<D>, Blocks, kMmaThreads,
                Sh::Forward, In16[0], In16[1], In16[2], S, Hl, NH, Causal, Scale,
                Dr, Out, static_cast<float *>(nullptr),
@@ -1895,6 +1932,100 @@ private:
              Which == 2 ? Store : OutputStore{});
     RoundedAsWritten = Store.Round;
     Kp.GradOf = 3 - Which;
+  }
+
+  /// Packs each of q, k, v and dy (\p Fp32; dy null in a forward pass)
+  /// that has no bf16 copy in \p In16 into slot J (input J) of the room
+  /// \p Room() gives (4 x \p N bf16 values; asked for only if one is
+  /// missing), and points \p In16 at it: q, k and v exactly (they must
+  /// hold bf16 values), dy rounded.
+  template <class RoomFn>
+  void packMissing(std::array<const uint16_t *, 4> &In16,
+                   const std::array<const float *, 4> &Fp32, int64_t N,
+                   RoomFn Room) {
+    uint16_t *To = nullptr;
+    for (size_t J = 0; J < 4; ++J)
+      if (!In16[J] && Fp32[J]) {
+        if (!To)
+          To = Room();
+        packBf16(Fp32[J], N, To + J * N, /*Exact=*/J < 3);
+        In16[J] = To + J * N;
+      }
+  }
+
+  /// An attention step on cuDNN (MEGAC_CUDA_ATTENTION=cudnn): the forward
+  /// pass writes y in bf16 (its copy, widened into the fp32 buffer where
+  /// there is one); the first gradient step of an attention runs cuDNN's
+  /// forward (for y and the rows' log-sum-exp) and backward passes for
+  /// all three gradients, kept (keptCudnn) for the other two steps.
+  /// False where cuDNN does not apply (dropout, whose masks are the
+  /// CPU's; an output the plan does not round to bf16, which cuDNN's
+  /// bf16 result would not match) or declines the shape: the
+  /// register-resident kernels run instead.
+  bool cudnnAttention(const float *Q, const float *K, const float *V,
+                      const float *DY, int64_t B, int64_t S, int64_t Hl,
+                      int64_t NH, int Causal, int Which, const AttnDropout &Dr,
+                      float Scale, const AttentionCopies &Copies,
+                      OutputStore Store, float *Out) {
+    if (Dr.Rate > 0 || !Store.Round)
+      return false;
+    SdpaShape Sh;
+    Sh.B = B;
+    Sh.S = S;
+    Sh.NH = NH;
+    Sh.D = Hl / NH;
+    Sh.Causal = Causal != 0;
+    Sh.Scale = Scale;
+    const int64_t N = B * S * Hl;
+    const uint16_t *Result = nullptr;
+    if (Which < 0) {
+      // Scratch: y where it has no copy, then packed inputs (4 slots).
+      const bool Missing = !Copies[0] || !Copies[1] || !Copies[2];
+      uint16_t *Room =
+          Missing || !Store.Bits
+              ? static_cast<uint16_t *>(
+                    scratch(size_t((Missing ? 5 : 1) * N) * sizeof(uint16_t)))
+              : nullptr;
+      std::array<const uint16_t *, 4> In16 = Copies;
+      packMissing(In16, {Q, K, V, nullptr}, N, [&] { return Room + N; });
+      uint16_t *Y16 = Store.Bits ? Store.Bits : Room;
+      if (!cudnnDid(Cudnn->forward(Sh, In16[0], In16[1], In16[2], Y16, nullptr,
+                                   Compute)))
+        return false;
+      Result = Y16;
+    } else {
+      const KeptAttention *Kp = keptCudnn(Sh, Q, K, V, DY, Causal, Dr, Copies);
+      if (!Kp)
+        return false;
+      Result = Kp->Grad16[Which];
+      if (Store.Bits)
+        check(cudaMemcpyAsync(Store.Bits, Result, size_t(N) * 2,
+                              cudaMemcpyDeviceToDevice, Compute),
+              "cudaMemcpyAsync");
+    }
+    if (Out)
+      launchOn(Compute, widenBf16Kernel, wideBlocks(N), kThreads, 0, Result, N,
+               Out);
+    RoundedAsWritten = true;
+    if (CudnnSteps++ == 0)
+      std::fprintf(stderr, "megac-run: attention steps run on cuDNN "
+                           "(MEGAC_CUDA_ATTENTION=cudnn)\n");
+    return true;
+  }
+  /// Whether cuDNN did what was asked (\p Why empty); says each new
+  /// reason it gives for not doing it once.
+  bool cudnnDid(const std::string &Why) {
+    if (Why.empty())
+      return true;
+    if (std::find(CudnnDeclined.begin(), CudnnDeclined.end(), Why) ==
+        CudnnDeclined.end()) {
+      CudnnDeclined.push_back(Why);
+      std::fprintf(stderr,
+                   "megac-run: cuDNN declined an attention (%s); the "
+                   "register-resident kernels run it\n",
+                   Why.c_str());
+    }
+    return false;
   }
 
   template <class KernelFn> void setSharedLimit(KernelFn *Fn, size_t Bytes) {
@@ -1961,17 +2092,20 @@ private:
     const uint16_t *Q16 = nullptr, *K16 = nullptr, *V16 = nullptr,
                    *DY16 = nullptr;
     int GradOf = -1;
+    uint16_t *Grad16[3] = {nullptr, nullptr, nullptr}; // cuDNN's dq, dk, dv
   } Kept;
 
-  template <int D>
-  KeptAttention &keptAttention(const float *Q, const float *K, const float *V,
+  /// What identifies one attention's kept state: its shape, dropout, the
+  /// kernels that made it (\p Kernels: 0 register-resident, 1 wmma, 2
+  /// cuDNN; one attention's steps may take different ones), and each
+  /// input by its fp32 buffer (null where it is kept in bf16 alone) and
+  /// the bf16 copy read (null: packed).
+  std::vector<int64_t> keptKey(const float *Q, const float *K, const float *V,
                                const float *DY, int64_t B, int64_t S,
-                               int64_t Hl, int64_t NH, int Causal,
-                               const AttnDropout &Dr, unsigned Blocks,
-                               float Scale, const AttentionCopies &Copies) {
-    const int64_t Rows = B * NH * S, N = B * S * Hl;
-    // Each input by its fp32 buffer (null where it is kept in bf16 alone)
-    // and the bf16 copy read (null: packed below).
+                               int64_t Hl, int64_t NH, int Causal, int64_t D,
+                               const AttnDropout &Dr,
+                               const AttentionCopies &Copies,
+                               int Kernels) const {
     const float *Fp32[4] = {Q, K, V, DY};
     std::vector<int64_t> Key = {B,
                                 S,
@@ -1984,13 +2118,80 @@ private:
                                 Dr.GlobalHeads,
                                 Dr.BatchOffset,
                                 Dr.HeadOffset,
-                                WmmaAttention};
+                                Kernels};
     for (int J = 0; J < 4; ++J)
       Key.insert(Key.end(),
                  {int64_t(reinterpret_cast<intptr_t>(Fp32[J])),
                   int64_t(reinterpret_cast<intptr_t>(Copies[size_t(J)]))});
+    return Key;
+  }
+  /// Marks the kept state valid for \p Key, made from the fp32 buffers
+  /// \p Fp32 and the copies read (a copy's bytes may go to another
+  /// buffer while the fp32 one lives on): run() forgets it when an
+  /// instruction writes any of them.
+  void keepAttentionInputs(const std::array<const float *, 4> &Fp32,
+                           const AttentionCopies &Copies, int64_t N,
+                           const std::vector<int64_t> &Key) {
+    Kept.Inputs.clear();
+    for (size_t J = 0; J < 4; ++J) {
+      if (const char *F = reinterpret_cast<const char *>(Fp32[J]))
+        Kept.Inputs.push_back({F, F + size_t(N) * sizeof(float)});
+      if (const char *C = reinterpret_cast<const char *>(Copies[J]))
+        Kept.Inputs.push_back({C, C + size_t(N) * 2});
+    }
+    Kept.Key = Key;
+    Kept.Valid = true;
+  }
+
+  /// The kept state of one attention's gradient steps on cuDNN: q, k, v
+  /// and dy in bf16 (copies, or packed), the forward's y and rows'
+  /// log-sum-exp, and the three gradients (null: cuDNN declined).
+  const KeptAttention *keptCudnn(const SdpaShape &Sh, const float *Q,
+                                 const float *K, const float *V,
+                                 const float *DY, int Causal,
+                                 const AttnDropout &Dr,
+                                 const AttentionCopies &Copies) {
+    const int64_t Rows = Sh.B * Sh.NH * Sh.S, N = Sh.B * Sh.S * Sh.NH * Sh.D;
+    const std::vector<int64_t> Key =
+        keptKey(Q, K, V, DY, Sh.B, Sh.S, Sh.NH * Sh.D, Sh.NH, Causal, Sh.D, Dr,
+                Copies, 2);
+    if (Kept.Valid && Kept.Key == Key)
+      return &Kept;
+    Kept.Valid = false;
+    // Stats, then 4 inputs, y and 3 gradients in bf16 (16-byte aligned).
+    const size_t StatsBytes = (size_t(Rows) * sizeof(float) + 15) / 16 * 16;
+    char *Base = static_cast<char *>(Kept.Memory.atLeast(
+        StatsBytes + size_t(8 * N) * sizeof(uint16_t), "attention state"));
+    Kept.Stats = reinterpret_cast<float *>(Base);
+    uint16_t *Bf16 = reinterpret_cast<uint16_t *>(Base + StatsBytes);
+    std::array<const uint16_t *, 4> In16 = Copies;
+    packMissing(In16, {Q, K, V, DY}, N, [&] { return Bf16; });
+    uint16_t *Y16 = Bf16 + 4 * N;
+    for (int J = 0; J < 3; ++J)
+      Kept.Grad16[J] = Bf16 + (5 + J) * N;
+    if (!cudnnDid(Cudnn->forward(Sh, In16[0], In16[1], In16[2], Y16, Kept.Stats,
+                                 Compute)) ||
+        !cudnnDid(Cudnn->backward(Sh, In16[0], In16[1], In16[2], Y16, In16[3],
+                                  Kept.Stats, Kept.Grad16[0], Kept.Grad16[1],
+                                  Kept.Grad16[2], Compute)))
+      return nullptr;
+    keepAttentionInputs({Q, K, V, DY}, Copies, N, Key);
+    return &Kept;
+  }
+
+  template <int D>
+  KeptAttention &keptAttention(const float *Q, const float *K, const float *V,
+                               const float *DY, int64_t B, int64_t S,
+                               int64_t Hl, int64_t NH, int Causal,
+                               const AttnDropout &Dr, unsigned Blocks,
+                               float Scale, const AttentionCopies &Copies) {
+    const int64_t Rows = B * NH * S, N = B * S * Hl;
+    const std::vector<int64_t> Key =
+        keptKey(Q, K, V, DY, B, S, Hl, NH, Causal, D, Dr, Copies,
+                WmmaAttention ? 1 : 0);
     if (Kept.Valid && Kept.Key == Key)
       return Kept;
+    Kept.Valid = false;
     // [max, 1 / sum] per row, deltas, then (register-resident kernels)
     // q, k, v and dy in bf16 and one fp32 gradient; 16-byte aligned parts.
     auto Align = [](size_t X) { return (X + 15) / 16 * 16; };
@@ -2015,15 +2216,10 @@ private:
     } else {
       // q, k and v in bf16 (checked: they must hold bf16 values) and dy
       // rounded: their copies where their writers made them, else packed.
-      uint16_t *Packed16 = reinterpret_cast<uint16_t *>(Base + StatsBytes);
-      const uint16_t *In16[4];
-      for (int J = 0; J < 4; ++J) {
-        In16[J] = Copies[size_t(J)];
-        if (!In16[J]) {
-          packBf16(Fp32[J], N, Packed16 + J * N, /*Exact=*/J < 3);
-          In16[J] = Packed16 + J * N;
-        }
-      }
+      std::array<const uint16_t *, 4> In16 = Copies;
+      packMissing(In16, {Q, K, V, DY}, N, [&] {
+        return reinterpret_cast<uint16_t *>(Base + StatsBytes);
+      });
       Kept.Q16 = In16[0];
       Kept.K16 = In16[1];
       Kept.V16 = In16[2];
@@ -2034,18 +2230,7 @@ private:
                Causal, Scale, Dr, static_cast<float *>(nullptr), Kept.Stats,
                Kept.DY16, Kept.Delta, OutputStore{});
     }
-    // What the kept state was made from: the fp32 buffers and the copies
-    // read (a copy's bytes may go to another buffer while the fp32 one
-    // lives on).
-    Kept.Inputs.clear();
-    for (int J = 0; J < 4; ++J) {
-      if (const char *F = reinterpret_cast<const char *>(Fp32[J]))
-        Kept.Inputs.push_back({F, F + size_t(N) * sizeof(float)});
-      if (const char *C = reinterpret_cast<const char *>(Copies[size_t(J)]))
-        Kept.Inputs.push_back({C, C + size_t(N) * 2});
-    }
-    Kept.Key = Key;
-    Kept.Valid = true;
+    keepAttentionInputs({Q, K, V, DY}, Copies, N, Key);
     return Kept;
   }
 
@@ -2056,7 +2241,14 @@ private:
   /// MEGAC_CUDA_ATTENTION=wmma: the first tensor-core attention kernels
   /// (flash_tc.cuh) instead of the register-resident ones, to compare the
   /// two on a device.
-  const bool WmmaAttention = wmmaAttentionAsked();
+  const std::string AttentionKind = attentionAsked();
+  const bool WmmaAttention = AttentionKind == "wmma";
+  /// MEGAC_CUDA_ATTENTION=cudnn: cuDNN's fused attention (opened with the
+  /// device; null where it is not asked for or cannot load), and the
+  /// reasons it declined a step, each said once.
+  std::unique_ptr<CudnnAttention> Cudnn;
+  std::vector<std::string> CudnnDeclined;
+  unsigned CudnnSteps = 0;
 
   /// Device scratch of at least \p N bytes (its contents do not persist
   /// across instructions).
