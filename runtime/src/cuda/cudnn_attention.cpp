@@ -206,9 +206,12 @@ private:
       auto G = K == Kind::Backward
                    ? backwardGraph(Sh, Deterministic)
                    : forwardGraph(Sh, K == Kind::ForwardWithStats);
-      if (auto E = G->validate(); E.is_bad())
-        return message(E, "validate");
-      fe::error_t E = G->build_operation_graph(Handle);
+      const char *Stage = "validate";
+      fe::error_t E = G->validate();
+      if (E.is_good()) {
+        Stage = "build";
+        E = G->build_operation_graph(Handle);
+      }
       if (E.is_good())
         E = G->create_execution_plans({fe::HeurMode_t::A});
       if (E.is_good())
@@ -219,7 +222,10 @@ private:
         Out = G;
         return std::string();
       }
-      Why = message(E, "build");
+      // The first reason is the one to give (a backward pass without a
+      // deterministic plan tries again without asking for one).
+      if (Why.empty())
+        Why = message(E, Stage);
       if (K != Kind::Backward)
         break;
     }
