@@ -17,6 +17,7 @@
 #include "cuda_api.h"
 
 #include <cstdint>
+#include <vector>
 
 namespace megac_rt {
 namespace cuda {
@@ -290,35 +291,118 @@ struct AdamWStep {
   }
 };
 
-/// AdamW over N parameters: four at a time where the four arrays are
-/// 16-byte aligned (each element computed as alone, so the results do not
-/// depend on it). Launch with wideBlocks(N).
-__global__ void adamwKernel(float *Param, const float *Grad, int64_t N,
-                            const float *Coef, float *M, float *V, double Lr,
-                            double Beta1, double Beta2, double Eps,
-                            double WeightDecay, double Bc1, double Bc2) {
-  const AdamWStep Step{double(Coef[0]), Lr,  Beta1, Beta2, Eps,
-                       WeightDecay,     Bc1, Bc2};
-  auto Aligned = [](const void *X) {
-    return reinterpret_cast<uintptr_t>(X) % sizeof(Vec4<float>) == 0;
-  };
-  const int64_t Groups =
-      Aligned(Param) && Aligned(Grad) && Aligned(M) && Aligned(V) ? N / 4 : 0;
-  MEGAC_GRID_LOOP(G, Groups) {
-    Vec4<float> P = reinterpret_cast<const Vec4<float> *>(Param)[G];
-    const Vec4<float> Gr = reinterpret_cast<const Vec4<float> *>(Grad)[G];
-    Vec4<float> Mv = reinterpret_cast<const Vec4<float> *>(M)[G];
-    Vec4<float> Vv = reinterpret_cast<const Vec4<float> *>(V)[G];
+//===-- Many tensors a launch --------------------------------------------===//
+//
+// Ops a training step runs once per parameter (AdamW, the roundings of the
+// parameters at its start) come in runs of hundreds, most over small
+// tensors: each run is one launch over a table of its tensors. Each tensor
+// takes the blocks its units need (groups of four elements where its
+// arrays are 16-byte aligned, then single elements, one a thread), and
+// every element is computed exactly as it would be alone.
+
+/// Where one tensor's units lie in a multi-tensor launch.
+struct TensorSpan {
+  int64_t N = 0, Groups = 0; // elements; groups of four (0: unaligned)
+  int64_t FirstBlock = 0;
+  __host__ __device__ int64_t units() const { return Groups + N - 4 * Groups; }
+};
+
+inline bool aligned16(const void *X) {
+  return reinterpret_cast<uintptr_t>(X) % 16 == 0;
+}
+
+/// Gives each entry of \p Table (its Span's N and Groups set) its first
+/// block; returns how many blocks of kThreads the launch takes.
+template <class Entry> int64_t layOutSpans(std::vector<Entry> &Table) {
+  int64_t Blocks = 0;
+  for (Entry &E : Table) {
+    E.Span.FirstBlock = Blocks;
+    Blocks += (E.Span.units() + kThreads - 1) / kThreads;
+  }
+  return Blocks;
+}
+
+/// Calls \p F(entry, index, whether a group of four) for this thread's
+/// unit, if it has one: the entry whose blocks hold this block (the last
+/// with FirstBlock at or before it: a tensor of no elements has none).
+template <class Entry, class Fn>
+__device__ __forceinline__ void forThisUnit(const Entry *Table, int Count,
+                                            Fn F) {
+  int Lo = 0, Hi = Count - 1;
+  while (Lo < Hi) {
+    const int Mid = (Lo + Hi + 1) / 2;
+    if (Table[Mid].Span.FirstBlock <= int64_t(blockIdx.x))
+      Lo = Mid;
+    else
+      Hi = Mid - 1;
+  }
+  const Entry &E = Table[Lo];
+  const int64_t U =
+      (int64_t(blockIdx.x) - E.Span.FirstBlock) * blockDim.x + threadIdx.x;
+  if (U < E.Span.Groups)
+    F(E, U, true);
+  else if (U < E.Span.units())
+    F(E, 4 * E.Span.Groups + (U - E.Span.Groups), false);
+}
+
+/// One parameter's AdamW update in a multi-tensor launch: Param, M and V
+/// in place, Grad scaled by *Coef (the clipping coefficient).
+struct AdamWSpan {
+  float *Param, *M, *V;
+  const float *Grad, *Coef;
+  double Lr, Beta1, Beta2, Eps, WeightDecay, Bc1, Bc2;
+  TensorSpan Span;
+};
+__global__ void adamwManyKernel(const AdamWSpan *Table, int Count) {
+  forThisUnit(Table, Count, [](const AdamWSpan &E, int64_t U, bool Group) {
+    const AdamWStep Step{double(E.Coef[0]), E.Lr,  E.Beta1, E.Beta2, E.Eps,
+                         E.WeightDecay,     E.Bc1, E.Bc2};
+    if (!Group) {
+      Step(E.Param[U], E.Grad[U], E.M[U], E.V[U]);
+      return;
+    }
+    Vec4<float> P = reinterpret_cast<const Vec4<float> *>(E.Param)[U];
+    const Vec4<float> Gr = reinterpret_cast<const Vec4<float> *>(E.Grad)[U];
+    Vec4<float> Mv = reinterpret_cast<const Vec4<float> *>(E.M)[U];
+    Vec4<float> Vv = reinterpret_cast<const Vec4<float> *>(E.V)[U];
     for (int K = 0; K < 4; ++K)
       Step(P.V[K], Gr.V[K], Mv.V[K], Vv.V[K]);
-    reinterpret_cast<Vec4<float> *>(Param)[G] = P;
-    reinterpret_cast<Vec4<float> *>(M)[G] = Mv;
-    reinterpret_cast<Vec4<float> *>(V)[G] = Vv;
-  }
-  MEGAC_GRID_LOOP(I, N - 4 * Groups) {
-    const int64_t J = 4 * Groups + I;
-    Step(Param[J], Grad[J], M[J], V[J]);
-  }
+    reinterpret_cast<Vec4<float> *>(E.Param)[U] = P;
+    reinterpret_cast<Vec4<float> *>(E.M)[U] = Mv;
+    reinterpret_cast<Vec4<float> *>(E.V)[U] = Vv;
+  });
+}
+
+/// One tensor's round_bf16 in a multi-tensor launch: Y = round_bf16(X)
+/// (Y null: kept in bf16 alone) and its bits into Bits (null: no copy).
+struct RoundSpan {
+  const float *X;
+  float *Y;
+  uint16_t *Bits;
+  TensorSpan Span;
+};
+__global__ void roundBf16ManyKernel(const RoundSpan *Table, int Count) {
+  forThisUnit(Table, Count, [](const RoundSpan &E, int64_t U, bool Group) {
+    if (!Group) {
+      const float Out = megac_round_bf16(E.X[U]);
+      if (E.Y)
+        E.Y[U] = Out;
+      if (E.Bits)
+        E.Bits[U] = uint16_t(__float_as_uint(Out) >> 16);
+      return;
+    }
+    const Vec4<float> In = reinterpret_cast<const Vec4<float> *>(E.X)[U];
+    Vec4<float> Out;
+    Vec4<uint16_t> B;
+    for (int K = 0; K < 4; ++K) {
+      Out.V[K] = megac_round_bf16(In.V[K]);
+      B.V[K] = uint16_t(__float_as_uint(Out.V[K]) >> 16);
+    }
+    if (E.Y)
+      reinterpret_cast<Vec4<float> *>(E.Y)[U] = Out;
+    if (E.Bits)
+      reinterpret_cast<Vec4<uint16_t> *>(E.Bits)[U] = B;
+  });
 }
 
 /// Y = permutation of X (rank <= 8): Y index -> X index through strides.

@@ -424,22 +424,31 @@ public:
         continue;
       if (Progress)
         Progress(I, false, ProgressCtx);
+      uint32_t RunEnd = I + 1;
       try {
         const bool Coll = isCollective(In.op());
-        if (!Coll) // its memory must be free of collectives in flight
-          waitForCollectives(rangesOf(I, In));
+        // A run of AdamW or round_bf16 instructions goes in one launch
+        // (the profile times it as its first instruction).
+        RunEnd = runEnd(I, std::min(N, End), Training);
+        for (uint32_t K = I; K < RunEnd && !Coll; ++K)
+          // their memory must be free of collectives in flight
+          waitForCollectives(rangesOf(K, *RP.instrs()->Get(K)));
         if (Profiling && !Coll) // collectives time themselves
           check(cudaEventRecord(event(2 * Timed.size()), Compute),
                 "cudaEventRecord");
-        if (In.outputs())
-          for (uint32_t Y : *In.outputs())
-            forgetWritten(I, Y);
-        execUnaliased(I, In);
+        for (uint32_t K = I; K < RunEnd; ++K)
+          if (const Instr &Kn = *RP.instrs()->Get(K); Kn.outputs())
+            for (uint32_t Y : *Kn.outputs())
+              forgetWritten(K, Y);
+        if (RunEnd > I + 1)
+          execMany(I, RunEnd);
+        else
+          execUnaliased(I, In);
         check(cudaGetLastError(), "kernel launch");
         if (Profiling && !Coll) {
           check(cudaEventRecord(event(2 * Timed.size() + 1), Compute),
                 "cudaEventRecord");
-          Timed.push_back(I);
+          Timed.push_back({I, RunEnd});
         }
       } catch (const std::exception &E) {
         Failed = true;
@@ -447,6 +456,7 @@ public:
                                  (In.loc() ? In.loc()->str() : "") +
                                  "): " + E.what());
       }
+      I = RunEnd - 1;
     }
     // The host now waits for the device: for the oldest collective in
     // flight, as far as the watchdog can tell, else the last instruction.
@@ -463,8 +473,11 @@ public:
       float Ms = 0;
       check(cudaEventElapsedTime(&Ms, Events[2 * K], Events[2 * K + 1]),
             "cudaEventElapsedTime");
-      InstrMs[Timed[K]] += Ms;
-      InstrRuns[Timed[K]] += 1;
+      // A run in one launch: its time is its first instruction's, and
+      // each of its instructions ran once.
+      InstrMs[Timed[K].first] += Ms;
+      for (uint32_t J = Timed[K].first; J < Timed[K].second; ++J)
+        InstrRuns[J] += 1;
     }
     Timed.clear();
   }
@@ -1221,8 +1234,8 @@ private:
                f(X(1)), NY, f(Y));
       return;
     case op::RoundBf16:
-      launchOn(Compute, roundBf16Kernel, wideBlocks(NY), kThreads, 0, f(X(0)),
-               NY, f(Y), writeCopy(Y, Idx));
+    case op::AdamW:
+      execMany(Idx, Idx + 1);
       return;
     case op::LayerNorm:
       if (Last)
@@ -1461,16 +1474,6 @@ private:
     case op::ClipCoefficient:
       launchOn(Compute, clipCoefficientKernel, 1, 1, 0, f(X(0)), Flt(0), f(Y));
       return;
-    case op::AdamW: {
-      const double Bc1 = 1.0 - std::pow(Flt(0), double(Step));
-      const double Bc2 = 1.0 - std::pow(Flt(1), double(Step));
-      launchOn(Compute, adamwKernel, wideBlocks(NY), kThreads, 0, f(Y), f(X(1)),
-               NY, static_cast<const float *>(f(X(2))),
-               static_cast<float *>(MomentM[Idx]),
-               static_cast<float *>(MomentV[Idx]), Lr, Flt(0), Flt(1), Flt(2),
-               Flt(3), Bc1, Bc2);
-      return;
-    }
     case op::Accumulate:
       launchOn(Compute, accumulateKernel, blocksFor(NY), kThreads, 0, f(X(0)),
                NY, f(Y), int(Accumulating));
@@ -1735,7 +1738,7 @@ private:
     if (Profiling) {
       check(cudaEventRecord(event(2 * Timed.size() + 1), Comm),
             "cudaEventRecord");
-      Timed.push_back(Idx);
+      Timed.push_back({Idx, Idx + 1});
     }
     if (Staged)
       Touched.push_back({Staged, Staged + StagedBytes});
@@ -2028,6 +2031,130 @@ private:
     return false;
   }
 
+  /// Whether instructions [\p I, \p J) are one multi-tensor launch's
+  /// worth: the same op (AdamW, or a round_bf16), and none writing what
+  /// another reads or writes (each reads and writes its own buffers; the
+  /// clipping coefficient all of AdamW's read is read alone).
+  bool oneLaunch(uint32_t I, uint32_t J) const {
+    const OpCode Op = RP.instrs()->Get(I)->op();
+    std::vector<std::vector<Range>> Written, All;
+    for (uint32_t K = I; K < J; ++K) {
+      const Instr &In = *RP.instrs()->Get(K);
+      if (In.op() != Op || In.round_bf16() || !In.outputs() ||
+          In.outputs()->size() != 1)
+        return false;
+      const uint32_t Y = In.outputs()->Get(0);
+      Written.push_back({rangeOf(Y)});
+      if (const uint16_t *C = writeCopy(Y, K))
+        Written.back().push_back(
+            {reinterpret_cast<const char *>(C),
+             reinterpret_cast<const char *>(C + numel(Y))});
+      All.push_back(rangesOf(K, In));
+    }
+    for (size_t A = 0; A < Written.size(); ++A)
+      for (size_t B = 0; B < All.size(); ++B)
+        if (A != B && overlaps(Written[A], All[B]))
+          return false;
+    return true;
+  }
+  /// The end of the run of instructions from \p I (before \p End) that
+  /// one launch does (I + 1 where it is I alone), worked out once per
+  /// instruction and micro-batch (the buffers' places do not change).
+  uint32_t runEnd(uint32_t I, uint32_t End, bool Training) {
+    const OpCode Op = RP.instrs()->Get(I)->op();
+    if (Op != op::AdamW && Op != op::RoundBf16)
+      return I + 1;
+    const auto Key = std::make_pair(I, CurMicro);
+    if (auto It = RunEnds.find(Key); It != RunEnds.end())
+      return std::min(It->second, End);
+    uint32_t J = I + 1;
+    while (J < End && RP.instrs()->Get(J)->op() == Op &&
+           !(Training && RP.instrs()->Get(J)->generation_only()))
+      ++J;
+    // Shorten the run until it is one launch's worth (nearly always at
+    // once: a plan's runs read and write buffers of their own).
+    while (J > I + 1 && !oneLaunch(I, J))
+      J = I + 1 + (J - I - 1) / 2;
+    RunEnds[Key] = J;
+    return J;
+  }
+  std::map<std::pair<uint32_t, int64_t>, uint32_t> RunEnds;
+
+  /// Instructions [\p I, \p J) (runEnd's run: AdamW or round_bf16) in one
+  /// launch over a table of their tensors.
+  void execMany(uint32_t I, uint32_t J) {
+    const OpCode Op = RP.instrs()->Get(I)->op();
+    if (Op == op::AdamW) {
+      std::vector<AdamWSpan> Table;
+      for (uint32_t K = I; K < J; ++K)
+        Table.push_back(adamSpan(K, *RP.instrs()->Get(K)));
+      launchMany(adamwManyKernel, Table);
+      return;
+    }
+    std::vector<RoundSpan> Table;
+    for (uint32_t K = I; K < J; ++K)
+      Table.push_back(roundSpan(K, *RP.instrs()->Get(K)));
+    launchMany(roundBf16ManyKernel, Table);
+  }
+  /// AdamW instruction \p Idx's tensor (its inputs: the parameter, its
+  /// gradient, the clipping coefficient; floats: beta1, beta2, eps, weight
+  /// decay; the moments are the backend's).
+  AdamWSpan adamSpan(uint32_t Idx, const Instr &In) {
+    const uint32_t Y = In.outputs()->Get(0);
+    AdamWSpan E;
+    E.Param = f(Y);
+    E.Grad = f(In.inputs()->Get(1));
+    E.Coef = f(In.inputs()->Get(2));
+    E.M = static_cast<float *>(MomentM[Idx]);
+    E.V = static_cast<float *>(MomentV[Idx]);
+    E.Lr = Lr;
+    E.Beta1 = In.floats()->Get(0);
+    E.Beta2 = In.floats()->Get(1);
+    E.Eps = In.floats()->Get(2);
+    E.WeightDecay = In.floats()->Get(3);
+    E.Bc1 = 1.0 - std::pow(E.Beta1, double(Step));
+    E.Bc2 = 1.0 - std::pow(E.Beta2, double(Step));
+    E.Span.N = numel(Y);
+    const bool Wide = aligned16(E.Param) && aligned16(E.Grad) &&
+                      aligned16(E.M) && aligned16(E.V);
+    E.Span.Groups = Wide ? E.Span.N / 4 : 0;
+    return E;
+  }
+  /// round_bf16 instruction \p Idx's tensor: fp32 in, fp32 out (null: kept
+  /// in bf16 alone) and its bf16 copy (null: none).
+  RoundSpan roundSpan(uint32_t Idx, const Instr &In) {
+    const uint32_t Y = In.outputs()->Get(0);
+    RoundSpan E;
+    E.X = f(In.inputs()->Get(0));
+    E.Y = f(Y);
+    E.Bits = writeCopy(Y, Idx);
+    if (E.X == E.Y)
+      throw std::runtime_error("writes its input buffer " + std::to_string(Y) +
+                               " in place");
+    E.Span.N = numel(Y);
+    const bool Wide = aligned16(E.X) && (!E.Y || aligned16(E.Y)) &&
+                      (!E.Bits || aligned16(E.Bits));
+    E.Span.Groups = Wide ? E.Span.N / 4 : 0;
+    return E;
+  }
+  /// Launches \p Kernel over \p Table (entries with their Spans' N and
+  /// Groups), the table copied to the device on the compute stream.
+  template <class Entry>
+  void launchMany(void (*Kernel)(const Entry *, int),
+                  std::vector<Entry> &Table) {
+    const int64_t Blocks = layOutSpans(Table);
+    if (Blocks == 0)
+      return;
+    const size_t Bytes = Table.size() * sizeof(Entry);
+    Entry *Dev = static_cast<Entry *>(ManyTable.atLeast(Bytes, "tensor table"));
+    check(cudaMemcpyAsync(Dev, Table.data(), Bytes, cudaMemcpyHostToDevice,
+                          Compute),
+          "cudaMemcpyAsync");
+    launchOn(Compute, Kernel, unsigned(Blocks), kThreads, 0,
+             static_cast<const Entry *>(Dev), int(Table.size()));
+  }
+  GrowingBuffer ManyTable;
+
   template <class KernelFn> void setSharedLimit(KernelFn *Fn, size_t Bytes) {
     check(cudaFuncSetAttribute(Fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                int(Bytes)),
@@ -2306,7 +2433,7 @@ private:
   /// the sums per instruction.
   bool Profiling = false;
   std::vector<cudaEvent_t> Events;
-  std::vector<uint32_t> Timed;
+  std::vector<std::pair<uint32_t, uint32_t>> Timed; // [first, end) a launch
   std::vector<double> InstrMs;
   std::vector<uint64_t> InstrRuns;
   void (*Progress)(uint32_t, bool, void *);
