@@ -322,12 +322,13 @@ template <class Entry> int64_t layOutSpans(std::vector<Entry> &Table) {
   return Blocks;
 }
 
-/// Calls \p F(entry, index, whether a group of four) for this thread's
-/// unit, if it has one: the entry whose blocks hold this block (the last
-/// with FirstBlock at or before it: a tensor of no elements has none).
-template <class Entry, class Fn>
-__device__ __forceinline__ void forThisUnit(const Entry *Table, int Count,
-                                            Fn F) {
+/// The entry whose blocks hold this block: the last with FirstBlock at or
+/// before it (a tensor of no elements has none). Then forThisUnit calls
+/// \p F(entry, index, whether a group of four) for this thread's unit, if
+/// it has one.
+template <class Entry>
+__device__ __forceinline__ const Entry &entryOfBlock(const Entry *Table,
+                                                     int Count) {
   int Lo = 0, Hi = Count - 1;
   while (Lo < Hi) {
     const int Mid = (Lo + Hi + 1) / 2;
@@ -336,7 +337,12 @@ __device__ __forceinline__ void forThisUnit(const Entry *Table, int Count,
     else
       Hi = Mid - 1;
   }
-  const Entry &E = Table[Lo];
+  return Table[Lo];
+}
+template <class Entry, class Fn>
+__device__ __forceinline__ void forThisUnit(const Entry *Table, int Count,
+                                            Fn F) {
+  const Entry &E = entryOfBlock(Table, Count);
   const int64_t U =
       (int64_t(blockIdx.x) - E.Span.FirstBlock) * blockDim.x + threadIdx.x;
   if (U < E.Span.Groups)
@@ -819,38 +825,50 @@ __global__ void sumLeadingTotalKernel(const double *Parts, int64_t Chunks,
   }
 }
 
-/// Pass 1 of sum of x^2: block b's part (in double) into Parts[b].
-__global__ void sumSquaresPartsKernel(const float *X, int64_t N,
-                                      double *Parts) {
+/// One tensor's sum of squares in a multi-tensor launch, in two passes:
+/// its Span's blocks each sum a strided share of it (as a grid of that
+/// many blocks alone would: reductionBlocks(N), four at a time where X is
+/// aligned) into Parts at their global block index, then one block sums
+/// those parts in order into *Y. A fixed order for a given N, so the sum
+/// is the same every run, alone or in a run.
+struct SumSquaresSpan {
+  const float *X;
+  float *Y;
+  TensorSpan Span; // N, Groups; FirstBlock: its first part
+  int64_t Blocks;  // its parts
+};
+__global__ void sumSquaresPartsManyKernel(const SumSquaresSpan *Table,
+                                          int Count, double *Parts) {
   __shared__ double Part[kThreads];
+  const SumSquaresSpan &E = entryOfBlock(Table, Count);
+  const int64_t Block = int64_t(blockIdx.x) - E.Span.FirstBlock;
+  const int64_t First = Block * blockDim.x + threadIdx.x,
+                Stride = E.Blocks * blockDim.x;
   double S = 0;
-  // Four at a time where X is aligned (a fixed order for a given N and
-  // grid, so the sum is the same every run).
-  const int64_t Groups =
-      reinterpret_cast<uintptr_t>(X) % sizeof(Vec4<float>) == 0 ? N / 4 : 0;
-  MEGAC_GRID_LOOP(G, Groups) {
-    const Vec4<float> In = reinterpret_cast<const Vec4<float> *>(X)[G];
+  for (int64_t G = First; G < E.Span.Groups; G += Stride) {
+    const Vec4<float> In = reinterpret_cast<const Vec4<float> *>(E.X)[G];
     for (int K = 0; K < 4; ++K)
       S += double(In.V[K]) * In.V[K];
   }
-  MEGAC_GRID_LOOP(I, N - 4 * Groups) {
-    const float V = X[4 * Groups + I];
+  for (int64_t I = First; I < E.Span.N - 4 * E.Span.Groups; I += Stride) {
+    const float V = E.X[4 * E.Span.Groups + I];
     S += double(V) * V;
   }
   S = blockSum(S, Part);
   if (threadIdx.x == 0)
     Parts[blockIdx.x] = S;
 }
-
-/// Pass 2, one block: y = the parts' sum (the same order every run).
-__global__ void sumPartsKernel(const double *Parts, int64_t N, float *Y) {
+/// Pass 2, block e for entry e: *Y = its parts' sum.
+__global__ void sumSquaresTotalsKernel(const SumSquaresSpan *Table,
+                                       const double *Parts) {
   __shared__ double Part[kThreads];
+  const SumSquaresSpan &E = Table[blockIdx.x];
   double S = 0;
-  for (int64_t I = threadIdx.x; I < N; I += blockDim.x)
-    S += Parts[I];
+  for (int64_t I = threadIdx.x; I < E.Blocks; I += blockDim.x)
+    S += Parts[E.Span.FirstBlock + I];
   S = blockSum(S, Part);
   if (threadIdx.x == 0)
-    Y[0] = float(S);
+    E.Y[0] = float(S);
 }
 
 /// Blocks for a two-pass reduction over \p N elements.

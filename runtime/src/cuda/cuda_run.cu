@@ -1460,17 +1460,9 @@ private:
                static_cast<const double *>(Parts), Chunks, NY, f(Y), int(Add));
       return;
     }
-    case op::SumSquares: {
-      // Two passes over many blocks: a parameter can have 10^8 elements.
-      const unsigned Blocks = reductionBlocks(numel(X(0)));
-      double *Parts =
-          static_cast<double *>(scratch(size_t(Blocks) * sizeof(double)));
-      launchOn(Compute, sumSquaresPartsKernel, Blocks, kThreads, 0, f(X(0)),
-               numel(X(0)), Parts);
-      launchOn(Compute, sumPartsKernel, 1, kThreads, 0,
-               static_cast<const double *>(Parts), int64_t(Blocks), f(Y));
+    case op::SumSquares:
+      execMany(Idx, Idx + 1);
       return;
-    }
     case op::ClipCoefficient:
       launchOn(Compute, clipCoefficientKernel, 1, 1, 0, f(X(0)), Flt(0), f(Y));
       return;
@@ -2032,7 +2024,7 @@ private:
   }
 
   /// Whether instructions [\p I, \p J) are one multi-tensor launch's
-  /// worth: the same op (AdamW, or a round_bf16), and none writing what
+  /// worth: the same op (AdamW, round_bf16, sum_squares), and none writing what
   /// another reads or writes (each reads and writes its own buffers; the
   /// clipping coefficient all of AdamW's read is read alone).
   bool oneLaunch(uint32_t I, uint32_t J) const {
@@ -2062,7 +2054,7 @@ private:
   /// instruction and micro-batch (the buffers' places do not change).
   uint32_t runEnd(uint32_t I, uint32_t End, bool Training) {
     const OpCode Op = RP.instrs()->Get(I)->op();
-    if (Op != op::AdamW && Op != op::RoundBf16)
+    if (Op != op::AdamW && Op != op::RoundBf16 && Op != op::SumSquares)
       return I + 1;
     const auto Key = std::make_pair(I, CurMicro);
     if (auto It = RunEnds.find(Key); It != RunEnds.end())
@@ -2080,10 +2072,36 @@ private:
   }
   std::map<std::pair<uint32_t, int64_t>, uint32_t> RunEnds;
 
-  /// Instructions [\p I, \p J) (runEnd's run: AdamW or round_bf16) in one
-  /// launch over a table of their tensors.
+  /// Instructions [\p I, \p J) (runEnd's run: AdamW, round_bf16 or
+  /// sum_squares) in one launch over a table of their tensors (two for
+  /// the sums: their parts, then each one's total).
   void execMany(uint32_t I, uint32_t J) {
     const OpCode Op = RP.instrs()->Get(I)->op();
+    if (Op == op::SumSquares) {
+      std::vector<SumSquaresSpan> Table;
+      int64_t Parts = 0;
+      for (uint32_t K = I; K < J; ++K) {
+        const Instr &In = *RP.instrs()->Get(K);
+        SumSquaresSpan E;
+        E.X = f(In.inputs()->Get(0));
+        E.Y = f(In.outputs()->Get(0));
+        E.Span.N = numel(In.inputs()->Get(0));
+        E.Span.Groups = aligned16(E.X) ? E.Span.N / 4 : 0;
+        // As many parts as one launch of its own would have: a parameter
+        // can have 10^8 elements.
+        E.Blocks = reductionBlocks(E.Span.N);
+        E.Span.FirstBlock = Parts;
+        Parts += E.Blocks;
+        Table.push_back(E);
+      }
+      double *Sums = static_cast<double *>(scratch(size_t(Parts) * 8));
+      const SumSquaresSpan *Dev = upload(Table);
+      launchOn(Compute, sumSquaresPartsManyKernel, unsigned(Parts), kThreads, 0,
+               Dev, int(Table.size()), Sums);
+      launchOn(Compute, sumSquaresTotalsKernel, unsigned(Table.size()),
+               kThreads, 0, Dev, static_cast<const double *>(Sums));
+      return;
+    }
     if (Op == op::AdamW) {
       std::vector<AdamWSpan> Table;
       for (uint32_t K = I; K < J; ++K)
@@ -2145,13 +2163,18 @@ private:
     const int64_t Blocks = layOutSpans(Table);
     if (Blocks == 0)
       return;
+    launchOn(Compute, Kernel, unsigned(Blocks), kThreads, 0, upload(Table),
+             int(Table.size()));
+  }
+  /// \p Table in device memory, copied on the compute stream (so the
+  /// launches before it have read the previous table).
+  template <class Entry> const Entry *upload(const std::vector<Entry> &Table) {
     const size_t Bytes = Table.size() * sizeof(Entry);
-    Entry *Dev = static_cast<Entry *>(ManyTable.atLeast(Bytes, "tensor table"));
+    void *Dev = ManyTable.atLeast(Bytes, "tensor table");
     check(cudaMemcpyAsync(Dev, Table.data(), Bytes, cudaMemcpyHostToDevice,
                           Compute),
           "cudaMemcpyAsync");
-    launchOn(Compute, Kernel, unsigned(Blocks), kThreads, 0,
-             static_cast<const Entry *>(Dev), int(Table.size()));
+    return static_cast<const Entry *>(Dev);
   }
   GrowingBuffer ManyTable;
 
