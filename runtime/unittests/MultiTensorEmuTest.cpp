@@ -1,0 +1,154 @@
+//===- MultiTensorEmuTest.cpp - Many tensors a launch, on the emulation ---===//
+//
+// The CUDA backend runs a run of round_bf16, AdamW or sum_squares
+// instructions as one launch over a table of tensors. Each tensor must
+// come out as a launch of its own would leave it: every element of the
+// roundings (against round-to-nearest-even worked out here from the bits),
+// and every sum of squares bit for bit the same in a run as alone (and
+// within double rounding of a sum taken here), across tensors of no
+// elements, fewer than four, unaligned ones and ones of many blocks.
+//
+//===----------------------------------------------------------------------===//
+
+#include "cuda_api.h"
+#include "cuda_kernels.cuh"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+using namespace megac_rt;
+using namespace megac_rt::cuda;
+
+namespace {
+
+/// Runs \p Kernel's body over \p Blocks blocks of kThreads, and waits.
+template <class Fn> void launchBlocks(int64_t Blocks, Fn Body) {
+  cudaStream_t S;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&S, cudaStreamNonBlocking), cudaSuccess);
+  megac_emu::launch({unsigned(Blocks), 1, 1}, {unsigned(kThreads), 1, 1}, 0, S,
+                    Body);
+  ASSERT_EQ(cudaStreamSynchronize(S), cudaSuccess);
+  cudaStreamDestroy(S);
+}
+
+/// bf16 by round-to-nearest-even on the bits (finite values).
+float roundedHere(float X) {
+  uint32_t U;
+  std::memcpy(&U, &X, 4);
+  U = (U + 0x7fffu + ((U >> 16) & 1u)) & 0xffff0000u;
+  float R;
+  std::memcpy(&R, &U, 4);
+  return R;
+}
+
+/// Element counts, and the offset (in floats) of each tensor's start in
+/// its 16-byte aligned storage: 1 makes it unaligned.
+struct Case {
+  int64_t N, Offset;
+};
+const Case kCases[] = {{0, 0},    {3, 0},     {4, 0}, {1029, 0},
+                       {1030, 1}, {70001, 0}, {5, 2}};
+
+std::vector<float> values(int64_t N, int Seed) {
+  std::vector<float> V(static_cast<size_t>(N));
+  for (int64_t I = 0; I < N; ++I)
+    V[size_t(I)] = float(std::sin(0.37 * double(I) + Seed)) * 3.1f;
+  return V;
+}
+
+TEST(MultiTensor, RoundingsComeOutAsAlone) {
+  std::vector<std::vector<float>> In, Out;
+  std::vector<std::vector<uint16_t>> Bits;
+  std::vector<RoundSpan> Table;
+  for (const Case &C : kCases) {
+    In.push_back(std::vector<float>(size_t(C.N + 8)));
+    Out.push_back(std::vector<float>(size_t(C.N + 8), -1.0f));
+    Bits.push_back(std::vector<uint16_t>(size_t(C.N + 8)));
+  }
+  for (size_t T = 0; T < In.size(); ++T) {
+    const Case &C = kCases[T];
+    const std::vector<float> V = values(C.N, int(T));
+    std::copy(V.begin(), V.end(), In[T].begin() + C.Offset);
+    RoundSpan E;
+    E.X = In[T].data() + C.Offset;
+    E.Y = Out[T].data() + C.Offset;
+    E.Bits = Bits[T].data() + C.Offset;
+    E.Span.N = C.N;
+    E.Span.Groups =
+        aligned16(E.X) && aligned16(E.Y) && aligned16(E.Bits) ? C.N / 4 : 0;
+    Table.push_back(E);
+  }
+  const int64_t Blocks = layOutSpans(Table);
+  const RoundSpan *Tp = Table.data();
+  const int Count = int(Table.size());
+  launchBlocks(Blocks, [=] { roundBf16ManyKernel(Tp, Count); });
+  for (size_t T = 0; T < In.size(); ++T) {
+    const Case &C = kCases[T];
+    for (int64_t I = 0; I < C.N; ++I) {
+      const float X = In[T][size_t(C.Offset + I)];
+      const float Y = Out[T][size_t(C.Offset + I)];
+      ASSERT_EQ(Y, roundedHere(X)) << "tensor " << T << " element " << I;
+      uint32_t U;
+      std::memcpy(&U, &Y, 4);
+      ASSERT_EQ(Bits[T][size_t(C.Offset + I)], uint16_t(U >> 16));
+    }
+    // Nothing outside the tensor is written.
+    EXPECT_EQ(Out[T][size_t(C.Offset + C.N)], -1.0f) << "tensor " << T;
+  }
+}
+
+/// Each tensor's sum of squares from a launch over \p Which of kCases.
+std::vector<float> sumsOf(const std::vector<size_t> &Which,
+                          std::vector<std::vector<float>> &Data) {
+  std::vector<SumSquaresSpan> Table;
+  std::vector<float> Sums(Which.size(), -1.0f);
+  int64_t Parts = 0;
+  for (size_t K = 0; K < Which.size(); ++K) {
+    const Case &C = kCases[Which[K]];
+    SumSquaresSpan E;
+    E.X = Data[Which[K]].data() + C.Offset;
+    E.Y = &Sums[K];
+    E.Span.N = C.N;
+    E.Span.Groups = aligned16(E.X) ? C.N / 4 : 0;
+    E.Blocks = reductionBlocks(C.N);
+    E.Span.FirstBlock = Parts;
+    Parts += E.Blocks;
+    Table.push_back(E);
+  }
+  std::vector<double> PartSums(static_cast<size_t>(Parts));
+  const SumSquaresSpan *Tp = Table.data();
+  const int Count = int(Table.size());
+  double *Pp = PartSums.data();
+  launchBlocks(Parts, [=] { sumSquaresPartsManyKernel(Tp, Count, Pp); });
+  launchBlocks(Count, [=] { sumSquaresTotalsKernel(Tp, Pp); });
+  return Sums;
+}
+
+TEST(MultiTensor, SumsOfSquaresAreTheSameInARunAsAlone) {
+  std::vector<std::vector<float>> Data;
+  std::vector<size_t> All;
+  for (size_t T = 0; T < std::size(kCases); ++T) {
+    const Case &C = kCases[T];
+    Data.push_back(std::vector<float>(size_t(C.N + 8)));
+    const std::vector<float> V = values(C.N, int(T) + 10);
+    std::copy(V.begin(), V.end(), Data.back().begin() + C.Offset);
+    All.push_back(T);
+  }
+  const std::vector<float> InARun = sumsOf(All, Data);
+  for (size_t T = 0; T < All.size(); ++T) {
+    const float Alone = sumsOf({T}, Data)[0];
+    EXPECT_EQ(InARun[T], Alone) << "tensor " << T;
+    double Here = 0;
+    for (int64_t I = 0; I < kCases[T].N; ++I) {
+      const double V = Data[T][size_t(kCases[T].Offset + I)];
+      Here += V * V;
+    }
+    EXPECT_EQ(InARun[T], float(Here)) << "tensor " << T;
+  }
+  EXPECT_EQ(InARun[0], 0.0f); // no elements
+}
+
+} // namespace
