@@ -18,6 +18,15 @@ using namespace megac_rt::builder;
 
 namespace {
 
+/// A program of \p Batch x \p Seq tokens over \p Vocab, no ranks yet.
+ProgramDesc programOf(int64_t Batch, int64_t Seq, int64_t Vocab) {
+  ProgramDesc P;
+  P.batch = Batch;
+  P.seq = Seq;
+  P.vocabSize = Vocab;
+  return P;
+}
+
 /// A bf16 training step in miniature. Forward (0..3): the weight and the
 /// embedding are rounded, a product reads both. Backward (4..): the
 /// product's output gradient is rounded, and the weight gradient reads it
@@ -26,10 +35,7 @@ namespace {
 struct Step {
   ProgramDesc P;
   uint32_t Wr, E, Er, Y, Dy, Dyr, Dw, Gg;
-  Step() {
-    P.batch = 2;
-    P.seq = 3;
-    P.vocabSize = 8;
+  Step() : P(programOf(2, 3, 8)) {
     RankDesc R;
     const uint32_t Wte = R.addBuffer(dt::F32, {8, 4}, "wte");
     const uint32_t W = R.addBuffer(dt::F32, {4, 8}, "w");
@@ -167,10 +173,7 @@ TEST(MemoryPlan, LogitsCopyLivesFromTheHeadToTheLossGradient) {
   // its gradient over the whole vocabulary (backward, 4) read them in
   // bf16, so their copy spans both parts. A gradient over one vocabulary
   // block (4 inputs, with the blocks' stats) reads fp32 and keeps none.
-  ProgramDesc P;
-  P.batch = 2;
-  P.seq = 3;
-  P.vocabSize = 8;
+  ProgramDesc P = programOf(2, 3, 8);
   RankDesc R;
   const uint32_t X = R.addBuffer(dt::F32, {2, 3, 4}, "x");
   const uint32_t W = R.addBuffer(dt::F32, {4, 8}, "w");
@@ -254,10 +257,7 @@ TEST(MemoryPlan, AttentionBuffersInBf16WhereItsKernelsReadBf16) {
   // q = k = v (rounded), the attention's rounded output read by a product,
   // a rounded dy, and two rounded gradient steps: dq read by a GeLU
   // gradient (in fp32), dk by a product. Head size 64.
-  ProgramDesc P;
-  P.batch = 1;
-  P.seq = 4;
-  P.vocabSize = 8;
+  ProgramDesc P = programOf(1, 4, 8);
   RankDesc R;
   const uint32_t X = R.addBuffer(dt::F32, {1, 4, 64}, "x");
   const uint32_t G = R.addBuffer(dt::F32, {1, 4, 64}, "g");

@@ -38,6 +38,12 @@ namespace {
 /// not.
 std::string loadCudnn() {
   static const std::string Why = [] {
+    // The frontend calls the CUDA runtime through a dlopen of its own and
+    // takes the first of libcudart.so.12 and .13 it finds: the one this
+    // plugin runs on, unless the user names another.
+    const std::string Cudart =
+        "libcudart.so." + std::to_string(CUDART_VERSION / 1000);
+    setenv("CUDNN_FRONTEND_CUDART_LIB_NAME", Cudart.c_str(), /*overwrite=*/0);
     const char *Env = std::getenv("MEGAC_CUDNN_LIBRARY");
     const std::string Name = Env && *Env ? Env : "libcudnn.so.9";
     fe::cudnn_dlhandle = dlopen(Name.c_str(), RTLD_NOW | RTLD_GLOBAL);
