@@ -427,8 +427,8 @@ public:
       uint32_t RunEnd = I + 1;
       try {
         const bool Coll = isCollective(In.op());
-        // A run of AdamW or round_bf16 instructions goes in one launch
-        // (the profile times it as its first instruction).
+        // A run of AdamW, round_bf16 or sum_squares instructions goes in
+        // one launch (the profile times it as its first instruction).
         RunEnd = runEnd(I, std::min(N, End), Training);
         for (uint32_t K = I; K < RunEnd && !Coll; ++K)
           // their memory must be free of collectives in flight
@@ -2051,12 +2051,13 @@ private:
   }
   /// The end of the run of instructions from \p I (before \p End) that
   /// one launch does (I + 1 where it is I alone), worked out once per
-  /// instruction and micro-batch (the buffers' places do not change).
+  /// instruction, micro-batch and kind of run (the buffers' places do not
+  /// change).
   uint32_t runEnd(uint32_t I, uint32_t End, bool Training) {
     const OpCode Op = RP.instrs()->Get(I)->op();
     if (Op != op::AdamW && Op != op::RoundBf16 && Op != op::SumSquares)
       return I + 1;
-    const auto Key = std::make_pair(I, CurMicro);
+    const auto Key = std::make_tuple(I, CurMicro, Training);
     if (auto It = RunEnds.find(Key); It != RunEnds.end())
       return std::min(It->second, End);
     uint32_t J = I + 1;
@@ -2070,7 +2071,7 @@ private:
     RunEnds[Key] = J;
     return J;
   }
-  std::map<std::pair<uint32_t, int64_t>, uint32_t> RunEnds;
+  std::map<std::tuple<uint32_t, int64_t, bool>, uint32_t> RunEnds;
 
   /// Instructions [\p I, \p J) (runEnd's run: AdamW, round_bf16 or
   /// sum_squares) in one launch over a table of their tensors (two for
