@@ -21,6 +21,7 @@
 
 #include "cuda_api.h"
 #include "cuda_kernels.cuh"
+#include "growing_buffer.h"
 #ifdef MEGAC_HAVE_CUDNN_ATTENTION
 #include "cudnn_attention.h"
 #endif
@@ -122,26 +123,6 @@ void check(ncclResult_t R, const char *What) {
     throw std::runtime_error(std::string(What) + ": " + ncclGetErrorString(R));
 }
 
-/// Device memory that grows to the largest size asked of it; what it holds
-/// is lost when it grows. (cudaFree waits for the device, so work still
-/// reading the old memory finishes first.)
-struct GrowingBuffer {
-  void *Ptr = nullptr;
-  size_t Bytes = 0;
-  /// At least \p N bytes; \p What names them in an allocation failure.
-  void *atLeast(size_t N, const char *What) {
-    if (N > Bytes) {
-      cudaFree(Ptr);
-      Ptr = nullptr;
-      Bytes = 0;
-      check(cudaMalloc(&Ptr, N),
-            (std::string("cudaMalloc (") + What + ")").c_str());
-      Bytes = N;
-    }
-    return Ptr;
-  }
-  ~GrowingBuffer() { cudaFree(Ptr); }
-};
 void check(CUresult R, const char *What) {
   if (R != CUDA_SUCCESS) {
     const char *Msg = nullptr;
@@ -440,10 +421,13 @@ public:
           if (const Instr &Kn = *RP.instrs()->Get(K); Kn.outputs())
             for (uint32_t Y : *Kn.outputs())
               forgetWritten(K, Y);
-        if (RunEnd > I + 1)
+        if (RunEnd > I + 1) {
+          for (uint32_t K = I; K < RunEnd; ++K)
+            checkUnaliased(*RP.instrs()->Get(K));
           execMany(I, RunEnd);
-        else
+        } else {
           execUnaliased(I, In);
+        }
         check(cudaGetLastError(), "kernel launch");
         if (Profiling && !Coll) {
           check(cudaEventRecord(event(2 * Timed.size() + 1), Compute),
@@ -617,13 +601,7 @@ private:
   /// inputs: the plan verifier refuses anything else, and the kernels here
   /// assume unaliased arguments.
   void execUnaliased(uint32_t I, const Instr &In) {
-    if (In.op() != op::AdamW && In.op() != op::AllReduce && In.inputs() &&
-        In.outputs())
-      for (uint32_t Y : *In.outputs())
-        for (uint32_t X : *In.inputs())
-          if (X == Y)
-            throw std::runtime_error("writes its input buffer " +
-                                     std::to_string(X) + " in place");
+    checkUnaliased(In);
     RoundedAsWritten = false;
     exec(I, In);
     // An output rounded as it is written (Instr.round_bf16): where the
@@ -635,6 +613,17 @@ private:
                static_cast<const float *>(f(Y)), numel(Y), f(Y),
                writeCopy(Y, I));
     }
+  }
+  /// Refuses \p In where it writes one of its inputs (AdamW updates its
+  /// parameter in place, and an all-reduce its buffer, by design).
+  static void checkUnaliased(const Instr &In) {
+    if (In.op() != op::AdamW && In.op() != op::AllReduce && In.inputs() &&
+        In.outputs())
+      for (uint32_t Y : *In.outputs())
+        for (uint32_t X : *In.inputs())
+          if (X == Y)
+            throw std::runtime_error("writes its input buffer " +
+                                     std::to_string(X) + " in place");
   }
   /// Set by an op whose kernel rounded its output (and wrote its bf16
   /// copy) as Instr.round_bf16 asks.
@@ -2147,9 +2136,6 @@ private:
     E.X = f(In.inputs()->Get(0));
     E.Y = f(Y);
     E.Bits = writeCopy(Y, Idx);
-    if (E.X == E.Y)
-      throw std::runtime_error("writes its input buffer " + std::to_string(Y) +
-                               " in place");
     E.Span.N = numel(Y);
     const bool Wide = aligned16(E.X) && (!E.Y || aligned16(E.Y)) &&
                       (!E.Bits || aligned16(E.Bits));
@@ -2192,14 +2178,6 @@ private:
              Exact ? Faults + kFaultNotBf16 : nullptr);
   }
 
-  /// What the gradient steps of one attention share, in device memory of
-  /// its own: each query row's max and 1 / sum of the attention of (Q, K,
-  /// V) and its delta = dy . y, recomputed for the first of the three
-  /// steps and kept for the other two as long as nothing writes their
-  /// inputs in between (run() forgets them when an instruction does).
-  /// The register-resident kernels also keep bf16 copies of q, k, v and
-  /// dy, and the gradient of k or v (\p GradOf) that the other's step
-  /// computed beside its own.
   /// The rows' softmax statistics [max, sum] of the last cross-entropy,
   /// for its gradient to read instead of a pass of its own over the logits
   /// (a vocabulary a row): kept as long as nothing writes the logits read.
@@ -2234,6 +2212,14 @@ private:
                : nullptr;
   }
 
+  /// What the gradient steps of one attention share, in device memory of
+  /// its own: each query row's max and 1 / sum of the attention of (Q, K,
+  /// V) and its delta = dy . y, recomputed for the first of the three
+  /// steps and kept for the other two as long as nothing writes their
+  /// inputs in between (run() forgets them when an instruction does).
+  /// The register-resident kernels also keep bf16 copies of q, k, v and
+  /// dy, and the gradient of k or v (\p GradOf) that the other's step
+  /// computed beside its own; cuDNN's, its three gradients (Grad16).
   struct KeptAttention {
     bool Valid = false;
     std::vector<int64_t> Key;
@@ -2389,9 +2375,9 @@ private:
     return D == 32 ? 0 : D == 64 ? 1 : 2;
   }
   bool TcReady[3] = {false, false, false}, MmaReady[3] = {false, false, false};
-  /// MEGAC_CUDA_ATTENTION=wmma: the first tensor-core attention kernels
-  /// (flash_tc.cuh) instead of the register-resident ones, to compare the
-  /// two on a device.
+  /// MEGAC_CUDA_ATTENTION (attentionAsked); wmma: the first tensor-core
+  /// attention kernels (flash_tc.cuh) instead of the register-resident
+  /// ones, to compare the two on a device.
   const std::string AttentionKind = attentionAsked();
   const bool WmmaAttention = AttentionKind == "wmma";
   /// MEGAC_CUDA_ATTENTION=cudnn: cuDNN's fused attention (opened with the

@@ -11,6 +11,8 @@
 
 #include <cuda_runtime.h>
 #include <cudnn_frontend.h>
+
+#include "growing_buffer.h"
 #include <dlfcn.h>
 
 #include <cstdlib>
@@ -151,8 +153,6 @@ public:
   explicit CudnnAttentionImpl(cudnnHandle_t H) : Handle(H) {}
   ~CudnnAttentionImpl() override {
     Graphs.clear();
-    if (Workspace)
-      cudaFree(Workspace);
     fe::detail::destroy_handle(Handle);
   }
 
@@ -247,19 +247,15 @@ private:
     int64_t Need = 0;
     if (auto E = G->get_workspace_size(Need); E.is_bad())
       return message(E, "workspace size");
-    if (size_t(Need) > WorkspaceBytes) {
-      if (Workspace)
-        cudaFree(Workspace);
-      Workspace = nullptr;
-      WorkspaceBytes = 0;
-      if (cudaMalloc(&Workspace, size_t(Need)) != cudaSuccess)
-        return "cannot allocate cuDNN's workspace of " + std::to_string(Need) +
-               " bytes";
-      WorkspaceBytes = size_t(Need);
+    void *Ws = nullptr;
+    try {
+      Ws = Workspace.atLeast(size_t(Need), "cuDNN workspace");
+    } catch (const std::exception &E) {
+      return E.what();
     }
     if (fe::detail::set_stream(Handle, Stream) != CUDNN_STATUS_SUCCESS)
       return "cudnnSetStream failed";
-    if (auto E = G->execute(Handle, Ptrs, Workspace); E.is_bad())
+    if (auto E = G->execute(Handle, Ptrs, Ws); E.is_bad())
       return message(E, "execute");
     return std::string();
   }
@@ -270,8 +266,7 @@ private:
   };
   cudnnHandle_t Handle;
   std::map<std::pair<SdpaShape, Kind>, Built> Graphs;
-  void *Workspace = nullptr;
-  size_t WorkspaceBytes = 0;
+  GrowingBuffer Workspace;
 };
 
 } // namespace
