@@ -43,8 +43,8 @@ pack() {
 
   local stage="$OUT/stage"
   rm -rf "$stage" && mkdir -p "$stage/repo/build/bin" "$stage/repo/build/test/Unit" "$stage/sys"
-  cp "$ROOT"/build/bin/{megac-run,libmegac_cuda.so,libmegac_cuda_emu.so,megac-plan-demo,megac-runtime-unittests,megac-cuda-emu-unittests,megac-multitensor-emu-unittests} \
-    "$stage/repo/build/bin/"
+  cp "$ROOT"/build/bin/{megac-run,libmegac_cuda.so,libmegac_cuda_emu.so,megac-plan-demo,megac-runtime-unittests} \
+    "$ROOT"/build/bin/*-emu-unittests "$stage/repo/build/bin/"
   # cuDNN's attention graphs' unit test, where the build has the frontend.
   [[ -x "$ROOT/build/bin/megac-cudnn-unittests" ]] &&
     cp "$ROOT/build/bin/megac-cudnn-unittests" "$stage/repo/build/bin/"

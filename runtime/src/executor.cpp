@@ -684,19 +684,27 @@ void Executor::exec(uint32_t Idx, const Instr &In, Collectives &C,
                               double(X(2).f[0]),
                               NumInts() ? double(Int(0)) : 0.0, Y.f.data());
     return;
-  case op::SumLeading: {
+  case op::SumLeading:
+  case op::LayerNormGainGrad: {
     const int64_t Inner = Y.numel();
     if (!Inner)
       return;
+    auto Sum = [&](float *Out) {
+      if (In.op() == op::SumLeading)
+        kernels::sumLeading(A.f.data(), A.numel() / Inner, Inner, Out);
+      else
+        kernels::layerNormGainGrad(A.f.data(), X(1).f.data(), A.numel() / Inner,
+                                   Inner, Flt(0), Out);
+    };
     if (NumInts() > 0 && Int(0) != 0 && CurMicro > 0) {
       // Accumulating into a micro-batch sum: this micro-batch's sum, added.
       std::vector<float> Part(static_cast<size_t>(Inner), 0.0f);
-      kernels::sumLeading(A.f.data(), A.numel() / Inner, Inner, Part.data());
+      Sum(Part.data());
       for (int64_t J = 0; J < Inner; ++J)
         Y.f[size_t(J)] += Part[size_t(J)];
       return;
     }
-    kernels::sumLeading(A.f.data(), A.numel() / Inner, Inner, Y.f.data());
+    Sum(Y.f.data());
     return;
   }
   case op::SumSquares:

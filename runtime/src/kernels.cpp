@@ -422,6 +422,22 @@ void normalize(const float *X, int64_t Rows, int64_t H, double Eps,
   }
 }
 
+void layerNormGainGrad(const float *X, const float *DY, int64_t Rows, int64_t H,
+                       double Eps, float *DGamma) {
+  std::vector<double> Acc(size_t(H), 0.0);
+  for (int64_t R = 0; R < Rows; ++R) {
+    double Mean, Inv;
+    rowStats(X + R * H, H, Eps, Mean, Inv);
+    for (int64_t J = 0; J < H; ++J) {
+      const float Xh = float((X[R * H + J] - Mean) * Inv);
+      const float Product = DY[R * H + J] * Xh; // rounded to f32, as mul's
+      Acc[size_t(J)] += Product;
+    }
+  }
+  for (int64_t J = 0; J < H; ++J)
+    DGamma[J] = float(Acc[size_t(J)]);
+}
+
 void attentionGrad(const float *Q, const float *K, const float *V,
                    const float *DY, int64_t B, int64_t S, int64_t Hl,
                    int64_t Heads, bool Causal, int Which, float *DX,

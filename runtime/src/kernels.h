@@ -147,6 +147,13 @@ void layerNormGrad(const float *X, int64_t Rows, int64_t H,
 /// xhat = (x - mean) / sqrt(var + eps) per row (layerNorm without affine).
 void normalize(const float *X, int64_t Rows, int64_t H, double Eps, float *Y);
 
+/// The gain's gradient of layerNorm: dgamma[j] = sum over the \p Rows rows
+/// of dy * xhat, with xhat as normalize() gives it, each product in f32 and
+/// the sums in f64 in row order: sumLeading of dy * normalize(x), bit for
+/// bit, without storing either.
+void layerNormGainGrad(const float *X, const float *DY, int64_t Rows, int64_t H,
+                       double Eps, float *DGamma);
+
 /// Gradient of attention() with respect to q (\p Which 0), k (1) or v (2),
 /// recomputing the probabilities; dy and the result are (B,S,Hl).
 void attentionGrad(const float *Q, const float *K, const float *V,

@@ -70,7 +70,8 @@ uint64_t placeBySize(std::vector<Interval> &Items, std::vector<int64_t> &Offset)
 
 bool isWeightGradientOp(OpCode Op) {
   return Op == op::LinearWeightGrad || Op == op::EmbeddingGrad ||
-         Op == op::PositionEmbeddingGrad || Op == op::SumLeading;
+         Op == op::PositionEmbeddingGrad || Op == op::SumLeading ||
+         Op == op::LayerNormGainGrad;
 }
 
 /// Instructions whose output is a sum over the step's micro-batches:
@@ -78,9 +79,11 @@ bool isWeightGradientOp(OpCode Op) {
 bool accumulates(const Instr &In) {
   if (In.op() == op::Accumulate)
     return true;
-  const size_t Flag = In.op() == op::LinearWeightGrad ? 1
-                      : In.op() == op::SumLeading     ? 0
-                                                      : size_t(-1);
+  const size_t Flag =
+      In.op() == op::LinearWeightGrad ? 1
+      : In.op() == op::SumLeading || In.op() == op::LayerNormGainGrad
+          ? 0
+          : size_t(-1);
   return Flag != size_t(-1) && In.ints() && In.ints()->size() > Flag &&
          In.ints()->Get(uint32_t(Flag)) != 0;
 }
@@ -266,7 +269,7 @@ bool writesBf16Alone(const Program &P, const RankProgram &R, const Instr &In,
 /// Whether \p In reads its input \p K from a bf16 copy when there is one:
 /// the products of bf16 values (their two operands), the attentions on
 /// bf16 kernels, the generated kernels, the plain adds and products, the
-/// column sums, LayerNorm's input and gradient, and the embedding's table
+/// column sums, LayerNorm's input and gradients, and the embedding's table
 /// and gradient.
 bool readsBf16(const Instr &In, uint32_t K, const std::vector<bool> &Bf16,
                const AttentionInBf16 &Attention) {
@@ -289,6 +292,8 @@ bool readsBf16(const Instr &In, uint32_t K, const std::vector<bool> &Bf16,
     return K == 0;
   case op::LayerNormGrad: // x and dy (not the gain)
     return K == 0 || K == 2;
+  case op::LayerNormGainGrad: // x and dy
+    return K < 2;
   case op::Embedding: // the table (not the ids)
   case op::CrossEntropy: // the logits (not the labels)
     return K == 0;

@@ -65,8 +65,10 @@ constexpr OpCode Recv = OpCode(38);
 // GPU kernels (format version 6).
 constexpr OpCode Fused = OpCode(39);
 constexpr OpCode LinearBias = OpCode(40);
+// Fused LayerNorm gain gradient (format version 9).
+constexpr OpCode LayerNormGainGrad = OpCode(41);
 /// The highest opcode this runtime knows.
-constexpr OpCode LastOpCode = LinearBias;
+constexpr OpCode LastOpCode = LayerNormGainGrad;
 } // namespace op
 
 namespace dt {

@@ -287,6 +287,8 @@ const char *opcodeName(OpCode op) {
     return "fused";
   case op::LinearBias:
     return "linear_bias";
+  case op::LayerNormGainGrad:
+    return "layer_norm_gain_grad";
   }
   return "unknown";
 }
@@ -1219,6 +1221,18 @@ private:
       if (!expectCounts(1, 1) || !allF32() || !expectRank(true, 0, 1, 64))
         return false;
       return expectPositiveFloat("epsilon") && expectOutShape(in(0));
+    case op::LayerNormGainGrad: {
+      if (!expectCounts(2, 1) || !allF32() || !expectRank(true, 0, 1, 64))
+        return false;
+      if (in(1) != in(0))
+        return fail(Pfx + "dy " + listStr(in(1)) + " must have x's shape " +
+                    listStr(in(0)));
+      if (Ints.size() > 1)
+        return expectInts(1, "accumulate");
+      if (!checkAccumulating(Ints.size() == 1 && Ints[0] != 0))
+        return false;
+      return expectPositiveFloat("epsilon") && expectOutShape({in(0).back()});
+    }
     case op::AttentionGrad: {
       if (!expectCounts(4, 1) || !allF32() || !expectRank(true, 0, 3, 3) ||
           !checkAttentionDropout(3, "num_heads_local, causal, which"))
@@ -1794,6 +1808,9 @@ std::string attrStr(const RankProgram &R, const Instr &In) {
            (I.size() > 1 && I[1] ? ", into the micro-batch sum" : "") + "}";
   case op::SumLeading:
     return !I.empty() && I[0] ? "{into the micro-batch sum}" : "";
+  case op::LayerNormGainGrad:
+    return "{epsilon = " + Eps() +
+           (!I.empty() && I[0] ? ", into the micro-batch sum}" : "}");
   case op::LayerNormGrad:
   case op::Normalize:
     return "{epsilon = " + Eps() + "}";

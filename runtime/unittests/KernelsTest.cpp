@@ -99,6 +99,32 @@ TEST(Kernels, LayerNormMatchesNaive) {
   }
 }
 
+TEST(Kernels, LayerNormGainGradIsTheThreeOpsItReplaces) {
+  // sum_leading(dy * normalize(x)), bit for bit, over rows of varied
+  // means and spreads; and one row of x = [1, 3] by hand: x-hat = [-1, 1]
+  // / sqrt(1 + eps), so dy = [5, 7] gives [-5, 7] / sqrt(1 + eps).
+  const int64_t R = 37, H = 24;
+  const double Eps = 1e-5;
+  const std::vector<float> X = iota(size_t(R * H), 2.0f, 0.3f),
+                           DY = iota(size_t(R * H), 0.5f, 1.1f);
+  std::vector<float> Xh(X.size()), P(X.size()), Want(static_cast<size_t>(H)),
+      Got(static_cast<size_t>(H));
+  normalize(X.data(), R, H, Eps, Xh.data());
+  for (size_t I = 0; I < X.size(); ++I)
+    P[I] = DY[I] * Xh[I];
+  sumLeading(P.data(), R, H, Want.data());
+  layerNormGainGrad(X.data(), DY.data(), R, H, Eps, Got.data());
+  for (int64_t J = 0; J < H; ++J)
+    EXPECT_EQ(Got[size_t(J)], Want[size_t(J)]) << "column " << J;
+
+  const float X1[] = {1, 3}, D1[] = {5, 7};
+  float G1[2];
+  layerNormGainGrad(X1, D1, 1, 2, Eps, G1);
+  const float Inv = float(1.0 / std::sqrt(1.0 + Eps));
+  EXPECT_EQ(G1[0], -5.0f * Inv);
+  EXPECT_EQ(G1[1], 7.0f * Inv);
+}
+
 TEST(Kernels, SoftmaxRowsSumToOne) {
   std::vector<float> X = {1, 2, 3, 1000, 1000, 1000}, Y(6);
   softmax(X.data(), 2, 3, Y.data());

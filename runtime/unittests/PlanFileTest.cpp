@@ -251,6 +251,40 @@ TEST(PlanFile, OpcodeNames) {
   EXPECT_STREQ(opcodeName(op::SliceShard), "slice_shard");
   EXPECT_STREQ(opcodeName(op::ReduceScatter), "reduce_scatter");
   EXPECT_STREQ(opcodeName(op::Assign), "assign");
+  EXPECT_STREQ(opcodeName(op::LayerNormGainGrad), "layer_norm_gain_grad");
+}
+
+TEST(PlanFile, ChecksLayerNormGainGrad) {
+  // x [2,4,8] and dy give dgamma [8]; epsilon > 0; at most one int.
+  auto Plan = [](std::vector<int64_t> DyShape, std::vector<int64_t> OutShape,
+                 std::vector<double> Floats, std::vector<int64_t> Ints) {
+    ProgramDesc P;
+    RankDesc R;
+    uint32_t X = R.addBuffer(dt::F32, {2, 4, 8}, "x");
+    uint32_t DY = R.addBuffer(dt::F32, DyShape, "dy");
+    for (uint32_t Id : {X, DY})
+      R.instrs.push_back({op::Fill, {}, {Id}, {}, {1.0}});
+    R.emit(op::LayerNormGainGrad, {X, DY}, OutShape, Ints, Floats);
+    P.ranks.push_back(R);
+    return P;
+  };
+  EXPECT_EQ(verify(Plan({2, 4, 8}, {8}, {1e-5}, {})), "");
+  EXPECT_NE(verify(Plan({2, 4, 7}, {8}, {1e-5}, {}))
+                .find("(layer_norm_gain_grad): dy [2,4,7] must have x's "
+                      "shape [2,4,8]"),
+            std::string::npos);
+  EXPECT_NE(verify(Plan({2, 4, 8}, {2, 8}, {1e-5}, {}))
+                .find("(layer_norm_gain_grad): output has shape [2,8]"),
+            std::string::npos);
+  EXPECT_NE(verify(Plan({2, 4, 8}, {8}, {0.0}, {})).find("epsilon"),
+            std::string::npos);
+  EXPECT_NE(verify(Plan({2, 4, 8}, {8}, {1e-5}, {1, 1})).find("accumulate"),
+            std::string::npos);
+  // Into a micro-batch sum only where the plan has micro-batches.
+  EXPECT_NE(verify(Plan({2, 4, 8}, {8}, {1e-5}, {1}))
+                .find("accumulates over micro-batches, but the plan has "
+                      "no accumulate_end"),
+            std::string::npos);
 }
 
 TEST(PlanFile, LoadMissingFileNamesPath) {

@@ -439,7 +439,7 @@ private:
   /// weight gradient \p op, on the same stage: the gradient can be written
   /// into it directly, saving the per-micro-batch copy.
   static AccumulateOp accumulatingUser(Operation &op) {
-    if (!isa<LinearWeightGradOp, SumLeadingOp>(op) ||
+    if (!isa<LinearWeightGradOp, SumLeadingOp, LayerNormGainGradOp>(op) ||
         !op.getResult(0).hasOneUse())
       return {};
     auto acc = dyn_cast<AccumulateOp>(*op.getResult(0).getUsers().begin());
@@ -791,6 +791,12 @@ private:
         .Case<NormalizeOp>([&](NormalizeOp n) {
           code = mp::OpCode_Normalize;
           floats = {n.getEpsilon().convertToDouble()};
+        })
+        .Case<LayerNormGainGradOp>([&](LayerNormGainGradOp l) {
+          code = mp::OpCode_LayerNormGainGrad;
+          floats = {l.getEpsilon().convertToDouble()};
+          if (accumulating)
+            ints = {1}; // into the micro-batch sum
         })
         .Case<AttentionGradOp>([&](AttentionGradOp a) {
           code = mp::OpCode_AttentionGrad;

@@ -35,7 +35,7 @@ namespace megac_rt {
 /// Version 8 added the bf16 inputs: (y, y16, x0.., h0.., n, p0..), hk
 /// the bf16 bits of input k (or null: read xk), y null for an output kept
 /// in bf16 alone.
-constexpr uint32_t kPlanFormatVersion = 8;
+constexpr uint32_t kPlanFormatVersion = 9;
 
 /// CRC-32 (IEEE 802.3, reflected, as zlib computes it).
 uint32_t crc32(const uint8_t *data, size_t size);

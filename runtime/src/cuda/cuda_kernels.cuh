@@ -814,6 +814,65 @@ __global__ void sumLeadingPartsKernel(const T *X, int64_t Outer, int64_t Inner,
   }
 }
 
+/// Pass 0 of a LayerNorm gain's gradient: each row's mean and 1 /
+/// sqrt(var + eps) into Stats[2 r], Stats[2 r + 1], one block a row, as
+/// layerNormKernel computes them (the normalize op's x-hat, bit for bit).
+template <class TX>
+__global__ void rowStatsKernel(const TX *X, int64_t Rows, int64_t H, double Eps,
+                               double *Stats) {
+  __shared__ double Part[kThreads];
+  for (int64_t R = blockIdx.x; R < Rows; R += gridDim.x) {
+    double Mean, Inv;
+    rowStatsDev(X + R * H, H, Eps, Part, Mean, Inv);
+    if (threadIdx.x == 0) {
+      Stats[2 * R] = Mean;
+      Stats[2 * R + 1] = Inv;
+    }
+  }
+}
+
+/// Pass 1 of dgamma[j] = sum over rows i of dy[i, j] * xhat[i, j]: what
+/// sumLeadingPartsKernel makes of the normalize op's x-hat times dy (the
+/// same f32 products, the same chunks and order), with neither stored.
+template <class TX, class TD>
+__global__ void layerNormGainPartsKernel(const TX *X, const TD *DY,
+                                         const double *Stats, int64_t Rows,
+                                         int64_t H, int64_t RowsPer,
+                                         int64_t Chunks, double *Parts) {
+  const int Width =
+      H % 4 == 0 && reinterpret_cast<uintptr_t>(X) % sizeof(Vec4<TX>) == 0 &&
+              reinterpret_cast<uintptr_t>(DY) % sizeof(Vec4<TD>) == 0
+          ? 4
+          : 1;
+  const int64_t Groups = H / Width;
+  MEGAC_GRID_LOOP(G, Chunks * Groups) {
+    const int64_t C = G / Groups, J = (G % Groups) * Width;
+    const int64_t End = (C + 1) * RowsPer < Rows ? (C + 1) * RowsPer : Rows;
+    double S[4] = {0, 0, 0, 0};
+    for (int64_t I = C * RowsPer; I < End; ++I) {
+      const double Mean = Stats[2 * I], Inv = Stats[2 * I + 1];
+      float Xv[4], Dv[4];
+      if (Width == 4) {
+        const Vec4<TX> A = *reinterpret_cast<const Vec4<TX> *>(X + I * H + J);
+        const Vec4<TD> B = *reinterpret_cast<const Vec4<TD> *>(DY + I * H + J);
+        for (int K = 0; K < 4; ++K) {
+          Xv[K] = valueOf(A.V[K]);
+          Dv[K] = valueOf(B.V[K]);
+        }
+      } else {
+        Xv[0] = valueOf(X[I * H + J]);
+        Dv[0] = valueOf(DY[I * H + J]);
+      }
+      for (int K = 0; K < Width; ++K) {
+        const float Xh = float((Xv[K] - Mean) * Inv);
+        S[K] += __fmul_rn(Dv[K], Xh); // the mul op's f32 product, uncontracted
+      }
+    }
+    for (int K = 0; K < Width; ++K)
+      Parts[C * H + J + K] = S[K];
+  }
+}
+
 /// Pass 2: the chunks' sums in order, into y (added with \p Add).
 __global__ void sumLeadingTotalKernel(const double *Parts, int64_t Chunks,
                                       int64_t Inner, float *Y, int Add) {

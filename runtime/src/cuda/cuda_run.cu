@@ -1427,23 +1427,40 @@ private:
       check(cudaMemsetAsync(Ptr[Y], 0, Bytes[Y], Compute), "cudaMemsetAsync");
       copy(Y, X(1));
       return;
-    case op::SumLeading: {
+    case op::SumLeading:
+    case op::LayerNormGainGrad: {
       if (NY == 0)
         return;
       const bool Add = NumInts() > 0 && Int(0) != 0 && Accumulating;
       // Two passes: chunks of rows summed in parallel, then the chunks'
-      // sums in order (a bias gradient has few columns and many rows).
+      // sums in order (a bias gradient has few columns and many rows). A
+      // gain's gradient sums dy * x-hat, each row's statistics first.
+      const bool Gain = In.op() == op::LayerNormGainGrad;
       const int64_t Outer = numel(X(0)) / NY;
       const int64_t RowsPer = 64;
       const int64_t Chunks =
           std::max<int64_t>(1, (Outer + RowsPer - 1) / RowsPer);
-      double *Parts =
-          static_cast<double *>(scratch(size_t(Chunks * NY) * sizeof(double)));
+      double *Parts = static_cast<double *>(scratch(
+          size_t(Chunks * NY + (Gain ? 2 * Outer : 0)) * sizeof(double)));
       const unsigned Blocks =
           NY % 4 == 0 ? wideBlocks(Chunks * NY) : blocksFor(Chunks * NY);
       withInput(X(0), Idx, [&](auto *Xs) {
-        launchOn(Compute, sumLeadingPartsKernel<Elem<decltype(Xs)>>, Blocks,
-                 kThreads, 0, Xs, Outer, NY, RowsPer, Chunks, Parts);
+        using TX = Elem<decltype(Xs)>;
+        if (!Gain) {
+          launchOn(Compute, sumLeadingPartsKernel<TX>, Blocks, kThreads, 0, Xs,
+                   Outer, NY, RowsPer, Chunks, Parts);
+          return;
+        }
+        double *Stats = Parts + Chunks * NY;
+        if (Outer > 0)
+          launchOn(Compute, rowStatsKernel<TX>, rowBlocks(Outer), kThreads, 0,
+                   Xs, Outer, NY, Flt(0), Stats);
+        withInput(X(1), Idx, [&](auto *Dy) {
+          launchOn(Compute, layerNormGainPartsKernel<TX, Elem<decltype(Dy)>>,
+                   Blocks, kThreads, 0, Xs, Dy,
+                   static_cast<const double *>(Stats), Outer, NY, RowsPer,
+                   Chunks, Parts);
+        });
       });
       launchOn(Compute, sumLeadingTotalKernel, blocksFor(NY), kThreads, 0,
                static_cast<const double *>(Parts), Chunks, NY, f(Y), int(Add));

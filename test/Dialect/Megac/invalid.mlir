@@ -254,6 +254,33 @@ func.func @cross_entropy_grad_c2(%l: tensor<4x64x512xf32>, %y: tensor<4x64xi32>,
 
 // -----
 
+// Tests layer_norm_gain_grad_c1: the output gradient has the input's shape.
+func.func @layer_norm_gain_grad_c1(%x: tensor<4x128xf32>, %dy: tensor<4x64xf32>) {
+  // expected-error@+1 {{layer_norm_gain_grad_c1: the input must have rank >= 1 and output_grad its shape}}
+  %0 = megac.layer_norm_gain_grad %x, %dy : (tensor<4x128xf32>, tensor<4x64xf32>) -> tensor<128xf32>
+  return
+}
+
+// -----
+
+// Tests layer_norm_gain_grad_c1: a scalar has no dimension to normalize.
+func.func @layer_norm_gain_grad_c1_scalar(%x: tensor<f32>) {
+  // expected-error@+1 {{layer_norm_gain_grad_c1}}
+  %0 = megac.layer_norm_gain_grad %x, %x : (tensor<f32>, tensor<f32>) -> tensor<f32>
+  return
+}
+
+// -----
+
+// Tests that the gain's gradient has the normalized dimension's shape.
+func.func @layer_norm_gain_grad_result(%x: tensor<4x128xf32>) {
+  // expected-error@+1 {{'megac.layer_norm_gain_grad' op inferred type(s) 'tensor<128xf32>' are incompatible with return type(s) of operation 'tensor<4x128xf32>'}}
+  %0 = megac.layer_norm_gain_grad %x, %x : (tensor<4x128xf32>, tensor<4x128xf32>) -> tensor<4x128xf32>
+  return
+}
+
+// -----
+
 // Tests that a result type disagreeing with the inferred one is rejected.
 func.func @inferred_result_mismatch(%x: tensor<4x128xf32>) {
   // expected-error@+1 {{'megac.gelu' op inferred type(s) 'tensor<4x128xf32>' are incompatible with return type(s) of operation 'tensor<4x64xf32>'}}

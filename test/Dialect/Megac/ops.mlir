@@ -80,3 +80,14 @@ func.func @dropout(%x: tensor<4x64xf32>) -> tensor<4x64xf32> {
   %0 = megac.dropout %x {rate = 0.1 : f64, stream = 3 : i64} : (tensor<4x64xf32>) -> tensor<4x64xf32>
   return %0 : tensor<4x64xf32>
 }
+
+// Tests the LayerNorm gain gradient's syntax: the result is the normalized
+// dimension's vector, epsilon defaults to 1e-5.
+// CHECK-LABEL: func.func @layer_norm_gain_grad
+func.func @layer_norm_gain_grad(%x: tensor<4x64x128xf32>, %dy: tensor<4x64x128xf32>) -> (tensor<128xf32>, tensor<128xf32>) {
+  // CHECK: megac.layer_norm_gain_grad %{{.*}}, %{{.*}} : (tensor<4x64x128xf32>, tensor<4x64x128xf32>) -> tensor<128xf32>
+  %0 = megac.layer_norm_gain_grad %x, %dy : (tensor<4x64x128xf32>, tensor<4x64x128xf32>) -> tensor<128xf32>
+  // CHECK: megac.layer_norm_gain_grad %{{.*}}, %{{.*}} {epsilon = 9.9999999999999995E-7 : f64}
+  %1 = megac.layer_norm_gain_grad %x, %dy {epsilon = 1.0e-6 : f64} : (tensor<4x64x128xf32>, tensor<4x64x128xf32>) -> tensor<128xf32>
+  return %0, %1 : tensor<128xf32>, tensor<128xf32>
+}

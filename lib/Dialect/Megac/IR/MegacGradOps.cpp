@@ -70,6 +70,17 @@ LogicalResult NormalizeOp::inferReturnTypes(MLIRContext *,
   return success();
 }
 
+LogicalResult LayerNormGainGradOp::inferReturnTypes(
+    MLIRContext *ctx, std::optional<Location> loc, Adaptor adaptor,
+    SmallVectorImpl<Type> &types) {
+  auto x = tensorTypeOf(adaptor.getInput());
+  if (x.getRank() < 1 || !shapesAgree(x, tensorTypeOf(adaptor.getOutputGrad())))
+    return emitOptionalError(loc, "layer_norm_gain_grad_c1: the input must "
+                                  "have rank >= 1 and output_grad its shape");
+  types.push_back(f32Tensor(ctx, x.getShape().take_back(1)));
+  return success();
+}
+
 LogicalResult LayerNormGradOp::inferReturnTypes(MLIRContext *,
                                                 std::optional<Location> loc,
                                                 Adaptor adaptor,
@@ -326,6 +337,21 @@ ShardingRule NormalizeOp::getShardingRule() {
   ShardingRule rule =
       elementwiseRule(tensorTypeOf(getInput()).getRank(), 1, PartialPolicy::None);
   rule.factors.back().kind = FactorKind::Whole;
+  return rule;
+}
+
+ShardingRule LayerNormGainGradOp::getShardingRule() {
+  // Rows are summed over: split rows give a partial gradient. Each row is
+  // normalized whole. Linear in output_grad but not in input, which no
+  // partial policy says, so partial operands are reduced first (the
+  // default); a LayerNorm's output gradient is reduced before its input
+  // gradient reads it anyway.
+  int64_t rank = tensorTypeOf(getInput()).getRank();
+  ShardingRule rule;
+  for (int64_t d = 0; d + 1 < rank; ++d)
+    rule.factors.push_back(factor(FactorKind::Reduction, {d, d}, -1, "rows"));
+  rule.factors.push_back(
+      factor(FactorKind::Whole, {rank - 1, rank - 1}, 0, "normalized"));
   return rule;
 }
 

@@ -98,8 +98,8 @@ LogicalResult LayerNormOp::buildVJP(OpBuilder &b, Value dy,
   Location loc = getLoc();
   FloatAttr eps = getEpsilonAttr();
   Value dx = LayerNormGradOp::create(b, loc, getInput(), getGamma(), dy, eps);
-  Value xhat = NormalizeOp::create(b, loc, getInput(), eps);
-  Value dgamma = reduceToRank(b, loc, MulOp::create(b, loc, dy, xhat), 1);
+  // One pass over x and dy: neither x-hat nor dy * x-hat is stored.
+  Value dgamma = LayerNormGainGradOp::create(b, loc, getInput(), dy, eps);
   Value dbeta = reduceToRank(b, loc, dy, 1);
   grads.assign({dx, dgamma, dbeta});
   return success();

@@ -37,9 +37,10 @@ bool producesBf16(Operation *op) {
 }
 
 /// Weight gradients, which Megatron keeps in f32 ("main gradients"): the
-/// results of the weight-gradient ops, sums of such contributions (a tied
-/// embedding's), and products only a token sum reads (a LayerNorm gain's
-/// gradient). Activation gradients, the inputs of these ops, are bf16.
+/// results of the weight-gradient ops (a LayerNorm gain's among them), sums
+/// of such contributions (a tied embedding's), and products only a token sum
+/// reads (a broadcast factor's gradient). Activation gradients, the inputs
+/// of these ops, are bf16.
 llvm::DenseSet<Value> weightGradients(func::FuncOp func) {
   llvm::DenseSet<Value> weights;
   for (Operation &op : func.getBody().front()) {
@@ -48,10 +49,10 @@ llvm::DenseSet<Value> weightGradients(func::FuncOp func) {
     Value result = op.getResult(0);
     bool isWeightGradient =
         isa<LinearWeightGradOp, EmbeddingGradOp, PositionEmbeddingGradOp,
-            SumLeadingOp>(op) ||
-        (isa<AddOp>(op) && llvm::all_of(op.getOperands(), [&](Value v) {
-           return weights.contains(v);
-         })) ||
+            SumLeadingOp, LayerNormGainGradOp>(op) ||
+        (isa<AddOp>(op) &&
+         llvm::all_of(op.getOperands(),
+                      [&](Value v) { return weights.contains(v); })) ||
         (isa<MulOp>(op) && !result.use_empty() &&
          llvm::all_of(result.getUsers(),
                       [](Operation *user) { return isa<SumLeadingOp>(user); }));

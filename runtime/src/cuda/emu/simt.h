@@ -99,6 +99,8 @@ inline float atomicAdd(float *P, float V) {
   return Old;
 }
 inline float rsqrtf(float X) { return 1.0f / std::sqrt(X); }
+/// A product rounded to f32 that the compiler must not fuse into an add.
+inline float __fmul_rn(float A, float B) { return A * B; }
 
 using std::exp;
 using std::fmax;

@@ -35,16 +35,18 @@ func.func @mlp(%w: tensor<16x32xf32> {megac.param = {name = "w", init = "normal"
 
 // Tests gradient accumulation for a value with several users (the sum of
 // their contributions, in reverse program order), LayerNorm's three
-// gradients, attention's three, and the tied embedding's two.
+// gradients (the gain's in one op over x and dy, no x-hat), attention's
+// three, and the tied embedding's two.
 // CHECK-LABEL: func.func @block
 // CHECK: megac.attention_grad {{.*}}operand = 0
 // CHECK: megac.attention_grad {{.*}}operand = 1
 // CHECK: megac.attention_grad {{.*}}operand = 2
 // CHECK: %[[DA:.*]] = megac.add
 // CHECK-NEXT: megac.add %[[DA]]
-// CHECK: megac.layer_norm_grad
-// CHECK: %[[XHAT:.*]] = megac.normalize
-// CHECK: megac.mul %{{.*}}, %[[XHAT]]
+// CHECK: megac.layer_norm_grad %[[LNX:[0-9a-z_]+]], %{{[0-9a-z_]+}}, %[[LNDY:[0-9a-z_]+]] :
+// CHECK-NEXT: megac.layer_norm_gain_grad %[[LNX]], %[[LNDY]] : (tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<16xf32>
+// CHECK-NEXT: megac.sum_leading %[[LNDY]] {keep = 1 : i64}
+// CHECK-NOT: megac.normalize
 // CHECK: megac.embedding_grad
 // CHECK: return
 func.func @block(%wte: tensor<64x16xf32> {megac.param = {name = "wte", init = "normal", std = 0.02 : f64}},

@@ -38,13 +38,14 @@ func.func @mlp(%w: tensor<16x32xf32> {megac.param = {name = "w", init = "normal"
 
 // -----
 
-// Tests the other weight gradients: a LayerNorm gain's (x-hat and its
-// product with the output gradient, read only by the token sum) and the tied
-// embedding's two contributions and their sum stay f32.
+// Tests the other weight gradients: a LayerNorm gain's and bias's (sums
+// over tokens) and the tied embedding's two contributions and their sum
+// stay f32.
 // CHECK-LABEL: func.func @block
-// CHECK: %[[XHAT:.*]] = megac.normalize
-// CHECK-NEXT: %[[P:.*]] = megac.mul %{{.*}}, %[[XHAT]]
-// CHECK-NEXT: megac.sum_leading %[[P]]
+// CHECK: %[[GG:.*]] = megac.layer_norm_gain_grad
+// CHECK-NEXT: %[[GB:.*]] = megac.sum_leading
+// CHECK-NOT: megac.round_bf16 %[[GG]]
+// CHECK-NOT: megac.round_bf16 %[[GB]]
 // CHECK: %[[E:.*]] = megac.embedding_grad
 // CHECK-NEXT: %[[T:.*]] = megac.add %{{.*}}, %[[E]]
 // CHECK-NEXT: return %{{.*}}, %[[T]],

@@ -15,6 +15,17 @@ module attributes {megac.mesh = #megac.mesh<dp = 2, tp = 2>} {
     return %0 : tensor<4x8x16xf32>
   }
 
+  // CHECK-LABEL: func.func @layer_norm_gain_grad
+  func.func @layer_norm_gain_grad(%x: tensor<4x8x16xf32> {megac.sharding = #megac.sharding<[dp, tp, _]>},
+                                  %dy: tensor<4x8x16xf32> {megac.sharding = #megac.sharding<[dp, tp, _]>}) -> tensor<16xf32> {
+    // Rows split over batch and sequence give partial sums over both axes
+    // (summed right away: the function returns them); the normalized
+    // dimension stays whole.
+    // CHECK: megac.layer_norm_gain_grad {{.*}}megac.operand_shardings = [#megac.sharding<[dp, tp, _]>, #megac.sharding<[dp, tp, _]>], megac.reduce_result = ["dp", "tp"], megac.sharding = #megac.sharding<[_]>
+    %0 = megac.layer_norm_gain_grad %x, %dy : (tensor<4x8x16xf32>, tensor<4x8x16xf32>) -> tensor<16xf32>
+    return %0 : tensor<16xf32>
+  }
+
   // CHECK-LABEL: func.func @batched_matmul
   func.func @batched_matmul(%a: tensor<4x8x16xf32> {megac.sharding = #megac.sharding<[dp, _, tp]>},
                             %b: tensor<4x16x8xf32>) -> tensor<4x8x8xf32> {

@@ -472,6 +472,30 @@ def Megac_NormalizeOp : Megac_ModelOp<"normalize"> {
   let results = (outs Megac_F32Tensor:$result);
 }
 
+def Megac_LayerNormGainGradOp : Megac_ModelOp<"layer_norm_gain_grad"> {
+  let summary = "Gradient of megac.layer_norm's gain";
+  let description = [{
+    `sum over the leading dimensions of output_grad * normalize(input)`:
+    the column sums of the output gradient times the normalized input,
+    in one pass over `input` and `output_grad`, with neither the
+    normalized input nor the product ever stored. Each element is the
+    f32 product of `output_grad` and the f32 normalized input, exactly
+    as `megac.mul` of `megac.normalize` would give it, and the sum runs
+    in f64 as `megac.sum_leading`'s.
+
+    ```mlir
+    %dgamma = megac.layer_norm_gain_grad %x, %dy {epsilon = 1.0e-05 : f64}
+        : (tensor<4x128xf32>, tensor<4x128xf32>) -> tensor<128xf32>
+    ```
+
+    Rules: `layer_norm_gain_grad_c1` the input has rank >= 1 and
+    output_grad has its shape.
+  }];
+  let arguments = (ins Megac_F32Tensor:$input, Megac_F32Tensor:$output_grad,
+                       DefaultValuedAttr<F64Attr, "1.0e-5">:$epsilon);
+  let results = (outs Megac_F32Tensor:$result);
+}
+
 def Megac_LayerNormGradOp : Megac_ModelOp<"layer_norm_grad"> {
   let summary = "Input gradient of megac.layer_norm";
   let description = [{

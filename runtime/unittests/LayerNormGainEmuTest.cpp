@@ -1,0 +1,191 @@
+//===- LayerNormGainEmuTest.cpp - A LayerNorm gain's gradient, emulated ---===//
+//
+// The CUDA backend computes layer_norm_gain_grad (sum over rows of dy *
+// x-hat) in one pass over x and dy. It must give what the three ops it
+// replaces gave on the same backend, bit for bit: normalize's x-hat (the
+// LayerNorm row kernel without gain), the f32 product with dy, and
+// sum_leading's chunked f64 column sums. Checked here on the emulation
+// with f32 and bf16 inputs, aligned and unaligned, and against the CPU
+// kernel within f64 rounding (its sums run in another order).
+//
+//===----------------------------------------------------------------------===//
+
+#include "cuda_api.h"
+#include "cuda_kernels.cuh"
+#include "kernels.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+using namespace megac_rt;
+using namespace megac_rt::cuda;
+
+namespace {
+
+/// Runs \p Body over \p Blocks blocks of kThreads, and waits.
+template <class Fn> void launchBlocks(int64_t Blocks, Fn Body) {
+  cudaStream_t S;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&S, cudaStreamNonBlocking), cudaSuccess);
+  megac_emu::launch({unsigned(Blocks), 1, 1}, {unsigned(kThreads), 1, 1}, 0, S,
+                    Body);
+  ASSERT_EQ(cudaStreamSynchronize(S), cudaSuccess);
+  cudaStreamDestroy(S);
+}
+
+/// The upper 16 bits of \p X: bf16 by truncation (any bf16 value will do).
+uint16_t bf16Bits(float X) {
+  uint32_t U;
+  std::memcpy(&U, &X, 4);
+  return uint16_t(U >> 16);
+}
+float bf16Value(uint16_t B) {
+  const uint32_t U = uint32_t(B) << 16;
+  float X;
+  std::memcpy(&X, &U, 4);
+  return X;
+}
+
+/// Rows of varied means and spreads, so that x-hat is no multiple of x.
+std::vector<float> values(int64_t N, double Phase) {
+  std::vector<float> V(static_cast<size_t>(N));
+  for (int64_t I = 0; I < N; ++I)
+    V[size_t(I)] = float(std::sin(0.731 * double(I) + Phase) * 2.5 +
+                         std::cos(0.013 * double(I)) * 4.0);
+  return V;
+}
+
+constexpr int64_t kRowsPer = 64; // the backend's chunk of rows
+
+int64_t chunksOf(int64_t Rows) {
+  return std::max<int64_t>(1, (Rows + kRowsPer - 1) / kRowsPer);
+}
+
+/// sum_leading(dy * normalize(x)) as the backend ran it before: three
+/// kernels and two tensors in memory.
+template <class T>
+std::vector<float> unfused(const T *X, const T *DY, int64_t Rows, int64_t H,
+                           double Eps) {
+  std::vector<float> Xh(size_t(Rows * H)), P(size_t(Rows * H));
+  float *XhP = Xh.data(), *PP = P.data();
+  launchBlocks(rowBlocks(Rows), [=] {
+    layerNormKernel<T>(X, Rows, H, nullptr, nullptr, Eps, XhP, OutputStore{});
+  });
+  launchBlocks(blocksFor(Rows * H), [=] {
+    broadcastKernel<T, float>(DY, Rows * H, XhP, Rows * H, PP, 1);
+  });
+  const int64_t Chunks = chunksOf(Rows);
+  std::vector<double> Parts(size_t(Chunks * H));
+  std::vector<float> Y(size_t(H), -1.0f);
+  double *Pp = Parts.data();
+  float *Yp = Y.data();
+  launchBlocks(blocksFor(Chunks * H), [=] {
+    sumLeadingPartsKernel<float>(PP, Rows, H, kRowsPer, Chunks, Pp);
+  });
+  launchBlocks(blocksFor(H),
+               [=] { sumLeadingTotalKernel(Pp, Chunks, H, Yp, 0); });
+  return Y;
+}
+
+/// The fused op's kernels, as the backend launches them.
+template <class T>
+std::vector<float> fused(const T *X, const T *DY, int64_t Rows, int64_t H,
+                         double Eps, const std::vector<float> &Init = {},
+                         bool Add = false) {
+  const int64_t Chunks = chunksOf(Rows);
+  std::vector<double> Scratch(size_t(Chunks * H + 2 * Rows));
+  std::vector<float> Y =
+      Init.empty() ? std::vector<float>(size_t(H), -1.0f) : Init;
+  double *Parts = Scratch.data(), *Stats = Parts + Chunks * H;
+  float *Yp = Y.data();
+  if (Rows > 0)
+    launchBlocks(rowBlocks(Rows),
+                 [=] { rowStatsKernel<T>(X, Rows, H, Eps, Stats); });
+  launchBlocks(blocksFor(Chunks * H), [=] {
+    layerNormGainPartsKernel<T, T>(X, DY, Stats, Rows, H, kRowsPer, Chunks,
+                                   Parts);
+  });
+  launchBlocks(blocksFor(H),
+               [=] { sumLeadingTotalKernel(Parts, Chunks, H, Yp, int(Add)); });
+  return Y;
+}
+
+void expectSameBits(const std::vector<float> &A, const std::vector<float> &B) {
+  ASSERT_EQ(A.size(), B.size());
+  for (size_t J = 0; J < A.size(); ++J)
+    EXPECT_EQ(std::memcmp(&A[J], &B[J], 4), 0)
+        << "column " << J << ": " << A[J] << " vs " << B[J];
+}
+
+struct Shape {
+  int64_t Rows, H, Offset; // Offset (elements) 1: unaligned rows
+};
+const Shape kShapes[] = {{1, 8, 0},    {3, 5, 0},    {130, 64, 0},
+                         {129, 12, 1}, {200, 96, 0}, {0, 16, 0}};
+
+TEST(LayerNormGain, F32IsTheUnfusedOpsBitForBit) {
+  for (const Shape &Sh : kShapes) {
+    SCOPED_TRACE(testing::Message()
+                 << Sh.Rows << " x " << Sh.H << " offset " << Sh.Offset);
+    const int64_t N = Sh.Rows * Sh.H;
+    std::vector<float> X(size_t(N + 4)), DY(size_t(N + 4));
+    const std::vector<float> Xv = values(N, 0.3), Dv = values(N, 1.9);
+    std::copy(Xv.begin(), Xv.end(), X.begin() + Sh.Offset);
+    std::copy(Dv.begin(), Dv.end(), DY.begin() + Sh.Offset);
+    const float *Xp = X.data() + Sh.Offset, *Dp = DY.data() + Sh.Offset;
+    const std::vector<float> Want = unfused(Xp, Dp, Sh.Rows, Sh.H, 1e-5);
+    expectSameBits(fused(Xp, Dp, Sh.Rows, Sh.H, 1e-5), Want);
+    // The CPU's kernel: the same products, summed in one f64 chain.
+    std::vector<float> Cpu(size_t(Sh.H), -1.0f);
+    kernels::layerNormGainGrad(Xp, Dp, Sh.Rows, Sh.H, 1e-5, Cpu.data());
+    for (int64_t J = 0; J < Sh.H; ++J)
+      EXPECT_NEAR(Cpu[size_t(J)], Want[size_t(J)],
+                  1e-6 * (1.0 + std::fabs(Want[size_t(J)])))
+          << "column " << J;
+  }
+}
+
+TEST(LayerNormGain, Bf16InputsAreTheUnfusedOpsBitForBit) {
+  for (const Shape &Sh : kShapes) {
+    SCOPED_TRACE(testing::Message()
+                 << Sh.Rows << " x " << Sh.H << " offset " << Sh.Offset);
+    const int64_t N = Sh.Rows * Sh.H;
+    std::vector<uint16_t> X(size_t(N + 4)), DY(size_t(N + 4));
+    const std::vector<float> Xv = values(N, 2.2), Dv = values(N, 0.7);
+    for (int64_t I = 0; I < N; ++I) {
+      X[size_t(I + Sh.Offset)] = bf16Bits(Xv[size_t(I)]);
+      DY[size_t(I + Sh.Offset)] = bf16Bits(Dv[size_t(I)]);
+    }
+    const uint16_t *Xp = X.data() + Sh.Offset, *Dp = DY.data() + Sh.Offset;
+    expectSameBits(fused(Xp, Dp, Sh.Rows, Sh.H, 1e-5),
+                   unfused(Xp, Dp, Sh.Rows, Sh.H, 1e-5));
+  }
+}
+
+TEST(LayerNormGain, HandWorkedRows) {
+  // Rows [1, 3] and [2, 2]: means 2 and 2, variances 1 and 0, so x-hat is
+  // [-1, 1] / sqrt(1 + eps) and [0, 0]; dy = [[5, 7], [11, 13]] gives
+  // dgamma = [-5, 7] / sqrt(1 + eps).
+  const double Eps = 1e-5;
+  const std::vector<float> X = {1, 3, 2, 2}, DY = {5, 7, 11, 13};
+  const std::vector<float> Y = fused(X.data(), DY.data(), 2, 2, Eps);
+  const float Inv = float(1.0 / std::sqrt(1.0 + Eps));
+  EXPECT_EQ(Y[0], -5.0f * Inv);
+  EXPECT_EQ(Y[1], 7.0f * Inv);
+}
+
+TEST(LayerNormGain, AddsIntoAMicroBatchSum) {
+  const std::vector<float> X = values(300, 0.1), DY = values(300, 0.5);
+  const std::vector<float> Alone = fused(X.data(), DY.data(), 10, 30, 1e-5);
+  std::vector<float> Before(30);
+  for (size_t J = 0; J < Before.size(); ++J)
+    Before[J] = float(J) * 0.25f - 3.0f;
+  const std::vector<float> Sum =
+      fused(X.data(), DY.data(), 10, 30, 1e-5, Before, /*Add=*/true);
+  for (size_t J = 0; J < Sum.size(); ++J)
+    EXPECT_EQ(Sum[J], Before[J] + Alone[J]) << "column " << J;
+}
+
+} // namespace
