@@ -26,7 +26,9 @@ bf16 operand copies, MEGAC_CUDA_BF16_COPIES=0, every product packing its
 operands as before them; `megac-fp32` adds megac with its bf16 copies
 but every buffer in fp32, MEGAC_CUDA_BF16_ONLY=0, none kept in bf16
 alone; `megac-cudnn` adds megac with cuDNN's fused attention,
-MEGAC_CUDA_ATTENTION=cudnn, where it can load libcudnn.so.9.)
+MEGAC_CUDA_ATTENTION=cudnn, where it can load libcudnn.so.9;
+`megac-refwd` adds megac with its attention gradients running the
+forward again for the row statistics, MEGAC_CUDA_FORWARD_STATS=0.)
 
 MFU = model FLOPs per step / step time / the measured GEMM ceiling, with
 model FLOPs per token 6 N + 12 L H S (N parameters without the position
@@ -158,6 +160,7 @@ MEGAC_RUNNERS = {
     "megac-cudnn": {"MEGAC_CUDA_ATTENTION": "cudnn"},
     "megac-nocopy": {"MEGAC_CUDA_BF16_COPIES": "0"},
     "megac-fp32": {"MEGAC_CUDA_BF16_ONLY": "0"},
+    "megac-refwd": {"MEGAC_CUDA_FORWARD_STATS": "0"},
 }
 
 
@@ -235,7 +238,9 @@ def main():
                         "kernels, megac-cudnn: megac with cuDNN's fused "
                         "attention, megac-nocopy: megac without its bf16 "
                         "operand copies, megac-fp32: megac with every buffer "
-                        "in fp32); the ceilings are measured always")
+                        "in fp32, megac-refwd: megac running the attention "
+                        "forward again in its gradient); the ceilings are "
+                        "measured always")
     parser.add_argument("--megac-bin", default=os.path.join(
         os.path.dirname(os.path.abspath(__file__)), "..", "build", "bin"))
     args = parser.parse_args()

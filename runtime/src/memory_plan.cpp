@@ -4,7 +4,10 @@
 #include "plan_enums.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
+#include <map>
+#include <optional>
 
 namespace megac_rt {
 
@@ -329,6 +332,46 @@ bool attentionInBf16ByDefault(const RankProgram &R, const Instr &In,
   return D == 32 || D == 64 || D == 128;
 }
 
+std::vector<int64_t>
+attentionOutputsOfGradients(const Program &P, const RankProgram &R,
+                            const AttentionInBf16 &Attention) {
+  const uint32_t NI = R.instrs() ? R.instrs()->size() : 0;
+  std::vector<int64_t> Out(NI, -1);
+  std::vector<bool> Bf16;
+  AttentionInBf16 OnBf16 = Attention;
+  if (!OnBf16) {
+    Bf16 = bf16Values(P, R);
+    OnBf16 = [&](const Instr &In) {
+      return attentionInBf16ByDefault(R, In, Bf16);
+    };
+  }
+  // The latest forward attention by (q, k, v, heads, causal).
+  std::map<std::array<int64_t, 5>, uint32_t> Forward;
+  auto KeyOf = [](const Instr &In) -> std::optional<std::array<int64_t, 5>> {
+    if (!In.inputs() || In.inputs()->size() < 3 || !In.ints() ||
+        In.ints()->size() < 2 || !In.outputs() || In.outputs()->size() != 1)
+      return std::nullopt;
+    return std::array<int64_t, 5>{In.inputs()->Get(0), In.inputs()->Get(1),
+                                  In.inputs()->Get(2), In.ints()->Get(0),
+                                  In.ints()->Get(1)};
+  };
+  for (uint32_t I = 0; I < NI; ++I) {
+    const Instr &In = *R.instrs()->Get(I);
+    if (In.op() != op::Attention && In.op() != op::AttentionGrad)
+      continue;
+    const auto Key = KeyOf(In);
+    if (!Key)
+      continue;
+    if (In.op() == op::Attention) {
+      Forward[*Key] = In.outputs()->Get(0);
+      continue;
+    }
+    if (auto It = Forward.find(*Key); It != Forward.end() && OnBf16(In))
+      Out[I] = It->second;
+  }
+  return Out;
+}
+
 std::vector<bool> bf16OnlyBuffers(const Program &P, const RankProgram &R,
                                   AttentionInBf16 Attention) {
   const uint32_t NB = R.buffers() ? R.buffers()->size() : 0;
@@ -462,6 +505,16 @@ MemoryPlan planMemory(const Program &P, const RankProgram &R,
       if (accumulates(In) && Micro)
         Persistent[Y] = true;
     }
+  }
+  // The CUDA backend's attention gradients read their forward's output
+  // (each row's delta from it, attentionOutputsOfGradients).
+  if (Storage != Bf16Storage::Fp32) {
+    const std::vector<int64_t> Outputs =
+        attentionOutputsOfGradients(P, R, Attention);
+    for (uint32_t I = 0; I < NI; ++I)
+      if (Outputs[I] >= 0 && First[size_t(Outputs[I])] >= 0)
+        Last[size_t(Outputs[I])] =
+            std::max<int64_t>(Last[size_t(Outputs[I])], I);
   }
   // A pipeline rank runs one segment at a time, but keeps several
   // micro-batches in flight: what one segment passes to a later one (saved

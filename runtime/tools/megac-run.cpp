@@ -1070,6 +1070,8 @@ int runTraining(const Options &O, Setup &S) {
            stepDirName(T).c_str());
     }
   }
+  if (Dev && !Dev->device().runNotes().empty())
+    info(O, "%s", Dev->device().runNotes().c_str());
   if (!O.saveCheckpoint.empty()) {
     if (Dev)
       Dev->pullState();

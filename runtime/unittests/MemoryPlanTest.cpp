@@ -297,6 +297,60 @@ TEST(MemoryPlan, AttentionBuffersInBf16WhereItsKernelsReadBf16) {
   EXPECT_TRUE(Fp32Attention[Wr]);
 }
 
+TEST(MemoryPlan, AttentionOutputLivesUntilItsGradients) {
+  // y = attention(q, q, q) (2), read by a product (3) and nothing else;
+  // its three gradient steps (5-7) on the same q, and one on other inputs
+  // (8). The CUDA backend takes each row's delta from y in the gradient
+  // steps, so y lives until the last of them (7), not the product (3).
+  ProgramDesc P = programOf(1, 4, 8);
+  RankDesc R;
+  const uint32_t X = R.addBuffer(dt::F32, {1, 4, 64}, "x");
+  const uint32_t G = R.addBuffer(dt::F32, {1, 4, 64}, "g");
+  const uint32_t W = R.addBuffer(dt::F32, {64, 8}, "w");
+  R.params.push_back({"x", X, {1, 4, 64}, {0, 0, 0}, ik::Normal, 0.02, "", {}});
+  R.params.push_back({"g", G, {1, 4, 64}, {0, 0, 0}, ik::Normal, 0.02, "", {}});
+  R.params.push_back({"w", W, {64, 8}, {0, 0}, ik::Normal, 0.02, "", {}});
+  const uint32_t Xr = R.emit(op::RoundBf16, {X}, {1, 4, 64}); // 0
+  const uint32_t Wr = R.emit(op::RoundBf16, {W}, {64, 8});    // 1
+  const uint32_t Y = R.emit(op::Attention, {Xr, Xr, Xr}, {1, 4, 64}, {1, 1});
+  R.instrs.back().roundBf16 = true;            // 2
+  R.emit(op::Linear, {Y, Wr}, {1, 4, 8}, {0}); // 3
+  R.forwardEnd = int32_t(R.instrs.size());
+  const uint32_t Gr = R.emit(op::RoundBf16, {G}, {1, 4, 64}); // 4
+  std::vector<uint32_t> Grads;
+  for (int64_t Which = 0; Which < 3; ++Which) { // 5, 6, 7
+    Grads.push_back(
+        R.emit(op::AttentionGrad, {Xr, Xr, Xr, Gr}, {1, 4, 64}, {1, 1, Which}));
+    R.instrs.back().roundBf16 = true;
+  }
+  R.emit(op::AttentionGrad, {Gr, Gr, Gr, Xr}, {1, 4, 64}, {1, 1, 0}); // 8
+  R.emit(op::LinearWeightGrad, {Grads[0], Grads[1]}, {64, 64}, {0});
+  R.emit(op::LinearWeightGrad, {Grads[2], Grads[2]}, {64, 64}, {0});
+  P.ranks.push_back(R);
+  Loaded L(P);
+  const std::vector<int64_t> Outputs =
+      attentionOutputsOfGradients(*L.L.program, L.rank());
+  ASSERT_EQ(Outputs.size(), L.rank().instrs()->size());
+  for (size_t I = 0; I < Outputs.size(); ++I)
+    EXPECT_EQ(Outputs[I], I >= 5 && I <= 7 ? int64_t(Y) : -1)
+        << "instruction " << I;
+  // Kept in bf16 alone, y's storage is its copy: [2, 7].
+  const MemoryPlan Plan =
+      planMemory(*L.L.program, L.rank(), Bf16Storage::Bf16Only);
+  ASSERT_TRUE(Plan.bf16Only[Y]);
+  EXPECT_EQ(Plan.copyFirst[Y], 2);
+  EXPECT_EQ(Plan.copyLast[Y], 7);
+  // Attentions the backend runs on other kernels read no y.
+  for (int64_t O : attentionOutputsOfGradients(
+           *L.L.program, L.rank(),
+           [](const megac::plan::Instr &) { return false; }))
+    EXPECT_EQ(O, -1);
+  const MemoryPlan Other =
+      planMemory(*L.L.program, L.rank(), Bf16Storage::Bf16Only,
+                 [](const megac::plan::Instr &) { return false; });
+  EXPECT_FALSE(Other.bf16Only[Y]); // (fp32 attention: y has fp32 storage)
+}
+
 TEST(MemoryPlan, PipelineRanksKeepFp32Buffers) {
   Step S;
   RankDesc &R = S.P.ranks[0];

@@ -156,6 +156,19 @@ bool attentionInBf16ByDefault(const megac::plan::RankProgram &R,
                               const megac::plan::Instr &In,
                               const std::vector<bool> &Bf16);
 
+/// Per instruction of \p R: for a gradient step of an attention on bf16
+/// kernels (\p Attention; null: attentionInBf16ByDefault), the output
+/// buffer of its forward attention (the latest before it on the same q,
+/// k, v, heads and causality), else -1. The CUDA backend keeps the
+/// forward's row statistics for the gradient steps, which then take each
+/// row's delta = dy . y from that output instead of running the forward
+/// again; planMemory keeps the output alive until its last gradient step
+/// (for a backend other than the CPU's).
+std::vector<int64_t>
+attentionOutputsOfGradients(const megac::plan::Program &P,
+                            const megac::plan::RankProgram &R,
+                            const AttentionInBf16 &Attention = nullptr);
+
 /// Micro-batches a pipeline rank holds at once under its schedule (from
 /// its first task on a micro-batch to its last); 1 without a pipeline.
 uint32_t pipelineSlots(const megac::plan::Program &P,

@@ -112,6 +112,11 @@ bool bf16CopiesAsked() {
 }
 /// MEGAC_CUDA_BF16_ONLY=0 keeps every buffer in fp32 (beside its copy).
 bool bf16OnlyAsked() { return knob("MEGAC_CUDA_BF16_ONLY", {"1", "0"}) == "1"; }
+/// MEGAC_CUDA_FORWARD_STATS=0: attention gradients run the forward again
+/// for its row statistics instead of taking those the forward kept.
+bool forwardStatsAsked() {
+  return knob("MEGAC_CUDA_FORWARD_STATS", {"1", "0"}) == "1";
+}
 
 void check(cublasStatus_t S, const char *What) {
   if (S != CUBLAS_STATUS_SUCCESS)
@@ -192,14 +197,20 @@ public:
     check(cublasSetWorkspace(BlasBf16, Ws, BlasBytes), "cublasSetWorkspace");
     findBf16Values();
     // With the copies off their memory stays planned (as before them).
+    const AttentionInBf16 OnBf16Kernels = [this](const Instr &In) {
+      return tensorCoreAttention(In) && !WmmaAttention;
+    };
     const MemoryPlan Plan =
         planMemory(P, RP,
                    CopiesOn && bf16OnlyAsked() ? Bf16Storage::Bf16Only
                                                : Bf16Storage::Copies,
-                   [this](const Instr &In) {
-                     return tensorCoreAttention(In) && !WmmaAttention;
-                   });
+                   OnBf16Kernels);
     Bf16Only = Plan.bf16Only;
+    GradientOutputOf = attentionOutputsOfGradients(P, RP, OnBf16Kernels);
+    if (forwardStatsAsked())
+      for (int64_t Y : GradientOutputOf)
+        if (Y >= 0)
+          ForwardStats[uint32_t(Y)];
     Arena = allocate(std::max<uint64_t>(Plan.arenaBytes, 64), "arena");
     const uint32_t N = RP.buffers() ? RP.buffers()->size() : 0;
     Ptr.assign(N, nullptr);
@@ -347,6 +358,15 @@ public:
 
   std::string deviceName() const override { return Name; }
 
+  std::string runNotes() const override {
+    const uint64_t All = ForwardTaken + ForwardRecomputed;
+    if (!All)
+      return "";
+    return std::to_string(ForwardTaken) + " of " + std::to_string(All) +
+           " attention gradients took their forward's row statistics (the "
+           "rest ran the forward again)";
+  }
+
   std::string notes() const override {
     return std::to_string(Bf16Products) + " of " + std::to_string(Products) +
            " products and " + std::to_string(Bf16Attentions) + " of " +
@@ -395,6 +415,7 @@ public:
   void run(uint32_t Begin, uint32_t End, int64_t Micro,
            bool Training) override {
     CurMicro = Micro;
+    CurTraining = Training;
     forgetAll();
     check(cudaMemsetAsync(Faults, 0, sizeof(int) * kFaultKinds, Compute),
           "cudaMemsetAsync");
@@ -830,6 +851,9 @@ private:
                          reinterpret_cast<const char *>(C + numel(Buffer))});
     if (Kept.Valid && overlaps(Written, Kept.Inputs))
       Kept.Valid = false;
+    for (auto &[Y, F] : ForwardStats)
+      if (F.Valid && overlaps(Written, F.Inputs))
+        F.Valid = false;
     if (Loss.Valid && overlaps(Written, Loss.Inputs))
       Loss.Valid = false;
     for (PackedOperand &P : Packed)
@@ -841,6 +865,8 @@ private:
   }
   void forgetAll() {
     Kept.Valid = false;
+    for (auto &[Y, F] : ForwardStats)
+      F.Valid = false;
     Loss.Valid = false;
     for (PackedOperand &P : Packed)
       P.Src = nullptr;
@@ -1287,6 +1313,9 @@ private:
             readCopy(X(0), Idx), readCopy(X(1), Idx), readCopy(X(2), Idx),
             Grad ? readCopy(X(3), Idx) : nullptr};
         const OutputStore Store = roundingStore(In, Y, Idx);
+        AttentionOutput = Grad                    ? GradientOutputOf[Idx]
+                          : ForwardStats.count(Y) ? int64_t(Y)
+                                                  : -1;
         if (D == 32)
           flash<32>(Qp, Kp, Vp, Dy, B, S, Hl, NH, Causal, Which, Dr, Tc, Copies,
                     Store, f(Y));
@@ -1894,11 +1923,18 @@ private:
         return static_cast<uint16_t *>(
             scratch(size_t(3 * N) * sizeof(uint16_t)));
       });
+      ForwardKept *F = forwardToKeep();
+      float *Stats = F ? static_cast<float *>(F->Memory.atLeast(
+                             size_t(2 * B * NH * S) * sizeof(float),
+                             "attention statistics"))
+                       : nullptr;
       launchOn(Compute, flashForwardMmaKernel<D>, Blocks, kMmaThreads,
                Sh::Forward, In16[0], In16[1], In16[2], S, Hl, NH, Causal, Scale,
-               Dr, Out, static_cast<float *>(nullptr),
-               static_cast<const uint16_t *>(nullptr),
+               Dr, Out, Stats, static_cast<const uint16_t *>(nullptr),
                static_cast<float *>(nullptr), Store);
+      if (F)
+        keepForward(*F, Q, K, V, B, S, Hl, NH, Causal, D, Dr, Copies, Out,
+                    Store.Bits, 0);
       RoundedAsWritten = Store.Round;
       return;
     }
@@ -1990,9 +2026,17 @@ private:
       std::array<const uint16_t *, 4> In16 = Copies;
       packMissing(In16, {Q, K, V, nullptr}, N, [&] { return Room + N; });
       uint16_t *Y16 = Store.Bits ? Store.Bits : Room;
-      if (!cudnnDid(Cudnn->forward(Sh, In16[0], In16[1], In16[2], Y16, nullptr,
+      ForwardKept *F = forwardToKeep();
+      float *Stats =
+          F ? static_cast<float *>(F->Memory.atLeast(
+                  size_t(B * NH * S) * sizeof(float), "attention statistics"))
+            : nullptr;
+      if (!cudnnDid(Cudnn->forward(Sh, In16[0], In16[1], In16[2], Y16, Stats,
                                    Compute)))
         return false;
+      if (F)
+        keepForward(*F, Q, K, V, B, S, Hl, NH, Causal, Sh.D, Dr, Copies, Out,
+                    Store.Bits, 2);
       Result = Y16;
     } else {
       const KeptAttention *Kp = keptCudnn(Sh, Q, K, V, DY, Causal, Dr, Copies);
@@ -2249,6 +2293,103 @@ private:
     uint16_t *Grad16[3] = {nullptr, nullptr, nullptr}; // cuDNN's dq, dk, dv
   } Kept;
 
+  /// A training step's forward attentions keep their rows' statistics for
+  /// their gradient steps (attentionOutputsOfGradients; the memory plan
+  /// keeps y alive until them): [max, 1 / sum] per row from the
+  /// register-resident kernels, the log-sum-exp from cuDNN's. The first
+  /// gradient step then takes each row's delta from y and dy (or hands y
+  /// to cuDNN) instead of running the forward again. They hold for the
+  /// micro-batch and run that made them, as long as nothing writes q, k,
+  /// v or y.
+  struct ForwardKept {
+    bool Valid = false;
+    int64_t Micro = -1;
+    std::vector<int64_t> Key;      // forwardKey
+    std::vector<Range> Inputs;     // q, k, v and y: fp32, else the copy
+    const float *Y = nullptr;      // y in fp32 (null: kept in bf16 alone)
+    const uint16_t *Y16 = nullptr; // then its bits
+    GrowingBuffer Memory;          // the statistics
+  };
+  /// By y's buffer, the forward attentions a gradient step reads.
+  std::map<uint32_t, ForwardKept> ForwardStats;
+  /// Per instruction: the forward output its attention gradient reads, or
+  /// -1 (attentionOutputsOfGradients).
+  std::vector<int64_t> GradientOutputOf;
+  /// The attention instruction running: its y buffer (a forward whose
+  /// statistics a gradient step takes), the forward's (a gradient step),
+  /// or -1.
+  int64_t AttentionOutput = -1;
+  bool CurTraining = false;
+  /// Attention gradients on bf16 kernels that took a forward's statistics,
+  /// and that ran the forward again (runNotes).
+  uint64_t ForwardTaken = 0, ForwardRecomputed = 0;
+
+  /// What identifies a forward's q, k and v: keptKey without dy, each
+  /// input by its fp32 buffer, or by its copy where it is kept in bf16
+  /// alone (the copy a gradient step reads may differ: packed, or none).
+  std::vector<int64_t> forwardKey(const float *Q, const float *K,
+                                  const float *V, int64_t B, int64_t S,
+                                  int64_t Hl, int64_t NH, int Causal, int64_t D,
+                                  const AttnDropout &Dr,
+                                  const AttentionCopies &Copies,
+                                  int Kernels) const {
+    const AttentionCopies Alone = {Q ? nullptr : Copies[0],
+                                   K ? nullptr : Copies[1],
+                                   V ? nullptr : Copies[2], nullptr};
+    return keptKey(Q, K, V, nullptr, B, S, Hl, NH, Causal, D, Dr, Alone,
+                   Kernels);
+  }
+  /// The record a forward attention writes its statistics into (null:
+  /// no gradient step will read them, or not a training run).
+  ForwardKept *forwardToKeep() {
+    if (AttentionOutput < 0 || !CurTraining)
+      return nullptr;
+    auto It = ForwardStats.find(uint32_t(AttentionOutput));
+    return It == ForwardStats.end() ? nullptr : &It->second;
+  }
+  /// Marks \p F as made now by kernels \p Kernels from q, k, v, with
+  /// output y (\p Y, or its bits \p Y16 where kept in bf16 alone).
+  void keepForward(ForwardKept &F, const float *Q, const float *K,
+                   const float *V, int64_t B, int64_t S, int64_t Hl, int64_t NH,
+                   int Causal, int64_t D, const AttnDropout &Dr,
+                   const AttentionCopies &Copies, const float *Y,
+                   const uint16_t *Y16, int Kernels) {
+    const size_t N = size_t(B * S * Hl);
+    F.Key = forwardKey(Q, K, V, B, S, Hl, NH, Causal, D, Dr, Copies, Kernels);
+    F.Inputs.clear();
+    const float *Fp32[4] = {Q, K, V, Y};
+    const uint16_t *Bits[4] = {Copies[0], Copies[1], Copies[2], Y16};
+    for (int J = 0; J < 4; ++J) {
+      if (const char *P = reinterpret_cast<const char *>(Fp32[J]))
+        F.Inputs.push_back({P, P + N * sizeof(float)});
+      else if (const char *C = reinterpret_cast<const char *>(Bits[J]))
+        F.Inputs.push_back({C, C + N * sizeof(uint16_t)});
+    }
+    F.Y = Y;
+    F.Y16 = Y ? nullptr : Y16;
+    F.Micro = CurMicro;
+    F.Valid = Y || Y16;
+  }
+  /// The statistics the forward of the attention whose gradient step runs
+  /// kept (null: none that hold).
+  const ForwardKept *keptForward(const float *Q, const float *K, const float *V,
+                                 int64_t B, int64_t S, int64_t Hl, int64_t NH,
+                                 int Causal, int64_t D, const AttnDropout &Dr,
+                                 const AttentionCopies &Copies, int Kernels) {
+    auto It = AttentionOutput < 0
+                  ? ForwardStats.end()
+                  : ForwardStats.find(uint32_t(AttentionOutput));
+    if (It == ForwardStats.end() || !It->second.Valid ||
+        It->second.Micro != CurMicro ||
+        It->second.Key !=
+            forwardKey(Q, K, V, B, S, Hl, NH, Causal, D, Dr, Copies, Kernels)) {
+      ++ForwardRecomputed;
+      return nullptr;
+    }
+    ++ForwardTaken;
+    return &It->second;
+  }
+
   /// What identifies one attention's kept state: its shape, dropout, the
   /// kernels that made it (\p Kernels: 0 register-resident, 1 wmma, 2
   /// cuDNN; one attention's steps may take different ones), and each
@@ -2323,9 +2464,24 @@ private:
     uint16_t *Y16 = Bf16 + 4 * N;
     for (int J = 0; J < 3; ++J)
       Kept.Grad16[J] = Bf16 + (5 + J) * N;
-    if (!cudnnDid(Cudnn->forward(Sh, In16[0], In16[1], In16[2], Y16, Kept.Stats,
-                                 Compute)) ||
-        !cudnnDid(Cudnn->backward(Sh, In16[0], In16[1], In16[2], Y16, In16[3],
+    const uint16_t *Y = Y16;
+    if (const ForwardKept *F =
+            keptForward(Q, K, V, Sh.B, Sh.S, Sh.NH * Sh.D, Sh.NH, Causal, Sh.D,
+                        Dr, Copies, 2)) {
+      // The forward's log-sum-exp and y (its bits: exact, y is rounded).
+      check(cudaMemcpyAsync(Kept.Stats, F->Memory.Ptr,
+                            size_t(Rows) * sizeof(float),
+                            cudaMemcpyDeviceToDevice, Compute),
+            "cudaMemcpyAsync");
+      if (F->Y)
+        packBf16(F->Y, N, Y16, /*Exact=*/true);
+      else
+        Y = F->Y16;
+    } else if (!cudnnDid(Cudnn->forward(Sh, In16[0], In16[1], In16[2], Y16,
+                                        Kept.Stats, Compute))) {
+      return nullptr;
+    }
+    if (!cudnnDid(Cudnn->backward(Sh, In16[0], In16[1], In16[2], Y, In16[3],
                                   Kept.Stats, Kept.Grad16[0], Kept.Grad16[1],
                                   Kept.Grad16[2], Compute)))
       return nullptr;
@@ -2379,10 +2535,28 @@ private:
       Kept.V16 = In16[2];
       Kept.DY16 = In16[3];
       Kept.Grad = reinterpret_cast<float *>(Base + StatsBytes + Bf16Bytes);
-      launchOn(Compute, flashForwardMmaKernel<D>, Blocks, kMmaThreads,
-               MmaShared<D>::Forward, Kept.Q16, Kept.K16, Kept.V16, S, Hl, NH,
-               Causal, Scale, Dr, static_cast<float *>(nullptr), Kept.Stats,
-               Kept.DY16, Kept.Delta, OutputStore{});
+      if (const ForwardKept *F =
+              keptForward(Q, K, V, B, S, Hl, NH, Causal, D, Dr, Copies, 0)) {
+        // The forward's statistics, and the deltas from its output.
+        check(cudaMemcpyAsync(Kept.Stats, F->Memory.Ptr,
+                              size_t(2 * Rows) * sizeof(float),
+                              cudaMemcpyDeviceToDevice, Compute),
+              "cudaMemcpyAsync");
+        const unsigned DeltaBlocks = blocksFor(Rows * 32);
+        if (F->Y)
+          launchOn(Compute, attentionDeltaFromOutputKernel<float>, DeltaBlocks,
+                   kThreads, 0, Kept.DY16, F->Y, B, S, Hl, NH, int64_t(D),
+                   Kept.Delta);
+        else
+          launchOn(Compute, attentionDeltaFromOutputKernel<uint16_t>,
+                   DeltaBlocks, kThreads, 0, Kept.DY16, F->Y16, B, S, Hl, NH,
+                   int64_t(D), Kept.Delta);
+      } else {
+        launchOn(Compute, flashForwardMmaKernel<D>, Blocks, kMmaThreads,
+                 MmaShared<D>::Forward, Kept.Q16, Kept.K16, Kept.V16, S, Hl, NH,
+                 Causal, Scale, Dr, static_cast<float *>(nullptr), Kept.Stats,
+                 Kept.DY16, Kept.Delta, OutputStore{});
+      }
     }
     keepAttentionInputs({Q, K, V, DY}, Copies, N, Key);
     return Kept;

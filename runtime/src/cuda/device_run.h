@@ -53,6 +53,9 @@ public:
   /// How the plan maps onto the device ("48 of 60 products on bf16
   /// values ..."), for megac-run's log.
   virtual std::string notes() const = 0;
+  /// What the runs so far did that the plan alone does not say ("16 of 16
+  /// attention gradients from their forward's statistics"); "" if nothing.
+  virtual std::string runNotes() const { return ""; }
   /// Times every instruction run from now on with device events (which
   /// serialize nothing, but cost a little): see profile().
   virtual void enableProfiling() = 0;

@@ -496,6 +496,36 @@ __global__ void __launch_bounds__(kMmaThreads)
   mmaStoreRows<D>(Dv, Bl, S, Hl, One, DV, StoreV);
 }
 
+/// delta_i = dy_i . y_i per query row from the forward's stored output y
+/// (fp32, or the bf16 bits of a y kept in bf16 alone) and dy as the bf16
+/// the gradient kernels read: what they take when the forward kept its
+/// rows' statistics, in place of a forward pass of their own. One warp a
+/// row; every warp of a block runs the same iterations (its shuffles).
+template <class TY>
+__global__ void attentionDeltaFromOutputKernel(const uint16_t *DY, const TY *Y,
+                                               int64_t B, int64_t S, int64_t Hl,
+                                               int64_t NH, int64_t D,
+                                               float *Delta) {
+  const int64_t Rows = B * NH * S, PerBlock = blockDim.x / 32;
+  const int Lane = int(threadIdx.x % 32);
+  for (int64_t Row0 = blockIdx.x * PerBlock; Row0 < Rows;
+       Row0 += int64_t(gridDim.x) * PerBlock) {
+    const int64_t Row = Row0 + threadIdx.x / 32;
+    float Acc = 0.0f;
+    if (Row < Rows) {
+      const int64_t I = Row % S, Hh = Row / S % NH, Bi = Row / S / NH;
+      const int64_t Base = (Bi * S + I) * Hl + Hh * D;
+      for (int64_t E = Lane; E < D; E += 32)
+        Acc += megac_bf16_value(DY[Base + E]) * valueOf(Y[Base + E]);
+    }
+#pragma unroll
+    for (int O = 16; O > 0; O /= 2)
+      Acc += __shfl_xor_sync(0xffffffffu, Acc, O);
+    if (Row < Rows && Lane == 0)
+      Delta[Row] = Acc;
+  }
+}
+
 } // namespace cuda
 } // namespace megac_rt
 
