@@ -399,16 +399,14 @@ std::vector<bool> bf16OnlyBuffers(const Program &P, const RankProgram &R,
         Ok[In.inputs()->Get(K)] =
             Ok[In.inputs()->Get(K)] && readsBf16(In, K, Bf16, Attention);
   }
-  // What the host reads or writes stays fp32.
+  // What the host writes stays fp32; what it only reads (the outputs: the
+  // logits) the backend widens as it downloads them.
   if (R.params())
     for (const Param *Pa : *R.params())
       Ok[Pa->buffer()] = false;
   if (R.inputs())
     for (const Input *In : *R.inputs())
       Ok[In->buffer()] = false;
-  if (R.outputs())
-    for (const Output *O : *R.outputs())
-      Ok[O->buffer()] = false;
   for (uint32_t B = 0; B < NB; ++B)
     Only[B] = Ok[B] && Writers[B] == 1;
   return Only;
@@ -592,8 +590,18 @@ MemoryPlan planMemory(const Program &P, const RankProgram &R,
     Stored[B] = aligned(bufferBytes(*R.buffers()->Get(B)));
     std::vector<Interval> &To = M.perMicro[B] ? PerMicroItems : Items;
     if (Persistent[B] || First[B] < 0) {
-      M.bf16Only[B] = false; // (bf16OnlyBuffers leaves out such buffers)
-      To.push_back({B, Stored[B], 0, int64_t(NI)});
+      // An output kept in bf16 alone: its copy, from its writer on, read
+      // by the host after the run (and by the next micro-batch's loss).
+      if (M.bf16Only[B] && First[B] >= 0) {
+        Stored[B] = CopySize(B);
+        To.push_back({NB + B, Stored[B], 0, int64_t(NI)});
+        M.copyFirst[B] = First[B];
+        M.copyLast[B] = int64_t(NI);
+        M.bf16OnlyBytes += bufferBytes(*R.buffers()->Get(B)) / 2;
+      } else {
+        M.bf16Only[B] = false; // (inputs, accumulators: not bf16 alone)
+        To.push_back({B, Stored[B], 0, int64_t(NI)});
+      }
       Live[size_t(M.kind[B])] += Stored[B];
       continue;
     }

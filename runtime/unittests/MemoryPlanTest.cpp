@@ -199,6 +199,41 @@ TEST(MemoryPlan, LogitsCopyLivesFromTheHeadToTheLossGradient) {
   EXPECT_FALSE(bf16OnlyBuffers(*L.L.program, L.rank())[Lg]);
 }
 
+TEST(MemoryPlan, AnOutputIsKeptInBf16AloneForTheWholeStep) {
+  // The logits, an output: the head's product of bf16 values rounds them
+  // (2), the loss reads them in bf16 (3). No fp32 storage; their bf16 storage
+  // lives from their writer to past the last instruction (the host reads them).
+  // The labels, an input the host writes, stay fp32.
+  ProgramDesc P = programOf(2, 3, 8);
+  RankDesc R;
+  const uint32_t X = R.addBuffer(dt::F32, {2, 3, 4}, "x");
+  const uint32_t W = R.addBuffer(dt::F32, {4, 8}, "w");
+  const uint32_t Lab = R.addBuffer(dt::I32, {2, 3}, "labels");
+  R.params.push_back({"x", X, {2, 3, 4}, {0, 0, 0}, ik::Normal, 0.02, "", {}});
+  R.params.push_back({"w", W, {4, 8}, {0, 0}, ik::Normal, 0.02, "", {}});
+  R.inputs.push_back({"labels", Lab, "labels"});
+  const uint32_t Xr = R.emit(op::RoundBf16, {X}, {2, 3, 4});        // 0
+  const uint32_t Wr = R.emit(op::RoundBf16, {W}, {4, 8});           // 1
+  const uint32_t Lg = R.emit(op::Linear, {Xr, Wr}, {2, 3, 8}, {0}); // 2
+  R.instrs.back().roundBf16 = true;
+  const uint32_t Loss = R.emit(op::CrossEntropy, {Lg, Lab}, {}, {6}); // 3
+  R.outputs.push_back({"logits", Lg, ""});
+  R.outputs.push_back({"loss", Loss, ""});
+  P.ranks.push_back(R);
+  Loaded L(P);
+  const MemoryPlan Plan =
+      planMemory(*L.L.program, L.rank(), Bf16Storage::Bf16Only);
+  ASSERT_TRUE(Plan.bf16Only[Lg]);
+  EXPECT_EQ(Plan.offset[Lg], -1);
+  EXPECT_GE(Plan.copyOffset[Lg], 0);
+  EXPECT_EQ(Plan.copyFirst[Lg], 2);
+  EXPECT_EQ(Plan.copyLast[Lg], 4);
+  // With the roundings of x and w (read by the product alone).
+  EXPECT_EQ(Plan.bf16OnlyBytes, (2u * 3u * 8u + 2u * 3u * 4u + 4u * 8u) * 2u);
+  for (uint32_t B : {Lab, Loss}) // an input; a loss the product did not round
+    EXPECT_FALSE(Plan.bf16Only[B]) << "buffer " << B;
+}
+
 TEST(MemoryPlan, CopiesTakeBytesNothingLiveUses) {
   Step S;
   Loaded L(S.P);

@@ -135,10 +135,11 @@ CopyLifetimes bf16CopyLifetimes(const megac::plan::Program &P,
 /// (products of bf16 values, attentions on bf16 kernels, generated
 /// kernels, plain adds and products, column sums, LayerNorm's input and
 /// its gradient's input and output gradient, the logits of the
-/// cross-entropy and of its gradient over the whole vocabulary). Parameters,
-/// inputs and outputs stay fp32, and so does everything of a pipeline rank (its
-/// micro-batch slots hold fp32 buffers). Saved activations qualify: a copy
-/// lives as long as its buffer would.
+/// cross-entropy and of its gradient over the whole vocabulary). Parameters
+/// and inputs (which the host writes) stay fp32, and so does everything of
+/// a pipeline rank (its micro-batch slots hold fp32 buffers); an output
+/// (the logits) qualifies, and the backend widens it as the host reads it.
+/// Saved activations qualify: a copy lives as long as its buffer would.
 std::vector<bool> bf16OnlyBuffers(const megac::plan::Program &P,
                                   const megac::plan::RankProgram &R,
                                   AttentionInBf16 Attention = nullptr);

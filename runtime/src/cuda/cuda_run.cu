@@ -315,11 +315,24 @@ public:
 
   void upload(uint32_t Id, const void *Data, size_t N) override {
     forgetAll();
+    if (!Ptr.at(Id)) // (the memory plan keeps what the host writes in fp32)
+      throw std::logic_error("upload to buffer " + std::to_string(Id) +
+                             ", which is kept in bf16 alone");
     toDevice(Ptr.at(Id), Data, std::min(N, Bytes.at(Id)));
   }
 
+  /// An output kept in bf16 alone (the logits of a bf16 plan) is widened
+  /// on the device first: the host gets fp32, as from any buffer.
   void download(uint32_t Id, void *Data, size_t N) override {
-    toHost(Data, Ptr.at(Id), std::min(N, Bytes.at(Id)));
+    const void *From = Ptr.at(Id);
+    if (!From) {
+      const int64_t Count = int64_t(Bytes.at(Id) / sizeof(float));
+      float *Wide = static_cast<float *>(scratch(Bytes.at(Id)));
+      launchOn(Compute, widenBf16Kernel, wideBlocks(Count), kThreads, 0,
+               static_cast<const uint16_t *>(Copy.at(Id)), Count, Wide);
+      From = Wide;
+    }
+    toHost(Data, From, std::min(N, Bytes.at(Id)));
   }
 
   void setStep(int64_t S, double L, uint64_t Sd) override {
