@@ -10,8 +10,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "cuda_api.h"
-#include "cuda_kernels.cuh"
+#include "EmuLaunch.h"
 #include "kernels.h"
 
 #include <gtest/gtest.h>
@@ -24,16 +23,6 @@ using namespace megac_rt;
 using namespace megac_rt::cuda;
 
 namespace {
-
-/// Runs \p Body over \p Blocks blocks of kThreads, and waits.
-template <class Fn> void launchBlocks(int64_t Blocks, Fn Body) {
-  cudaStream_t S;
-  ASSERT_EQ(cudaStreamCreateWithFlags(&S, cudaStreamNonBlocking), cudaSuccess);
-  megac_emu::launch({unsigned(Blocks), 1, 1}, {unsigned(kThreads), 1, 1}, 0, S,
-                    Body);
-  ASSERT_EQ(cudaStreamSynchronize(S), cudaSuccess);
-  cudaStreamDestroy(S);
-}
 
 /// The upper 16 bits of \p X: bf16 by truncation (any bf16 value will do).
 uint16_t bf16Bits(float X) {

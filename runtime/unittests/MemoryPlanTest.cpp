@@ -168,19 +168,30 @@ TEST(MemoryPlan, CopiesStayInTheirPipelineSegment) {
   EXPECT_EQ(Copies.last[S.Dyr], 6);
 }
 
+/// A rank with the parameters x [2,3,4] and w [4,8] and the input labels
+/// [2,3]: what a model's head needs for [2,3,8] logits and their loss.
+struct HeadRank {
+  RankDesc R;
+  uint32_t X = R.addBuffer(dt::F32, {2, 3, 4}, "x");
+  uint32_t W = R.addBuffer(dt::F32, {4, 8}, "w");
+  uint32_t Lab = R.addBuffer(dt::I32, {2, 3}, "labels");
+  HeadRank() {
+    R.params.push_back(
+        {"x", X, {2, 3, 4}, {0, 0, 0}, ik::Normal, 0.02, "", {}});
+    R.params.push_back({"w", W, {4, 8}, {0, 0}, ik::Normal, 0.02, "", {}});
+    R.inputs.push_back({"labels", Lab, "labels"});
+  }
+};
+
 TEST(MemoryPlan, LogitsCopyLivesFromTheHeadToTheLossGradient) {
   // The head's product rounds the logits (forward, 1); the loss (2) and
   // its gradient over the whole vocabulary (backward, 4) read them in
   // bf16, so their copy spans both parts. A gradient over one vocabulary
   // block (4 inputs, with the blocks' stats) reads fp32 and keeps none.
   ProgramDesc P = programOf(2, 3, 8);
-  RankDesc R;
-  const uint32_t X = R.addBuffer(dt::F32, {2, 3, 4}, "x");
-  const uint32_t W = R.addBuffer(dt::F32, {4, 8}, "w");
-  const uint32_t Lab = R.addBuffer(dt::I32, {2, 3}, "labels");
-  R.params.push_back({"x", X, {2, 3, 4}, {0, 0, 0}, ik::Normal, 0.02, "", {}});
-  R.params.push_back({"w", W, {4, 8}, {0, 0}, ik::Normal, 0.02, "", {}});
-  R.inputs.push_back({"labels", Lab, "labels"});
+  HeadRank H;
+  RankDesc &R = H.R;
+  const uint32_t X = H.X, W = H.W, Lab = H.Lab;
   const uint32_t Wr = R.emit(op::RoundBf16, {W}, {4, 8});          // 0
   const uint32_t Lg = R.emit(op::Linear, {X, Wr}, {2, 3, 8}, {0}); // 1
   R.instrs.back().roundBf16 = true;
@@ -205,13 +216,9 @@ TEST(MemoryPlan, AnOutputIsKeptInBf16AloneForTheWholeStep) {
   // lives from their writer to past the last instruction (the host reads them).
   // The labels, an input the host writes, stay fp32.
   ProgramDesc P = programOf(2, 3, 8);
-  RankDesc R;
-  const uint32_t X = R.addBuffer(dt::F32, {2, 3, 4}, "x");
-  const uint32_t W = R.addBuffer(dt::F32, {4, 8}, "w");
-  const uint32_t Lab = R.addBuffer(dt::I32, {2, 3}, "labels");
-  R.params.push_back({"x", X, {2, 3, 4}, {0, 0, 0}, ik::Normal, 0.02, "", {}});
-  R.params.push_back({"w", W, {4, 8}, {0, 0}, ik::Normal, 0.02, "", {}});
-  R.inputs.push_back({"labels", Lab, "labels"});
+  HeadRank H;
+  RankDesc &R = H.R;
+  const uint32_t X = H.X, W = H.W, Lab = H.Lab;
   const uint32_t Xr = R.emit(op::RoundBf16, {X}, {2, 3, 4});        // 0
   const uint32_t Wr = R.emit(op::RoundBf16, {W}, {4, 8});           // 1
   const uint32_t Lg = R.emit(op::Linear, {Xr, Wr}, {2, 3, 8}, {0}); // 2

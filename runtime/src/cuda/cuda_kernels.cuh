@@ -127,13 +127,18 @@ __global__ void geluGradKernel(const float *X, const float *DY, int64_t N,
 /// Four values of T in one aligned access.
 template <class T> struct alignas(4 * sizeof(T)) Vec4 { T V[4]; };
 
+/// Whether each of \p P may be read (or written) four values at a time.
+template <class... T>
+__host__ __device__ inline bool vec4Aligned(const T *...P) {
+  return ((reinterpret_cast<uintptr_t>(P) % sizeof(Vec4<T>) == 0) && ...);
+}
+
 /// Y[i] = F(X[i]) over N elements, four at a time where X and Y are
 /// aligned for it: these kernels are passes over memory, and wide
 /// accesses keep them at the copy bandwidth. Launch with wideBlocks(N).
 template <class From, class To, class Fn>
 __device__ __forceinline__ void mapWide(const From *X, int64_t N, To *Y, Fn F) {
-  const bool Wide = reinterpret_cast<uintptr_t>(X) % sizeof(Vec4<From>) == 0 &&
-                    reinterpret_cast<uintptr_t>(Y) % sizeof(Vec4<To>) == 0;
+  const bool Wide = vec4Aligned(X, Y);
   const int64_t Groups = Wide ? N / 4 : 0;
   MEGAC_GRID_LOOP(G, Groups) {
     const Vec4<From> In = reinterpret_cast<const Vec4<From> *>(X)[G];
@@ -166,8 +171,7 @@ struct OutputStore {
   }
   /// Whether store4 may write from \p Y (and Bits) at multiples of 4.
   __host__ __device__ bool alignedFor4(const float *Y) const {
-    return reinterpret_cast<uintptr_t>(Y) % sizeof(Vec4<float>) == 0 &&
-           reinterpret_cast<uintptr_t>(Bits) % sizeof(Vec4<uint16_t>) == 0;
+    return vec4Aligned(Y, Bits);
   }
   /// Outputs I..I+3 in one access each (I a multiple of 4; alignedFor4).
   __device__ __forceinline__ void store4(float *Y, int64_t I,
@@ -196,10 +200,7 @@ __global__ void roundBf16Kernel(const float *X, int64_t N, float *Y,
     mapWide(X, N, Y, [](float V) { return megac_round_bf16(V); });
     return;
   }
-  const bool Wide =
-      reinterpret_cast<uintptr_t>(X) % sizeof(Vec4<float>) == 0 &&
-      reinterpret_cast<uintptr_t>(Y) % sizeof(Vec4<float>) == 0 &&
-      reinterpret_cast<uintptr_t>(Bits) % sizeof(Vec4<uint16_t>) == 0;
+  const bool Wide = vec4Aligned(X, Y, Bits);
   const int64_t Groups = Wide ? N / 4 : 0;
   MEGAC_GRID_LOOP(G, Groups) {
     const Vec4<float> In = reinterpret_cast<const Vec4<float> *>(X)[G];
@@ -604,10 +605,7 @@ template <class T>
 __device__ inline void rowSoftmaxDev(const T *Lr, int64_t V, double *Part,
                                      double &Max, double &Sum) {
   RowSoftmaxAcc A;
-  const int64_t Groups =
-      V % 4 == 0 && reinterpret_cast<uintptr_t>(Lr) % sizeof(Vec4<T>) == 0
-          ? V / 4
-          : 0;
+  const int64_t Groups = V % 4 == 0 && vec4Aligned(Lr) ? V / 4 : 0;
   for (int64_t G = threadIdx.x; G < Groups; G += blockDim.x) {
     const Vec4<T> In = reinterpret_cast<const Vec4<T> *>(Lr)[G];
     float X[4];
@@ -679,10 +677,7 @@ __global__ void crossEntropyGradKernel(const T *L, int64_t Rows, int64_t V,
                                        OutputStore Store, int *Bad) {
   const double Scale = double(DLoss[0]) / Normalizer;
   const int64_t Groups =
-      V % 4 == 0 && reinterpret_cast<uintptr_t>(L) % sizeof(Vec4<T>) == 0 &&
-              Store.alignedFor4(D)
-          ? V / 4
-          : 0;
+      V % 4 == 0 && vec4Aligned(L) && Store.alignedFor4(D) ? V / 4 : 0;
   for (int64_t R = blockIdx.x; R < Rows; R += gridDim.x) {
     const T *Lr = L + R * V;
     const float Max = float(Stats[2 * R]);
@@ -791,10 +786,7 @@ __global__ void sumLeadingPartsKernel(const T *X, int64_t Outer, int64_t Inner,
                                       double *Parts) {
   // Four columns a thread where rows split into aligned groups of four;
   // each column sums its rows in the same order either way.
-  const int Width =
-      Inner % 4 == 0 && reinterpret_cast<uintptr_t>(X) % sizeof(Vec4<T>) == 0
-          ? 4
-          : 1;
+  const int Width = Inner % 4 == 0 && vec4Aligned(X) ? 4 : 1;
   const int64_t Groups = Inner / Width;
   MEGAC_GRID_LOOP(G, Chunks * Groups) {
     const int64_t C = G / Groups, J = (G % Groups) * Width;
@@ -839,11 +831,7 @@ __global__ void layerNormGainPartsKernel(const TX *X, const TD *DY,
                                          const double *Stats, int64_t Rows,
                                          int64_t H, int64_t RowsPer,
                                          int64_t Chunks, double *Parts) {
-  const int Width =
-      H % 4 == 0 && reinterpret_cast<uintptr_t>(X) % sizeof(Vec4<TX>) == 0 &&
-              reinterpret_cast<uintptr_t>(DY) % sizeof(Vec4<TD>) == 0
-          ? 4
-          : 1;
+  const int Width = H % 4 == 0 && vec4Aligned(X, DY) ? 4 : 1;
   const int64_t Groups = H / Width;
   MEGAC_GRID_LOOP(G, Chunks * Groups) {
     const int64_t C = G / Groups, J = (G % Groups) * Width;
