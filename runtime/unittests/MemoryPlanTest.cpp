@@ -295,25 +295,40 @@ TEST(MemoryPlan, Bf16OnlyBuffersAreThoseEveryReaderReadsAsBf16) {
   EXPECT_EQ(placedWithoutOverlap(Plan, L.rank()), size_t(9 - 2 + 3));
 }
 
+/// A rank with an attention of head size 64 on x rounded to bf16 (q = k
+/// = v; instructions 0 and 1 round x and w), its rounded output y (2) read
+/// by a product (3), the end of the forward part, and a rounded output
+/// gradient (4) for the gradient steps the tests add.
+struct AttentionRank {
+  RankDesc R;
+  uint32_t X = R.addBuffer(dt::F32, {1, 4, 64}, "x");
+  uint32_t G = R.addBuffer(dt::F32, {1, 4, 64}, "g");
+  uint32_t W = R.addBuffer(dt::F32, {64, 8}, "w");
+  uint32_t Xr = 0, Wr = 0, Y = 0, Gr = 0;
+  AttentionRank() {
+    R.params.push_back(
+        {"x", X, {1, 4, 64}, {0, 0, 0}, ik::Normal, 0.02, "", {}});
+    R.params.push_back(
+        {"g", G, {1, 4, 64}, {0, 0, 0}, ik::Normal, 0.02, "", {}});
+    R.params.push_back({"w", W, {64, 8}, {0, 0}, ik::Normal, 0.02, "", {}});
+    Xr = R.emit(op::RoundBf16, {X}, {1, 4, 64});
+    Wr = R.emit(op::RoundBf16, {W}, {64, 8});
+    Y = R.emit(op::Attention, {Xr, Xr, Xr}, {1, 4, 64}, {1, 1});
+    R.instrs.back().roundBf16 = true;
+    R.emit(op::Linear, {Y, Wr}, {1, 4, 8}, {0});
+    R.forwardEnd = int32_t(R.instrs.size());
+    Gr = R.emit(op::RoundBf16, {G}, {1, 4, 64});
+  }
+};
+
 TEST(MemoryPlan, AttentionBuffersInBf16WhereItsKernelsReadBf16) {
   // q = k = v (rounded), the attention's rounded output read by a product,
   // a rounded dy, and two rounded gradient steps: dq read by a GeLU
   // gradient (in fp32), dk by a product. Head size 64.
   ProgramDesc P = programOf(1, 4, 8);
-  RankDesc R;
-  const uint32_t X = R.addBuffer(dt::F32, {1, 4, 64}, "x");
-  const uint32_t G = R.addBuffer(dt::F32, {1, 4, 64}, "g");
-  const uint32_t W = R.addBuffer(dt::F32, {64, 8}, "w");
-  R.params.push_back({"x", X, {1, 4, 64}, {0, 0, 0}, ik::Normal, 0.02, "", {}});
-  R.params.push_back({"g", G, {1, 4, 64}, {0, 0, 0}, ik::Normal, 0.02, "", {}});
-  R.params.push_back({"w", W, {64, 8}, {0, 0}, ik::Normal, 0.02, "", {}});
-  const uint32_t Xr = R.emit(op::RoundBf16, {X}, {1, 4, 64});
-  const uint32_t Wr = R.emit(op::RoundBf16, {W}, {64, 8});
-  const uint32_t Y = R.emit(op::Attention, {Xr, Xr, Xr}, {1, 4, 64}, {1, 1});
-  R.instrs.back().roundBf16 = true;
-  R.emit(op::Linear, {Y, Wr}, {1, 4, 8}, {0});
-  R.forwardEnd = int32_t(R.instrs.size());
-  const uint32_t Gr = R.emit(op::RoundBf16, {G}, {1, 4, 64});
+  AttentionRank A;
+  RankDesc &R = A.R;
+  const uint32_t Xr = A.Xr, Wr = A.Wr, Y = A.Y, Gr = A.Gr;
   const uint32_t Dq =
       R.emit(op::AttentionGrad, {Xr, Xr, Xr, Gr}, {1, 4, 64}, {1, 1, 0});
   R.instrs.back().roundBf16 = true;
@@ -345,20 +360,9 @@ TEST(MemoryPlan, AttentionOutputLivesUntilItsGradients) {
   // (8). The CUDA backend takes each row's delta from y in the gradient
   // steps, so y lives until the last of them (7), not the product (3).
   ProgramDesc P = programOf(1, 4, 8);
-  RankDesc R;
-  const uint32_t X = R.addBuffer(dt::F32, {1, 4, 64}, "x");
-  const uint32_t G = R.addBuffer(dt::F32, {1, 4, 64}, "g");
-  const uint32_t W = R.addBuffer(dt::F32, {64, 8}, "w");
-  R.params.push_back({"x", X, {1, 4, 64}, {0, 0, 0}, ik::Normal, 0.02, "", {}});
-  R.params.push_back({"g", G, {1, 4, 64}, {0, 0, 0}, ik::Normal, 0.02, "", {}});
-  R.params.push_back({"w", W, {64, 8}, {0, 0}, ik::Normal, 0.02, "", {}});
-  const uint32_t Xr = R.emit(op::RoundBf16, {X}, {1, 4, 64}); // 0
-  const uint32_t Wr = R.emit(op::RoundBf16, {W}, {64, 8});    // 1
-  const uint32_t Y = R.emit(op::Attention, {Xr, Xr, Xr}, {1, 4, 64}, {1, 1});
-  R.instrs.back().roundBf16 = true;            // 2
-  R.emit(op::Linear, {Y, Wr}, {1, 4, 8}, {0}); // 3
-  R.forwardEnd = int32_t(R.instrs.size());
-  const uint32_t Gr = R.emit(op::RoundBf16, {G}, {1, 4, 64}); // 4
+  AttentionRank A;
+  RankDesc &R = A.R;
+  const uint32_t Xr = A.Xr, Y = A.Y, Gr = A.Gr;
   std::vector<uint32_t> Grads;
   for (int64_t Which = 0; Which < 3; ++Which) { // 5, 6, 7
     Grads.push_back(
