@@ -506,14 +506,13 @@ MemoryPlan planMemory(const Program &P, const RankProgram &R,
   }
   // The CUDA backend's attention gradients read their forward's output
   // (each row's delta from it, attentionOutputsOfGradients).
-  if (Storage != Bf16Storage::Fp32) {
-    const std::vector<int64_t> Outputs =
-        attentionOutputsOfGradients(P, R, Attention);
-    for (uint32_t I = 0; I < NI; ++I)
-      if (Outputs[I] >= 0 && First[size_t(Outputs[I])] >= 0)
-        Last[size_t(Outputs[I])] =
-            std::max<int64_t>(Last[size_t(Outputs[I])], I);
-  }
+  M.attentionOutputOf = Storage != Bf16Storage::Fp32
+                            ? attentionOutputsOfGradients(P, R, Attention)
+                            : std::vector<int64_t>(NI, -1);
+  for (uint32_t I = 0; I < NI; ++I)
+    if (const int64_t Y = M.attentionOutputOf[I];
+        Y >= 0 && First[size_t(Y)] >= 0)
+      Last[size_t(Y)] = std::max<int64_t>(Last[size_t(Y)], I);
   // A pipeline rank runs one segment at a time, but keeps several
   // micro-batches in flight: what one segment passes to a later one (saved
   // activations, received values, the inputs) needs a copy per micro-batch

@@ -386,6 +386,10 @@ TEST(MemoryPlan, AttentionOutputLivesUntilItsGradients) {
   ASSERT_TRUE(Plan.bf16Only[Y]);
   EXPECT_EQ(Plan.copyFirst[Y], 2);
   EXPECT_EQ(Plan.copyLast[Y], 7);
+  EXPECT_EQ(Plan.attentionOutputOf, Outputs); // the pairing the backend takes
+  // The CPU's plan (fp32 storage) pairs nothing: its y dies at the product.
+  for (int64_t O : planMemory(*L.L.program, L.rank()).attentionOutputOf)
+    EXPECT_EQ(O, -1);
   // Attentions the backend runs on other kernels read no y.
   for (int64_t O : attentionOutputsOfGradients(
            *L.L.program, L.rank(),

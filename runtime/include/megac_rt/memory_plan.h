@@ -62,6 +62,10 @@ struct MemoryPlan {
   /// what fp32 storage of them would take).
   std::vector<bool> bf16Only;
   uint64_t bf16OnlyBytes = 0;
+  /// Per instruction: the forward attention output its gradient step reads
+  /// (attentionOutputsOfGradients; a backend other than the CPU's), else
+  /// -1. The backend takes the pairing from here.
+  std::vector<int64_t> attentionOutputOf;
   /// Whole-rank peak: parameters + optimizer state + arena.
   uint64_t totalBytes() const {
     return parameterBytes + optimizerBytes + arenaBytes;

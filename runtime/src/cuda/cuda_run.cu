@@ -197,16 +197,15 @@ public:
     check(cublasSetWorkspace(BlasBf16, Ws, BlasBytes), "cublasSetWorkspace");
     findBf16Values();
     // With the copies off their memory stays planned (as before them).
-    const AttentionInBf16 OnBf16Kernels = [this](const Instr &In) {
-      return tensorCoreAttention(In) && !WmmaAttention;
-    };
     const MemoryPlan Plan =
         planMemory(P, RP,
                    CopiesOn && bf16OnlyAsked() ? Bf16Storage::Bf16Only
                                                : Bf16Storage::Copies,
-                   OnBf16Kernels);
+                   [this](const Instr &In) {
+                     return tensorCoreAttention(In) && !WmmaAttention;
+                   });
     Bf16Only = Plan.bf16Only;
-    GradientOutputOf = attentionOutputsOfGradients(P, RP, OnBf16Kernels);
+    GradientOutputOf = Plan.attentionOutputOf;
     if (forwardStatsAsked())
       for (int64_t Y : GradientOutputOf)
         if (Y >= 0)
@@ -1936,14 +1935,11 @@ private:
         return static_cast<uint16_t *>(
             scratch(size_t(3 * N) * sizeof(uint16_t)));
       });
-      ForwardKept *F = forwardToKeep();
-      float *Stats = F ? static_cast<float *>(F->Memory.atLeast(
-                             size_t(2 * B * NH * S) * sizeof(float),
-                             "attention statistics"))
-                       : nullptr;
+      ForwardKept *F = forwardToKeep(2 * B * NH * S); // [max, 1 / sum]
       launchOn(Compute, flashForwardMmaKernel<D>, Blocks, kMmaThreads,
                Sh::Forward, In16[0], In16[1], In16[2], S, Hl, NH, Causal, Scale,
-               Dr, Out, Stats, static_cast<const uint16_t *>(nullptr),
+               Dr, Out, F ? F->stats() : nullptr,
+               static_cast<const uint16_t *>(nullptr),
                static_cast<float *>(nullptr), Store);
       if (F)
         keepForward(*F, Q, K, V, B, S, Hl, NH, Causal, D, Dr, Copies, Out,
@@ -2039,13 +2035,9 @@ private:
       std::array<const uint16_t *, 4> In16 = Copies;
       packMissing(In16, {Q, K, V, nullptr}, N, [&] { return Room + N; });
       uint16_t *Y16 = Store.Bits ? Store.Bits : Room;
-      ForwardKept *F = forwardToKeep();
-      float *Stats =
-          F ? static_cast<float *>(F->Memory.atLeast(
-                  size_t(B * NH * S) * sizeof(float), "attention statistics"))
-            : nullptr;
-      if (!cudnnDid(Cudnn->forward(Sh, In16[0], In16[1], In16[2], Y16, Stats,
-                                   Compute)))
+      ForwardKept *F = forwardToKeep(B * NH * S); // log-sum-exp
+      if (!cudnnDid(Cudnn->forward(Sh, In16[0], In16[1], In16[2], Y16,
+                                   F ? F->stats() : nullptr, Compute)))
         return false;
       if (F)
         keepForward(*F, Q, K, V, B, S, Hl, NH, Causal, Sh.D, Dr, Copies, Out,
@@ -2322,6 +2314,7 @@ private:
     const float *Y = nullptr;      // y in fp32 (null: kept in bf16 alone)
     const uint16_t *Y16 = nullptr; // then its bits
     GrowingBuffer Memory;          // the statistics
+    float *stats() const { return static_cast<float *>(Memory.Ptr); }
   };
   /// By y's buffer, the forward attentions a gradient step reads.
   std::map<uint32_t, ForwardKept> ForwardStats;
@@ -2352,13 +2345,17 @@ private:
     return keptKey(Q, K, V, nullptr, B, S, Hl, NH, Causal, D, Dr, Alone,
                    Kernels);
   }
-  /// The record a forward attention writes its statistics into (null:
-  /// no gradient step will read them, or not a training run).
-  ForwardKept *forwardToKeep() {
+  /// The record a forward attention writes its \p Floats statistics into
+  /// (null: no gradient step will read them, or not a training run).
+  ForwardKept *forwardToKeep(int64_t Floats) {
     if (AttentionOutput < 0 || !CurTraining)
       return nullptr;
     auto It = ForwardStats.find(uint32_t(AttentionOutput));
-    return It == ForwardStats.end() ? nullptr : &It->second;
+    if (It == ForwardStats.end())
+      return nullptr;
+    It->second.Memory.atLeast(size_t(Floats) * sizeof(float),
+                              "attention statistics");
+    return &It->second;
   }
   /// Marks \p F as made now by kernels \p Kernels from q, k, v, with
   /// output y (\p Y, or its bits \p Y16 where kept in bf16 alone).
@@ -2482,7 +2479,7 @@ private:
             keptForward(Q, K, V, Sh.B, Sh.S, Sh.NH * Sh.D, Sh.NH, Causal, Sh.D,
                         Dr, Copies, 2)) {
       // The forward's log-sum-exp and y (its bits: exact, y is rounded).
-      check(cudaMemcpyAsync(Kept.Stats, F->Memory.Ptr,
+      check(cudaMemcpyAsync(Kept.Stats, F->stats(),
                             size_t(Rows) * sizeof(float),
                             cudaMemcpyDeviceToDevice, Compute),
             "cudaMemcpyAsync");
@@ -2551,7 +2548,7 @@ private:
       if (const ForwardKept *F =
               keptForward(Q, K, V, B, S, Hl, NH, Causal, D, Dr, Copies, 0)) {
         // The forward's statistics, and the deltas from its output.
-        check(cudaMemcpyAsync(Kept.Stats, F->Memory.Ptr,
+        check(cudaMemcpyAsync(Kept.Stats, F->stats(),
                               size_t(2 * Rows) * sizeof(float),
                               cudaMemcpyDeviceToDevice, Compute),
               "cudaMemcpyAsync");
