@@ -28,7 +28,10 @@ but every buffer in fp32, MEGAC_CUDA_BF16_ONLY=0, none kept in bf16
 alone; `megac-cudnn` adds megac with cuDNN's fused attention,
 MEGAC_CUDA_ATTENTION=cudnn, where it can load libcudnn.so.9;
 `megac-refwd` adds megac with its attention gradients running the
-forward again for the row statistics, MEGAC_CUDA_FORWARD_STATS=0.)
+forward again for the row statistics, MEGAC_CUDA_FORWARD_STATS=0;
+`megac-noepi` adds megac with its bf16 GEMM groups run as a product and
+megac's epilogue kernel instead of cuBLASLt's epilogues,
+MEGAC_CUDA_EPILOGUES=0.)
 
 MFU = model FLOPs per step / step time / the measured GEMM ceiling, with
 model FLOPs per token 6 N + 12 L H S (N parameters without the position
@@ -161,6 +164,7 @@ MEGAC_RUNNERS = {
     "megac-nocopy": {"MEGAC_CUDA_BF16_COPIES": "0"},
     "megac-fp32": {"MEGAC_CUDA_BF16_ONLY": "0"},
     "megac-refwd": {"MEGAC_CUDA_FORWARD_STATS": "0"},
+    "megac-noepi": {"MEGAC_CUDA_EPILOGUES": "0"},
 }
 
 
@@ -239,7 +243,8 @@ def main():
                         "attention, megac-nocopy: megac without its bf16 "
                         "operand copies, megac-fp32: megac with every buffer "
                         "in fp32, megac-refwd: megac running the attention "
-                        "forward again in its gradient); the ceilings are "
+                        "forward again in its gradient, megac-noepi: megac "
+                        "without cuBLASLt's bf16 epilogues); the ceilings are "
                         "measured always")
     parser.add_argument("--megac-bin", default=os.path.join(
         os.path.dirname(os.path.abspath(__file__)), "..", "build", "bin"))

@@ -422,11 +422,12 @@ RunStats Executor::runRange(Collectives &C, uint32_t Begin, uint32_t End,
           exec(I, In, C, Bufs[OutId]);
         }
         // Rounded as it is written (format 7): what a round_bf16 after the
-        // op gives, bit for bit.
-        if (In.round_bf16()) {
-          Tensor &Y = Bufs[OutId];
-          kernels::roundBf16(Y.f.data(), Y.numel(), Y.f.data());
-        }
+        // op gives, bit for bit (each output: linear_bias may have two).
+        if (In.round_bf16())
+          for (uint32_t Out : *In.outputs()) {
+            Tensor &Y = Bufs[Out];
+            kernels::roundBf16(Y.f.data(), Y.numel(), Y.f.data());
+          }
       } catch (const RunError &E) {
         std::string Loc = In.loc() ? In.loc()->str() : "";
         throw RunError("rank " + std::to_string(RP.rank()) + ", instruction " +
@@ -548,7 +549,9 @@ void Executor::exec(uint32_t Idx, const Instr &In, Collectives &C,
     return;
   }
   case op::LinearBias: {
-    // The product, then its epilogue, each as the unfused ops compute it.
+    // The product, then its epilogue, each as the unfused ops compute it;
+    // the GeLU reads the fp32 sum, which a second output keeps (both are
+    // rounded after, where the plan asks, as the epilogue rounds).
     const Tensor &W = X(1), &Bias = X(2);
     bool T = Int(0) != 0;
     int64_t N = T ? W.shape[0] : W.shape[1];
@@ -556,6 +559,10 @@ void Executor::exec(uint32_t Idx, const Instr &In, Collectives &C,
     kernels::linear(A.f.data(), M, Last, W.f.data(), N, T, Y.f.data());
     kernels::add(Y.f.data(), Y.numel(), Bias.f.data(), Bias.numel(),
                  Y.f.data());
+    if (In.outputs()->size() == 2) {
+      Tensor &Pre = Bufs[In.outputs()->Get(1)];
+      std::copy(Y.f.begin(), Y.f.end(), Pre.f.begin());
+    }
     if (Int(1) != 0)
       kernels::gelu(Y.f.data(), Y.numel(), Y.f.data());
     return;

@@ -241,7 +241,9 @@ namespace {
 bool writesBf16Alone(const Program &P, const RankProgram &R, const Instr &In,
                      const std::vector<bool> &Bf16,
                      const AttentionInBf16 &Attention) {
-  if (!In.outputs() || In.outputs()->size() != 1 || !roundsToBf16(P, In))
+  // One output, or linear_bias's kept GeLU input beside its result.
+  if (!In.outputs() || !roundsToBf16(P, In) ||
+      (In.outputs()->size() != 1 && In.op() != op::LinearBias))
     return false;
   switch (In.op()) {
   case op::Attention:
@@ -255,14 +257,19 @@ bool writesBf16Alone(const Program &P, const RankProgram &R, const Instr &In,
     return true;
   case op::CrossEntropyGrad: // not the vocabulary-parallel one (from stats)
     return In.inputs() && In.inputs()->size() != 4;
-  case op::Linear: { // cuBLAS's bf16 result: a product of bf16 operands
-    if (!In.inputs() || In.inputs()->size() < 2)
+  case op::Linear:       // cuBLAS's bf16 result: a product of bf16 operands
+  case op::LinearBias: { // (and of a bias of bf16 values, its epilogue's)
+    const uint32_t Operands = In.op() == op::LinearBias ? 3 : 2;
+    if (!In.inputs() || In.inputs()->size() < Operands)
       return false;
     for (uint32_t B :
          {In.inputs()->Get(0), In.inputs()->Get(1), In.outputs()->Get(0)})
       if (bufferBytes(*R.buffers()->Get(B)) == 0)
         return false; // the empty products memset their fp32 output
-    return Bf16[In.inputs()->Get(0)] && Bf16[In.inputs()->Get(1)];
+    for (uint32_t K = 0; K < Operands; ++K)
+      if (!Bf16[In.inputs()->Get(K)])
+        return false;
+    return true;
   }
   default:
     return false;

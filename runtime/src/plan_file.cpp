@@ -150,9 +150,10 @@ bool isCollective(OpCode Op) {
 /// Ops whose output may be rounded to bf16 as it is written
 /// (Instr.round_bf16).
 bool roundsAsItWrites(OpCode Op) {
-  return Op == op::Linear || Op == op::Embedding || Op == op::LayerNorm ||
-         Op == op::LayerNormGrad || Op == op::Attention ||
-         Op == op::AttentionGrad || Op == op::CrossEntropyGrad;
+  return Op == op::Linear || Op == op::LinearBias || Op == op::Embedding ||
+         Op == op::LayerNorm || Op == op::LayerNormGrad ||
+         Op == op::Attention || Op == op::AttentionGrad ||
+         Op == op::CrossEntropyGrad;
 }
 
 /// Whether \p Op communicates (SliceShard only reads the coordinate).
@@ -920,13 +921,19 @@ private:
                     " but the rank has " + std::to_string(Shapes.size()) +
                     " buffers");
     // A rounded output (format 7): only on the ops the compiler rounds
-    // that way, whose one output is f32.
-    if (In.round_bf16() &&
-        (!roundsAsItWrites(In.op()) || Outs.size() != 1 ||
-         Outs[0] >= Types.size() || Types[Outs[0]] != dt::F32))
-      return fail(Pfx + "round_bf16 is only for one f32 output of linear, "
-                        "embedding, layer_norm, layer_norm_grad, attention, "
-                        "attention_grad or cross_entropy_grad");
+    // that way, whose one output is f32 (linear_bias's two, format 10).
+    if (In.round_bf16()) {
+      bool Ok =
+          roundsAsItWrites(In.op()) &&
+          (Outs.size() == 1 || (In.op() == op::LinearBias && Outs.size() == 2));
+      for (uint32_t Y : Outs)
+        Ok = Ok && Y < Types.size() && Types[Y] == dt::F32;
+      if (!Ok)
+        return fail(Pfx + "round_bf16 is only for the f32 outputs of linear, "
+                          "linear_bias, embedding, layer_norm, "
+                          "layer_norm_grad, attention, attention_grad or "
+                          "cross_entropy_grad");
+    }
     // Only adam_w (its output is its input 0) and all_reduce (output k may
     // be input k: the sum replaces the partial sum) update buffers in
     // place; every other instruction writes buffers none of its inputs is.
@@ -997,10 +1004,14 @@ private:
       return expectOutShape(Want);
     }
     case op::LinearBias: {
-      if (!expectCounts(3, 1) || !allF32() || !expectRank(true, 0, 1, 64) ||
-          !expectRank(true, 1, 2, 2) || !expectRank(true, 2, 1, 1) ||
-          !expectInts(2, "transpose_w, gelu"))
+      // A second output (format 10): the GeLU's input, kept.
+      if (!expectCounts(3, Outs.size() == 2 ? 2 : 1) || !allF32() ||
+          !expectRank(true, 0, 1, 64) || !expectRank(true, 1, 2, 2) ||
+          !expectRank(true, 2, 1, 1) || !expectInts(2, "transpose_w, gelu"))
         return false;
+      if (Outs.size() == 2 && Ints[1] == 0)
+        return fail(Pfx + "has a second output (the GeLU's input) but no "
+                          "GeLU");
       bool T = Ints[0] != 0;
       int64_t K = T ? in(1)[1] : in(1)[0];
       int64_t N = T ? in(1)[0] : in(1)[1];
@@ -1010,6 +1021,9 @@ private:
                     " do not fit together");
       Shape Want = in(0);
       Want.back() = N;
+      if (Outs.size() == 2 && out(1) != Want)
+        return fail(Pfx + "output 1 has shape " + listStr(out(1)) +
+                    ", expected " + listStr(Want));
       return expectOutShape(Want);
     }
     case op::Fused: {

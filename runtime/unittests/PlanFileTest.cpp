@@ -112,9 +112,10 @@ TEST(PlanFile, RoundsOnlyWhereItMayRound) {
   R.instrs[2].roundBf16 = true;
   LoadedPlan L;
   EXPECT_EQ(verifyPlanBytes(buildPlanBytes(P), L),
-            "rank 0, instruction 2 (add): round_bf16 is only for one f32 "
-            "output of linear, embedding, layer_norm, layer_norm_grad, "
-            "attention, attention_grad or cross_entropy_grad");
+            "rank 0, instruction 2 (add): round_bf16 is only for the f32 "
+            "outputs of linear, linear_bias, embedding, layer_norm, "
+            "layer_norm_grad, attention, attention_grad or "
+            "cross_entropy_grad");
   R.instrs[2].roundBf16 = false;
   R.instrs[0].roundBf16 = R.instrs[1].roundBf16 = true;
   EXPECT_EQ(verifyPlanBytes(buildPlanBytes(P), L), "");
@@ -459,6 +460,44 @@ TEST(PlanFile, RejectsBadEpiloguesAndAccumulation) {
   };
   EXPECT_EQ(verify(Gemm({3})), "");
   EXPECT_NE(verify(Gemm({4})).find("and bias [4] do not fit together"),
+            std::string::npos);
+  // Format 10: a second output (the GeLU's input), only with the GeLU and
+  // of the output's shape; round_bf16 over both outputs.
+  auto Kept = [](int64_t Gelu, std::vector<int64_t> PreShape, bool Round) {
+    ProgramDesc P;
+    RankDesc R;
+    uint32_t X = R.addBuffer(dt::F32, {2, 4}, "x");
+    uint32_t W = R.addBuffer(dt::F32, {4, 3}, "w");
+    uint32_t B = R.addBuffer(dt::F32, {3}, "b");
+    for (uint32_t Id : {X, W, B})
+      R.instrs.push_back({op::Fill, {}, {Id}, {}, {1.0}});
+    uint32_t Y = R.addBuffer(dt::F32, {2, 3}, "y");
+    uint32_t Pre = R.addBuffer(dt::F32, PreShape, "pre");
+    R.instrs.push_back({op::LinearBias, {X, W, B}, {Y, Pre}, {0, Gelu}});
+    R.instrs.back().roundBf16 = Round;
+    P.ranks.push_back(R);
+    return P;
+  };
+  EXPECT_EQ(verify(Kept(1, {2, 3}, true)), "");
+  EXPECT_EQ(verify(Kept(1, {2, 3}, false)), "");
+  EXPECT_NE(verify(Kept(0, {2, 3}, true))
+                .find("has a second output (the GeLU's input) but no GeLU"),
+            std::string::npos);
+  EXPECT_NE(verify(Kept(1, {2, 4}, false))
+                .find("output 1 has shape [2,4], expected [2,3]"),
+            std::string::npos);
+  // round_bf16 with two outputs is linear_bias's alone.
+  ProgramDesc Two;
+  RankDesc T;
+  uint32_t A = T.addBuffer(dt::F32, {3}, "a");
+  T.instrs.push_back({op::Fill, {}, {A}, {}, {1.0}});
+  uint32_t S1 = T.addBuffer(dt::F32, {3}, "s1");
+  uint32_t S2 = T.addBuffer(dt::F32, {3}, "s2");
+  T.instrs.push_back({op::Linear, {A, A}, {S1, S2}, {0}});
+  T.instrs.back().roundBf16 = true;
+  Two.ranks.push_back(T);
+  EXPECT_NE(verify(Two).find("round_bf16 is only for the f32 outputs of "
+                             "linear, linear_bias"),
             std::string::npos);
   // A weight gradient written into a micro-batch sum needs micro-batches.
   ProgramDesc P;

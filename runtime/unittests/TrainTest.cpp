@@ -354,6 +354,48 @@ TEST(Executor, ClipCoefficientAndFill) {
   EXPECT_FLOAT_EQ(E.buffer(C2).f[0], 1.0f);
 }
 
+TEST(Executor, LinearBiasRoundsOnceFromTheFp32Sum) {
+  // t = 1 x (1 + 3/1024) + 1/256 = 1.0068359375. Rounded once (format 10's
+  // linear_bias with round_bf16): 1.0078125, the nearer bf16 value.
+  // Rounding the product first (1.0) and then the sum (1.00390625, a tie,
+  // to even) would give 1.0. The GeLU reads the fp32 t: bf16 of
+  // GeLU(1.0068359375) = 0.848601 is 0.84765625 (GeLU of 1.0 would give
+  // 0.83984375); the second output keeps the rounded t.
+  ProgramDesc P;
+  P.hasTrain = false;
+  RankDesc R;
+  uint32_t X = R.emit(op::Fill, {}, {1, 1}, {}, {1.0});
+  uint32_t W = R.emit(op::Fill, {}, {1, 1}, {}, {1.0029296875});
+  uint32_t B = R.emit(op::Fill, {}, {1}, {}, {0.00390625});
+  uint32_t Plain = R.emit(op::LinearBias, {X, W, B}, {1, 1}, {0, 0});
+  R.instrs.back().roundBf16 = true;
+  uint32_t Y = R.addBuffer(dt::F32, {1, 1}, "y");
+  uint32_t Pre = R.addBuffer(dt::F32, {1, 1}, "pre");
+  R.instrs.push_back({op::LinearBias, {X, W, B}, {Y, Pre}, {0, 1}});
+  R.instrs.back().roundBf16 = true;
+  uint32_t Fp32 = R.addBuffer(dt::F32, {1, 1}, "y32");
+  uint32_t Pre32 = R.addBuffer(dt::F32, {1, 1}, "pre32");
+  R.instrs.push_back({op::LinearBias, {X, W, B}, {Fp32, Pre32}, {0, 1}});
+  R.outputs = {{"plain", Plain, ""},
+               {"y", Y, ""},
+               {"pre", Pre, ""},
+               {"y32", Fp32, ""},
+               {"pre32", Pre32, ""}};
+  P.ranks.push_back(R);
+  LoadedPlan L;
+  ASSERT_EQ(verifyPlanBytes(buildPlanBytes(P), L), "");
+  Executor E(*L.program, 0);
+  E.allocate();
+  LocalCollectives C;
+  E.run(C);
+  EXPECT_EQ(E.buffer(Plain).f[0], 1.0078125f);
+  EXPECT_EQ(E.buffer(Y).f[0], 0.84765625f);
+  EXPECT_EQ(E.buffer(Pre).f[0], 1.0078125f);
+  // Not rounded (an fp32 plan): t itself, and its GeLU.
+  EXPECT_EQ(E.buffer(Pre32).f[0], 1.0068359375f);
+  EXPECT_NEAR(E.buffer(Fp32).f[0], 0.8486006848, 1e-6);
+}
+
 //===----------------------------------------------------------------------===//
 // ZeRO stage 1 (format 3): reduce_scatter, assign, adam_w on a slice
 //===----------------------------------------------------------------------===//

@@ -12,6 +12,7 @@
 
 #include "ElementwiseSource.inc"
 
+#include "megac/Dialect/Megac/IR/GemmEpilogue.h"
 #include "megac/Dialect/Megac/IR/MegacOps.h"
 #include "megac/Dialect/Megac/IR/ModelStructure.h"
 #include "megac/Dialect/Megac/IR/ShardingUtils.h"
@@ -368,26 +369,27 @@ private:
     return success();
   }
 
-  /// The product and bias add of a GEMM group ending at \p root (the add,
-  /// or the GeLU after it), as megac-fuse-elementwise forms them; null
-  /// when the marks describe something else (IR marked by hand).
-  static std::pair<LinearOp, AddOp> linearBiasParts(Operation *root,
-                                                    StringAttr group) {
-    auto sameGroup = [&](Operation *op) {
-      return op && op->getAttr(MegacDialect::kFusionAttrName) == group;
+  /// The GEMM group (GemmEpilogue.h) marked \p group that \p op belongs
+  /// to; none where the marks do not form one with \p op in it (IR marked
+  /// by hand): its ops are then emitted one by one.
+  static std::optional<GemmEpilogue> gemmGroupOf(Operation *op,
+                                                 StringAttr group) {
+    auto sameGroup = [&](Operation *candidate) {
+      return candidate &&
+             candidate->getAttr(MegacDialect::kFusionAttrName) == group;
     };
-    Operation *addOp = isa<GeluOp>(root) ? root->getOperand(0).getDefiningOp()
-                                         : root;
-    auto add = dyn_cast_or_null<AddOp>(addOp);
-    if (!add || !sameGroup(add) ||
-        (add != root && (!add.getResult().hasOneUse() ||
-                         *add.getResult().getUsers().begin() != root)))
-      return {};
-    auto linear = add.getLhs().getDefiningOp<LinearOp>();
-    if (!linear || !sameGroup(linear) || !linear.getResult().hasOneUse() ||
-        cast<RankedTensorType>(add.getRhs().getType()).getRank() != 1)
-      return {};
-    return {linear, add};
+    // Every member's first operand leads back to the product.
+    Operation *start = op;
+    while (!isa<LinearOp>(start) && start->getNumOperands() &&
+           sameGroup(start->getOperand(0).getDefiningOp()))
+      start = start->getOperand(0).getDefiningOp();
+    auto linear = dyn_cast<LinearOp>(start);
+    if (!linear)
+      return std::nullopt;
+    std::optional<GemmEpilogue> match = matchGemmEpilogue(linear, sameGroup);
+    if (!match || !llvm::is_contained(match->ops(), op))
+      return std::nullopt;
+    return match;
   }
 
   /// The op a rounding group's \p round rounds (null: \p round is not
@@ -414,24 +416,29 @@ private:
     return result;
   }
 
-  /// A product with its bias (and GeLU) epilogue, ending at \p root.
-  LogicalResult emitLinearBias(Operation *root) {
-    bool gelu = isa<GeluOp>(root);
-    auto [linear, add] = linearBiasParts(
-        root, root->getAttrOfType<StringAttr>(MegacDialect::kFusionAttrName));
-    if (failed(addBuffer(root->getResult(0), "linear_bias")))
-      return failure();
-    std::vector<uint32_t> in = {buffers.lookup(linear.getInput()),
-                                buffers.lookup(linear.getWeight()),
-                                buffers.lookup(add.getRhs())};
-    std::vector<uint32_t> out = {buffers.lookup(root->getResult(0))};
-    std::vector<int64_t> ints = {linear.getTransposeWeight() ? 1 : 0,
-                                 gelu ? 1 : 0};
+  /// A product with its bias (and GeLU) epilogue: one instruction, where
+  /// the group's last op is. Outputs: the result, then the pre-activation
+  /// where the backward pass keeps it; rounded as written in a bf16 plan.
+  LogicalResult emitLinearBias(GemmEpilogue g) {
+    std::vector<uint32_t> out;
+    for (Value value : {g.result(), g.preActivation()}) {
+      if (!out.empty() && !g.keepsPreActivation())
+        break;
+      if (failed(addBuffer(value, "linear_bias")))
+        return failure();
+      out.push_back(buffers.lookup(value));
+    }
+    std::vector<uint32_t> in = {buffers.lookup(g.linear.getInput()),
+                                buffers.lookup(g.linear.getWeight()),
+                                buffers.lookup(g.add.getRhs())};
+    std::vector<int64_t> ints = {g.linear.getTransposeWeight() ? 1 : 0,
+                                 g.gelu ? 1 : 0};
     std::vector<double> floats;
-    std::string loc = locationString(linear);
+    std::string loc = locationString(g.linear);
     instrs.push_back(mp::CreateInstrDirect(
-        fbb, mp::OpCode_LinearBias, &in, &out, &ints, &floats, -1,
-        loc.c_str(), nullptr, nullptr, generationOnly.contains(root)));
+        fbb, mp::OpCode_LinearBias, &in, &out, &ints, &floats, -1, loc.c_str(),
+        nullptr, nullptr, generationOnly.contains(g.result().getDefiningOp()),
+        g.rounded()));
     return success();
   }
 
@@ -482,20 +489,10 @@ private:
               roundedProducer(*op.getResult(0).getUsers().begin(), group))
             return success(); // emitted with its rounding
         }
-        // A GEMM group: the product and the add are part of the root's
-        // instruction; marks that do not form one are ignored.
-        if (isGroupRoot(op, group)) {
-          if (linearBiasParts(&op, group).first)
-            return emitLinearBias(&op);
-        } else if (isa<LinearOp, AddOp>(op)) {
-          Operation *user = *op.getResult(0).getUsers().begin();
-          if (linearBiasParts(user, group).first ||
-              (user->getNumResults() == 1 &&
-               user->getResult(0).hasOneUse() &&
-               linearBiasParts(*user->getResult(0).getUsers().begin(), group)
-                   .first))
-            return success();
-        }
+        // A GEMM group: one instruction where its last op is.
+        if (group.getValue().starts_with("g"))
+          if (std::optional<GemmEpilogue> g = gemmGroupOf(&op, group))
+            return &op == g->ops().back() ? emitLinearBias(*g) : success();
       }
       // A sharding constraint is only an annotation: the collectives that
       // realize it are already in place, its result is its operand.

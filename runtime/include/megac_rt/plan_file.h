@@ -35,7 +35,10 @@ namespace megac_rt {
 /// Version 8 added the bf16 inputs: (y, y16, x0.., h0.., n, p0..), hk
 /// the bf16 bits of input k (or null: read xk), y null for an output kept
 /// in bf16 alone.
-constexpr uint32_t kPlanFormatVersion = 9;
+/// Version 9 added layer_norm_gain_grad (41).
+/// Version 10 let linear_bias round its outputs (round_bf16) and keep the
+/// GeLU's input as a second output.
+constexpr uint32_t kPlanFormatVersion = 10;
 
 /// CRC-32 (IEEE 802.3, reflected, as zlib computes it).
 uint32_t crc32(const uint8_t *data, size_t size);

@@ -119,6 +119,31 @@ __global__ void geluKernel(const float *X, int64_t N, float *Y) {
   MEGAC_GRID_LOOP(I, N) Y[I] = megac_gelu(X[I]);
 }
 
+/// linear_bias's epilogue where cuBLASLt applies none, over the fp32
+/// product T of \p N elements in rows of \p Cols: s = t + bias; the GeLU's
+/// input pre = s; y = GeLU(s) (\p Gelu) or s; each rounded to bf16 when
+/// \p Round (from the fp32 s, as the epilogue rounds), stored in fp32 (Y,
+/// Pre) and as bf16 bits (Y16, Pre16) where not null. T may be Y or Pre.
+__global__ void linearEpilogueKernel(const float *T, int64_t N,
+                                     const float *Bias, int64_t Cols, int Gelu,
+                                     int Round, float *Y, uint16_t *Y16,
+                                     float *Pre, uint16_t *Pre16) {
+  MEGAC_GRID_LOOP(I, N) {
+    const float S = T[I] + Bias[I % Cols];
+    const float P = Round ? megac_round_bf16(S) : S;
+    const float V = Gelu ? megac_gelu(S) : S;
+    const float R = Round ? megac_round_bf16(V) : V;
+    if (Pre)
+      Pre[I] = P;
+    if (Pre16)
+      Pre16[I] = uint16_t(__float_as_uint(P) >> 16);
+    if (Y)
+      Y[I] = R;
+    if (Y16)
+      Y16[I] = uint16_t(__float_as_uint(R) >> 16);
+  }
+}
+
 __global__ void geluGradKernel(const float *X, const float *DY, int64_t N,
                                float *DX) {
   MEGAC_GRID_LOOP(I, N) DX[I] = megac_gelu_grad(X[I], DY[I]);

@@ -118,6 +118,12 @@ bool forwardStatsAsked() {
   return knob("MEGAC_CUDA_FORWARD_STATS", {"1", "0"}) == "1";
 }
 
+/// MEGAC_CUDA_EPILOGUES=0: a bf16 plan's GEMM groups run the product,
+/// then megac's epilogue kernel, instead of cuBLASLt's bf16 epilogues.
+bool epiloguesAsked() {
+  return knob("MEGAC_CUDA_EPILOGUES", {"1", "0"}) == "1";
+}
+
 void check(cublasStatus_t S, const char *What) {
   if (S != CUBLAS_STATUS_SUCCESS)
     throw std::runtime_error(std::string(What) + ": cuBLAS status " +
@@ -371,12 +377,17 @@ public:
   std::string deviceName() const override { return Name; }
 
   std::string runNotes() const override {
-    const uint64_t All = ForwardTaken + ForwardRecomputed;
-    if (!All)
-      return "";
-    return std::to_string(ForwardTaken) + " of " + std::to_string(All) +
-           " attention gradients took their forward's row statistics (the "
-           "rest ran the forward again)";
+    std::string Notes;
+    if (const uint64_t All = ForwardTaken + ForwardRecomputed)
+      Notes = std::to_string(ForwardTaken) + " of " + std::to_string(All) +
+              " attention gradients took their forward's row statistics (the "
+              "rest ran the forward again)";
+    if (RoundedGroups)
+      Notes += (Notes.empty() ? "" : "; ") + std::to_string(EpilogueProducts) +
+               " of " + std::to_string(RoundedGroups) +
+               " bf16 GEMM groups ran on cuBLASLt's epilogues (the rest "
+               "as a product and an epilogue kernel)";
+    return Notes;
   }
 
   std::string notes() const override {
@@ -640,12 +651,11 @@ private:
     // An output rounded as it is written (Instr.round_bf16): where the
     // op's kernel did not (RoundedAsWritten), a pass rounds it in place
     // and writes its bf16 copy.
-    if (In.round_bf16() && !RoundedAsWritten) {
-      const uint32_t Y = In.outputs()->Get(0);
-      launchOn(Compute, roundBf16Kernel, wideBlocks(numel(Y)), kThreads, 0,
-               static_cast<const float *>(f(Y)), numel(Y), f(Y),
-               writeCopy(Y, I));
-    }
+    if (In.round_bf16() && !RoundedAsWritten)
+      for (uint32_t Y : *In.outputs())
+        launchOn(Compute, roundBf16Kernel, wideBlocks(numel(Y)), kThreads, 0,
+                 static_cast<const float *>(f(Y)), numel(Y), f(Y),
+                 writeCopy(Y, I));
   }
   /// Refuses \p In where it writes one of its inputs (AdamW updates its
   /// parameter in place, and an all-reduce its buffer, by design).
@@ -901,15 +911,24 @@ private:
     }
   };
 
-  /// The plan of row-major y[M,N] = x[M,K] w + bias with bf16 (\p Bf16)
-  /// or fp32 operands and fp32 y, as column-major y^T = op(w^T) x^T.
-  LtPlan &ltPlan(int64_t M, int64_t K, int64_t N, bool Transposed, bool Bf16) {
-    LtPlan &Pl = LtPlans[{M, K, N, Transposed, Bf16}];
+  /// Whether epilogue \p Epi reads or writes an auxiliary matrix (the
+  /// GeLU's input).
+  static bool ltAux(uint32_t Epi) {
+    return Epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ||
+           Epi == CUBLASLT_EPILOGUE_DGELU;
+  }
+  /// The plan of row-major y[M,N] = x[M,K] w with epilogue \p Epi, bf16
+  /// (\p Bf16) or fp32 operands and a bf16 (\p Out16) or fp32 y, as
+  /// column-major y^T = op(w^T) x^T. The epilogue's bias and auxiliary
+  /// matrix (leading dimension N, as y's) are of y's type.
+  LtPlan &ltPlan(int64_t M, int64_t K, int64_t N, bool Transposed, bool Bf16,
+                 bool Out16, uint32_t Epi) {
+    LtPlan &Pl = LtPlans[{M, K, N, Transposed, Bf16, Out16, int64_t(Epi)}];
     if (Pl.Desc)
       return Pl;
     const cudaDataType_t In = Bf16 ? CUDA_R_16BF : CUDA_R_32F;
+    const cudaDataType_t Out = Out16 ? CUDA_R_16BF : CUDA_R_32F;
     const int32_t TA = Transposed ? CUBLAS_OP_T : CUBLAS_OP_N;
-    const uint32_t Epi = CUBLASLT_EPILOGUE_BIAS;
     check(cublasLtMatmulDescCreate(&Pl.Desc, CUBLAS_COMPUTE_32F, CUDA_R_32F),
           "cublasLtMatmulDescCreate");
     check(cublasLtMatmulDescSetAttribute(Pl.Desc, CUBLASLT_MATMUL_DESC_TRANSA,
@@ -918,6 +937,13 @@ private:
     check(cublasLtMatmulDescSetAttribute(Pl.Desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
                                          &Epi, sizeof Epi),
           "cublasLtMatmulDescSetAttribute");
+    if (ltAux(Epi)) {
+      const int64_t AuxLd = N;
+      check(cublasLtMatmulDescSetAttribute(Pl.Desc,
+                                           CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
+                                           &AuxLd, sizeof AuxLd),
+            "cublasLtMatmulDescSetAttribute");
+    }
     // w^T is [N, K]: stored [K, N] row-major (column-major N x K, ld N), or
     // [N, K] row-major when transposed (column-major K x N, ld K).
     check(cublasLtMatrixLayoutCreate(&Pl.A, In, Transposed ? K : N,
@@ -925,7 +951,7 @@ private:
           "cublasLtMatrixLayoutCreate");
     check(cublasLtMatrixLayoutCreate(&Pl.B, In, K, M, K),
           "cublasLtMatrixLayoutCreate");
-    check(cublasLtMatrixLayoutCreate(&Pl.D, CUDA_R_32F, N, M, N),
+    check(cublasLtMatrixLayoutCreate(&Pl.D, Out, N, M, N),
           "cublasLtMatrixLayoutCreate");
     cublasLtMatmulPreference_t Pref;
     check(cublasLtMatmulPreferenceCreate(&Pref),
@@ -950,24 +976,24 @@ private:
     return Pl;
   }
 
-  /// Row-major y[M,N] = x[M,K] w + bias, then GeLU when \p Gelu, with one
-  /// cuBLASLt product whose epilogue adds the bias as it writes y: no pass
-  /// over y for it after the product. GeLU stays megac's kernel: the CPU
+  /// Row-major y[M,N] = x[M,K] w + bias in fp32, with one cuBLASLt
+  /// product whose epilogue adds the bias as it writes y: no pass over y
+  /// for it after the product. A GeLU after stays megac's kernel: the CPU
   /// matches it within 1e-5, and cuBLASLt does not say how exactly its
   /// GeLU epilogue computes. Operands of bf16 values (\p Bf16) go to the
   /// tensor cores as bf16; fp32 products are full fp32 (no TF32), as the
   /// cuBLAS ones.
   /// False where cuBLASLt has no algorithm for the shape (or the bias is
   /// not 16-byte aligned): the caller then runs the product and the
-  /// epilogue kernels itself.
+  /// epilogue kernel itself.
   bool linearEpilogue(const float *X, int64_t M, int64_t K, const float *W,
-                      int64_t N, bool Transposed, const float *Bias, bool Gelu,
-                      bool Bf16, float *Y, const uint16_t *CopyX,
-                      const uint16_t *CopyW) {
+                      int64_t N, bool Transposed, const float *Bias, bool Bf16,
+                      float *Y, const uint16_t *CopyX, const uint16_t *CopyW) {
     if (M == 0 || N == 0 || K == 0 ||
         reinterpret_cast<uintptr_t>(Bias) % 16 != 0)
       return false;
-    LtPlan &Pl = ltPlan(M, K, N, Transposed, Bf16);
+    LtPlan &Pl =
+        ltPlan(M, K, N, Transposed, Bf16, false, CUBLASLT_EPILOGUE_BIAS);
     if (!Pl.Ok)
       return false;
     check(cublasLtMatmulDescSetAttribute(
@@ -981,8 +1007,119 @@ private:
     check(cublasLtMatmul(Lt, Pl.Desc, &One, Wa, Pl.A, Xa, Pl.B, &Zero, Y, Pl.D,
                          Y, Pl.D, &Pl.Algo, Ws, Pl.Workspace, Compute),
           "cublasLtMatmul");
-    if (Gelu)
-      launchOn(Compute, geluKernel, blocksFor(M * N), kThreads, 0, Y, M * N, Y);
+    return true;
+  }
+
+  /// linear_bias (a GEMM group): t = x w + b; y = GeLU(t) or t; the GeLU's
+  /// input t, where the plan keeps it, as a second output. Rounded (a bf16
+  /// plan's group), one cuBLASLt product of bf16 operands computes it all
+  /// in its epilogue, bias in bf16, and writes both in bf16, rounded once
+  /// from fp32; else (or where cuBLASLt declines) the product, then one
+  /// epilogue kernel.
+  void linearBias(const Instr &In, uint32_t Idx, int64_t M, int64_t K,
+                  int64_t N, bool T) {
+    const uint32_t X = In.inputs()->Get(0), W = In.inputs()->Get(1),
+                   Bias = In.inputs()->Get(2), Y = In.outputs()->Get(0);
+    const bool Keep = In.outputs()->size() == 2;
+    const uint32_t Pre = Keep ? In.outputs()->Get(1) : Y;
+    const bool Gelu = In.ints()->Get(1) != 0, Round = In.round_bf16();
+    const uint16_t *CopyX = readCopy(X, Idx), *CopyW = readCopy(W, Idx);
+    const int64_t NY = M * N;
+    if (NY == 0)
+      return;
+    RoundedGroups += Round;
+    if (Round && bf16Operands(In) && Bf16[Bias] &&
+        roundedLinearBias(In, Idx, M, K, N, T, CopyX, CopyW))
+      return;
+    // fp32: cuBLASLt adds the bias as it writes t (into the kept input of
+    // the GeLU, else y); or the product, then the epilogue kernel. With
+    // the buffers kept in bf16 alone, where cuBLASLt declines a rounded
+    // group, the product goes to scratch and the kernel writes the copies.
+    const bool Fp32Out = f(Y) && (!Keep || f(Pre));
+    float *Out = Fp32Out ? f(Keep ? Pre : Y)
+                         : static_cast<float *>(scratch(size_t(NY) * 4));
+    if (Fp32Out && !Round &&
+        linearEpilogue(f(X), M, K, f(W), N, T, f(Bias), bf16Operands(In), Out,
+                       CopyX, CopyW)) {
+      if (Gelu)
+        launchOn(Compute, geluKernel, blocksFor(NY), kThreads, 0, Out, NY,
+                 f(Y));
+      return;
+    }
+    if (K == 0)
+      check(cudaMemsetAsync(Out, 0, size_t(NY) * 4, Compute),
+            "cudaMemsetAsync");
+    else
+      colGemm(T ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, f(W),
+              T ? K : N, f(X), K, 0.0f, Out, N, bf16Operands(In), CopyW, CopyX);
+    launchOn(Compute, linearEpilogueKernel, blocksFor(NY), kThreads, 0,
+             static_cast<const float *>(Out), NY,
+             static_cast<const float *>(f(Bias)), N, int(Gelu), int(Round),
+             f(Y), Round ? writeCopy(Y, Idx) : nullptr, Keep ? f(Pre) : nullptr,
+             Round && Keep ? writeCopy(Pre, Idx) : nullptr);
+    RoundedAsWritten = Round;
+  }
+
+  /// A bf16 plan's GEMM group on cuBLASLt alone: bf16 operands, bias and
+  /// results (into the outputs' copies, else scratch widened into their
+  /// fp32 storage). False where cuBLASLt has no algorithm, or the shape or
+  /// alignment is not what its epilogues take (N a multiple of 8).
+  bool roundedLinearBias(const Instr &In, uint32_t Idx, int64_t M, int64_t K,
+                         int64_t N, bool T, const uint16_t *CopyX,
+                         const uint16_t *CopyW) {
+    const uint32_t X = In.inputs()->Get(0), W = In.inputs()->Get(1),
+                   Bias = In.inputs()->Get(2), Y = In.outputs()->Get(0);
+    const bool Keep = In.outputs()->size() == 2;
+    const uint32_t Pre = Keep ? In.outputs()->Get(1) : Y;
+    const bool Gelu = In.ints()->Get(1) != 0;
+    const uint32_t Epi = !Gelu  ? CUBLASLT_EPILOGUE_BIAS
+                         : Keep ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
+                                : CUBLASLT_EPILOGUE_GELU_BIAS;
+    if (K == 0 || N % 8 || EpiloguesOff)
+      return false;
+    LtPlan &Pl = ltPlan(M, K, N, T, true, true, Epi);
+    if (!Pl.Ok)
+      return false;
+    // Scratch: the bias's bf16 bits where it has no copy, then y's and the
+    // kept input's where they have none (each 256-byte aligned).
+    const int64_t NY = M * N;
+    auto Aligned = [](size_t Bytes) { return (Bytes + 255) / 256 * 256; };
+    const uint16_t *Bias16 = readCopy(Bias, Idx);
+    uint16_t *Y16 = writeCopy(Y, Idx),
+             *Pre16 = Keep ? writeCopy(Pre, Idx) : nullptr;
+    const size_t BiasAt = 0, YAt = Aligned(size_t(N) * 2),
+                 PreAt = YAt + Aligned(size_t(NY) * 2);
+    char *S = static_cast<char *>(scratch(PreAt + size_t(NY) * 2));
+    if (!Bias16) {
+      packBf16(f(Bias), N, reinterpret_cast<uint16_t *>(S + BiasAt),
+               /*Exact=*/true);
+      Bias16 = reinterpret_cast<const uint16_t *>(S + BiasAt);
+    }
+    if (!Y16)
+      Y16 = reinterpret_cast<uint16_t *>(S + YAt);
+    if (Keep && !Pre16)
+      Pre16 = reinterpret_cast<uint16_t *>(S + PreAt);
+    check(cublasLtMatmulDescSetAttribute(Pl.Desc,
+                                         CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                         &Bias16, sizeof Bias16),
+          "cublasLtMatmulDescSetAttribute");
+    if (Keep)
+      check(cublasLtMatmulDescSetAttribute(
+                Pl.Desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &Pre16,
+                sizeof Pre16),
+            "cublasLtMatmulDescSetAttribute");
+    const auto [Wa, Xa] = packOperands(f(W), K * N, CopyW, f(X), M * K, CopyX);
+    void *Ws = Pl.Workspace ? BlasWorkspace.Ptr : nullptr;
+    const float One = 1.0f, Zero = 0.0f;
+    check(cublasLtMatmul(Lt, Pl.Desc, &One, Wa, Pl.A, Xa, Pl.B, &Zero, Y16,
+                         Pl.D, Y16, Pl.D, &Pl.Algo, Ws, Pl.Workspace, Compute),
+          "cublasLtMatmul");
+    for (auto [Out, Bits] : {std::pair{Y, Y16}, std::pair{Pre, Pre16}})
+      if (Bits && f(Out) && (Out == Y || Keep))
+        launchOn(Compute, widenBf16Kernel, wideBlocks(NY), kThreads, 0,
+                 static_cast<const uint16_t *>(Bits), NY, f(Out));
+    RoundedAsWritten = true;
+    ++EpilogueProducts;
     return true;
   }
 
@@ -1161,22 +1298,23 @@ private:
     case op::Assign:
       copy(Y, X(0));
       return;
-    case op::Linear:
     case op::LinearBias: {
       auto W = shape(X(1));
       const bool T = Int(0) != 0;
       const int64_t K = T ? W[1] : W[0], N = T ? W[0] : W[1];
+      linearBias(In, Idx, N ? NY / N : 0, K, N, T);
+      return;
+    }
+    case op::Linear: {
+      auto W = shape(X(1));
+      const bool T = Int(0) != 0;
+      const int64_t K = T ? W[1] : W[0], N = T ? W[0] : W[1];
       const uint16_t *CopyX = readCopy(X(0), Idx), *CopyW = readCopy(X(1), Idx);
-      if (In.op() == op::LinearBias &&
-          linearEpilogue(f(X(0)), N ? NY / N : 0, K, f(X(1)), N, T, f(X(2)),
-                         Int(1) != 0, bf16Operands(In), f(Y), CopyX, CopyW))
-        return;
       // A rounded product of bf16 values (Instr.round_bf16): cuBLAS writes
       // the bf16 result into y's copy (or scratch), widened into y: no fp32
       // result to read back and round.
       uint16_t *Y16 = nullptr;
-      if (In.op() == op::Linear && In.round_bf16() && bf16Operands(In) &&
-          NY > 0 && K > 0) {
+      if (In.round_bf16() && bf16Operands(In) && NY > 0 && K > 0) {
         Y16 = writeCopy(Y, Idx);
         if (!Y16)
           Y16 = static_cast<uint16_t *>(scratch(size_t(NY) * 2));
@@ -1188,14 +1326,6 @@ private:
           launchOn(Compute, widenBf16Kernel, wideBlocks(NY), kThreads, 0,
                    static_cast<const uint16_t *>(Y16), NY, f(Y));
         RoundedAsWritten = true;
-      }
-      if (In.op() == op::LinearBias) {
-        launchOn(Compute, broadcastKernel<float, float>, blocksFor(NY),
-                 kThreads, 0, static_cast<const float *>(f(Y)), NY,
-                 static_cast<const float *>(f(X(2))), N, f(Y), 0);
-        if (Int(1) != 0)
-          launchOn(Compute, geluKernel, blocksFor(NY), kThreads, 0, f(Y), NY,
-                   f(Y));
       }
       return;
     }
@@ -2581,6 +2711,10 @@ private:
   /// ones, to compare the two on a device.
   const std::string AttentionKind = attentionAsked();
   const bool WmmaAttention = AttentionKind == "wmma";
+  /// MEGAC_CUDA_EPILOGUES=0 (epiloguesAsked), and how many GEMM groups a
+  /// run gave cuBLASLt's bf16 epilogues (runNotes).
+  const bool EpiloguesOff = !epiloguesAsked();
+  uint64_t EpilogueProducts = 0, RoundedGroups = 0;
   /// MEGAC_CUDA_ATTENTION=cudnn: cuDNN's fused attention (opened with the
   /// device; null where it is not asked for or cannot load), and the
   /// reasons it declined a step, each said once.
@@ -2614,7 +2748,7 @@ private:
   unsigned Products = 0, Bf16Products = 0, Attentions = 0, Bf16Attentions = 0;
   GrowingBuffer Scratch, BlasWorkspace;
   cublasLtHandle_t Lt = nullptr;
-  std::map<std::array<int64_t, 5>, LtPlan> LtPlans;
+  std::map<std::array<int64_t, 7>, LtPlan> LtPlans;
   void *Arena = nullptr;
   std::vector<void *> Ptr, Owned;
   std::vector<size_t> Bytes;

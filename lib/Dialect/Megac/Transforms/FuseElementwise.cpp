@@ -8,6 +8,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "megac/Dialect/Megac/IR/GemmEpilogue.h"
 #include "megac/Dialect/Megac/IR/MegacOps.h"
 #include "megac/Dialect/Megac/Transforms/Passes.h"
 
@@ -69,13 +70,6 @@ bool roundsAsItWrites(Operation *op) {
              AttentionGradOp, CrossEntropyGradOp, EmbeddingOp>(op);
 }
 
-/// The single user of \p value, if it has exactly one.
-Operation *soleUser(Value value) {
-  if (!value.hasOneUse())
-    return nullptr;
-  return *value.getUsers().begin();
-}
-
 struct FuseElementwisePass
     : public megac::impl::FuseElementwisePassBase<FuseElementwisePass> {
   void runOnOperation() override {
@@ -88,22 +82,24 @@ struct FuseElementwisePass
       if (func.isExternal())
         continue;
       Block &body = func.getBody().front();
-      // GEMM epilogues: linear -> + bias [-> gelu], each the sole reader.
+      // GEMM epilogues (GemmEpilogue.h): linear -> + bias [-> gelu], each
+      // the sole reader of the one before, roundings included in a bf16
+      // plan. A pre-activation the backward pass keeps is the group's
+      // second output.
       for (Operation &op : body) {
         auto linear = dyn_cast<LinearOp>(op);
         if (!linear || op.hasAttr(MegacDialect::kFusionAttrName))
           continue;
-        auto add = dyn_cast_or_null<AddOp>(soleUser(linear.getResult()));
-        if (!add || add.getLhs() != linear.getResult() ||
-            typeOf(add.getRhs()).getRank() != 1 || !samePlace(&op, add) ||
-            !fitsOneKernel(add))
+        auto match = matchGemmEpilogue(linear, [&](Operation *candidate) {
+          return !candidate->hasAttr(MegacDialect::kFusionAttrName) &&
+                 samePlace(&op, candidate) &&
+                 (!isa<AddOp>(candidate) || fitsOneKernel(candidate));
+        });
+        if (!match)
           continue;
         std::string group = "g" + std::to_string(gemms++);
-        mark(&op, group);
-        mark(add, group);
-        if (auto gelu = dyn_cast_or_null<GeluOp>(soleUser(add.getResult())))
-          if (samePlace(&op, gelu))
-            mark(gelu, group);
+        for (Operation *member : match->ops())
+          mark(member, group);
       }
       // A rounding whose operand's only reader it is, made by an op that
       // can round as it writes: one instruction, the op with its result

@@ -45,6 +45,10 @@ void buildPartitionPipeline(OpPassManager &pm, const PartitionOptions &options) 
   // gathers the split LayerNorm outputs again (Korthikanti et al.'s TP+SP).
   pm.addPass(createInsertCollectivesPass(InsertCollectivesPassOptions{
       options.sequenceParallel && options.recompute == "selective"}));
+  // After the collectives: a product reduced across ranks keeps its
+  // rounding (each rank rounds its partial sum).
+  if (options.bf16)
+    pm.addPass(createRoundAfterBiasPass());
   pm.addPass(createLocalizeShapesPass());
   pm.addPass(createPipelineStagesPass());
   if (options.bucketBytes > 0)

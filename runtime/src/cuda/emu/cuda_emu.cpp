@@ -741,7 +741,9 @@ struct cublasLtContext {};
 struct cublasLtMatmulDescOpaque {
   cublasOperation_t TransA = CUBLAS_OP_N, TransB = CUBLAS_OP_N;
   cublasLtEpilogue_t Epilogue = CUBLASLT_EPILOGUE_DEFAULT;
-  const float *Bias = nullptr;
+  const void *Bias = nullptr; // of D's element type
+  void *Aux = nullptr;        // the GeLU's input, of D's element type
+  int64_t AuxLd = 0;
 };
 struct cublasLtMatrixLayoutOpaque {
   cudaDataType_t Type;
@@ -795,9 +797,18 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t D,
     return CUBLAS_STATUS_SUCCESS;
   }
   case CUBLASLT_MATMUL_DESC_BIAS_POINTER:
+  case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER:
     if (Bytes != sizeof(void *))
       return CUBLAS_STATUS_INVALID_VALUE;
-    std::memcpy(&D->Bias, Value, sizeof(void *));
+    if (A == CUBLASLT_MATMUL_DESC_BIAS_POINTER)
+      std::memcpy(&D->Bias, Value, sizeof(void *));
+    else
+      std::memcpy(&D->Aux, Value, sizeof(void *));
+    return CUBLAS_STATUS_SUCCESS;
+  case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD:
+    if (Bytes != sizeof(int64_t))
+      return CUBLAS_STATUS_INVALID_VALUE;
+    std::memcpy(&D->AuxLd, Value, sizeof(int64_t));
     return CUBLAS_STATUS_SUCCESS;
   }
   return CUBLAS_STATUS_INVALID_VALUE;
@@ -845,8 +856,59 @@ bool ltShape(const cublasLtMatmulDescOpaque &D,
   const uint64_t AM = D.TransA == CUBLAS_OP_N ? A.Rows : A.Cols;
   const uint64_t BK = D.TransB == CUBLAS_OP_N ? B.Rows : B.Cols;
   const uint64_t BN = D.TransB == CUBLAS_OP_N ? B.Cols : B.Rows;
-  return AM == Out.Rows && BK == uint64_t(K) && BN == Out.Cols &&
-         Out.Type == CUDA_R_32F;
+  return AM == Out.Rows && BK == uint64_t(K) && BN == Out.Cols;
+}
+
+/// The epilogues emulated, and what each needs: a bias (of D's type), a
+/// GeLU, an auxiliary matrix (written: the GeLU's input; read: DGELU's).
+struct LtEpilogue {
+  bool Known = false, Bias = false, Gelu = false, Aux = false, DGelu = false;
+};
+LtEpilogue ltEpilogue(cublasLtEpilogue_t E) {
+  switch (E) {
+  case CUBLASLT_EPILOGUE_DEFAULT:
+    return {true};
+  case CUBLASLT_EPILOGUE_BIAS:
+    return {true, true};
+  case CUBLASLT_EPILOGUE_GELU:
+    return {true, false, true};
+  case CUBLASLT_EPILOGUE_GELU_BIAS:
+    return {true, true, true};
+  case CUBLASLT_EPILOGUE_GELU_AUX_BIAS:
+    return {true, true, true, true};
+  case CUBLASLT_EPILOGUE_DGELU:
+    return {true, false, false, true, true};
+  }
+  return {};
+}
+
+/// GeLU (tanh form) and its derivative, in fp32 as an epilogue computes
+/// them. (cuBLASLt does not document its formula; on a device the tests
+/// compare within bf16's tolerance.)
+float ltGelu(float V) {
+  const float C = 0.7978845608028654f;
+  return 0.5f * V * (1.0f + std::tanh(C * (V + 0.044715f * V * V * V)));
+}
+float ltGeluGrad(float V) {
+  const float C = 0.7978845608028654f, A = 0.044715f;
+  const float T = std::tanh(C * (V + A * V * V * V));
+  return 0.5f * (1.0f + T) +
+         0.5f * V * (1.0f - T * T) * C * (1.0f + 3.0f * A * V * V);
+}
+
+/// Element \p I of a matrix of \p T (fp32 or bf16 bits), widened.
+float ltLoad(const void *P, cudaDataType_t T, size_t I) {
+  return T == CUDA_R_32F
+             ? static_cast<const float *>(P)[I]
+             : uintAsFloat(unsigned(static_cast<const uint16_t *>(P)[I]) << 16);
+}
+/// Stores \p V as element \p I of a matrix of \p T (bf16: rounded to
+/// nearest even).
+void ltStore(void *P, cudaDataType_t T, size_t I, float V) {
+  if (T == CUDA_R_32F)
+    static_cast<float *>(P)[I] = V;
+  else
+    static_cast<uint16_t *>(P)[I] = bf16Nearest(V);
 }
 } // namespace
 
@@ -859,6 +921,12 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(
   *Returned = 0;
   if (Requested < 1 || !ltShape(*D, *A, *B, *Dl, M, N, K))
     return CUBLAS_STATUS_INVALID_VALUE;
+  // What is emulated: fp32 products, and bf16 ones with an fp32 or bf16
+  // result.
+  if (!ltEpilogue(D->Epilogue).Known ||
+      (Dl->Type != CUDA_R_32F &&
+       (A->Type != CUDA_R_16BF || B->Type != CUDA_R_16BF)))
+    return CUBLAS_STATUS_NOT_SUPPORTED;
   // MEGAC_CUDA_EMU_NO_LT_ALGO=1 plays a cuBLASLt that has no algorithm for
   // the problem, to test what the backend does then.
   const char *None = std::getenv("MEGAC_CUDA_EMU_NO_LT_ALGO");
@@ -879,13 +947,19 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t Desc,
                               const cublasLtMatmulAlgo_t *, void *, size_t,
                               cudaStream_t Stream) {
   int M, N, K;
-  if (!ltShape(*Desc, *Al, *Bl, *Dl, M, N, K) || C != D || Cl->Ld != Dl->Ld)
+  if (!ltShape(*Desc, *Al, *Bl, *Dl, M, N, K) || C != D || Cl->Ld != Dl->Ld ||
+      Cl->Type != Dl->Type)
     return CUBLAS_STATUS_INVALID_VALUE; // (the backend writes in place)
   const cublasLtMatmulDescOpaque Op = *Desc;
   const cublasLtMatrixLayoutOpaque La = *Al, Lb = *Bl, Ld = *Dl;
-  const bool Bias = Op.Epilogue == CUBLASLT_EPILOGUE_BIAS;
-  if ((Bias && !Op.Bias) || (!Bias && Op.Epilogue != CUBLASLT_EPILOGUE_DEFAULT))
+  const LtEpilogue E = ltEpilogue(Op.Epilogue);
+  if (!E.Known)
     return CUBLAS_STATUS_NOT_SUPPORTED; // (no other epilogue is emulated)
+  // As cuBLASLt asks: the pointers an epilogue reads or writes, and an
+  // auxiliary leading dimension of at least D's rows, divisible by 8.
+  if ((E.Bias && !Op.Bias) ||
+      (E.Aux && (!Op.Aux || Op.AuxLd < int64_t(M) || Op.AuxLd % 8)))
+    return CUBLAS_STATUS_INVALID_VALUE;
   const float Alf = *static_cast<const float *>(Alpha),
               Bet = *static_cast<const float *>(Beta);
   megac_emu::submit(Stream, [=] {
@@ -893,13 +967,28 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t Desc,
         widenOperand(A, La.Type, size_t(La.Ld) * size_t(La.Cols));
     const std::vector<float> Bw =
         widenOperand(B, Lb.Type, size_t(Lb.Ld) * size_t(Lb.Cols));
-    float *Out = static_cast<float *>(D);
+    // The fp32 accumulation (and beta C), then the epilogue on each
+    // element, then D's type.
+    std::vector<float> Acc(size_t(Ld.Ld) * size_t(N));
+    for (size_t I = 0; Bet != 0.0f && I < Acc.size(); ++I)
+      Acc[I] = ltLoad(D, Ld.Type, I);
     gemmNow(nullptr, Op.TransA, Op.TransB, M, N, K, &Alf, Aw.data(), int(La.Ld),
-            0, Bw.data(), int(Lb.Ld), 0, &Bet, Out, int(Ld.Ld), 0, 1);
-    if (Bias) // one bias per row of D (per output feature)
-      for (int J = 0; J < N; ++J)
-        for (int I = 0; I < M; ++I)
-          Out[I + size_t(J) * size_t(Ld.Ld)] += Op.Bias[I];
+            0, Bw.data(), int(Lb.Ld), 0, &Bet, Acc.data(), int(Ld.Ld), 0, 1);
+    for (int J = 0; J < N; ++J)
+      for (int I = 0; I < M; ++I) {
+        const size_t At = I + size_t(J) * size_t(Ld.Ld);
+        const size_t AuxAt = I + size_t(J) * size_t(Op.AuxLd);
+        float V = Acc[At];
+        if (E.Bias) // one bias per row of D (per output feature)
+          V += ltLoad(Op.Bias, Ld.Type, size_t(I));
+        if (E.Aux && !E.DGelu)
+          ltStore(Op.Aux, Ld.Type, AuxAt, V);
+        if (E.Gelu)
+          V = ltGelu(V);
+        if (E.DGelu)
+          V *= ltGeluGrad(ltLoad(Op.Aux, Ld.Type, AuxAt));
+        ltStore(D, Ld.Type, At, V);
+      }
   });
   return CUBLAS_STATUS_SUCCESS;
 }

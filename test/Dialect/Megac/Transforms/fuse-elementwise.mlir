@@ -30,13 +30,13 @@ func.func @mlp(%x: tensor<2x8x16xf32>, %w1: tensor<16x64xf32>, %b1: tensor<64xf3
 // contributions summed, scaled, through GeLU's gradient and rounded to
 // bf16, all one kernel (e0) that reads its five inputs once and writes one
 // result. The pre-activation the training step keeps for the backward pass
-// has a second reader, so its GeLU joins no GEMM epilogue; a value read
-// twice (the rounded gradient, %twice) ends a chain.
+// has a second reader after the group, so the GeLU joins the GEMM
+// epilogue, which writes the pre-activation too; a value read twice (the
+// rounded gradient, %twice) ends a chain.
 // CHECK-LABEL: func.func @backward
-// CHECK: megac.linear
+// CHECK: megac.linear {{.*}}megac.fusion = "g0"
 // CHECK-NEXT: megac.add {{.*}}megac.fusion = "g0"
-// CHECK-NEXT: megac.gelu
-// CHECK-NOT: megac.fusion
+// CHECK-NEXT: megac.gelu {{.*}}megac.fusion = "g0"
 // CHECK-NEXT: megac.add %arg3, %arg4 {megac.fusion = "e0"}
 // CHECK-NEXT: megac.add {{.*}} {megac.fusion = "e0"}
 // CHECK-NEXT: megac.mul {{.*}} {megac.fusion = "e0"}
@@ -59,6 +59,50 @@ func.func @backward(%x: tensor<2x8x16xf32>, %w1: tensor<16x64xf32>, %b1: tensor<
   %twice = megac.add %r, %d1 : (tensor<2x8x64xf32>, tensor<2x8x64xf32>) -> tensor<2x8x64xf32>
   %t2 = megac.add %twice, %twice : (tensor<2x8x64xf32>, tensor<2x8x64xf32>) -> tensor<2x8x64xf32>
   return %g, %t2, %twice, %r : tensor<2x8x64xf32>, tensor<2x8x64xf32>, tensor<2x8x64xf32>, tensor<2x8x64xf32>
+}
+
+// -----
+
+// Tests the GEMM groups of a bf16 training step (after
+// megac-round-after-bias): the product, its bias add, the sum's rounding
+// (the pre-activation the backward pass reads), the GeLU of the fp32 sum
+// and its rounding: one group (g0), written once by cuBLASLt's epilogue.
+// A product whose rounded sum is its only reader is a group too (g1). A
+// rounded sum read before the GeLU's rounding keeps the group from
+// forming (no g2), and so does an fp32 sum read by anything but its
+// rounding and the GeLU.
+// CHECK-LABEL: func.func @bf16_mlp
+// CHECK: megac.linear {{.*}}megac.fusion = "g0"
+// CHECK-NEXT: megac.add {{.*}}megac.fusion = "g0"
+// CHECK-NEXT: megac.round_bf16 {{.*}}megac.fusion = "g0"
+// CHECK-NEXT: megac.gelu {{.*}}megac.fusion = "g0"
+// CHECK-NEXT: megac.round_bf16 {{.*}}megac.fusion = "g0"
+// CHECK-NEXT: megac.linear {{.*}}megac.fusion = "g1"
+// CHECK-NEXT: megac.add {{.*}}megac.fusion = "g1"
+// CHECK-NEXT: megac.round_bf16 {{.*}}megac.fusion = "g1"
+// CHECK-NEXT: megac.gelu_grad
+// CHECK-NOT: "g2"
+// CHECK: return
+func.func @bf16_mlp(%x: tensor<2x8x16xf32>, %w1: tensor<16x64xf32>, %b1: tensor<64xf32>,
+                    %w2: tensor<64x16xf32>, %b2: tensor<16xf32>, %dy: tensor<2x8x64xf32>)
+    -> (tensor<2x8x16xf32>, tensor<2x8x64xf32>, tensor<2x8x64xf32>, tensor<2x8x64xf32>, tensor<2x8x64xf32>) {
+  %h = megac.linear %x, %w1 : (tensor<2x8x16xf32>, tensor<16x64xf32>) -> tensor<2x8x64xf32>
+  %s = megac.add %h, %b1 : (tensor<2x8x64xf32>, tensor<64xf32>) -> tensor<2x8x64xf32>
+  %pre = megac.round_bf16 %s : (tensor<2x8x64xf32>) -> tensor<2x8x64xf32>
+  %g = megac.gelu %s : (tensor<2x8x64xf32>) -> tensor<2x8x64xf32>
+  %gr = megac.round_bf16 %g : (tensor<2x8x64xf32>) -> tensor<2x8x64xf32>
+  %o = megac.linear %gr, %w2 : (tensor<2x8x64xf32>, tensor<64x16xf32>) -> tensor<2x8x16xf32>
+  %os = megac.add %o, %b2 : (tensor<2x8x16xf32>, tensor<16xf32>) -> tensor<2x8x16xf32>
+  %or = megac.round_bf16 %os : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %dg = megac.gelu_grad %pre, %dy : (tensor<2x8x64xf32>, tensor<2x8x64xf32>) -> tensor<2x8x64xf32>
+  // Read too early: the rounded sum's reader comes before the GeLU.
+  %h2 = megac.linear %x, %w1 : (tensor<2x8x16xf32>, tensor<16x64xf32>) -> tensor<2x8x64xf32>
+  %s2 = megac.add %h2, %b1 : (tensor<2x8x64xf32>, tensor<64xf32>) -> tensor<2x8x64xf32>
+  %pre2 = megac.round_bf16 %s2 : (tensor<2x8x64xf32>) -> tensor<2x8x64xf32>
+  %early = megac.gelu_grad %pre2, %dy : (tensor<2x8x64xf32>, tensor<2x8x64xf32>) -> tensor<2x8x64xf32>
+  %g2 = megac.gelu %s2 : (tensor<2x8x64xf32>) -> tensor<2x8x64xf32>
+  %gr2 = megac.round_bf16 %g2 : (tensor<2x8x64xf32>) -> tensor<2x8x64xf32>
+  return %or, %dg, %early, %gr2, %gr2 : tensor<2x8x16xf32>, tensor<2x8x64xf32>, tensor<2x8x64xf32>, tensor<2x8x64xf32>, tensor<2x8x64xf32>
 }
 
 // -----

@@ -213,8 +213,13 @@ def FuseElementwisePass : Pass<"megac-fuse-elementwise", "mlir::ModuleOp"> {
     Runs on per-rank IR for a GPU target, where every op that is not fused
     is one kernel reading and writing device memory. Marks with
     `megac.fusion = "gK"` a product (`megac.linear`) followed by its bias
-    add (a vector added to every row) and, if that is all its result
-    feeds, a GeLU: cuBLASLt applies both as the GEMM's epilogue. Marks
+    add (a vector added to every row) and a GeLU of the sum: cuBLASLt
+    applies both as the GEMM's epilogue. In a bf16 plan the group takes
+    the roundings after each of them, and rounds its results once, as the
+    epilogue writes them (within bf16's rounding of the ops one by one).
+    Where the backward pass keeps the pre-activation for GeLU's gradient,
+    the group writes it too, as a second output (cuBLASLt's auxiliary
+    output), provided its other readers come after the group. Marks
     with `megac.fusion = "eK"` each chain of elementwise ops (`add`, `mul`,
     `gelu`, `gelu_grad`, `round_bf16`) in which every value but the last
     is read only by the next op of the chain and all have its shape (or
@@ -295,6 +300,24 @@ def MixedPrecisionPass : Pass<"megac-mixed-precision", "mlir::ModuleOp"> {
     everything of the optimizer. Runs after
     megac-autodiff (and micro-batch accumulation), before
     megac-apply-optimizer.
+  }];
+}
+
+def RoundAfterBiasPass : Pass<"megac-round-after-bias", "mlir::ModuleOp"> {
+  let summary = "bf16: a product's bias is added before its result is rounded";
+  let description = [{
+    Runs on a bf16 program after megac-insert-collectives. Where a product
+    (`megac.linear`) is rounded and the rounding's only reader adds a bias
+    (a vector over the rows) to it, the rounding goes: the bias is added to
+    the fp32 product and the sum rounded once, as a GEMM's epilogue (and
+    PyTorch's `addmm`) computes it. A GeLU of that sum reads the fp32 sum;
+    the rounded sum stays what every other reader (the backward pass's
+    GeLU gradient) reads. Every target computes these numbers, so a CPU
+    plan and a GPU plan (where megac-fuse-elementwise makes each such group
+    one cuBLASLt product) agree bit for bit on the CPU backend. A product
+    whose partial sums are reduced across ranks (a collective between it
+    and its bias add) keeps its rounding: each rank rounds its part, as a
+    bf16 program does.
   }];
 }
 

@@ -1,0 +1,54 @@
+//===- GemmEpilogue.h - A product and the epilogue it takes -----*- C++ -*-===//
+//
+// cuBLASLt can add a bias, and apply a GeLU, as it writes a product: no
+// pass over memory for either. megac-fuse-elementwise marks such groups
+// ("g") and the plan emitter turns each into one linear_bias instruction;
+// both find the group's parts with the matcher below, so what one marks
+// the other emits.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MEGAC_DIALECT_MEGAC_IR_GEMMEPILOGUE_H
+#define MEGAC_DIALECT_MEGAC_IR_GEMMEPILOGUE_H
+
+#include "megac/Dialect/Megac/IR/MegacOps.h"
+#include "llvm/ADT/STLFunctionalExtras.h"
+#include <optional>
+
+namespace megac {
+
+/// linear -> add bias [-> round_bf16] [-> gelu [-> round_bf16]]: a bf16
+/// plan rounds the sum and the GeLU (megac-round-after-bias took the
+/// product's rounding away: the bias is added to the fp32 product, the GeLU
+/// reads the fp32 sum), an fp32 plan neither. What cuBLASLt computes as the
+/// product's epilogue, and writes rounded.
+struct GemmEpilogue {
+  LinearOp linear;
+  AddOp add;
+  RoundBf16Op sumRound; // the rounded sum (null: not rounded, or not read)
+  GeluOp gelu;          // null: no GeLU
+  RoundBf16Op geluRound;
+
+  bool rounded() const;
+  /// The GeLU's input the group writes: the (rounded) sum.
+  mlir::Value preActivation() const;
+  /// What the group writes last: the GeLU's result, else the sum.
+  mlir::Value result() const;
+  /// Whether the pre-activation is read outside the group too (the
+  /// backward pass keeps it for GeLU's gradient): a second output.
+  bool keepsPreActivation() const;
+  /// The group's ops in program order; the last is where it is emitted.
+  llvm::SmallVector<mlir::Operation *, 5> ops() const;
+};
+
+/// The group starting at \p linear, taking only ops \p admissible accepts
+/// (besides the linear); none where \p linear does not start one. Every
+/// value inside the group is read only inside it, except a kept
+/// pre-activation, whose other readers all follow the group.
+std::optional<GemmEpilogue>
+matchGemmEpilogue(LinearOp linear,
+                  llvm::function_ref<bool(mlir::Operation *)> admissible);
+
+} // namespace megac
+
+#endif // MEGAC_DIALECT_MEGAC_IR_GEMMEPILOGUE_H

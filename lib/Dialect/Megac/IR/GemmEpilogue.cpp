@@ -1,0 +1,121 @@
+//===- GemmEpilogue.cpp - A product and the epilogue it takes -------------===//
+
+#include "megac/Dialect/Megac/IR/GemmEpilogue.h"
+
+using namespace mlir;
+
+namespace megac {
+
+namespace {
+/// The single reader of \p value, if it has exactly one.
+Operation *soleUser(Value value) {
+  return value.hasOneUse() ? *value.getUsers().begin() : nullptr;
+}
+} // namespace
+
+// (Op handles are values whose accessors are not const: copies call them.)
+
+bool GemmEpilogue::rounded() const {
+  return static_cast<bool>(sumRound) || static_cast<bool>(geluRound);
+}
+
+Value GemmEpilogue::preActivation() const {
+  RoundBf16Op rounding = sumRound;
+  AddOp sum = add;
+  return rounding ? rounding.getResult() : sum.getResult();
+}
+
+Value GemmEpilogue::result() const {
+  RoundBf16Op rounding = geluRound;
+  GeluOp activation = gelu;
+  if (rounding)
+    return rounding.getResult();
+  if (activation)
+    return activation.getResult();
+  return preActivation();
+}
+
+bool GemmEpilogue::keepsPreActivation() const {
+  if (!gelu)
+    return false;
+  Value pre = preActivation();
+  // Rounded, the GeLU reads the fp32 sum: any reader of the rounded one is
+  // outside. Not rounded, the GeLU is one reader of the sum.
+  return sumRound ? !pre.use_empty() : !pre.hasOneUse();
+}
+
+SmallVector<Operation *, 5> GemmEpilogue::ops() const {
+  SmallVector<Operation *, 5> out;
+  for (OpState op : {OpState(linear), OpState(add), OpState(sumRound),
+                     OpState(gelu), OpState(geluRound)})
+    if (op)
+      out.push_back(op.getOperation());
+  return out;
+}
+
+std::optional<GemmEpilogue>
+matchGemmEpilogue(LinearOp linear, function_ref<bool(Operation *)> admissible) {
+  GemmEpilogue g;
+  g.linear = linear;
+  Value product = linear.getResult();
+  g.add = dyn_cast_or_null<AddOp>(soleUser(product));
+  if (!g.add || !admissible(g.add) || g.add.getLhs() != product)
+    return std::nullopt;
+  auto bias = cast<RankedTensorType>(g.add.getRhs().getType());
+  auto type = cast<RankedTensorType>(product.getType());
+  if (bias.getRank() != 1 || type.getRank() < 1 ||
+      bias.getDimSize(0) != type.getShape().back() || g.add.getType() != type)
+    return std::nullopt;
+  // The sum's readers: its rounding, a GeLU, others (fp32: the backward
+  // pass's).
+  Value sum = g.add.getResult();
+  RoundBf16Op sumRound;
+  GeluOp gelu;
+  bool others = false;
+  for (Operation *user : sum.getUsers()) {
+    if (auto r = dyn_cast<RoundBf16Op>(user); r && !sumRound && admissible(r))
+      sumRound = r;
+    else if (auto act = dyn_cast<GeluOp>(user); act && !gelu && admissible(act))
+      gelu = act;
+    else
+      others = true;
+  }
+  if (!gelu) {
+    // The rounded sum, its rounding the only reader; or the fp32 sum.
+    if (sumRound && others)
+      return std::nullopt;
+    g.sumRound = sumRound;
+    return g;
+  }
+  RoundBf16Op geluRound;
+  if (auto r = dyn_cast_or_null<RoundBf16Op>(soleUser(gelu.getResult()));
+      r && admissible(r))
+    geluRound = r;
+  Operation *last = geluRound ? geluRound.getOperation() : gelu.getOperation();
+  // Whether every reader of \p value but \p except follows the group.
+  auto after = [&](Value value, Operation *except) {
+    return llvm::all_of(value.getUsers(), [&](Operation *user) {
+      return user == except || (user->getBlock() == last->getBlock() &&
+                                last->isBeforeInBlock(user));
+    });
+  };
+  if (geluRound) {
+    // bf16: the GeLU reads the fp32 sum, which nothing else may read; the
+    // rounded sum (the backward pass's) is read after the group.
+    if (others || (sumRound && !after(sumRound.getResult(), nullptr)))
+      return std::nullopt;
+    g.sumRound = sumRound;
+  } else {
+    // fp32: the sum's other readers follow the group, else the GeLU
+    // stays a kernel of its own.
+    if (sumRound)
+      return std::nullopt;
+    if (!after(sum, gelu))
+      return g;
+  }
+  g.gelu = gelu;
+  g.geluRound = geluRound;
+  return g;
+}
+
+} // namespace megac

@@ -1,0 +1,77 @@
+//===- RoundAfterBias.cpp - A product's bias before its rounding ----------===//
+//
+// megac-mixed-precision rounds every product, then every bias add. A GEMM
+// with a bias epilogue adds the bias to its fp32 accumulation and rounds
+// once; this pass makes the program say so on every target, so that the
+// fused GPU plan and the CPU plan compute the same numbers.
+//
+//===----------------------------------------------------------------------===//
+
+#include "megac/Dialect/Megac/IR/MegacOps.h"
+#include "megac/Dialect/Megac/Transforms/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/BuiltinOps.h"
+
+namespace megac {
+#define GEN_PASS_DEF_ROUNDAFTERBIASPASS
+#include "megac/Dialect/Megac/Transforms/Passes.h.inc"
+} // namespace megac
+
+using namespace mlir;
+using namespace megac;
+
+namespace {
+
+/// The single reader of \p value, if it has exactly one.
+Operation *soleUser(Value value) {
+  return value.hasOneUse() ? *value.getUsers().begin() : nullptr;
+}
+
+/// \p add adds a bias vector to every row of \p product.
+bool addsBias(AddOp add, Value product) {
+  auto bias = cast<RankedTensorType>(add.getRhs().getType());
+  auto type = cast<RankedTensorType>(product.getType());
+  return add.getLhs() == product && bias.getRank() == 1 &&
+         type.getRank() >= 1 && bias.getDimSize(0) == type.getShape().back() &&
+         add.getType() == type;
+}
+
+struct RoundAfterBiasPass
+    : public megac::impl::RoundAfterBiasPassBase<RoundAfterBiasPass> {
+  void runOnOperation() override {
+    for (auto func : getOperation().getOps<func::FuncOp>()) {
+      if (func.isExternal())
+        continue;
+      SmallVector<LinearOp> products;
+      func.walk([&](LinearOp linear) { products.push_back(linear); });
+      for (LinearOp linear : products)
+        fold(linear);
+    }
+  }
+
+  /// linear -> round -> add bias -> round [-> gelu]: the first rounding
+  /// goes, and a GeLU reads the unrounded sum.
+  static void fold(LinearOp linear) {
+    auto productRound =
+        dyn_cast_or_null<RoundBf16Op>(soleUser(linear.getResult()));
+    if (!productRound)
+      return;
+    auto add = dyn_cast_or_null<AddOp>(soleUser(productRound.getResult()));
+    if (!add || !addsBias(add, productRound.getResult()))
+      return;
+    auto sumRound = dyn_cast_or_null<RoundBf16Op>(soleUser(add.getResult()));
+    if (!sumRound)
+      return;
+    add.setOperand(0, linear.getResult());
+    productRound.erase();
+    for (OpOperand &use :
+         llvm::make_early_inc_range(sumRound.getResult().getUses()))
+      if (isa<GeluOp>(use.getOwner()))
+        use.set(add.getResult());
+    if (sumRound.getResult().use_empty())
+      sumRound.erase();
+  }
+};
+
+} // namespace

@@ -1,0 +1,85 @@
+// RUN: megac-opt %s --split-input-file --megac-round-after-bias | FileCheck %s
+
+// Tests a bf16 MLP block as megac-mixed-precision leaves it: each
+// product's rounding goes, so the bias is added to the fp32 product and
+// the sum rounded once; the GeLU reads the fp32 sum, the backward pass's
+// GeLU gradient the rounded one.
+// CHECK-LABEL: func.func @mlp
+// CHECK-NEXT: %[[H:.*]] = megac.linear %arg0, %arg1
+// CHECK-NEXT: %[[S:.*]] = megac.add %[[H]], %arg2
+// CHECK-NEXT: %[[PRE:.*]] = megac.round_bf16 %[[S]]
+// CHECK-NEXT: %[[G:.*]] = megac.gelu %[[S]]
+// CHECK-NEXT: %[[GR:.*]] = megac.round_bf16 %[[G]]
+// CHECK-NEXT: %[[O:.*]] = megac.linear %[[GR]], %arg3
+// CHECK-NEXT: %[[OS:.*]] = megac.add %[[O]], %arg4
+// CHECK-NEXT: %[[OR:.*]] = megac.round_bf16 %[[OS]]
+// CHECK-NEXT: megac.gelu_grad %[[PRE]], %arg5
+// CHECK-NOT: megac.round_bf16
+// CHECK: return %[[OR]]
+func.func @mlp(%x: tensor<2x8x16xf32>, %w1: tensor<16x64xf32>, %b1: tensor<64xf32>,
+               %w2: tensor<64x16xf32>, %b2: tensor<16xf32>, %dy: tensor<2x8x64xf32>)
+    -> (tensor<2x8x16xf32>, tensor<2x8x64xf32>) {
+  %h = megac.linear %x, %w1 : (tensor<2x8x16xf32>, tensor<16x64xf32>) -> tensor<2x8x64xf32>
+  %hr = megac.round_bf16 %h : (tensor<2x8x64xf32>) -> tensor<2x8x64xf32>
+  %s = megac.add %hr, %b1 : (tensor<2x8x64xf32>, tensor<64xf32>) -> tensor<2x8x64xf32>
+  %pre = megac.round_bf16 %s : (tensor<2x8x64xf32>) -> tensor<2x8x64xf32>
+  %g = megac.gelu %pre : (tensor<2x8x64xf32>) -> tensor<2x8x64xf32>
+  %gr = megac.round_bf16 %g : (tensor<2x8x64xf32>) -> tensor<2x8x64xf32>
+  %o = megac.linear %gr, %w2 : (tensor<2x8x64xf32>, tensor<64x16xf32>) -> tensor<2x8x16xf32>
+  %or0 = megac.round_bf16 %o : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %os = megac.add %or0, %b2 : (tensor<2x8x16xf32>, tensor<16xf32>) -> tensor<2x8x16xf32>
+  %or = megac.round_bf16 %os : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %dg = megac.gelu_grad %pre, %dy : (tensor<2x8x64xf32>, tensor<2x8x64xf32>) -> tensor<2x8x64xf32>
+  return %or, %dg : tensor<2x8x16xf32>, tensor<2x8x64xf32>
+}
+
+// -----
+
+// Tests inference: the rounded sum has no reader left once the GeLU reads
+// the fp32 sum, and goes.
+// CHECK-LABEL: func.func @inference
+// CHECK-NEXT: %[[H:.*]] = megac.linear
+// CHECK-NEXT: %[[S:.*]] = megac.add %[[H]], %arg2
+// CHECK-NEXT: %[[G:.*]] = megac.gelu %[[S]]
+// CHECK-NEXT: %[[GR:.*]] = megac.round_bf16 %[[G]]
+// CHECK-NEXT: return %[[GR]]
+func.func @inference(%x: tensor<2x8x16xf32>, %w1: tensor<16x64xf32>, %b1: tensor<64xf32>) -> tensor<2x8x64xf32> {
+  %h = megac.linear %x, %w1 : (tensor<2x8x16xf32>, tensor<16x64xf32>) -> tensor<2x8x64xf32>
+  %hr = megac.round_bf16 %h : (tensor<2x8x64xf32>) -> tensor<2x8x64xf32>
+  %s = megac.add %hr, %b1 : (tensor<2x8x64xf32>, tensor<64xf32>) -> tensor<2x8x64xf32>
+  %pre = megac.round_bf16 %s : (tensor<2x8x64xf32>) -> tensor<2x8x64xf32>
+  %g = megac.gelu %pre : (tensor<2x8x64xf32>) -> tensor<2x8x64xf32>
+  %gr = megac.round_bf16 %g : (tensor<2x8x64xf32>) -> tensor<2x8x64xf32>
+  return %gr : tensor<2x8x64xf32>
+}
+
+// -----
+
+// Tests what keeps its roundings: a rounded product read by more than its
+// bias add, a product whose rounding feeds a collective before the bias
+// (each rank rounds its partial sum), and an add of a full tensor (a
+// residual, not a bias).
+// CHECK-LABEL: func.func @kept
+// CHECK-COUNT-3: megac.round_bf16
+// CHECK: megac.all_reduce
+// CHECK-COUNT-2: megac.round_bf16
+// CHECK: megac.add
+// CHECK-NEXT: megac.round_bf16
+// CHECK: return
+func.func @kept(%x: tensor<2x8x16xf32>, %w: tensor<16x16xf32>, %b: tensor<16xf32>)
+    -> (tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>) {
+  %h = megac.linear %x, %w : (tensor<2x8x16xf32>, tensor<16x16xf32>) -> tensor<2x8x16xf32>
+  %hr = megac.round_bf16 %h : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %s = megac.add %hr, %b : (tensor<2x8x16xf32>, tensor<16xf32>) -> tensor<2x8x16xf32>
+  %sr = megac.round_bf16 %s : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %p = megac.linear %x, %w : (tensor<2x8x16xf32>, tensor<16x16xf32>) -> tensor<2x8x16xf32>
+  %pr = megac.round_bf16 %p : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %sum = megac.all_reduce %pr {axis = "tp"} : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %ps = megac.add %sum, %b : (tensor<2x8x16xf32>, tensor<16xf32>) -> tensor<2x8x16xf32>
+  %psr = megac.round_bf16 %ps : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %r = megac.linear %x, %w : (tensor<2x8x16xf32>, tensor<16x16xf32>) -> tensor<2x8x16xf32>
+  %rr = megac.round_bf16 %r : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %res = megac.add %rr, %x : (tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %resr = megac.round_bf16 %res : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  return %sr, %hr, %psr, %resr : tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>
+}
