@@ -18,6 +18,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 
 #include <cmath>
@@ -332,6 +333,20 @@ TEST(Checkpoint, RoundTripIsBitExactAndDetectsCorruption) {
   }
 }
 
+/// Verifies the one-rank plan \p P into \p L and runs it once on the CPU
+/// (null, and a test failure, where it does not verify).
+std::unique_ptr<Executor> runOnce(const ProgramDesc &P, LoadedPlan &L) {
+  const std::string Error = verifyPlanBytes(buildPlanBytes(P), L);
+  EXPECT_EQ(Error, "");
+  if (!Error.empty())
+    return nullptr;
+  auto E = std::make_unique<Executor>(*L.program, 0);
+  E->allocate();
+  LocalCollectives C;
+  E->run(C);
+  return E;
+}
+
 TEST(Executor, ClipCoefficientAndFill) {
   ProgramDesc P;
   P.hasTrain = false;
@@ -343,15 +358,12 @@ TEST(Executor, ClipCoefficientAndFill) {
   R.outputs = {{"c1", C1, ""}, {"c2", C2, ""}};
   P.ranks.push_back(R);
   LoadedPlan L;
-  ASSERT_EQ(verifyPlanBytes(buildPlanBytes(P), L), "");
-  Executor E(*L.program, 0);
-  E.allocate();
-  LocalCollectives C;
-  E.run(C);
-  EXPECT_EQ(E.buffer(X).f, (std::vector<float>{2, 2, 2}));
-  EXPECT_FLOAT_EQ(E.buffer(S).f[0], 12.0f);
-  EXPECT_FLOAT_EQ(E.buffer(C1).f[0], float(1.0 / (std::sqrt(12.0) + 1e-6)));
-  EXPECT_FLOAT_EQ(E.buffer(C2).f[0], 1.0f);
+  std::unique_ptr<Executor> E = runOnce(P, L);
+  ASSERT_TRUE(E);
+  EXPECT_EQ(E->buffer(X).f, (std::vector<float>{2, 2, 2}));
+  EXPECT_FLOAT_EQ(E->buffer(S).f[0], 12.0f);
+  EXPECT_FLOAT_EQ(E->buffer(C1).f[0], float(1.0 / (std::sqrt(12.0) + 1e-6)));
+  EXPECT_FLOAT_EQ(E->buffer(C2).f[0], 1.0f);
 }
 
 TEST(Executor, LinearBiasRoundsOnceFromTheFp32Sum) {
@@ -383,17 +395,14 @@ TEST(Executor, LinearBiasRoundsOnceFromTheFp32Sum) {
                {"pre32", Pre32, ""}};
   P.ranks.push_back(R);
   LoadedPlan L;
-  ASSERT_EQ(verifyPlanBytes(buildPlanBytes(P), L), "");
-  Executor E(*L.program, 0);
-  E.allocate();
-  LocalCollectives C;
-  E.run(C);
-  EXPECT_EQ(E.buffer(Plain).f[0], 1.0078125f);
-  EXPECT_EQ(E.buffer(Y).f[0], 0.84765625f);
-  EXPECT_EQ(E.buffer(Pre).f[0], 1.0078125f);
+  std::unique_ptr<Executor> E = runOnce(P, L);
+  ASSERT_TRUE(E);
+  EXPECT_EQ(E->buffer(Plain).f[0], 1.0078125f);
+  EXPECT_EQ(E->buffer(Y).f[0], 0.84765625f);
+  EXPECT_EQ(E->buffer(Pre).f[0], 1.0078125f);
   // Not rounded (an fp32 plan): t itself, and its GeLU.
-  EXPECT_EQ(E.buffer(Pre32).f[0], 1.0068359375f);
-  EXPECT_NEAR(E.buffer(Fp32).f[0], 0.8486006848, 1e-6);
+  EXPECT_EQ(E->buffer(Pre32).f[0], 1.0068359375f);
+  EXPECT_NEAR(E->buffer(Fp32).f[0], 0.8486006848, 1e-6);
 }
 
 //===----------------------------------------------------------------------===//
