@@ -567,6 +567,18 @@ void Executor::exec(uint32_t Idx, const Instr &In, Collectives &C,
       kernels::gelu(Y.f.data(), Y.numel(), Y.f.data());
     return;
   }
+  case op::LinearGeluGrad: {
+    // The product in fp32, then GeLU's gradient at x with it as the output
+    // gradient, as the unfused ops with the product's rounding taken away
+    // (megac-round-after-epilogue) compute it.
+    const Tensor &W = X(1), &Kept = X(2);
+    bool T = Int(0) != 0;
+    int64_t N = T ? W.shape[0] : W.shape[1];
+    int64_t M = N ? Y.numel() / N : 0;
+    kernels::linear(A.f.data(), M, Last, W.f.data(), N, T, Y.f.data());
+    kernels::geluGrad(Kept.f.data(), Y.f.data(), Y.numel(), Y.f.data());
+    return;
+  }
   case op::Fused: {
     std::vector<const float *> Args;
     std::vector<int64_t> Period;

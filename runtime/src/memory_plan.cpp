@@ -168,12 +168,12 @@ std::vector<bool> bf16Values(const Program &P, const RankProgram &R) {
 
 std::vector<uint32_t> tensorCoreOperands(const Instr &In,
                                          const std::vector<bool> &Bf16) {
-  const unsigned Operands = In.op() == op::Linear ||
-                                    In.op() == op::LinearBias ||
-                                    In.op() == op::LinearWeightGrad
-                                ? 2
-                            : In.op() == op::Attention ? 3
-                                                       : 0;
+  const unsigned Operands =
+      In.op() == op::Linear || In.op() == op::LinearBias ||
+              In.op() == op::LinearGeluGrad || In.op() == op::LinearWeightGrad
+          ? 2
+      : In.op() == op::Attention ? 3
+                                 : 0;
   std::vector<uint32_t> Out;
   if (!In.inputs() || In.inputs()->size() < Operands)
     return Out;
@@ -257,9 +257,10 @@ bool writesBf16Alone(const Program &P, const RankProgram &R, const Instr &In,
     return true;
   case op::CrossEntropyGrad: // not the vocabulary-parallel one (from stats)
     return In.inputs() && In.inputs()->size() != 4;
-  case op::Linear:       // cuBLAS's bf16 result: a product of bf16 operands
-  case op::LinearBias: { // (and of a bias of bf16 values, its epilogue's)
-    const uint32_t Operands = In.op() == op::LinearBias ? 3 : 2;
+  case op::Linear:           // cuBLAS's bf16 result: a product of bf16 operands
+  case op::LinearBias:       // (and of the bias, or kept GeLU input, of bf16
+  case op::LinearGeluGrad: { // values its epilogue reads)
+    const uint32_t Operands = In.op() == op::Linear ? 2 : 3;
     if (!In.inputs() || In.inputs()->size() < Operands)
       return false;
     for (uint32_t B :
@@ -292,6 +293,9 @@ bool readsBf16(const Instr &In, uint32_t K, const std::vector<bool> &Bf16,
   case op::LinearBias:
   case op::LinearWeightGrad:
     return K < 2 && Bf16[In.inputs()->Get(0)] && Bf16[In.inputs()->Get(1)];
+  case op::LinearGeluGrad: // dy and w as a product's; the kept GeLU input
+    return K == 2 ||       // as the epilogue's auxiliary input, or a kernel's
+           (Bf16[In.inputs()->Get(0)] && Bf16[In.inputs()->Get(1)]);
   case op::Fused:
   case op::Add:
   case op::Mul:

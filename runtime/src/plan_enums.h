@@ -67,8 +67,10 @@ constexpr OpCode Fused = OpCode(39);
 constexpr OpCode LinearBias = OpCode(40);
 // Fused LayerNorm gain gradient (format version 9).
 constexpr OpCode LayerNormGainGrad = OpCode(41);
+// A product with GeLU's gradient as its epilogue (format version 10).
+constexpr OpCode LinearGeluGrad = OpCode(42);
 /// The highest opcode this runtime knows.
-constexpr OpCode LastOpCode = LayerNormGainGrad;
+constexpr OpCode LastOpCode = LinearGeluGrad;
 } // namespace op
 
 namespace dt {

@@ -150,10 +150,10 @@ bool isCollective(OpCode Op) {
 /// Ops whose output may be rounded to bf16 as it is written
 /// (Instr.round_bf16).
 bool roundsAsItWrites(OpCode Op) {
-  return Op == op::Linear || Op == op::LinearBias || Op == op::Embedding ||
-         Op == op::LayerNorm || Op == op::LayerNormGrad ||
-         Op == op::Attention || Op == op::AttentionGrad ||
-         Op == op::CrossEntropyGrad;
+  return Op == op::Linear || Op == op::LinearBias || Op == op::LinearGeluGrad ||
+         Op == op::Embedding || Op == op::LayerNorm ||
+         Op == op::LayerNormGrad || Op == op::Attention ||
+         Op == op::AttentionGrad || Op == op::CrossEntropyGrad;
 }
 
 /// Whether \p Op communicates (SliceShard only reads the coordinate).
@@ -290,6 +290,8 @@ const char *opcodeName(OpCode op) {
     return "linear_bias";
   case op::LayerNormGainGrad:
     return "layer_norm_gain_grad";
+  case op::LinearGeluGrad:
+    return "linear_gelu_grad";
   }
   return "unknown";
 }
@@ -930,9 +932,9 @@ private:
         Ok = Ok && Y < Types.size() && Types[Y] == dt::F32;
       if (!Ok)
         return fail(Pfx + "round_bf16 is only for the f32 outputs of linear, "
-                          "linear_bias, embedding, layer_norm, "
-                          "layer_norm_grad, attention, attention_grad or "
-                          "cross_entropy_grad");
+                          "linear_bias, linear_gelu_grad, embedding, "
+                          "layer_norm, layer_norm_grad, attention, "
+                          "attention_grad or cross_entropy_grad");
     }
     // Only adam_w (its output is its input 0) and all_reduce (output k may
     // be input k: the sum replaces the partial sum) update buffers in
@@ -1024,6 +1026,25 @@ private:
       if (Outs.size() == 2 && out(1) != Want)
         return fail(Pfx + "output 1 has shape " + listStr(out(1)) +
                     ", expected " + listStr(Want));
+      return expectOutShape(Want);
+    }
+    case op::LinearGeluGrad: {
+      // dy [..., K], w, x of the product's shape (format 10).
+      if (!expectCounts(3, 1) || !allF32() || !expectRank(true, 0, 1, 64) ||
+          !expectRank(true, 1, 2, 2) || !expectInts(1, "transpose_w"))
+        return false;
+      bool T = Ints[0] != 0;
+      int64_t K = T ? in(1)[1] : in(1)[0];
+      int64_t N = T ? in(1)[0] : in(1)[1];
+      if (in(0).back() != K)
+        return fail(Pfx + "input 0 has shape " + listStr(in(0)) +
+                    " but weight expects K=" + std::to_string(K));
+      Shape Want = in(0);
+      Want.back() = N;
+      if (in(2) != Want)
+        return fail(Pfx + "input 2 (the GeLU's input) has shape " +
+                    listStr(in(2)) + ", expected the product's " +
+                    listStr(Want));
       return expectOutShape(Want);
     }
     case op::Fused: {
@@ -1810,6 +1831,8 @@ std::string attrStr(const RankProgram &R, const Instr &In) {
     return "{kernel = " + Get(0) + "}";
   case op::LinearBias:
     return "{transpose_w = " + Get(0) + ", gelu = " + Get(1) + "}";
+  case op::LinearGeluGrad:
+    return "{transpose_w = " + Get(0) + "}";
   case op::Send:
     return "to rank " + Get(0) + " (transfer " + Get(1) + ")";
   case op::Recv:

@@ -74,7 +74,8 @@ double flopsOf(const RankProgram &R, const Instr &In) {
   const double Out = double(elementsOf(R, Y));
   switch (In.op()) {
   case op::Linear:
-  case op::LinearBias: {
+  case op::LinearBias:
+  case op::LinearGeluGrad: {
     const auto &S = shapeOf(R, X);
     return 2.0 * Out * double(S[S.size() - 1]);
   }

@@ -113,8 +113,8 @@ TEST(PlanFile, RoundsOnlyWhereItMayRound) {
   LoadedPlan L;
   EXPECT_EQ(verifyPlanBytes(buildPlanBytes(P), L),
             "rank 0, instruction 2 (add): round_bf16 is only for the f32 "
-            "outputs of linear, linear_bias, embedding, layer_norm, "
-            "layer_norm_grad, attention, attention_grad or "
+            "outputs of linear, linear_bias, linear_gelu_grad, embedding, "
+            "layer_norm, layer_norm_grad, attention, attention_grad or "
             "cross_entropy_grad");
   R.instrs[2].roundBf16 = false;
   R.instrs[0].roundBf16 = R.instrs[1].roundBf16 = true;
@@ -485,6 +485,26 @@ TEST(PlanFile, RejectsBadEpiloguesAndAccumulation) {
             std::string::npos);
   EXPECT_NE(verify(Kept(1, {2, 4}, false))
                 .find("output 1 has shape [2,4], expected [2,3]"),
+            std::string::npos);
+  // linear_gelu_grad (format 10): dy [2,4], w [4,3], the kept GeLU input
+  // of the product's shape [2,3].
+  auto GeluGrad = [](std::vector<int64_t> KeptShape) {
+    ProgramDesc P;
+    RankDesc R;
+    uint32_t Dy = R.addBuffer(dt::F32, {2, 4}, "dy");
+    uint32_t W = R.addBuffer(dt::F32, {4, 3}, "w");
+    uint32_t X = R.addBuffer(dt::F32, KeptShape, "x");
+    for (uint32_t Id : {Dy, W, X})
+      R.instrs.push_back({op::Fill, {}, {Id}, {}, {1.0}});
+    R.emit(op::LinearGeluGrad, {Dy, W, X}, {2, 3}, {0});
+    R.instrs.back().roundBf16 = true;
+    P.ranks.push_back(R);
+    return P;
+  };
+  EXPECT_EQ(verify(GeluGrad({2, 3})), "");
+  EXPECT_NE(verify(GeluGrad({2, 4}))
+                .find("input 2 (the GeLU's input) has shape [2,4], expected "
+                      "the product's [2,3]"),
             std::string::npos);
   // round_bf16 with two outputs is linear_bias's alone.
   ProgramDesc Two;

@@ -405,6 +405,29 @@ TEST(Executor, LinearBiasRoundsOnceFromTheFp32Sum) {
   EXPECT_NEAR(E->buffer(Fp32).f[0], 0.8486006848, 1e-6);
 }
 
+TEST(Executor, LinearGeluGradReadsTheFp32Product) {
+  // dy w = 1 x (1 + 3/1024) = 1.0029296875, GeLU's gradient at x = 0.5 is
+  // 0.8673699 (tanh form), their product 0.8699110: rounded once (format
+  // 10's linear_gelu_grad with round_bf16) 0.87109375. Rounding the
+  // product first (to 1.0) would give 0.8671875.
+  ProgramDesc P;
+  P.hasTrain = false;
+  RankDesc R;
+  uint32_t Dy = R.emit(op::Fill, {}, {1, 1}, {}, {1.0});
+  uint32_t W = R.emit(op::Fill, {}, {1, 1}, {}, {1.0029296875});
+  uint32_t X = R.emit(op::Fill, {}, {1, 1}, {}, {0.5});
+  uint32_t Rounded = R.emit(op::LinearGeluGrad, {Dy, W, X}, {1, 1}, {0});
+  R.instrs.back().roundBf16 = true;
+  uint32_t Fp32 = R.emit(op::LinearGeluGrad, {Dy, W, X}, {1, 1}, {1});
+  R.outputs = {{"rounded", Rounded, ""}, {"fp32", Fp32, ""}};
+  P.ranks.push_back(R);
+  LoadedPlan L;
+  std::unique_ptr<Executor> E = runOnce(P, L);
+  ASSERT_TRUE(E);
+  EXPECT_EQ(E->buffer(Rounded).f[0], 0.87109375f);
+  EXPECT_NEAR(E->buffer(Fp32).f[0], 0.8699110263, 1e-6);
+}
+
 //===----------------------------------------------------------------------===//
 // ZeRO stage 1 (format 3): reduce_scatter, assign, adam_w on a slice
 //===----------------------------------------------------------------------===//

@@ -416,6 +416,50 @@ private:
     return result;
   }
 
+  /// The GeLU-gradient group (GemmEpilogue.h) marked \p group that \p op
+  /// belongs to; none where the marks do not form one with \p op in it.
+  static std::optional<GemmGeluGrad> geluGradGroupOf(Operation *op,
+                                                     StringAttr group) {
+    auto sameGroup = [&](Operation *candidate) {
+      return candidate &&
+             candidate->getAttr(MegacDialect::kFusionAttrName) == group;
+    };
+    // The rounding reads the gradient; the gradient reads the product as
+    // its output gradient.
+    Operation *start = op;
+    if (auto round = dyn_cast<RoundBf16Op>(start))
+      start = round.getInput().getDefiningOp();
+    if (auto grad = dyn_cast_or_null<GeluGradOp>(start))
+      start = grad.getOutputGrad().getDefiningOp();
+    auto linear = dyn_cast_or_null<LinearOp>(start);
+    if (!linear || !sameGroup(linear))
+      return std::nullopt;
+    std::optional<GemmGeluGrad> match = matchGemmGeluGrad(linear, sameGroup);
+    if (!match || !llvm::is_contained(match->ops(), op))
+      return std::nullopt;
+    return match;
+  }
+
+  /// A product with GeLU's gradient as its epilogue: one instruction where
+  /// the group's last op is.
+  LogicalResult emitLinearGeluGrad(GemmGeluGrad g) {
+    if (failed(addBuffer(g.result(), "linear_gelu_grad")))
+      return failure();
+    std::vector<uint32_t> in = {buffers.lookup(g.linear.getInput()),
+                                buffers.lookup(g.linear.getWeight()),
+                                buffers.lookup(g.grad.getInput())};
+    std::vector<uint32_t> out = {buffers.lookup(g.result())};
+    std::vector<int64_t> ints = {g.linear.getTransposeWeight() ? 1 : 0};
+    std::vector<double> floats;
+    std::string loc = locationString(g.linear);
+    instrs.push_back(mp::CreateInstrDirect(
+        fbb, mp::OpCode_LinearGeluGrad, &in, &out, &ints, &floats, -1,
+        loc.c_str(), nullptr, nullptr,
+        generationOnly.contains(g.result().getDefiningOp()),
+        static_cast<bool>(g.round)));
+    return success();
+  }
+
   /// A product with its bias (and GeLU) epilogue: one instruction, where
   /// the group's last op is. Outputs: the result, then the pre-activation
   /// where the backward pass keeps it; rounded as written in a bf16 plan.
@@ -493,6 +537,9 @@ private:
         if (group.getValue().starts_with("g"))
           if (std::optional<GemmEpilogue> g = gemmGroupOf(&op, group))
             return &op == g->ops().back() ? emitLinearBias(*g) : success();
+        if (group.getValue().starts_with("d"))
+          if (std::optional<GemmGeluGrad> d = geluGradGroupOf(&op, group))
+            return &op == d->ops().back() ? emitLinearGeluGrad(*d) : success();
       }
       // A sharding constraint is only an annotation: the collectives that
       // realize it are already in place, its result is its operand.

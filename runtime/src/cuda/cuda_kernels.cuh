@@ -144,6 +144,23 @@ __global__ void linearEpilogueKernel(const float *T, int64_t N,
   }
 }
 
+/// linear_gelu_grad's epilogue where cuBLASLt applies none: GeLU's
+/// gradient at the kept input \p X (fp32, or bf16 bits) with the fp32
+/// product \p DY as the output gradient, rounded to bf16 when \p Round,
+/// stored in fp32 (Y) and as bf16 bits (Y16) where not null. DY may be Y.
+template <class T>
+__global__ void geluGradEpilogueKernel(const T *X, const float *DY, int64_t N,
+                                       int Round, float *Y, uint16_t *Y16) {
+  MEGAC_GRID_LOOP(I, N) {
+    const float V = megac_gelu_grad(valueOf(X[I]), DY[I]);
+    const float R = Round ? megac_round_bf16(V) : V;
+    if (Y)
+      Y[I] = R;
+    if (Y16)
+      Y16[I] = uint16_t(__float_as_uint(R) >> 16);
+  }
+}
+
 __global__ void geluGradKernel(const float *X, const float *DY, int64_t N,
                                float *DX) {
   MEGAC_GRID_LOOP(I, N) DX[I] = megac_gelu_grad(X[I], DY[I]);

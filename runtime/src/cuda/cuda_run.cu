@@ -695,7 +695,7 @@ private:
     for (uint32_t I = 0; I < RP.instrs()->size(); ++I) {
       const Instr *In = RP.instrs()->Get(I);
       if (In->op() == op::Linear || In->op() == op::LinearBias ||
-          In->op() == op::LinearWeightGrad) {
+          In->op() == op::LinearGeluGrad || In->op() == op::LinearWeightGrad) {
         ++Products;
         Bf16Products += bf16Operands(*In);
       }
@@ -1060,6 +1060,74 @@ private:
     RoundedAsWritten = Round;
   }
 
+  /// linear_gelu_grad: dx = GeLU's gradient at the kept input x, with the
+  /// product dy w as the output gradient. Rounded (a bf16 plan), with bf16
+  /// operands and x of bf16 values: one cuBLASLt product whose DGELU
+  /// epilogue reads x's bf16 copy (packed where it has none) as its
+  /// auxiliary input and writes dx in bf16, rounded once; else the product
+  /// into fp32, then the epilogue kernel.
+  void linearGeluGrad(const Instr &In, uint32_t Idx, int64_t M, int64_t K,
+                      int64_t N, bool T) {
+    const uint32_t Dy = In.inputs()->Get(0), W = In.inputs()->Get(1),
+                   Kept = In.inputs()->Get(2), Y = In.outputs()->Get(0);
+    const bool Round = In.round_bf16();
+    const int64_t NY = M * N;
+    if (NY == 0)
+      return;
+    const uint16_t *CopyDy = readCopy(Dy, Idx), *CopyW = readCopy(W, Idx);
+    RoundedGroups += Round;
+    if (Round && bf16Operands(In) && Bf16[Kept] && K > 0 && N % 8 == 0 &&
+        !EpiloguesOff) {
+      LtPlan &Pl = ltPlan(M, K, N, T, true, true, CUBLASLT_EPILOGUE_DGELU);
+      if (Pl.Ok) {
+        // Scratch: x's bf16 bits where it has no copy, then dx's.
+        const size_t YAt = (size_t(NY) * 2 + 255) / 256 * 256;
+        char *S = static_cast<char *>(scratch(YAt + size_t(NY) * 2));
+        const uint16_t *Kept16 = readCopy(Kept, Idx);
+        if (!Kept16) {
+          packBf16(f(Kept), NY, reinterpret_cast<uint16_t *>(S),
+                   /*Exact=*/true);
+          Kept16 = reinterpret_cast<const uint16_t *>(S);
+        }
+        uint16_t *Y16 = writeCopy(Y, Idx);
+        if (!Y16)
+          Y16 = reinterpret_cast<uint16_t *>(S + YAt);
+        check(cublasLtMatmulDescSetAttribute(
+                  Pl.Desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &Kept16,
+                  sizeof Kept16),
+              "cublasLtMatmulDescSetAttribute");
+        const auto [Wa, Dya] =
+            packOperands(f(W), K * N, CopyW, f(Dy), M * K, CopyDy);
+        void *Ws = Pl.Workspace ? BlasWorkspace.Ptr : nullptr;
+        const float One = 1.0f, Zero = 0.0f;
+        check(cublasLtMatmul(Lt, Pl.Desc, &One, Wa, Pl.A, Dya, Pl.B, &Zero, Y16,
+                             Pl.D, Y16, Pl.D, &Pl.Algo, Ws, Pl.Workspace,
+                             Compute),
+              "cublasLtMatmul");
+        if (f(Y))
+          launchOn(Compute, widenBf16Kernel, wideBlocks(NY), kThreads, 0,
+                   static_cast<const uint16_t *>(Y16), NY, f(Y));
+        RoundedAsWritten = true;
+        ++EpilogueProducts;
+        return;
+      }
+    }
+    float *Out = f(Y) ? f(Y) : static_cast<float *>(scratch(size_t(NY) * 4));
+    if (K == 0)
+      check(cudaMemsetAsync(Out, 0, size_t(NY) * 4, Compute),
+            "cudaMemsetAsync");
+    else
+      colGemm(T ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, f(W),
+              T ? K : N, f(Dy), K, 0.0f, Out, N, bf16Operands(In), CopyW,
+              CopyDy);
+    withInput(Kept, Idx, [&](auto *X) {
+      launchOn(Compute, geluGradEpilogueKernel<Elem<decltype(X)>>,
+               blocksFor(NY), kThreads, 0, X, static_cast<const float *>(Out),
+               NY, int(Round), f(Y), Round ? writeCopy(Y, Idx) : nullptr);
+    });
+    RoundedAsWritten = Round;
+  }
+
   /// A bf16 plan's GEMM group on cuBLASLt alone: bf16 operands, bias and
   /// results (into the outputs' copies, else scratch widened into their
   /// fp32 storage). False where cuBLASLt has no algorithm, or the shape or
@@ -1298,11 +1366,15 @@ private:
     case op::Assign:
       copy(Y, X(0));
       return;
-    case op::LinearBias: {
+    case op::LinearBias:
+    case op::LinearGeluGrad: {
       auto W = shape(X(1));
       const bool T = Int(0) != 0;
       const int64_t K = T ? W[1] : W[0], N = T ? W[0] : W[1];
-      linearBias(In, Idx, N ? NY / N : 0, K, N, T);
+      if (In.op() == op::LinearBias)
+        linearBias(In, Idx, N ? NY / N : 0, K, N, T);
+      else
+        linearGeluGrad(In, Idx, N ? NY / N : 0, K, N, T);
       return;
     }
     case op::Linear: {

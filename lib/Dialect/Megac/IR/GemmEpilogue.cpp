@@ -118,4 +118,34 @@ matchGemmEpilogue(LinearOp linear, function_ref<bool(Operation *)> admissible) {
   return g;
 }
 
+Value GemmGeluGrad::result() const {
+  RoundBf16Op rounding = round;
+  GeluGradOp gradient = grad;
+  return rounding ? rounding.getResult() : gradient.getResult();
+}
+
+SmallVector<Operation *, 3> GemmGeluGrad::ops() const {
+  SmallVector<Operation *, 3> out;
+  for (OpState op : {OpState(linear), OpState(grad), OpState(round)})
+    if (op)
+      out.push_back(op.getOperation());
+  return out;
+}
+
+std::optional<GemmGeluGrad>
+matchGemmGeluGrad(LinearOp linear, function_ref<bool(Operation *)> admissible) {
+  GemmGeluGrad g;
+  g.linear = linear;
+  Value product = linear.getResult();
+  g.grad = dyn_cast_or_null<GeluGradOp>(soleUser(product));
+  if (!g.grad || !admissible(g.grad) || g.grad.getOutputGrad() != product ||
+      g.grad.getInput() == product ||
+      g.grad.getInput().getType() != product.getType())
+    return std::nullopt;
+  if (auto r = dyn_cast_or_null<RoundBf16Op>(soleUser(g.grad.getResult()));
+      r && admissible(r))
+    g.round = r;
+  return g;
+}
+
 } // namespace megac

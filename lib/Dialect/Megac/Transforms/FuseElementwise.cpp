@@ -74,7 +74,7 @@ struct FuseElementwisePass
     : public megac::impl::FuseElementwisePassBase<FuseElementwisePass> {
   void runOnOperation() override {
     MLIRContext *ctx = &getContext();
-    int64_t gemms = 0, chains = 0, roundings = 0;
+    int64_t gemms = 0, geluGrads = 0, chains = 0, roundings = 0;
     auto mark = [&](Operation *op, StringRef group) {
       op->setAttr(MegacDialect::kFusionAttrName, StringAttr::get(ctx, group));
     };
@@ -98,6 +98,22 @@ struct FuseElementwisePass
         if (!match)
           continue;
         std::string group = "g" + std::to_string(gemms++);
+        for (Operation *member : match->ops())
+          mark(member, group);
+      }
+      // GeLU's gradient as an epilogue: linear -> gelu_grad (the product
+      // its output gradient) [-> round_bf16].
+      for (Operation &op : body) {
+        auto linear = dyn_cast<LinearOp>(op);
+        if (!linear || op.hasAttr(MegacDialect::kFusionAttrName))
+          continue;
+        auto match = matchGemmGeluGrad(linear, [&](Operation *candidate) {
+          return !candidate->hasAttr(MegacDialect::kFusionAttrName) &&
+                 samePlace(&op, candidate);
+        });
+        if (!match)
+          continue;
+        std::string group = "d" + std::to_string(geluGrads++);
         for (Operation *member : match->ops())
           mark(member, group);
       }

@@ -48,7 +48,7 @@ void buildPartitionPipeline(OpPassManager &pm, const PartitionOptions &options) 
   // After the collectives: a product reduced across ranks keeps its
   // rounding (each rank rounds its partial sum).
   if (options.bf16)
-    pm.addPass(createRoundAfterBiasPass());
+    pm.addPass(createRoundAfterEpiloguePass());
   pm.addPass(createLocalizeShapesPass());
   pm.addPass(createPipelineStagesPass());
   if (options.bucketBytes > 0)

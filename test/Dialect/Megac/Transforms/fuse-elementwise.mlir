@@ -64,7 +64,7 @@ func.func @backward(%x: tensor<2x8x16xf32>, %w1: tensor<16x64xf32>, %b1: tensor<
 // -----
 
 // Tests the GEMM groups of a bf16 training step (after
-// megac-round-after-bias): the product, its bias add, the sum's rounding
+// megac-round-after-epilogue): the product, its bias add, the sum's rounding
 // (the pre-activation the backward pass reads), the GeLU of the fp32 sum
 // and its rounding: one group (g0), written once by cuBLASLt's epilogue.
 // A product whose rounded sum is its only reader is a group too (g1). A
@@ -103,6 +103,32 @@ func.func @bf16_mlp(%x: tensor<2x8x16xf32>, %w1: tensor<16x64xf32>, %b1: tensor<
   %g2 = megac.gelu %s2 : (tensor<2x8x64xf32>) -> tensor<2x8x64xf32>
   %gr2 = megac.round_bf16 %g2 : (tensor<2x8x64xf32>) -> tensor<2x8x64xf32>
   return %or, %dg, %early, %gr2, %gr2 : tensor<2x8x16xf32>, tensor<2x8x64xf32>, tensor<2x8x64xf32>, tensor<2x8x64xf32>, tensor<2x8x64xf32>
+}
+
+// -----
+
+// Tests GeLU's gradient as a product's epilogue (cuBLASLt's DGELU): the
+// product as the output gradient, with the gradient's rounding in a bf16
+// plan (d0) and without in an fp32 one (d1). A product read by more than
+// the gradient forms no group.
+// CHECK-LABEL: func.func @gelu_grad
+// CHECK: megac.linear {{.*}}megac.fusion = "d0"
+// CHECK-NEXT: megac.gelu_grad {{.*}}megac.fusion = "d0"
+// CHECK-NEXT: megac.round_bf16 {{.*}}megac.fusion = "d0"
+// CHECK-NEXT: megac.linear {{.*}}megac.fusion = "d1"
+// CHECK-NEXT: megac.gelu_grad {{.*}}megac.fusion = "d1"
+// CHECK-NOT: "d2"
+// CHECK: return
+func.func @gelu_grad(%dy: tensor<2x8x16xf32>, %w: tensor<64x16xf32>, %pre: tensor<2x8x64xf32>)
+    -> (tensor<2x8x64xf32>, tensor<2x8x64xf32>, tensor<2x8x64xf32>, tensor<2x8x64xf32>) {
+  %p = megac.linear %dy, %w {transpose_weight} : (tensor<2x8x16xf32>, tensor<64x16xf32>) -> tensor<2x8x64xf32>
+  %g = megac.gelu_grad %pre, %p : (tensor<2x8x64xf32>, tensor<2x8x64xf32>) -> tensor<2x8x64xf32>
+  %gr = megac.round_bf16 %g : (tensor<2x8x64xf32>) -> tensor<2x8x64xf32>
+  %q = megac.linear %dy, %w {transpose_weight} : (tensor<2x8x16xf32>, tensor<64x16xf32>) -> tensor<2x8x64xf32>
+  %h = megac.gelu_grad %pre, %q : (tensor<2x8x64xf32>, tensor<2x8x64xf32>) -> tensor<2x8x64xf32>
+  %r = megac.linear %dy, %w {transpose_weight} : (tensor<2x8x16xf32>, tensor<64x16xf32>) -> tensor<2x8x64xf32>
+  %k = megac.gelu_grad %pre, %r : (tensor<2x8x64xf32>, tensor<2x8x64xf32>) -> tensor<2x8x64xf32>
+  return %gr, %h, %k, %r : tensor<2x8x64xf32>, tensor<2x8x64xf32>, tensor<2x8x64xf32>, tensor<2x8x64xf32>
 }
 
 // -----

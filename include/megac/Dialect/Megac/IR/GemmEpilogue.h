@@ -18,7 +18,7 @@
 namespace megac {
 
 /// linear -> add bias [-> round_bf16] [-> gelu [-> round_bf16]]: a bf16
-/// plan rounds the sum and the GeLU (megac-round-after-bias took the
+/// plan rounds the sum and the GeLU (megac-round-after-epilogue took the
 /// product's rounding away: the bias is added to the fp32 product, the GeLU
 /// reads the fp32 sum), an fp32 plan neither. What cuBLASLt computes as the
 /// product's epilogue, and writes rounded.
@@ -47,6 +47,27 @@ struct GemmEpilogue {
 /// pre-activation, whose other readers all follow the group.
 std::optional<GemmEpilogue>
 matchGemmEpilogue(LinearOp linear,
+                  llvm::function_ref<bool(mlir::Operation *)> admissible);
+
+/// linear -> gelu_grad(x, product) [-> round_bf16]: the product is the
+/// output gradient of a GeLU whose input x the forward kept (the backward
+/// pass through fc1's GeLU; in a bf16 plan megac-round-after-epilogue took
+/// the product's rounding away). cuBLASLt's DGELU epilogue, x its
+/// auxiliary input.
+struct GemmGeluGrad {
+  LinearOp linear;
+  GeluGradOp grad;
+  RoundBf16Op round; // null in an fp32 plan
+
+  /// What the group writes: the (rounded) gradient.
+  mlir::Value result() const;
+  llvm::SmallVector<mlir::Operation *, 3> ops() const;
+};
+
+/// The group starting at \p linear, taking only ops \p admissible accepts;
+/// none where \p linear does not start one.
+std::optional<GemmGeluGrad>
+matchGemmGeluGrad(LinearOp linear,
                   llvm::function_ref<bool(mlir::Operation *)> admissible);
 
 } // namespace megac

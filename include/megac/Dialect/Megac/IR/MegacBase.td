@@ -50,8 +50,9 @@ def Megac_Dialect : Dialect {
     static constexpr ::llvm::StringLiteral kStageAttrName = "megac.stage";
     static constexpr ::llvm::StringLiteral kPhaseAttrName = "megac.phase";
     /// The kernel an op belongs to on a GPU target (megac-fuse-elementwise):
-    /// "gK" a GEMM with its epilogue, "eK" an elementwise chain, "rK" an
-    /// op with the rounding to bf16 of its result.
+    /// "gK" a GEMM with its epilogue, "dK" a GEMM with GeLU's gradient as
+    /// its epilogue, "eK" an elementwise chain, "rK" an op with the
+    /// rounding to bf16 of its result.
     static constexpr ::llvm::StringLiteral kFusionAttrName = "megac.fusion";
     /// On the module: model chunks (pp x virtual stages) of the pipeline.
     static constexpr ::llvm::StringLiteral kPipelineStagesAttrName =

@@ -219,7 +219,11 @@ def FuseElementwisePass : Pass<"megac-fuse-elementwise", "mlir::ModuleOp"> {
     epilogue writes them (within bf16's rounding of the ops one by one).
     Where the backward pass keeps the pre-activation for GeLU's gradient,
     the group writes it too, as a second output (cuBLASLt's auxiliary
-    output), provided its other readers come after the group. Marks
+    output), provided its other readers come after the group. Marks with
+    `megac.fusion = "dK"` a product whose only reader is a GeLU gradient
+    taking it as the output gradient (the backward pass through that
+    GeLU), with the gradient's rounding in a bf16 plan: cuBLASLt's DGELU
+    epilogue, the kept GeLU input its auxiliary input. Marks
     with `megac.fusion = "eK"` each chain of elementwise ops (`add`, `mul`,
     `gelu`, `gelu_grad`, `round_bf16`) in which every value but the last
     is read only by the next op of the chain and all have its shape (or
@@ -303,8 +307,8 @@ def MixedPrecisionPass : Pass<"megac-mixed-precision", "mlir::ModuleOp"> {
   }];
 }
 
-def RoundAfterBiasPass : Pass<"megac-round-after-bias", "mlir::ModuleOp"> {
-  let summary = "bf16: a product's bias is added before its result is rounded";
+def RoundAfterEpiloguePass : Pass<"megac-round-after-epilogue", "mlir::ModuleOp"> {
+  let summary = "bf16: a product's epilogue (bias, GeLU gradient) before its rounding";
   let description = [{
     Runs on a bf16 program after megac-insert-collectives. Where a product
     (`megac.linear`) is rounded and the rounding's only reader adds a bias
@@ -317,7 +321,10 @@ def RoundAfterBiasPass : Pass<"megac-round-after-bias", "mlir::ModuleOp"> {
     one cuBLASLt product) agree bit for bit on the CPU backend. A product
     whose partial sums are reduced across ranks (a collective between it
     and its bias add) keeps its rounding: each rank rounds its part, as a
-    bf16 program does.
+    bf16 program does. Likewise a rounded product whose only reader is a
+    GeLU gradient taking it as the output gradient (the backward pass
+    through fc1's GeLU, whose result is rounded): the gradient reads the
+    fp32 product, as cuBLASLt's `DGELU` epilogue does.
   }];
 }
 

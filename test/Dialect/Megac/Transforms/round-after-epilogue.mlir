@@ -1,4 +1,4 @@
-// RUN: megac-opt %s --split-input-file --megac-round-after-bias | FileCheck %s
+// RUN: megac-opt %s --split-input-file --megac-round-after-epilogue | FileCheck %s
 
 // Tests a bf16 MLP block as megac-mixed-precision leaves it: each
 // product's rounding goes, so the bias is added to the fp32 product and
@@ -82,4 +82,31 @@ func.func @kept(%x: tensor<2x8x16xf32>, %w: tensor<16x16xf32>, %b: tensor<16xf32
   %res = megac.add %rr, %x : (tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
   %resr = megac.round_bf16 %res : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
   return %sr, %hr, %psr, %resr : tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>
+}
+
+// -----
+
+// Tests the backward pass through fc1's GeLU: the input gradient of fc2
+// (a rounded product) is the GeLU gradient's output gradient; its
+// rounding goes, so the gradient reads the fp32 product, as cuBLASLt's
+// DGELU epilogue does. A product the gradient reads as its input (x)
+// keeps its rounding.
+// CHECK-LABEL: func.func @gelu_grad
+// CHECK-NEXT: %[[P:.*]] = megac.linear %arg0, %arg1
+// CHECK-NEXT: %[[G:.*]] = megac.gelu_grad %arg2, %[[P]]
+// CHECK-NEXT: %[[GR:.*]] = megac.round_bf16 %[[G]]
+// CHECK-NEXT: %[[Q:.*]] = megac.linear %arg0, %arg1
+// CHECK-NEXT: %[[QR:.*]] = megac.round_bf16 %[[Q]]
+// CHECK-NEXT: megac.gelu_grad %[[QR]], %arg2
+func.func @gelu_grad(%dy: tensor<2x8x16xf32>, %w: tensor<64x16xf32>, %pre: tensor<2x8x64xf32>)
+    -> (tensor<2x8x64xf32>, tensor<2x8x64xf32>) {
+  %p = megac.linear %dy, %w {transpose_weight} : (tensor<2x8x16xf32>, tensor<64x16xf32>) -> tensor<2x8x64xf32>
+  %pr = megac.round_bf16 %p : (tensor<2x8x64xf32>) -> tensor<2x8x64xf32>
+  %g = megac.gelu_grad %pre, %pr : (tensor<2x8x64xf32>, tensor<2x8x64xf32>) -> tensor<2x8x64xf32>
+  %gr = megac.round_bf16 %g : (tensor<2x8x64xf32>) -> tensor<2x8x64xf32>
+  %q = megac.linear %dy, %w {transpose_weight} : (tensor<2x8x16xf32>, tensor<64x16xf32>) -> tensor<2x8x64xf32>
+  %qr = megac.round_bf16 %q : (tensor<2x8x64xf32>) -> tensor<2x8x64xf32>
+  %h = megac.gelu_grad %qr, %pre : (tensor<2x8x64xf32>, tensor<2x8x64xf32>) -> tensor<2x8x64xf32>
+  %hr = megac.round_bf16 %h : (tensor<2x8x64xf32>) -> tensor<2x8x64xf32>
+  return %gr, %hr : tensor<2x8x64xf32>, tensor<2x8x64xf32>
 }

@@ -1,9 +1,10 @@
-//===- RoundAfterBias.cpp - A product's bias before its rounding ----------===//
+//===- RoundAfterEpilogue.cpp - A product's epilogue before its rounding -===//
 //
-// megac-mixed-precision rounds every product, then every bias add. A GEMM
-// with a bias epilogue adds the bias to its fp32 accumulation and rounds
-// once; this pass makes the program say so on every target, so that the
-// fused GPU plan and the CPU plan compute the same numbers.
+// megac-mixed-precision rounds every product, then every bias add (or GeLU
+// gradient) after it. A GEMM with an epilogue applies it to its fp32
+// accumulation and rounds once; this pass makes the program say so on
+// every target, so that the fused GPU plan and the CPU plan compute the
+// same numbers.
 //
 //===----------------------------------------------------------------------===//
 
@@ -14,7 +15,7 @@
 #include "mlir/IR/BuiltinOps.h"
 
 namespace megac {
-#define GEN_PASS_DEF_ROUNDAFTERBIASPASS
+#define GEN_PASS_DEF_ROUNDAFTEREPILOGUEPASS
 #include "megac/Dialect/Megac/Transforms/Passes.h.inc"
 } // namespace megac
 
@@ -37,8 +38,8 @@ bool addsBias(AddOp add, Value product) {
          add.getType() == type;
 }
 
-struct RoundAfterBiasPass
-    : public megac::impl::RoundAfterBiasPassBase<RoundAfterBiasPass> {
+struct RoundAfterEpiloguePass
+    : public megac::impl::RoundAfterEpiloguePassBase<RoundAfterEpiloguePass> {
   void runOnOperation() override {
     for (auto func : getOperation().getOps<func::FuncOp>()) {
       if (func.isExternal())
@@ -51,12 +52,22 @@ struct RoundAfterBiasPass
   }
 
   /// linear -> round -> add bias -> round [-> gelu]: the first rounding
-  /// goes, and a GeLU reads the unrounded sum.
+  /// goes, and a GeLU reads the unrounded sum. linear -> round -> GeLU
+  /// gradient (the product its output gradient) -> round: the first
+  /// rounding goes.
   static void fold(LinearOp linear) {
     auto productRound =
         dyn_cast_or_null<RoundBf16Op>(soleUser(linear.getResult()));
     if (!productRound)
       return;
+    Value rounded = productRound.getResult();
+    if (auto grad = dyn_cast_or_null<GeluGradOp>(soleUser(rounded));
+        grad && grad.getOutputGrad() == rounded && grad.getInput() != rounded &&
+        isa_and_nonnull<RoundBf16Op>(soleUser(grad.getResult()))) {
+      grad.getOutputGradMutable().assign(linear.getResult());
+      productRound.erase();
+      return;
+    }
     auto add = dyn_cast_or_null<AddOp>(soleUser(productRound.getResult()));
     if (!add || !addsBias(add, productRound.getResult()))
       return;
