@@ -508,6 +508,20 @@ Executor::attentionDropout(const Instr &In, unsigned First,
   return &Drop;
 }
 
+void Executor::linearBiasEpilogue(const Instr &In, Tensor &Y) {
+  // The bias, then the GeLU, each as the unfused ops compute it; the GeLU
+  // reads the fp32 sum, which a second output keeps (both are rounded
+  // after, where the plan asks, as the epilogue rounds).
+  const Tensor &Bias = Bufs[In.inputs()->Get(2)];
+  kernels::add(Y.f.data(), Y.numel(), Bias.f.data(), Bias.numel(), Y.f.data());
+  if (In.outputs()->size() == 2) {
+    Tensor &Pre = Bufs[In.outputs()->Get(1)];
+    std::copy(Y.f.begin(), Y.f.end(), Pre.f.begin());
+  }
+  if (In.ints()->Get(1) != 0)
+    kernels::gelu(Y.f.data(), Y.numel(), Y.f.data());
+}
+
 void Executor::exec(uint32_t Idx, const Instr &In, Collectives &C,
                     Tensor &Y) {
   auto X = [&](unsigned K) -> const Tensor & {
@@ -540,43 +554,22 @@ void Executor::exec(uint32_t Idx, const Instr &In, Collectives &C,
     std::memcpy(Y.f.data(), A.f.data(), Y.bytes());
     return;
   }
-  case op::Linear: {
+  case op::Linear:
+  case op::LinearBias:
+  case op::LinearGeluGrad: {
+    // y = x w (ints[0]: w [N,K], read transposed), then the epilogue.
     const Tensor &W = X(1);
     bool T = Int(0) != 0;
     int64_t N = T ? W.shape[0] : W.shape[1];
     int64_t M = N ? Y.numel() / N : 0;
     kernels::linear(A.f.data(), M, Last, W.f.data(), N, T, Y.f.data());
-    return;
-  }
-  case op::LinearBias: {
-    // The product, then its epilogue, each as the unfused ops compute it;
-    // the GeLU reads the fp32 sum, which a second output keeps (both are
-    // rounded after, where the plan asks, as the epilogue rounds).
-    const Tensor &W = X(1), &Bias = X(2);
-    bool T = Int(0) != 0;
-    int64_t N = T ? W.shape[0] : W.shape[1];
-    int64_t M = N ? Y.numel() / N : 0;
-    kernels::linear(A.f.data(), M, Last, W.f.data(), N, T, Y.f.data());
-    kernels::add(Y.f.data(), Y.numel(), Bias.f.data(), Bias.numel(),
-                 Y.f.data());
-    if (In.outputs()->size() == 2) {
-      Tensor &Pre = Bufs[In.outputs()->Get(1)];
-      std::copy(Y.f.begin(), Y.f.end(), Pre.f.begin());
-    }
-    if (Int(1) != 0)
-      kernels::gelu(Y.f.data(), Y.numel(), Y.f.data());
-    return;
-  }
-  case op::LinearGeluGrad: {
-    // The product in fp32, then GeLU's gradient at x with it as the output
-    // gradient, as the unfused ops with the product's rounding taken away
-    // (megac-round-after-epilogue) compute it.
-    const Tensor &W = X(1), &Kept = X(2);
-    bool T = Int(0) != 0;
-    int64_t N = T ? W.shape[0] : W.shape[1];
-    int64_t M = N ? Y.numel() / N : 0;
-    kernels::linear(A.f.data(), M, Last, W.f.data(), N, T, Y.f.data());
-    kernels::geluGrad(Kept.f.data(), Y.f.data(), Y.numel(), Y.f.data());
+    if (In.op() == op::LinearBias)
+      linearBiasEpilogue(In, Y);
+    else if (In.op() == op::LinearGeluGrad)
+      // GeLU's gradient at x with the fp32 product as the output gradient,
+      // as the unfused ops with the product's rounding taken away
+      // (megac-round-after-epilogue) compute it.
+      kernels::geluGrad(X(2).f.data(), Y.f.data(), Y.numel(), Y.f.data());
     return;
   }
   case op::Fused: {

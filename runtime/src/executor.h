@@ -335,6 +335,8 @@ private:
                    kernels::AttentionDropout &Drop) const;
   RunStats runRange(Collectives &C, uint32_t Begin, uint32_t End,
                     RunStats Stats);
+  /// linear_bias's epilogue on its product \p Y (and its second output).
+  void linearBiasEpilogue(const megac::plan::Instr &In, Tensor &Y);
   void exec(uint32_t Idx, const megac::plan::Instr &In, Collectives &C,
             Tensor &Out);
   /// The steps of generated kernel \p Kernel, as the CPU kernels run them.

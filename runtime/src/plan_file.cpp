@@ -848,6 +848,19 @@ private:
     Want[D] /= G;
     return expectOutShape(Want);
   }
+  /// The shape of the product of input 0 and the weight, input 1 (ints[0]:
+  /// read transposed): input 0's with its last dimension K made the
+  /// weight's N. False, and the failure, where input 0 does not end in K.
+  bool productShape(Shape &Want) {
+    const bool T = Ints[0] != 0;
+    const int64_t K = T ? in(1)[1] : in(1)[0], N = T ? in(1)[0] : in(1)[1];
+    if (in(0).back() != K)
+      return fail(Pfx + "input 0 has shape " + listStr(in(0)) +
+                  " but weight expects K=" + std::to_string(K));
+    Want = in(0);
+    Want.back() = N;
+    return true;
+  }
   bool expectOutShape(const Shape &Want) {
     if (out(0) != Want)
       return fail(Pfx + "output has shape " + listStr(out(0)) +
@@ -992,18 +1005,10 @@ private:
       return expectOutShape({in(1)[1], in(0)[1]});
     }
     case op::Linear: {
-      if (!expectCounts(2, 1) || !allF32() || !expectRank(true, 0, 1, 64) ||
-          !expectRank(true, 1, 2, 2) || !expectInts(1, "transpose_w"))
-        return false;
-      bool T = Ints[0] != 0;
-      int64_t K = T ? in(1)[1] : in(1)[0];
-      int64_t N = T ? in(1)[0] : in(1)[1];
-      if (in(0).back() != K)
-        return fail(Pfx + "input 0 has shape " + listStr(in(0)) +
-                    " but weight expects K=" + std::to_string(K));
-      Shape Want = in(0);
-      Want.back() = N;
-      return expectOutShape(Want);
+      Shape Want;
+      return expectCounts(2, 1) && allF32() && expectRank(true, 0, 1, 64) &&
+             expectRank(true, 1, 2, 2) && expectInts(1, "transpose_w") &&
+             productShape(Want) && expectOutShape(Want);
     }
     case op::LinearBias: {
       // A second output (format 10): the GeLU's input, kept.
@@ -1014,15 +1019,13 @@ private:
       if (Outs.size() == 2 && Ints[1] == 0)
         return fail(Pfx + "has a second output (the GeLU's input) but no "
                           "GeLU");
-      bool T = Ints[0] != 0;
-      int64_t K = T ? in(1)[1] : in(1)[0];
-      int64_t N = T ? in(1)[0] : in(1)[1];
-      if (in(0).back() != K || in(2)[0] != N)
+      Shape Want;
+      if (!productShape(Want))
+        return false;
+      if (in(2)[0] != Want.back())
         return fail(Pfx + "input " + listStr(in(0)) + ", weight " +
                     listStr(in(1)) + " and bias " + listStr(in(2)) +
                     " do not fit together");
-      Shape Want = in(0);
-      Want.back() = N;
       if (Outs.size() == 2 && out(1) != Want)
         return fail(Pfx + "output 1 has shape " + listStr(out(1)) +
                     ", expected " + listStr(Want));
@@ -1033,14 +1036,9 @@ private:
       if (!expectCounts(3, 1) || !allF32() || !expectRank(true, 0, 1, 64) ||
           !expectRank(true, 1, 2, 2) || !expectInts(1, "transpose_w"))
         return false;
-      bool T = Ints[0] != 0;
-      int64_t K = T ? in(1)[1] : in(1)[0];
-      int64_t N = T ? in(1)[0] : in(1)[1];
-      if (in(0).back() != K)
-        return fail(Pfx + "input 0 has shape " + listStr(in(0)) +
-                    " but weight expects K=" + std::to_string(K));
-      Shape Want = in(0);
-      Want.back() = N;
+      Shape Want;
+      if (!productShape(Want))
+        return false;
       if (in(2) != Want)
         return fail(Pfx + "input 2 (the GeLU's input) has shape " +
                     listStr(in(2)) + ", expected the product's " +

@@ -44,13 +44,18 @@ bool GemmEpilogue::keepsPreActivation() const {
   return sumRound ? !pre.use_empty() : !pre.hasOneUse();
 }
 
-SmallVector<Operation *, 5> GemmEpilogue::ops() const {
+/// The ops of \p members that are there (not null), in order.
+static SmallVector<Operation *, 5> present(ArrayRef<OpState> members) {
   SmallVector<Operation *, 5> out;
-  for (OpState op : {OpState(linear), OpState(add), OpState(sumRound),
-                     OpState(gelu), OpState(geluRound)})
+  for (OpState op : members)
     if (op)
       out.push_back(op.getOperation());
   return out;
+}
+
+SmallVector<Operation *, 5> GemmEpilogue::ops() const {
+  return present({OpState(linear), OpState(add), OpState(sumRound),
+                  OpState(gelu), OpState(geluRound)});
 }
 
 std::optional<GemmEpilogue>
@@ -124,12 +129,8 @@ Value GemmGeluGrad::result() const {
   return rounding ? rounding.getResult() : gradient.getResult();
 }
 
-SmallVector<Operation *, 3> GemmGeluGrad::ops() const {
-  SmallVector<Operation *, 3> out;
-  for (OpState op : {OpState(linear), OpState(grad), OpState(round)})
-    if (op)
-      out.push_back(op.getOperation());
-  return out;
+SmallVector<Operation *, 5> GemmGeluGrad::ops() const {
+  return present({OpState(linear), OpState(grad), OpState(round)});
 }
 
 std::optional<GemmGeluGrad>

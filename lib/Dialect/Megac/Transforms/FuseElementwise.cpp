@@ -86,35 +86,27 @@ struct FuseElementwisePass
       // the sole reader of the one before, roundings included in a bf16
       // plan. A pre-activation the backward pass keeps is the group's
       // second output.
+      // And GeLU's gradient as an epilogue: linear -> gelu_grad (the
+      // product its output gradient) [-> round_bf16].
       for (Operation &op : body) {
         auto linear = dyn_cast<LinearOp>(op);
         if (!linear || op.hasAttr(MegacDialect::kFusionAttrName))
           continue;
-        auto match = matchGemmEpilogue(linear, [&](Operation *candidate) {
+        auto admissible = [&](Operation *candidate) {
           return !candidate->hasAttr(MegacDialect::kFusionAttrName) &&
                  samePlace(&op, candidate) &&
                  (!isa<AddOp>(candidate) || fitsOneKernel(candidate));
-        });
-        if (!match)
-          continue;
-        std::string group = "g" + std::to_string(gemms++);
-        for (Operation *member : match->ops())
-          mark(member, group);
-      }
-      // GeLU's gradient as an epilogue: linear -> gelu_grad (the product
-      // its output gradient) [-> round_bf16].
-      for (Operation &op : body) {
-        auto linear = dyn_cast<LinearOp>(op);
-        if (!linear || op.hasAttr(MegacDialect::kFusionAttrName))
-          continue;
-        auto match = matchGemmGeluGrad(linear, [&](Operation *candidate) {
-          return !candidate->hasAttr(MegacDialect::kFusionAttrName) &&
-                 samePlace(&op, candidate);
-        });
-        if (!match)
-          continue;
-        std::string group = "d" + std::to_string(geluGrads++);
-        for (Operation *member : match->ops())
+        };
+        SmallVector<Operation *, 5> members;
+        std::string group;
+        if (auto g = matchGemmEpilogue(linear, admissible)) {
+          members = g->ops();
+          group = "g" + std::to_string(gemms++);
+        } else if (auto d = matchGemmGeluGrad(linear, admissible)) {
+          members = d->ops();
+          group = "d" + std::to_string(geluGrads++);
+        }
+        for (Operation *member : members)
           mark(member, group);
       }
       // A rounding whose operand's only reader it is, made by an op that

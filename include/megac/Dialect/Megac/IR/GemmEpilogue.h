@@ -61,7 +61,7 @@ struct GemmGeluGrad {
 
   /// What the group writes: the (rounded) gradient.
   mlir::Value result() const;
-  llvm::SmallVector<mlir::Operation *, 3> ops() const;
+  llvm::SmallVector<mlir::Operation *, 5> ops() const;
 };
 
 /// The group starting at \p linear, taking only ops \p admissible accepts;
