@@ -294,8 +294,8 @@ bool readsBf16(const Instr &In, uint32_t K, const std::vector<bool> &Bf16,
   case op::LinearWeightGrad:
     return K < 2 && Bf16[In.inputs()->Get(0)] && Bf16[In.inputs()->Get(1)];
   case op::LinearGeluGrad: // dy and w as a product's; the kept GeLU input
-    return K == 2 ||       // as the epilogue's auxiliary input, or a kernel's
-           (Bf16[In.inputs()->Get(0)] && Bf16[In.inputs()->Get(1)]);
+                           // (the epilogue's auxiliary input) always
+    return K == 2 || (Bf16[In.inputs()->Get(0)] && Bf16[In.inputs()->Get(1)]);
   case op::Fused:
   case op::Add:
   case op::Mul:

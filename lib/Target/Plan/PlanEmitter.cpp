@@ -369,14 +369,18 @@ private:
     return success();
   }
 
+  /// Whether \p op (may be null) is marked as part of \p group.
+  static bool inGroup(Operation *op, StringAttr group) {
+    return op && op->getAttr(MegacDialect::kFusionAttrName) == group;
+  }
+
   /// The GEMM group (GemmEpilogue.h) marked \p group that \p op belongs
   /// to; none where the marks do not form one with \p op in it (IR marked
   /// by hand): its ops are then emitted one by one.
   static std::optional<GemmEpilogue> gemmGroupOf(Operation *op,
                                                  StringAttr group) {
     auto sameGroup = [&](Operation *candidate) {
-      return candidate &&
-             candidate->getAttr(MegacDialect::kFusionAttrName) == group;
+      return inGroup(candidate, group);
     };
     // Every member's first operand leads back to the product.
     Operation *start = op;
@@ -421,8 +425,7 @@ private:
   static std::optional<GemmGeluGrad> geluGradGroupOf(Operation *op,
                                                      StringAttr group) {
     auto sameGroup = [&](Operation *candidate) {
-      return candidate &&
-             candidate->getAttr(MegacDialect::kFusionAttrName) == group;
+      return inGroup(candidate, group);
     };
     // The rounding reads the gradient; the gradient reads the product as
     // its output gradient.

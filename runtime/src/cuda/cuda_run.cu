@@ -1080,18 +1080,17 @@ private:
         !EpiloguesOff) {
       LtPlan &Pl = ltPlan(M, K, N, T, true, true, CUBLASLT_EPILOGUE_DGELU);
       if (Pl.Ok) {
-        // Scratch: x's bf16 bits where it has no copy, then dx's.
-        const size_t YAt = (size_t(NY) * 2 + 255) / 256 * 256;
-        char *S = static_cast<char *>(scratch(YAt + size_t(NY) * 2));
+        // Scratch only for what has no copy: x's bf16 bits, dx's.
         const uint16_t *Kept16 = readCopy(Kept, Idx);
-        if (!Kept16) {
-          packBf16(f(Kept), NY, reinterpret_cast<uint16_t *>(S),
-                   /*Exact=*/true);
-          Kept16 = reinterpret_cast<const uint16_t *>(S);
-        }
         uint16_t *Y16 = writeCopy(Y, Idx);
+        const auto [KeptPart, YPart] = scratchParts<2>(
+            {Kept16 ? 0 : size_t(NY) * 2, Y16 ? 0 : size_t(NY) * 2});
+        if (!Kept16) {
+          packBf16(f(Kept), NY, KeptPart, /*Exact=*/true);
+          Kept16 = KeptPart;
+        }
         if (!Y16)
-          Y16 = reinterpret_cast<uint16_t *>(S + YAt);
+          Y16 = YPart;
         check(cublasLtMatmulDescSetAttribute(
                   Pl.Desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &Kept16,
                   sizeof Kept16),
@@ -1148,25 +1147,23 @@ private:
     LtPlan &Pl = ltPlan(M, K, N, T, true, true, Epi);
     if (!Pl.Ok)
       return false;
-    // Scratch: the bias's bf16 bits where it has no copy, then y's and the
-    // kept input's where they have none (each 256-byte aligned).
+    // Scratch only for what has no copy: the bias's bf16 bits, y's, the
+    // kept input's.
     const int64_t NY = M * N;
-    auto Aligned = [](size_t Bytes) { return (Bytes + 255) / 256 * 256; };
     const uint16_t *Bias16 = readCopy(Bias, Idx);
     uint16_t *Y16 = writeCopy(Y, Idx),
              *Pre16 = Keep ? writeCopy(Pre, Idx) : nullptr;
-    const size_t BiasAt = 0, YAt = Aligned(size_t(N) * 2),
-                 PreAt = YAt + Aligned(size_t(NY) * 2);
-    char *S = static_cast<char *>(scratch(PreAt + size_t(NY) * 2));
+    const auto [BiasPart, YPart, PrePart] =
+        scratchParts<3>({Bias16 ? 0 : size_t(N) * 2, Y16 ? 0 : size_t(NY) * 2,
+                         !Keep || Pre16 ? 0 : size_t(NY) * 2});
     if (!Bias16) {
-      packBf16(f(Bias), N, reinterpret_cast<uint16_t *>(S + BiasAt),
-               /*Exact=*/true);
-      Bias16 = reinterpret_cast<const uint16_t *>(S + BiasAt);
+      packBf16(f(Bias), N, BiasPart, /*Exact=*/true);
+      Bias16 = BiasPart;
     }
     if (!Y16)
-      Y16 = reinterpret_cast<uint16_t *>(S + YAt);
+      Y16 = YPart;
     if (Keep && !Pre16)
-      Pre16 = reinterpret_cast<uint16_t *>(S + PreAt);
+      Pre16 = PrePart;
     check(cublasLtMatmulDescSetAttribute(Pl.Desc,
                                          CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                          &Bias16, sizeof Bias16),
@@ -2797,6 +2794,23 @@ private:
   /// Device scratch of at least \p N bytes (its contents do not persist
   /// across instructions).
   void *scratch(size_t N) { return Scratch.atLeast(N, "scratch"); }
+  /// One scratch region cut into parts of \p Bytes each, 256-byte aligned
+  /// for cuBLASLt (a part of 0 bytes is null and takes none): the bf16
+  /// buffers one instruction needs at once.
+  template <size_t Parts>
+  std::array<uint16_t *, Parts> scratchParts(std::array<size_t, Parts> Bytes) {
+    auto Aligned = [](size_t B) { return (B + 255) / 256 * 256; };
+    size_t Total = 0;
+    for (size_t B : Bytes)
+      Total += Aligned(B);
+    char *At = Total ? static_cast<char *>(scratch(Total)) : nullptr;
+    std::array<uint16_t *, Parts> Out{};
+    for (size_t K = 0; K < Parts; ++K) {
+      Out[K] = Bytes[K] ? reinterpret_cast<uint16_t *>(At) : nullptr;
+      At += Aligned(Bytes[K]);
+    }
+    return Out;
+  }
 
   const Program &P;
   const RankProgram &RP;

@@ -6,12 +6,17 @@ using namespace mlir;
 
 namespace megac {
 
-namespace {
-/// The single reader of \p value, if it has exactly one.
 Operation *soleUser(Value value) {
   return value.hasOneUse() ? *value.getUsers().begin() : nullptr;
 }
-} // namespace
+
+bool addsBias(AddOp add, Value product) {
+  auto bias = cast<RankedTensorType>(add.getRhs().getType());
+  auto type = cast<RankedTensorType>(product.getType());
+  return add.getLhs() == product && bias.getRank() == 1 &&
+         type.getRank() >= 1 && bias.getDimSize(0) == type.getShape().back() &&
+         add.getType() == type;
+}
 
 // (Op handles are values whose accessors are not const: copies call them.)
 
@@ -64,12 +69,7 @@ matchGemmEpilogue(LinearOp linear, function_ref<bool(Operation *)> admissible) {
   g.linear = linear;
   Value product = linear.getResult();
   g.add = dyn_cast_or_null<AddOp>(soleUser(product));
-  if (!g.add || !admissible(g.add) || g.add.getLhs() != product)
-    return std::nullopt;
-  auto bias = cast<RankedTensorType>(g.add.getRhs().getType());
-  auto type = cast<RankedTensorType>(product.getType());
-  if (bias.getRank() != 1 || type.getRank() < 1 ||
-      bias.getDimSize(0) != type.getShape().back() || g.add.getType() != type)
+  if (!g.add || !admissible(g.add) || !addsBias(g.add, product))
     return std::nullopt;
   // The sum's readers: its rounding, a GeLU, others (fp32: the backward
   // pass's).

@@ -82,12 +82,11 @@ struct FuseElementwisePass
       if (func.isExternal())
         continue;
       Block &body = func.getBody().front();
-      // GEMM epilogues (GemmEpilogue.h): linear -> + bias [-> gelu], each
-      // the sole reader of the one before, roundings included in a bf16
-      // plan. A pre-activation the backward pass keeps is the group's
-      // second output.
-      // And GeLU's gradient as an epilogue: linear -> gelu_grad (the
-      // product its output gradient) [-> round_bf16].
+      // GEMM epilogues (GemmEpilogue.h): linear -> + bias [-> gelu], the
+      // sum's and the GeLU's roundings included in a bf16 plan, a
+      // pre-activation the backward pass keeps the group's second output;
+      // or linear -> gelu_grad (the product its output gradient)
+      // [-> round_bf16].
       for (Operation &op : body) {
         auto linear = dyn_cast<LinearOp>(op);
         if (!linear || op.hasAttr(MegacDialect::kFusionAttrName))

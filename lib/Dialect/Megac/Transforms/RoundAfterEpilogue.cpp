@@ -8,6 +8,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "megac/Dialect/Megac/IR/GemmEpilogue.h"
 #include "megac/Dialect/Megac/IR/MegacOps.h"
 #include "megac/Dialect/Megac/Transforms/Passes.h"
 
@@ -23,20 +24,6 @@ using namespace mlir;
 using namespace megac;
 
 namespace {
-
-/// The single reader of \p value, if it has exactly one.
-Operation *soleUser(Value value) {
-  return value.hasOneUse() ? *value.getUsers().begin() : nullptr;
-}
-
-/// \p add adds a bias vector to every row of \p product.
-bool addsBias(AddOp add, Value product) {
-  auto bias = cast<RankedTensorType>(add.getRhs().getType());
-  auto type = cast<RankedTensorType>(product.getType());
-  return add.getLhs() == product && bias.getRank() == 1 &&
-         type.getRank() >= 1 && bias.getDimSize(0) == type.getShape().back() &&
-         add.getType() == type;
-}
 
 struct RoundAfterEpiloguePass
     : public megac::impl::RoundAfterEpiloguePassBase<RoundAfterEpiloguePass> {

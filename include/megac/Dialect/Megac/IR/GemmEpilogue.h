@@ -1,10 +1,10 @@
 //===- GemmEpilogue.h - A product and the epilogue it takes -----*- C++ -*-===//
 //
-// cuBLASLt can add a bias, and apply a GeLU, as it writes a product: no
-// pass over memory for either. megac-fuse-elementwise marks such groups
-// ("g") and the plan emitter turns each into one linear_bias instruction;
-// both find the group's parts with the matcher below, so what one marks
-// the other emits.
+// cuBLASLt can add a bias, and apply a GeLU or GeLU's gradient, as it
+// writes a product: no pass over memory for them. megac-fuse-elementwise
+// marks such groups ("g", "d") and the plan emitter turns each into one
+// linear_bias or linear_gelu_grad instruction; both find the group's parts
+// with the matchers below, so what one marks the other emits.
 //
 //===----------------------------------------------------------------------===//
 
@@ -16,6 +16,13 @@
 #include <optional>
 
 namespace megac {
+
+/// The single reader of \p value, if it has exactly one.
+mlir::Operation *soleUser(mlir::Value value);
+
+/// Whether \p add adds a bias (a vector of the last dimension) to every
+/// row of \p product, its first operand.
+bool addsBias(AddOp add, mlir::Value product);
 
 /// linear -> add bias [-> round_bf16] [-> gelu [-> round_bf16]]: a bf16
 /// plan rounds the sum and the GeLU (megac-round-after-epilogue took the

@@ -214,9 +214,10 @@ def FuseElementwisePass : Pass<"megac-fuse-elementwise", "mlir::ModuleOp"> {
     is one kernel reading and writing device memory. Marks with
     `megac.fusion = "gK"` a product (`megac.linear`) followed by its bias
     add (a vector added to every row) and a GeLU of the sum: cuBLASLt
-    applies both as the GEMM's epilogue. In a bf16 plan the group takes
-    the roundings after each of them, and rounds its results once, as the
-    epilogue writes them (within bf16's rounding of the ops one by one).
+    applies both as the GEMM's epilogue. In a bf16 plan the group takes the
+    roundings of the sum and of the GeLU (megac-round-after-epilogue has
+    made the bias add read the fp32 product and the GeLU the fp32 sum), so
+    the epilogue computes exactly what the ops one by one do.
     Where the backward pass keeps the pre-activation for GeLU's gradient,
     the group writes it too, as a second output (cuBLASLt's auxiliary
     output), provided its other readers come after the group. Marks with
