@@ -509,11 +509,16 @@ Executor::attentionDropout(const Instr &In, unsigned First,
 }
 
 void Executor::linearBiasEpilogue(const Instr &In, Tensor &Y) {
-  // The bias, then the GeLU, each as the unfused ops compute it; the GeLU
-  // reads the fp32 sum, which a second output keeps (both are rounded
-  // after, where the plan asks, as the epilogue rounds).
+  // The bias, then the residual or the GeLU, each as the unfused ops
+  // compute it; the GeLU reads the fp32 sum, which a second output keeps
+  // (both are rounded after, where the plan asks, as the epilogue rounds).
   const Tensor &Bias = Bufs[In.inputs()->Get(2)];
   kernels::add(Y.f.data(), Y.numel(), Bias.f.data(), Bias.numel(), Y.f.data());
+  if (In.inputs()->size() == 4) { // a residual, added to the sum
+    const Tensor &Residual = Bufs[In.inputs()->Get(3)];
+    kernels::add(Y.f.data(), Y.numel(), Residual.f.data(), Residual.numel(),
+                 Y.f.data());
+  }
   if (In.outputs()->size() == 2) {
     Tensor &Pre = Bufs[In.outputs()->Get(1)];
     std::copy(Y.f.begin(), Y.f.end(), Pre.f.begin());

@@ -289,8 +289,12 @@ bool readsBf16(const Instr &In, uint32_t K, const std::vector<bool> &Bf16,
     return K < 3 && Attention(In);
   case op::AttentionGrad: // q, k, v, dy
     return K < 4 && Attention(In);
+  case op::LinearBias: // the residual (cuBLASLt's C, or the fallback
+                       // kernel's input) always
+    if (K == 3)
+      return true;
+    [[fallthrough]];
   case op::Linear:
-  case op::LinearBias:
   case op::LinearWeightGrad:
     return K < 2 && Bf16[In.inputs()->Get(0)] && Bf16[In.inputs()->Get(1)];
   case op::LinearGeluGrad: // dy and w as a product's; the kept GeLU input

@@ -1011,10 +1011,13 @@ private:
              productShape(Want) && expectOutShape(Want);
     }
     case op::LinearBias: {
-      // A second output (format 10): the GeLU's input, kept.
-      if (!expectCounts(3, Outs.size() == 2 ? 2 : 1) || !allF32() ||
-          !expectRank(true, 0, 1, 64) || !expectRank(true, 1, 2, 2) ||
-          !expectRank(true, 2, 1, 1) || !expectInts(2, "transpose_w, gelu"))
+      // A second output (format 10): the GeLU's input, kept. A fourth
+      // input (format 11): a residual added to the sum.
+      const bool Residual = Ins.size() == 4;
+      if (!expectCounts(Residual ? 4 : 3, Outs.size() == 2 ? 2 : 1) ||
+          !allF32() || !expectRank(true, 0, 1, 64) ||
+          !expectRank(true, 1, 2, 2) || !expectRank(true, 2, 1, 1) ||
+          !expectInts(2, "transpose_w, gelu"))
         return false;
       if (Outs.size() == 2 && Ints[1] == 0)
         return fail(Pfx + "has a second output (the GeLU's input) but no "
@@ -1029,6 +1032,11 @@ private:
       if (Outs.size() == 2 && out(1) != Want)
         return fail(Pfx + "output 1 has shape " + listStr(out(1)) +
                     ", expected " + listStr(Want));
+      if (Residual && Ints[1] != 0)
+        return fail(Pfx + "has a residual (input 3) and a GeLU");
+      if (Residual && in(3) != Want)
+        return fail(Pfx + "input 3 (the residual) has shape " + listStr(in(3)) +
+                    ", expected the product's " + listStr(Want));
       return expectOutShape(Want);
     }
     case op::LinearGeluGrad: {

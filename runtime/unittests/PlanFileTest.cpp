@@ -486,6 +486,30 @@ TEST(PlanFile, RejectsBadEpiloguesAndAccumulation) {
   EXPECT_NE(verify(Kept(1, {2, 4}, false))
                 .find("output 1 has shape [2,4], expected [2,3]"),
             std::string::npos);
+  // Format 11: a residual (a fourth input) of the output's shape, only
+  // without the GeLU.
+  auto Residual = [](int64_t Gelu, std::vector<int64_t> ResShape) {
+    ProgramDesc P;
+    RankDesc R;
+    uint32_t X = R.addBuffer(dt::F32, {2, 4}, "x");
+    uint32_t W = R.addBuffer(dt::F32, {4, 3}, "w");
+    uint32_t B = R.addBuffer(dt::F32, {3}, "b");
+    uint32_t Res = R.addBuffer(dt::F32, ResShape, "r");
+    for (uint32_t Id : {X, W, B, Res})
+      R.instrs.push_back({op::Fill, {}, {Id}, {}, {1.0}});
+    R.emit(op::LinearBias, {X, W, B, Res}, {2, 3}, {0, Gelu});
+    R.instrs.back().roundBf16 = true;
+    P.ranks.push_back(R);
+    return P;
+  };
+  EXPECT_EQ(verify(Residual(0, {2, 3})), "");
+  EXPECT_NE(
+      verify(Residual(1, {2, 3})).find("has a residual (input 3) and a GeLU"),
+      std::string::npos);
+  EXPECT_NE(verify(Residual(0, {3}))
+                .find("input 3 (the residual) has shape [3], expected the "
+                      "product's [2,3]"),
+            std::string::npos);
   // linear_gelu_grad (format 10): dy [2,4], w [4,3], the kept GeLU input
   // of the product's shape [2,3].
   auto GeluGrad = [](std::vector<int64_t> KeptShape) {

@@ -405,6 +405,32 @@ TEST(Executor, LinearBiasRoundsOnceFromTheFp32Sum) {
   EXPECT_NEAR(E->buffer(Fp32).f[0], 0.8486006848, 1e-6);
 }
 
+TEST(Executor, LinearBiasAddsItsResidualBeforeTheOneRounding) {
+  // t = 1 x (1 + 3/1024) + 1/256 = 1.0068359375 as above; the residual
+  // r = -3/1024 makes the sum 1.00390625, half way between the bf16
+  // values 1.0 and 1.0078125: rounded once (format 11's linear_bias with
+  // a residual and round_bf16), to even, 1.0. Rounding t first (to
+  // 1.0078125) and then the residual sum (1.0048828125) would give
+  // 1.0078125.
+  ProgramDesc P;
+  P.hasTrain = false;
+  RankDesc R;
+  uint32_t X = R.emit(op::Fill, {}, {1, 1}, {}, {1.0});
+  uint32_t W = R.emit(op::Fill, {}, {1, 1}, {}, {1.0029296875});
+  uint32_t B = R.emit(op::Fill, {}, {1}, {}, {0.00390625});
+  uint32_t Res = R.emit(op::Fill, {}, {1, 1}, {}, {-0.0029296875});
+  uint32_t Rounded = R.emit(op::LinearBias, {X, W, B, Res}, {1, 1}, {0, 0});
+  R.instrs.back().roundBf16 = true;
+  uint32_t Fp32 = R.emit(op::LinearBias, {X, W, B, Res}, {1, 1}, {0, 0});
+  R.outputs = {{"rounded", Rounded, ""}, {"fp32", Fp32, ""}};
+  P.ranks.push_back(R);
+  LoadedPlan L;
+  std::unique_ptr<Executor> E = runOnce(P, L);
+  ASSERT_TRUE(E);
+  EXPECT_EQ(E->buffer(Rounded).f[0], 1.0f);
+  EXPECT_EQ(E->buffer(Fp32).f[0], 1.00390625f);
+}
+
 TEST(Executor, LinearGeluGradReadsTheFp32Product) {
   // dy w = 1 x (1 + 3/1024) = 1.0029296875, GeLU's gradient at x = 0.5 is
   // 0.8673699 (tanh form), their product 0.8699110: rounded once (format

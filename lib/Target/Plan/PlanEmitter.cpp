@@ -382,11 +382,17 @@ private:
     auto sameGroup = [&](Operation *candidate) {
       return inGroup(candidate, group);
     };
-    // Every member's first operand leads back to the product.
+    // Every member but the product reads one of the group (the residual
+    // add may read it as its second operand).
     Operation *start = op;
-    while (!isa<LinearOp>(start) && start->getNumOperands() &&
-           sameGroup(start->getOperand(0).getDefiningOp()))
-      start = start->getOperand(0).getDefiningOp();
+    while (!isa<LinearOp>(start)) {
+      auto inside = llvm::find_if(start->getOperands(), [&](Value operand) {
+        return sameGroup(operand.getDefiningOp());
+      });
+      if (inside == start->getOperands().end())
+        break;
+      start = (*inside).getDefiningOp();
+    }
     auto linear = dyn_cast<LinearOp>(start);
     if (!linear)
       return std::nullopt;
@@ -463,9 +469,11 @@ private:
     return success();
   }
 
-  /// A product with its bias (and GeLU) epilogue: one instruction, where
-  /// the group's last op is. Outputs: the result, then the pre-activation
-  /// where the backward pass keeps it; rounded as written in a bf16 plan.
+  /// A product with its bias (and GeLU, or residual) epilogue: one
+  /// instruction, where the group's last op is. Inputs: x, w, the bias,
+  /// the residual where there is one. Outputs: the result, then the
+  /// pre-activation where the backward pass keeps it; rounded as written
+  /// in a bf16 plan.
   LogicalResult emitLinearBias(GemmEpilogue g) {
     std::vector<uint32_t> out;
     for (Value value : {g.result(), g.preActivation()}) {
@@ -478,6 +486,8 @@ private:
     std::vector<uint32_t> in = {buffers.lookup(g.linear.getInput()),
                                 buffers.lookup(g.linear.getWeight()),
                                 buffers.lookup(g.add.getRhs())};
+    if (Value residual = g.residualInput())
+      in.push_back(buffers.lookup(residual));
     std::vector<int64_t> ints = {g.linear.getTransposeWeight() ? 1 : 0,
                                  g.gelu ? 1 : 0};
     std::vector<double> floats;

@@ -120,16 +120,20 @@ __global__ void geluKernel(const float *X, int64_t N, float *Y) {
 }
 
 /// linear_bias's epilogue where cuBLASLt applies none, over the fp32
-/// product T of \p N elements in rows of \p Cols: s = t + bias; the GeLU's
-/// input pre = s; y = GeLU(s) (\p Gelu) or s; each rounded to bf16 when
-/// \p Round (from the fp32 s, as the epilogue rounds), stored in fp32 (Y,
-/// Pre) and as bf16 bits (Y16, Pre16) where not null. T may be Y or Pre.
-__global__ void linearEpilogueKernel(const float *T, int64_t N,
-                                     const float *Bias, int64_t Cols, int Gelu,
-                                     int Round, float *Y, uint16_t *Y16,
-                                     float *Pre, uint16_t *Pre16) {
+/// product T of \p N elements in rows of \p Cols: s = t + bias (+ the
+/// residual \p Res, fp32 or bf16 bits, where not null); the GeLU's input
+/// pre = s; y = GeLU(s) (\p Gelu) or s; each rounded to bf16 when \p Round
+/// (from the fp32 s, as the epilogue rounds), stored in fp32 (Y, Pre) and
+/// as bf16 bits (Y16, Pre16) where not null. T may be Y or Pre.
+template <class ResT>
+__global__ void
+linearEpilogueKernel(const float *T, int64_t N, const float *Bias, int64_t Cols,
+                     int Gelu, int Round, float *Y, uint16_t *Y16, float *Pre,
+                     uint16_t *Pre16, const ResT *Res) {
   MEGAC_GRID_LOOP(I, N) {
-    const float S = T[I] + Bias[I % Cols];
+    float S = T[I] + Bias[I % Cols];
+    if (Res)
+      S += valueOf(Res[I]);
     const float P = Round ? megac_round_bf16(S) : S;
     const float V = Gelu ? megac_gelu(S) : S;
     const float R = Round ? megac_round_bf16(V) : V;

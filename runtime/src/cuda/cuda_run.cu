@@ -988,7 +988,8 @@ private:
   /// epilogue kernel itself.
   bool linearEpilogue(const float *X, int64_t M, int64_t K, const float *W,
                       int64_t N, bool Transposed, const float *Bias, bool Bf16,
-                      float *Y, const uint16_t *CopyX, const uint16_t *CopyW) {
+                      float *Y, const uint16_t *CopyX, const uint16_t *CopyW,
+                      const float *Residual) {
     if (M == 0 || N == 0 || K == 0 ||
         reinterpret_cast<uintptr_t>(Bias) % 16 != 0)
       return false;
@@ -1004,17 +1005,20 @@ private:
       std::tie(Wa, Xa) = packOperands(W, K * N, CopyW, X, M * K, CopyX);
     void *Ws = Pl.Workspace ? BlasWorkspace.Ptr : nullptr;
     const float One = 1.0f, Zero = 0.0f;
-    check(cublasLtMatmul(Lt, Pl.Desc, &One, Wa, Pl.A, Xa, Pl.B, &Zero, Y, Pl.D,
+    // A residual is the product's C, added with beta = 1.
+    check(cublasLtMatmul(Lt, Pl.Desc, &One, Wa, Pl.A, Xa, Pl.B,
+                         Residual ? &One : &Zero, Residual ? Residual : Y, Pl.D,
                          Y, Pl.D, &Pl.Algo, Ws, Pl.Workspace, Compute),
           "cublasLtMatmul");
     return true;
   }
 
-  /// linear_bias (a GEMM group): t = x w + b; y = GeLU(t) or t; the GeLU's
-  /// input t, where the plan keeps it, as a second output. Rounded (a bf16
-  /// plan's group), one cuBLASLt product of bf16 operands computes it all
-  /// in its epilogue, bias in bf16, and writes both in bf16, rounded once
-  /// from fp32; else (or where cuBLASLt declines) the product, then one
+  /// linear_bias (a GEMM group): t = x w + b (+ the residual r, where the
+  /// plan adds one); y = GeLU(t) or t; the GeLU's input t, where the plan
+  /// keeps it, as a second output. Rounded (a bf16 plan's group), one
+  /// cuBLASLt product of bf16 operands computes it all in its epilogue,
+  /// bias and residual in bf16, and writes both in bf16, rounded once from
+  /// fp32; else (or where cuBLASLt declines) the product, then one
   /// epilogue kernel.
   void linearBias(const Instr &In, uint32_t Idx, int64_t M, int64_t K,
                   int64_t N, bool T) {
@@ -1023,6 +1027,8 @@ private:
     const bool Keep = In.outputs()->size() == 2;
     const uint32_t Pre = Keep ? In.outputs()->Get(1) : Y;
     const bool Gelu = In.ints()->Get(1) != 0, Round = In.round_bf16();
+    const bool Residual = In.inputs()->size() == 4;
+    const uint32_t Res = Residual ? In.inputs()->Get(3) : X;
     const uint16_t *CopyX = readCopy(X, Idx), *CopyW = readCopy(W, Idx);
     const int64_t NY = M * N;
     if (NY == 0)
@@ -1038,9 +1044,9 @@ private:
     const bool Fp32Out = f(Y) && (!Keep || f(Pre));
     float *Out = Fp32Out ? f(Keep ? Pre : Y)
                          : static_cast<float *>(scratch(size_t(NY) * 4));
-    if (Fp32Out && !Round &&
+    if (Fp32Out && !Round && (!Residual || f(Res)) &&
         linearEpilogue(f(X), M, K, f(W), N, T, f(Bias), bf16Operands(In), Out,
-                       CopyX, CopyW)) {
+                       CopyX, CopyW, Residual ? f(Res) : nullptr)) {
       if (Gelu)
         launchOn(Compute, geluKernel, blocksFor(NY), kThreads, 0, Out, NY,
                  f(Y));
@@ -1052,11 +1058,18 @@ private:
     else
       colGemm(T ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, f(W),
               T ? K : N, f(X), K, 0.0f, Out, N, bf16Operands(In), CopyW, CopyX);
-    launchOn(Compute, linearEpilogueKernel, blocksFor(NY), kThreads, 0,
-             static_cast<const float *>(Out), NY,
-             static_cast<const float *>(f(Bias)), N, int(Gelu), int(Round),
-             f(Y), Round ? writeCopy(Y, Idx) : nullptr, Keep ? f(Pre) : nullptr,
-             Round && Keep ? writeCopy(Pre, Idx) : nullptr);
+    auto epilogue = [&](auto *R) {
+      launchOn(Compute, linearEpilogueKernel<Elem<decltype(R)>>, blocksFor(NY),
+               kThreads, 0, static_cast<const float *>(Out), NY,
+               static_cast<const float *>(f(Bias)), N, int(Gelu), int(Round),
+               f(Y), Round ? writeCopy(Y, Idx) : nullptr,
+               Keep ? f(Pre) : nullptr,
+               Round && Keep ? writeCopy(Pre, Idx) : nullptr, R);
+    };
+    if (Residual)
+      withInput(Res, Idx, epilogue);
+    else
+      epilogue(static_cast<const float *>(nullptr));
     RoundedAsWritten = Round;
   }
 
@@ -1139,26 +1152,35 @@ private:
     const bool Keep = In.outputs()->size() == 2;
     const uint32_t Pre = Keep ? In.outputs()->Get(1) : Y;
     const bool Gelu = In.ints()->Get(1) != 0;
+    const bool Residual = In.inputs()->size() == 4;
+    const uint32_t Res = Residual ? In.inputs()->Get(3) : X;
     const uint32_t Epi = !Gelu  ? CUBLASLT_EPILOGUE_BIAS
                          : Keep ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
                                 : CUBLASLT_EPILOGUE_GELU_BIAS;
-    if (K == 0 || N % 8 || EpiloguesOff)
+    // A residual is C, of D's type: bf16 values only.
+    if (K == 0 || N % 8 || EpiloguesOff || (Residual && !Bf16[Res]))
       return false;
     LtPlan &Pl = ltPlan(M, K, N, T, true, true, Epi);
     if (!Pl.Ok)
       return false;
     // Scratch only for what has no copy: the bias's bf16 bits, y's, the
-    // kept input's.
+    // kept input's, the residual's.
     const int64_t NY = M * N;
-    const uint16_t *Bias16 = readCopy(Bias, Idx);
+    const uint16_t *Bias16 = readCopy(Bias, Idx),
+                   *Res16 = Residual ? readCopy(Res, Idx) : nullptr;
     uint16_t *Y16 = writeCopy(Y, Idx),
              *Pre16 = Keep ? writeCopy(Pre, Idx) : nullptr;
-    const auto [BiasPart, YPart, PrePart] =
-        scratchParts<3>({Bias16 ? 0 : size_t(N) * 2, Y16 ? 0 : size_t(NY) * 2,
-                         !Keep || Pre16 ? 0 : size_t(NY) * 2});
+    const auto [BiasPart, YPart, PrePart, ResPart] =
+        scratchParts<4>({Bias16 ? 0 : size_t(N) * 2, Y16 ? 0 : size_t(NY) * 2,
+                         !Keep || Pre16 ? 0 : size_t(NY) * 2,
+                         !Residual || Res16 ? 0 : size_t(NY) * 2});
     if (!Bias16) {
       packBf16(f(Bias), N, BiasPart, /*Exact=*/true);
       Bias16 = BiasPart;
+    }
+    if (Residual && !Res16) {
+      packBf16(f(Res), NY, ResPart, /*Exact=*/true);
+      Res16 = ResPart;
     }
     if (!Y16)
       Y16 = YPart;
@@ -1176,8 +1198,10 @@ private:
     const auto [Wa, Xa] = packOperands(f(W), K * N, CopyW, f(X), M * K, CopyX);
     void *Ws = Pl.Workspace ? BlasWorkspace.Ptr : nullptr;
     const float One = 1.0f, Zero = 0.0f;
-    check(cublasLtMatmul(Lt, Pl.Desc, &One, Wa, Pl.A, Xa, Pl.B, &Zero, Y16,
-                         Pl.D, Y16, Pl.D, &Pl.Algo, Ws, Pl.Workspace, Compute),
+    // A residual is the product's C, added with beta = 1.
+    check(cublasLtMatmul(Lt, Pl.Desc, &One, Wa, Pl.A, Xa, Pl.B,
+                         Residual ? &One : &Zero, Residual ? Res16 : Y16, Pl.D,
+                         Y16, Pl.D, &Pl.Algo, Ws, Pl.Workspace, Compute),
           "cublasLtMatmul");
     for (auto [Out, Bits] : {std::pair{Y, Y16}, std::pair{Pre, Pre16}})
       if (Bits && f(Out) && (Out == Y || Keep))

@@ -18,10 +18,20 @@ bool addsBias(AddOp add, Value product) {
          add.getType() == type;
 }
 
+Value residualOf(AddOp add, Value sum) {
+  if (add.getLhs() == add.getRhs() || add.getType() != sum.getType())
+    return {};
+  Value other = add.getLhs() == sum   ? add.getRhs()
+                : add.getRhs() == sum ? add.getLhs()
+                                      : Value();
+  return other && other.getType() == sum.getType() ? other : Value();
+}
+
 // (Op handles are values whose accessors are not const: copies call them.)
 
 bool GemmEpilogue::rounded() const {
-  return static_cast<bool>(sumRound) || static_cast<bool>(geluRound);
+  return static_cast<bool>(sumRound) || static_cast<bool>(geluRound) ||
+         static_cast<bool>(residualRound);
 }
 
 Value GemmEpilogue::preActivation() const {
@@ -37,7 +47,18 @@ Value GemmEpilogue::result() const {
     return rounding.getResult();
   if (activation)
     return activation.getResult();
+  RoundBf16Op residualRounding = residualRound;
+  AddOp residualSum = residual;
+  if (residualRounding)
+    return residualRounding.getResult();
+  if (residualSum)
+    return residualSum.getResult();
   return preActivation();
+}
+
+Value GemmEpilogue::residualInput() const {
+  AddOp residualSum = residual, sum = add;
+  return residualSum ? residualOf(residualSum, sum.getResult()) : Value();
 }
 
 bool GemmEpilogue::keepsPreActivation() const {
@@ -60,7 +81,8 @@ static SmallVector<Operation *, 5> present(ArrayRef<OpState> members) {
 
 SmallVector<Operation *, 5> GemmEpilogue::ops() const {
   return present({OpState(linear), OpState(add), OpState(sumRound),
-                  OpState(gelu), OpState(geluRound)});
+                  OpState(residual), OpState(residualRound), OpState(gelu),
+                  OpState(geluRound)});
 }
 
 std::optional<GemmEpilogue>
@@ -90,6 +112,17 @@ matchGemmEpilogue(LinearOp linear, function_ref<bool(Operation *)> admissible) {
     if (sumRound && others)
       return std::nullopt;
     g.sumRound = sumRound;
+    // The fp32 sum's only reader adds a residual to it (the projections'
+    // output joining the residual stream): cuBLASLt's C, the residual sum
+    // rounded in a bf16 plan.
+    auto residual = dyn_cast_or_null<AddOp>(soleUser(sum));
+    if (sumRound || !residual || !admissible(residual) ||
+        !residualOf(residual, sum))
+      return g;
+    g.residual = residual;
+    if (auto r = dyn_cast_or_null<RoundBf16Op>(soleUser(residual.getResult()));
+        r && admissible(r))
+      g.residualRound = r;
     return g;
   }
   RoundBf16Op geluRound;

@@ -1,8 +1,8 @@
 //===- RoundAfterEpilogue.cpp - A product's epilogue before its rounding -===//
 //
 // megac-mixed-precision rounds every product, then every bias add (or GeLU
-// gradient) after it. A GEMM with an epilogue applies it to its fp32
-// accumulation and rounds once; this pass makes the program say so on
+// gradient, or residual add) after it. A GEMM with an epilogue applies it to
+// its fp32 accumulation and rounds once; this pass makes the program say so on
 // every target, so that the fused GPU plan and the CPU plan compute the
 // same numbers.
 //
@@ -39,7 +39,9 @@ struct RoundAfterEpiloguePass
   }
 
   /// linear -> round -> add bias -> round [-> gelu]: the first rounding
-  /// goes, and a GeLU reads the unrounded sum. linear -> round -> GeLU
+  /// goes, and a GeLU reads the unrounded sum. linear -> round -> add bias
+  /// -> round -> add residual -> round: both first roundings go, the
+  /// residual is added to the fp32 sum (cuBLASLt's C). linear -> round -> GeLU
   /// gradient (the product its output gradient) -> round: the first
   /// rounding goes.
   static void fold(LinearOp linear) {
@@ -67,6 +69,10 @@ struct RoundAfterEpiloguePass
          llvm::make_early_inc_range(sumRound.getResult().getUses()))
       if (isa<GeluOp>(use.getOwner()))
         use.set(add.getResult());
+    if (auto residual = dyn_cast_or_null<AddOp>(soleUser(sumRound.getResult()));
+        residual && residualOf(residual, sumRound.getResult()) &&
+        isa_and_nonnull<RoundBf16Op>(soleUser(residual.getResult())))
+      residual->replaceUsesOfWith(sumRound.getResult(), add.getResult());
     if (sumRound.getResult().use_empty())
       sumRound.erase();
   }

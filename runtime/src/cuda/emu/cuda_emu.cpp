@@ -947,9 +947,10 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t Desc,
                               const cublasLtMatmulAlgo_t *, void *, size_t,
                               cudaStream_t Stream) {
   int M, N, K;
-  if (!ltShape(*Desc, *Al, *Bl, *Dl, M, N, K) || C != D || Cl->Ld != Dl->Ld ||
-      Cl->Type != Dl->Type)
-    return CUBLAS_STATUS_INVALID_VALUE; // (the backend writes in place)
+  // C of D's layout (in place, or the residual the backend adds).
+  if (!ltShape(*Desc, *Al, *Bl, *Dl, M, N, K) || Cl->Ld != Dl->Ld ||
+      Cl->Rows != Dl->Rows || Cl->Cols != Dl->Cols || Cl->Type != Dl->Type)
+    return CUBLAS_STATUS_INVALID_VALUE;
   const cublasLtMatmulDescOpaque Op = *Desc;
   const cublasLtMatrixLayoutOpaque La = *Al, Lb = *Bl, Ld = *Dl;
   const LtEpilogue E = ltEpilogue(Op.Epilogue);
@@ -971,7 +972,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t Desc,
     // element, then D's type.
     std::vector<float> Acc(size_t(Ld.Ld) * size_t(N));
     for (size_t I = 0; Bet != 0.0f && I < Acc.size(); ++I)
-      Acc[I] = ltLoad(D, Ld.Type, I);
+      Acc[I] = ltLoad(C, Ld.Type, I);
     gemmNow(nullptr, Op.TransA, Op.TransB, M, N, K, &Alf, Aw.data(), int(La.Ld),
             0, Bw.data(), int(Lb.Ld), 0, &Bet, Acc.data(), int(Ld.Ld), 0, 1);
     for (int J = 0; J < N; ++J)

@@ -2,17 +2,16 @@
 
 // Tests the kernel groups of a GPT MLP block at inference: the first
 // product takes its bias and GeLU as a cuBLASLt epilogue (g0), the second
-// its bias (g1). The residual add reads a GEMM group's result, so it stays
-// a kernel of its own.
+// its bias and the residual add after it (g1: the residual is the
+// product's C).
 // CHECK-LABEL: func.func @mlp
 // CHECK: megac.linear {{.*}}megac.fusion = "g0"
 // CHECK-NEXT: megac.add {{.*}}megac.fusion = "g0"
 // CHECK-NEXT: megac.gelu {{.*}}megac.fusion = "g0"
 // CHECK-NEXT: megac.linear {{.*}}megac.fusion = "g1"
 // CHECK-NEXT: megac.add {{.*}}megac.fusion = "g1"
-// CHECK-NEXT: megac.add
-// CHECK-NOT: megac.fusion
-// CHECK: return
+// CHECK-NEXT: megac.add %arg0, {{.*}}megac.fusion = "g1"
+// CHECK-NEXT: return
 func.func @mlp(%x: tensor<2x8x16xf32>, %w1: tensor<16x64xf32>, %b1: tensor<64xf32>,
                %w2: tensor<64x16xf32>, %b2: tensor<16xf32>) -> tensor<2x8x16xf32> {
   %h = megac.linear %x, %w1 : (tensor<2x8x16xf32>, tensor<16x64xf32>) -> tensor<2x8x64xf32>
@@ -103,6 +102,66 @@ func.func @bf16_mlp(%x: tensor<2x8x16xf32>, %w1: tensor<16x64xf32>, %b1: tensor<
   %g2 = megac.gelu %s2 : (tensor<2x8x64xf32>) -> tensor<2x8x64xf32>
   %gr2 = megac.round_bf16 %g2 : (tensor<2x8x64xf32>) -> tensor<2x8x64xf32>
   return %or, %dg, %early, %gr2, %gr2 : tensor<2x8x16xf32>, tensor<2x8x64xf32>, tensor<2x8x64xf32>, tensor<2x8x64xf32>, tensor<2x8x64xf32>
+}
+
+// -----
+
+// Tests residual adds in a bf16 plan (after megac-round-after-epilogue):
+// a residual added to the fp32 sum, then rounded, joins the group (g0),
+// whichever operand of the add the sum is (g1). A residual add of the
+// rounded sum (its rounding kept) stays out of the group (g2: the sum's
+// rounding only), and so does an fp32 sum read twice (g3), and the add of
+// a broadcast vector after a product's bias (g4: not a residual).
+// CHECK-LABEL: func.func @bf16_residual
+// CHECK: megac.linear {{.*}}megac.fusion = "g0"
+// CHECK-NEXT: megac.add %{{[0-9]+}}, %arg2 {{.*}}megac.fusion = "g0"
+// CHECK-NEXT: megac.add %{{[0-9]+}}, %arg0 {{.*}}megac.fusion = "g0"
+// CHECK-NEXT: megac.round_bf16 {{.*}}megac.fusion = "g0"
+// CHECK-NEXT: megac.linear {{.*}}megac.fusion = "g1"
+// CHECK-NEXT: megac.add %{{[0-9]+}}, %arg2 {{.*}}megac.fusion = "g1"
+// CHECK-NEXT: megac.add %arg0, %{{[0-9]+}} {{.*}}megac.fusion = "g1"
+// CHECK-NEXT: megac.round_bf16 {{.*}}megac.fusion = "g1"
+// CHECK-NEXT: megac.linear {{.*}}megac.fusion = "g2"
+// CHECK-NEXT: megac.add {{.*}}megac.fusion = "g2"
+// CHECK-NEXT: megac.round_bf16 {{.*}}megac.fusion = "g2"
+// CHECK-NEXT: megac.add
+// CHECK-NOT: "g2"
+// CHECK-NEXT: megac.round_bf16
+// CHECK-NOT: "g2"
+// CHECK-NEXT: megac.linear {{.*}}megac.fusion = "g3"
+// CHECK-NEXT: megac.add {{.*}}megac.fusion = "g3"
+// CHECK-NEXT: megac.add
+// CHECK-NOT: "g3"
+// CHECK-NEXT: megac.linear {{.*}}megac.fusion = "g4"
+// CHECK-NEXT: megac.add {{.*}}megac.fusion = "g4"
+// CHECK-NEXT: megac.add
+// CHECK-NOT: "g4"
+// CHECK: return
+func.func @bf16_residual(%x: tensor<2x8x16xf32>, %w: tensor<16x16xf32>, %b: tensor<16xf32>)
+    -> (tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>) {
+  %p = megac.linear %x, %w : (tensor<2x8x16xf32>, tensor<16x16xf32>) -> tensor<2x8x16xf32>
+  %s = megac.add %p, %b : (tensor<2x8x16xf32>, tensor<16xf32>) -> tensor<2x8x16xf32>
+  %r = megac.add %s, %x : (tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %rr = megac.round_bf16 %r : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %p1 = megac.linear %x, %w : (tensor<2x8x16xf32>, tensor<16x16xf32>) -> tensor<2x8x16xf32>
+  %s1 = megac.add %p1, %b : (tensor<2x8x16xf32>, tensor<16xf32>) -> tensor<2x8x16xf32>
+  %r1 = megac.add %x, %s1 : (tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %rr1 = megac.round_bf16 %r1 : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  // The rounded sum read by the residual add: no fp32 sum to add to.
+  %p2 = megac.linear %x, %w : (tensor<2x8x16xf32>, tensor<16x16xf32>) -> tensor<2x8x16xf32>
+  %s2 = megac.add %p2, %b : (tensor<2x8x16xf32>, tensor<16xf32>) -> tensor<2x8x16xf32>
+  %sr2 = megac.round_bf16 %s2 : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %r2 = megac.add %x, %sr2 : (tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %rr2 = megac.round_bf16 %r2 : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  // The fp32 sum read by the residual add and returned.
+  %p3 = megac.linear %x, %w : (tensor<2x8x16xf32>, tensor<16x16xf32>) -> tensor<2x8x16xf32>
+  %s3 = megac.add %p3, %b : (tensor<2x8x16xf32>, tensor<16xf32>) -> tensor<2x8x16xf32>
+  %r3 = megac.add %x, %s3 : (tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  // A second vector added: a bias, not a residual.
+  %p4 = megac.linear %x, %w : (tensor<2x8x16xf32>, tensor<16x16xf32>) -> tensor<2x8x16xf32>
+  %s4 = megac.add %p4, %b : (tensor<2x8x16xf32>, tensor<16xf32>) -> tensor<2x8x16xf32>
+  %r4 = megac.add %s4, %b : (tensor<2x8x16xf32>, tensor<16xf32>) -> tensor<2x8x16xf32>
+  return %rr, %rr1, %rr2, %r3, %s3, %r4 : tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>
 }
 
 // -----

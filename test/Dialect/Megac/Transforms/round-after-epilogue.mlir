@@ -55,19 +55,58 @@ func.func @inference(%x: tensor<2x8x16xf32>, %w1: tensor<16x64xf32>, %b1: tensor
 
 // -----
 
+// Tests a projection joining the residual stream: the product's and the
+// sum's roundings go, so the bias and then the residual are added to the
+// fp32 product and rounded once (cuBLASLt's C), whichever operand of the
+// add the sum is.
+// CHECK-LABEL: func.func @residual
+// CHECK-NEXT: %[[P:.*]] = megac.linear %arg0, %arg1
+// CHECK-NEXT: %[[S:.*]] = megac.add %[[P]], %arg2
+// CHECK-NEXT: %[[R:.*]] = megac.add %arg0, %[[S]]
+// CHECK-NEXT: %[[RR:.*]] = megac.round_bf16 %[[R]]
+// CHECK-NEXT: %[[Q:.*]] = megac.linear %[[RR]], %arg1
+// CHECK-NEXT: %[[T:.*]] = megac.add %[[Q]], %arg2
+// CHECK-NEXT: %[[U:.*]] = megac.add %[[T]], %[[RR]]
+// CHECK-NEXT: %[[UR:.*]] = megac.round_bf16 %[[U]]
+// CHECK-NEXT: return %[[UR]]
+func.func @residual(%x: tensor<2x8x16xf32>, %w: tensor<16x16xf32>, %b: tensor<16xf32>) -> tensor<2x8x16xf32> {
+  %p = megac.linear %x, %w : (tensor<2x8x16xf32>, tensor<16x16xf32>) -> tensor<2x8x16xf32>
+  %pr = megac.round_bf16 %p : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %s = megac.add %pr, %b : (tensor<2x8x16xf32>, tensor<16xf32>) -> tensor<2x8x16xf32>
+  %sr = megac.round_bf16 %s : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %r = megac.add %x, %sr : (tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %rr = megac.round_bf16 %r : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %q = megac.linear %rr, %w : (tensor<2x8x16xf32>, tensor<16x16xf32>) -> tensor<2x8x16xf32>
+  %qr = megac.round_bf16 %q : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %t = megac.add %qr, %b : (tensor<2x8x16xf32>, tensor<16xf32>) -> tensor<2x8x16xf32>
+  %tr = megac.round_bf16 %t : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %u = megac.add %tr, %rr : (tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %ur = megac.round_bf16 %u : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  return %ur : tensor<2x8x16xf32>
+}
+
+// -----
+
 // Tests what keeps its roundings: a rounded product read by more than its
 // bias add, a product whose rounding feeds a collective before the bias
-// (each rank rounds its partial sum), and an add of a full tensor (a
-// residual, not a bias).
+// (each rank rounds its partial sum), an add of a full tensor (a residual,
+// not a bias) straight after the product, and a rounded sum read by a
+// residual add and returned (the sum's rounding stays; the product's
+// goes).
 // CHECK-LABEL: func.func @kept
 // CHECK-COUNT-3: megac.round_bf16
 // CHECK: megac.all_reduce
 // CHECK-COUNT-2: megac.round_bf16
 // CHECK: megac.add
 // CHECK-NEXT: megac.round_bf16
+// CHECK-NEXT: %[[T:.*]] = megac.linear
+// CHECK-NEXT: %[[TS:.*]] = megac.add %[[T]], %arg2
+// CHECK-NEXT: %[[TSR:.*]] = megac.round_bf16 %[[TS]]
+// CHECK-NEXT: megac.add %arg0, %[[TSR]]
+// CHECK-NEXT: megac.round_bf16
 // CHECK: return
 func.func @kept(%x: tensor<2x8x16xf32>, %w: tensor<16x16xf32>, %b: tensor<16xf32>)
-    -> (tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>) {
+    -> (tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>) {
   %h = megac.linear %x, %w : (tensor<2x8x16xf32>, tensor<16x16xf32>) -> tensor<2x8x16xf32>
   %hr = megac.round_bf16 %h : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
   %s = megac.add %hr, %b : (tensor<2x8x16xf32>, tensor<16xf32>) -> tensor<2x8x16xf32>
@@ -81,7 +120,13 @@ func.func @kept(%x: tensor<2x8x16xf32>, %w: tensor<16x16xf32>, %b: tensor<16xf32
   %rr = megac.round_bf16 %r : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
   %res = megac.add %rr, %x : (tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
   %resr = megac.round_bf16 %res : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
-  return %sr, %hr, %psr, %resr : tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>
+  %t = megac.linear %x, %w : (tensor<2x8x16xf32>, tensor<16x16xf32>) -> tensor<2x8x16xf32>
+  %tr = megac.round_bf16 %t : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %ts = megac.add %tr, %b : (tensor<2x8x16xf32>, tensor<16xf32>) -> tensor<2x8x16xf32>
+  %tsr = megac.round_bf16 %ts : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %tres = megac.add %x, %tsr : (tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %tresr = megac.round_bf16 %tres : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  return %sr, %hr, %psr, %resr, %tresr, %tsr : tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>
 }
 
 // -----

@@ -24,23 +24,34 @@ mlir::Operation *soleUser(mlir::Value value);
 /// row of \p product, its first operand.
 bool addsBias(AddOp add, mlir::Value product);
 
-/// linear -> add bias [-> round_bf16] [-> gelu [-> round_bf16]]: a bf16
-/// plan rounds the sum and the GeLU (megac-round-after-epilogue took the
-/// product's rounding away: the bias is added to the fp32 product, the GeLU
-/// reads the fp32 sum), an fp32 plan neither. What cuBLASLt computes as the
-/// product's epilogue, and writes rounded.
+/// The operand \p add adds to \p sum, when that is a tensor of the sum's
+/// own type (a residual, not a bias); null otherwise.
+mlir::Value residualOf(AddOp add, mlir::Value sum);
+
+/// linear -> add bias [-> round_bf16] [-> gelu [-> round_bf16]], or
+/// linear -> add bias -> add residual [-> round_bf16]: a bf16 plan rounds
+/// the sum (or the residual sum) and the GeLU (megac-round-after-epilogue
+/// took the product's rounding away: the bias is added to the fp32
+/// product, the GeLU or the residual add reads the fp32 sum), an fp32 plan
+/// neither. What cuBLASLt computes as the product's epilogue (the residual
+/// its C, added with beta = 1), and writes rounded.
 struct GemmEpilogue {
   LinearOp linear;
   AddOp add;
   RoundBf16Op sumRound; // the rounded sum (null: not rounded, or not read)
+  AddOp residual;       // null: no residual add (always, with a GeLU)
+  RoundBf16Op residualRound;
   GeluOp gelu;          // null: no GeLU
   RoundBf16Op geluRound;
 
   bool rounded() const;
   /// The GeLU's input the group writes: the (rounded) sum.
   mlir::Value preActivation() const;
-  /// What the group writes last: the GeLU's result, else the sum.
+  /// What the group writes last: the GeLU's result, else the residual
+  /// sum, else the sum.
   mlir::Value result() const;
+  /// The tensor the residual add adds (null: none).
+  mlir::Value residualInput() const;
   /// Whether the pre-activation is read outside the group too (the
   /// backward pass keeps it for GeLU's gradient): a second output.
   bool keepsPreActivation() const;

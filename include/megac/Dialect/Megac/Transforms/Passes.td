@@ -309,7 +309,7 @@ def MixedPrecisionPass : Pass<"megac-mixed-precision", "mlir::ModuleOp"> {
 }
 
 def RoundAfterEpiloguePass : Pass<"megac-round-after-epilogue", "mlir::ModuleOp"> {
-  let summary = "bf16: a product's epilogue (bias, GeLU gradient) before its rounding";
+  let summary = "bf16: a product's epilogue (bias, residual, GeLU gradient) before its rounding";
   let description = [{
     Runs on a bf16 program after megac-insert-collectives. Where a product
     (`megac.linear`) is rounded and the rounding's only reader adds a bias
@@ -317,9 +317,14 @@ def RoundAfterEpiloguePass : Pass<"megac-round-after-epilogue", "mlir::ModuleOp"
     the fp32 product and the sum rounded once, as a GEMM's epilogue (and
     PyTorch's `addmm`) computes it. A GeLU of that sum reads the fp32 sum;
     the rounded sum stays what every other reader (the backward pass's
-    GeLU gradient) reads. Every target computes these numbers, so a CPU
-    plan and a GPU plan (where megac-fuse-elementwise makes each such group
-    one cuBLASLt product) agree bit for bit on the CPU backend. A product
+    GeLU gradient) reads. Where the rounded sum's only reader adds a
+    residual (a tensor of its shape: a projection's output joining the
+    residual stream) and is rounded, that rounding goes too: the residual
+    is added to the fp32 sum and rounded once, as a GEMM that takes the
+    residual as its C operand computes it. Every target computes these
+    numbers, so a CPU plan and a GPU plan (where megac-fuse-elementwise
+    makes each such group one cuBLASLt product) agree bit for bit on the
+    CPU backend. A product
     whose partial sums are reduced across ranks (a collective between it
     and its bias add) keeps its rounding: each rank rounds its part, as a
     bf16 program does. Likewise a rounded product whose only reader is a
