@@ -655,6 +655,9 @@ void Executor::exec(uint32_t Idx, const Instr &In, Collectives &C,
   case op::LayerNormGrad:
     kernels::layerNormGrad(A.f.data(), Rows, Last, X(1).f.data(),
                            X(2).f.data(), Flt(0), Y.f.data());
+    if (In.inputs()->size() == 4) // the residual gradient, added after
+      kernels::add(Y.f.data(), Y.numel(), X(3).f.data(), X(3).numel(),
+                   Y.f.data());
     return;
   case op::Normalize:
     kernels::normalize(A.f.data(), Rows, Last, Flt(0), Y.f.data());

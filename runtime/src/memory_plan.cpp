@@ -308,8 +308,8 @@ bool readsBf16(const Instr &In, uint32_t K, const std::vector<bool> &Bf16,
   case op::LayerNorm: // x (not the gain and bias)
   case op::Normalize:
     return K == 0;
-  case op::LayerNormGrad: // x and dy (not the gain)
-    return K == 0 || K == 2;
+  case op::LayerNormGrad: // x, dy and the residual gradient (not the gain)
+    return K != 1;
   case op::LayerNormGainGrad: // x and dy
     return K < 2;
   case op::Embedding: // the table (not the ids)

@@ -1247,8 +1247,14 @@ private:
       return expectOutShape(in(0));
     }
     case op::LayerNormGrad: {
-      if (!expectCounts(3, 1) || !allF32() || !expectRank(true, 0, 1, 64))
+      // A fourth input (format 11): a residual gradient added to dx.
+      const bool Residual = Ins.size() == 4;
+      if (!expectCounts(Residual ? 4 : 3, 1) || !allF32() ||
+          !expectRank(true, 0, 1, 64))
         return false;
+      if (Residual && in(3) != in(0))
+        return fail(Pfx + "input 3 (the residual gradient) " + listStr(in(3)) +
+                    " must have x's shape " + listStr(in(0)));
       Shape H = {in(0).back()};
       if (in(1) != H)
         return fail(Pfx + "gamma " + listStr(in(1)) + " must have shape " +

@@ -510,6 +510,26 @@ TEST(PlanFile, RejectsBadEpiloguesAndAccumulation) {
                 .find("input 3 (the residual) has shape [3], expected the "
                       "product's [2,3]"),
             std::string::npos);
+  // Format 11: layer_norm_grad's residual gradient, of x's shape.
+  auto NormGrad = [](std::vector<int64_t> ResShape) {
+    ProgramDesc P;
+    RankDesc R;
+    uint32_t X = R.addBuffer(dt::F32, {2, 4}, "x");
+    uint32_t G = R.addBuffer(dt::F32, {4}, "gamma");
+    uint32_t Dy = R.addBuffer(dt::F32, {2, 4}, "dy");
+    uint32_t Res = R.addBuffer(dt::F32, ResShape, "r");
+    for (uint32_t Id : {X, G, Dy, Res})
+      R.instrs.push_back({op::Fill, {}, {Id}, {}, {1.0}});
+    R.emit(op::LayerNormGrad, {X, G, Dy, Res}, {2, 4}, {}, {1e-5});
+    R.instrs.back().roundBf16 = true;
+    P.ranks.push_back(R);
+    return P;
+  };
+  EXPECT_EQ(verify(NormGrad({2, 4})), "");
+  EXPECT_NE(verify(NormGrad({4}))
+                .find("input 3 (the residual gradient) [4] must have x's "
+                      "shape [2,4]"),
+            std::string::npos);
   // linear_gelu_grad (format 10): dy [2,4], w [4,3], the kept GeLU input
   // of the product's shape [2,3].
   auto GeluGrad = [](std::vector<int64_t> KeptShape) {

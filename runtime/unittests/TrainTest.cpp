@@ -431,6 +431,64 @@ TEST(Executor, LinearBiasAddsItsResidualBeforeTheOneRounding) {
   EXPECT_EQ(E->buffer(Fp32).f[0], 1.00390625f);
 }
 
+TEST(Executor, LayerNormGradAddsTheResidualBeforeTheOneRounding) {
+  // Format 11's layer_norm_grad with a residual gradient r and round_bf16
+  // against the unfused ops it stands for (megac-round-after-epilogue's
+  // output): layer_norm_grad in fp32, + r, round_bf16. Random rows (x, dy,
+  // r, the gain), 8 of 32.
+  ProgramDesc P;
+  P.hasTrain = false;
+  P.seed = 11;
+  RankDesc R;
+  const std::vector<int64_t> Shape = {8, 32};
+  std::vector<uint32_t> In;
+  for (const char *Name : {"x", "gamma", "dy", "r"}) {
+    std::vector<int64_t> S =
+        std::string(Name) == "gamma" ? std::vector<int64_t>{32} : Shape;
+    uint32_t B = R.addBuffer(dt::F32, S, Name);
+    R.params.push_back({Name,
+                        B,
+                        S,
+                        std::vector<int64_t>(S.size(), 0),
+                        ik::Normal,
+                        1.0,
+                        "",
+                        {}});
+    In.push_back(B);
+  }
+  const uint32_t X = In[0], G = In[1], Dy = In[2], Res = In[3];
+  auto normGrad = [&](std::vector<uint32_t> Inputs, bool Round) {
+    uint32_t Y = R.emit(op::LayerNormGrad, Inputs, Shape, {}, {1e-5});
+    R.instrs.back().roundBf16 = Round;
+    return Y;
+  };
+  uint32_t Fused = normGrad({X, G, Dy, Res}, true);
+  uint32_t Plain = normGrad({X, G, Dy}, false);
+  uint32_t Sum = R.emit(op::Add, {Res, Plain}, Shape);
+  uint32_t Unfused = R.emit(op::RoundBf16, {Sum}, Shape);
+  // Rounded before the residual is added: what the fusion spares.
+  uint32_t Early = normGrad({X, G, Dy}, true);
+  uint32_t EarlySum = R.emit(op::Add, {Res, Early}, Shape);
+  uint32_t Twice = R.emit(op::RoundBf16, {EarlySum}, Shape);
+  uint32_t Fp32 = normGrad({X, G, Dy, Res}, false);
+  R.outputs = {{"fused", Fused, ""},
+               {"unfused", Unfused, ""},
+               {"twice", Twice, ""},
+               {"fp32", Fp32, ""},
+               {"sum", Sum, ""}};
+  P.ranks.push_back(R);
+  LoadedPlan L;
+  ASSERT_EQ(verifyPlanBytes(buildPlanBytes(P), L), "");
+  Executor E(*L.program, 0);
+  E.allocate();
+  E.initParams(P.seed);
+  LocalCollectives C;
+  E.run(C);
+  EXPECT_EQ(E.buffer(Fused).f, E.buffer(Unfused).f);
+  EXPECT_EQ(E.buffer(Fp32).f, E.buffer(Sum).f);
+  EXPECT_NE(E.buffer(Fused).f, E.buffer(Twice).f);
+}
+
 TEST(Executor, LinearGeluGradReadsTheFp32Product) {
   // dy w = 1 x (1 + 3/1024) = 1.0029296875, GeLU's gradient at x = 0.5 is
   // 0.8673699 (tanh form), their product 0.8699110: rounded once (format

@@ -449,6 +449,47 @@ private:
     return match;
   }
 
+  /// The norm-gradient group (GemmEpilogue.h) marked \p group that \p op
+  /// belongs to; none where the marks do not form one with \p op in it.
+  static std::optional<NormGradResidual> normGradGroupOf(Operation *op,
+                                                         StringAttr group) {
+    auto sameGroup = [&](Operation *candidate) {
+      return inGroup(candidate, group);
+    };
+    // The rounding reads the sum; the sum reads the norm's gradient.
+    Operation *start = op;
+    if (auto round = dyn_cast<RoundBf16Op>(start))
+      start = round.getInput().getDefiningOp();
+    if (auto add = dyn_cast_or_null<AddOp>(start))
+      for (Value operand : add->getOperands())
+        if (isa_and_nonnull<LayerNormGradOp>(operand.getDefiningOp()))
+          start = operand.getDefiningOp();
+    auto grad = dyn_cast_or_null<LayerNormGradOp>(start);
+    if (!grad || !sameGroup(grad))
+      return std::nullopt;
+    std::optional<NormGradResidual> match =
+        matchNormGradResidual(grad, sameGroup);
+    if (!match || !llvm::is_contained(match->ops(), op))
+      return std::nullopt;
+    return match;
+  }
+
+  /// A LayerNorm gradient with the residual gradient added as it is
+  /// written (rounded after, in a bf16 plan): the norm gradient's
+  /// instruction with the residual as a fourth input, writing the group's
+  /// result.
+  LogicalResult emitNormGradResidual(NormGradResidual g) {
+    if (failed(addBuffer(g.result(), "layer_norm_grad")))
+      return failure();
+    buffers[g.grad.getResult()] = buffers.lookup(g.result());
+    roundingOutput = static_cast<bool>(g.round);
+    residualInput = g.residualInput();
+    LogicalResult result = addInstruction(g.grad);
+    roundingOutput = false;
+    residualInput = {};
+    return result;
+  }
+
   /// A product with GeLU's gradient as its epilogue: one instruction where
   /// the group's last op is.
   LogicalResult emitLinearGeluGrad(GemmGeluGrad g) {
@@ -553,6 +594,10 @@ private:
         if (group.getValue().starts_with("d"))
           if (std::optional<GemmGeluGrad> d = geluGradGroupOf(&op, group))
             return &op == d->ops().back() ? emitLinearGeluGrad(*d) : success();
+        if (group.getValue().starts_with("n"))
+          if (std::optional<NormGradResidual> n = normGradGroupOf(&op, group))
+            return &op == n->ops().back() ? emitNormGradResidual(*n)
+                                          : success();
       }
       // A sharding constraint is only an annotation: the collectives that
       // realize it are already in place, its result is its operand.
@@ -779,6 +824,8 @@ private:
     std::vector<uint32_t> in;
     for (Value operand : op->getOperands())
       in.push_back(buffers.lookup(operand));
+    if (residualInput)
+      in.push_back(buffers.lookup(residualInput));
     // An assignment reads only its value; the parameter is its output.
     if (auto assign = dyn_cast<AssignOp>(op))
       in = {buffers.lookup(assign.getValue())};
@@ -959,6 +1006,9 @@ private:
   bool accumulating = false;
   /// The instruction being added rounds its output (an "r" group).
   bool roundingOutput = false;
+  /// An input the instruction being added reads after its op's operands
+  /// (an "n" group's residual gradient).
+  Value residualInput;
   fb::FlatBufferBuilder &fbb;
   const Grid &grid;
   uint32_t rank;

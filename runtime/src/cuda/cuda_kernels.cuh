@@ -563,10 +563,14 @@ __global__ void layerNormKernel(const TX *X, int64_t Rows, int64_t H,
   }
 }
 
-template <class TX, class TD>
+/// dx = LayerNorm's gradient per row, plus \p Res (the residual stream's
+/// gradient, fp32 or bf16 bits) where not null, added in fp32 before dx
+/// is stored (and rounded).
+template <class TX, class TD, class TR>
 __global__ void layerNormGradKernel(const TX *X, int64_t Rows, int64_t H,
                                     const float *Gamma, const TD *DY,
-                                    double Eps, float *DX, OutputStore Store) {
+                                    double Eps, float *DX, OutputStore Store,
+                                    const TR *Res) {
   __shared__ double Part[kThreads];
   for (int64_t R = blockIdx.x; R < Rows; R += gridDim.x) {
     const TX *Xr = X + R * H;
@@ -584,7 +588,10 @@ __global__ void layerNormGradKernel(const TX *X, int64_t Rows, int64_t H,
     for (int64_t J = threadIdx.x; J < H; J += blockDim.x) {
       const double G = double(valueOf(Dr[J])) * Gamma[J];
       const double Xh = (valueOf(Xr[J]) - Mean) * Inv;
-      Store(DX, R * H + J, float(Inv * (G - SumG - Xh * SumGX)));
+      float V = float(Inv * (G - SumG - Xh * SumGX));
+      if (Res)
+        V += valueOf(Res[R * H + J]);
+      Store(DX, R * H + J, V);
     }
   }
 }

@@ -1497,19 +1497,28 @@ private:
                    outputStore(In, Y, Idx));
         });
       return;
-    case op::LayerNormGrad:
+    case op::LayerNormGrad: {
+      // x, dy and the residual gradient (format 11, where there is one)
+      // each fp32 or bf16 bits.
+      auto launch = [&](auto *Xs, auto *Dy, auto *Res) {
+        launchOn(Compute,
+                 layerNormGradKernel<Elem<decltype(Xs)>, Elem<decltype(Dy)>,
+                                     Elem<decltype(Res)>>,
+                 rowBlocks(Rows), kThreads, 0, Xs, Rows, Last,
+                 static_cast<const float *>(f(X(1))), Dy, Flt(0), f(Y),
+                 outputStore(In, Y, Idx), Res);
+      };
       if (Last)
         withInput(X(0), Idx, [&](auto *Xs) {
           withInput(X(2), Idx, [&](auto *Dy) {
-            launchOn(
-                Compute,
-                layerNormGradKernel<Elem<decltype(Xs)>, Elem<decltype(Dy)>>,
-                rowBlocks(Rows), kThreads, 0, Xs, Rows, Last,
-                static_cast<const float *>(f(X(1))), Dy, Flt(0), f(Y),
-                outputStore(In, Y, Idx));
+            if (In.inputs()->size() == 4)
+              withInput(X(3), Idx, [&](auto *Res) { launch(Xs, Dy, Res); });
+            else
+              launch(Xs, Dy, static_cast<const float *>(nullptr));
           });
         });
       return;
+    }
     case op::Normalize:
       if (Last)
         withInput(X(0), Idx, [&](auto *Xs) {

@@ -182,4 +182,34 @@ matchGemmGeluGrad(LinearOp linear, function_ref<bool(Operation *)> admissible) {
   return g;
 }
 
+Value NormGradResidual::result() const {
+  RoundBf16Op rounding = round;
+  AddOp sum = add;
+  return rounding ? rounding.getResult() : sum.getResult();
+}
+
+Value NormGradResidual::residualInput() const {
+  AddOp sum = add;
+  LayerNormGradOp norm = grad;
+  return residualOf(sum, norm.getResult());
+}
+
+SmallVector<Operation *, 5> NormGradResidual::ops() const {
+  return present({OpState(grad), OpState(add), OpState(round)});
+}
+
+std::optional<NormGradResidual>
+matchNormGradResidual(LayerNormGradOp grad,
+                      function_ref<bool(Operation *)> admissible) {
+  NormGradResidual g;
+  g.grad = grad;
+  g.add = dyn_cast_or_null<AddOp>(soleUser(grad.getResult()));
+  if (!g.add || !admissible(g.add) || !residualOf(g.add, grad.getResult()))
+    return std::nullopt;
+  if (auto r = dyn_cast_or_null<RoundBf16Op>(soleUser(g.add.getResult()));
+      r && admissible(r))
+    g.round = r;
+  return g;
+}
+
 } // namespace megac

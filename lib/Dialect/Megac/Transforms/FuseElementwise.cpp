@@ -74,7 +74,7 @@ struct FuseElementwisePass
     : public megac::impl::FuseElementwisePassBase<FuseElementwisePass> {
   void runOnOperation() override {
     MLIRContext *ctx = &getContext();
-    int64_t gemms = 0, geluGrads = 0, chains = 0, roundings = 0;
+    int64_t gemms = 0, geluGrads = 0, normGrads = 0, chains = 0, roundings = 0;
     auto mark = [&](Operation *op, StringRef group) {
       op->setAttr(MegacDialect::kFusionAttrName, StringAttr::get(ctx, group));
     };
@@ -82,14 +82,14 @@ struct FuseElementwisePass
       if (func.isExternal())
         continue;
       Block &body = func.getBody().front();
-      // GEMM epilogues (GemmEpilogue.h): linear -> + bias [-> gelu], the
-      // sum's and the GeLU's roundings included in a bf16 plan, a
+      // Epilogues (GemmEpilogue.h): linear -> + bias [-> gelu | -> +
+      // residual] ("g"), the roundings included in a bf16 plan, a
       // pre-activation the backward pass keeps the group's second output;
-      // or linear -> gelu_grad (the product its output gradient)
-      // [-> round_bf16].
+      // linear -> gelu_grad (the product its output gradient)
+      // [-> round_bf16] ("d"); layer_norm_grad -> + residual gradient
+      // [-> round_bf16] ("n").
       for (Operation &op : body) {
-        auto linear = dyn_cast<LinearOp>(op);
-        if (!linear || op.hasAttr(MegacDialect::kFusionAttrName))
+        if (op.hasAttr(MegacDialect::kFusionAttrName))
           continue;
         auto admissible = [&](Operation *candidate) {
           return !candidate->hasAttr(MegacDialect::kFusionAttrName) &&
@@ -98,12 +98,19 @@ struct FuseElementwisePass
         };
         SmallVector<Operation *, 5> members;
         std::string group;
-        if (auto g = matchGemmEpilogue(linear, admissible)) {
-          members = g->ops();
-          group = "g" + std::to_string(gemms++);
-        } else if (auto d = matchGemmGeluGrad(linear, admissible)) {
-          members = d->ops();
-          group = "d" + std::to_string(geluGrads++);
+        if (auto linear = dyn_cast<LinearOp>(op)) {
+          if (auto g = matchGemmEpilogue(linear, admissible)) {
+            members = g->ops();
+            group = "g" + std::to_string(gemms++);
+          } else if (auto d = matchGemmGeluGrad(linear, admissible)) {
+            members = d->ops();
+            group = "d" + std::to_string(geluGrads++);
+          }
+        } else if (auto grad = dyn_cast<LayerNormGradOp>(op)) {
+          if (auto n = matchNormGradResidual(grad, admissible)) {
+            members = n->ops();
+            group = "n" + std::to_string(normGrads++);
+          }
         }
         for (Operation *member : members)
           mark(member, group);

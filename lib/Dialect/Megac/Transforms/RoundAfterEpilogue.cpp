@@ -1,7 +1,8 @@
 //===- RoundAfterEpilogue.cpp - A product's epilogue before its rounding -===//
 //
 // megac-mixed-precision rounds every product, then every bias add (or GeLU
-// gradient, or residual add) after it. A GEMM with an epilogue applies it to
+// gradient, or residual add) after it, and every LayerNorm gradient before
+// the residual gradient is added to it. A GEMM with an epilogue applies it to
 // its fp32 accumulation and rounds once; this pass makes the program say so on
 // every target, so that the fused GPU plan and the CPU plan compute the
 // same numbers.
@@ -35,6 +36,10 @@ struct RoundAfterEpiloguePass
       func.walk([&](LinearOp linear) { products.push_back(linear); });
       for (LinearOp linear : products)
         fold(linear);
+      SmallVector<LayerNormGradOp> normGrads;
+      func.walk([&](LayerNormGradOp grad) { normGrads.push_back(grad); });
+      for (LayerNormGradOp grad : normGrads)
+        foldResidual(grad);
     }
   }
 
@@ -75,6 +80,21 @@ struct RoundAfterEpiloguePass
       residual->replaceUsesOfWith(sumRound.getResult(), add.getResult());
     if (sumRound.getResult().use_empty())
       sumRound.erase();
+  }
+
+  /// layer_norm_grad -> round -> add residual -> round: the first
+  /// rounding goes; the residual gradient is added to the fp32 norm
+  /// gradient, as the norm gradient's kernel adds it.
+  static void foldResidual(LayerNormGradOp grad) {
+    auto gradRound = dyn_cast_or_null<RoundBf16Op>(soleUser(grad.getResult()));
+    if (!gradRound)
+      return;
+    auto residual = dyn_cast_or_null<AddOp>(soleUser(gradRound.getResult()));
+    if (!residual || !residualOf(residual, gradRound.getResult()) ||
+        !isa_and_nonnull<RoundBf16Op>(soleUser(residual.getResult())))
+      return;
+    residual->replaceUsesOfWith(gradRound.getResult(), grad.getResult());
+    gradRound.erase();
   }
 };
 

@@ -345,3 +345,39 @@ func.func @product_rounding_before_its_bias(%x: tensor<2x8x16xf32>, %w: tensor<1
   %sr = megac.round_bf16 %s : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
   return %sr : tensor<2x8x16xf32>
 }
+
+// -----
+
+// Tests a LayerNorm's input gradient with the residual stream's gradient
+// added to it: one group (n0: the norm gradient's kernel adds it as it
+// writes, and rounds the sum in a bf16 plan), whichever operand of the
+// add it is (n1, an fp32 plan's: no rounding). A norm gradient read twice
+// whose rounding is read twice stays out (the rounding joins it: r0), and
+// so does the add of a vector.
+// CHECK-LABEL: func.func @norm_grad
+// CHECK-NEXT: megac.layer_norm_grad {{.*}}megac.fusion = "n0"
+// CHECK-NEXT: megac.add {{.*}}megac.fusion = "n0"
+// CHECK-NEXT: megac.round_bf16 {{.*}}megac.fusion = "n0"
+// CHECK-NEXT: megac.layer_norm_grad {{.*}}megac.fusion = "n1"
+// CHECK-NEXT: megac.add %{{[0-9]+}}, %arg3 {{.*}}megac.fusion = "n1"
+// CHECK-NEXT: megac.layer_norm_grad {{.*}}megac.fusion = "r0"
+// CHECK-NEXT: megac.round_bf16 {{.*}}megac.fusion = "r0"
+// CHECK-NEXT: megac.add
+// CHECK-NOT: "n2"
+// CHECK: return
+func.func @norm_grad(%x: tensor<2x8x16xf32>, %g: tensor<16xf32>, %dy: tensor<2x8x16xf32>, %r: tensor<2x8x16xf32>)
+    -> (tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>) {
+  %n = megac.layer_norm_grad %x, %g, %dy {epsilon = 1.0e-05 : f64} : (tensor<2x8x16xf32>, tensor<16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %s = megac.add %r, %n : (tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %sr = megac.round_bf16 %s : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %m = megac.layer_norm_grad %x, %g, %dy {epsilon = 1.0e-05 : f64} : (tensor<2x8x16xf32>, tensor<16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %t = megac.add %m, %r : (tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  // Read twice: by its rounding's sum and returned (rounded).
+  %h = megac.layer_norm_grad %x, %g, %dy {epsilon = 1.0e-05 : f64} : (tensor<2x8x16xf32>, tensor<16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %hr = megac.round_bf16 %h : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %u = megac.add %hr, %r : (tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  // A vector added: not a residual.
+  %k = megac.layer_norm_grad %x, %g, %dy {epsilon = 1.0e-05 : f64} : (tensor<2x8x16xf32>, tensor<16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %v = megac.add %k, %g : (tensor<2x8x16xf32>, tensor<16xf32>) -> tensor<2x8x16xf32>
+  return %sr, %t, %u, %hr, %v : tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>
+}

@@ -155,3 +155,40 @@ func.func @gelu_grad(%dy: tensor<2x8x16xf32>, %w: tensor<64x16xf32>, %pre: tenso
   %hr = megac.round_bf16 %h : (tensor<2x8x64xf32>) -> tensor<2x8x64xf32>
   return %gr, %hr : tensor<2x8x64xf32>, tensor<2x8x64xf32>
 }
+
+// -----
+
+// Tests the residual stream's gradient meeting a LayerNorm's input
+// gradient: the norm gradient's rounding goes, so the residual gradient
+// is added to the fp32 norm gradient and the sum rounded once (as the
+// norm gradient's kernel adds it). A rounded norm gradient read twice,
+// or whose sum is not rounded, keeps its rounding.
+// CHECK-LABEL: func.func @norm_grad
+// CHECK-NEXT: %[[G:.*]] = megac.layer_norm_grad %arg0, %arg1, %arg2
+// CHECK-NEXT: %[[S:.*]] = megac.add %arg3, %[[G]]
+// CHECK-NEXT: %[[SR:.*]] = megac.round_bf16 %[[S]]
+// CHECK-NEXT: %[[H:.*]] = megac.layer_norm_grad %arg0, %arg1, %arg2
+// CHECK-NEXT: %[[HR:.*]] = megac.round_bf16 %[[H]]
+// CHECK-NEXT: megac.add %arg3, %[[HR]]
+// CHECK-NEXT: megac.round_bf16
+// CHECK-NEXT: %[[K:.*]] = megac.layer_norm_grad %arg0, %arg1, %arg2
+// CHECK-NEXT: %[[KR:.*]] = megac.round_bf16 %[[K]]
+// CHECK-NEXT: megac.add %[[KR]], %arg3
+// CHECK-NEXT: return
+func.func @norm_grad(%x: tensor<2x8x16xf32>, %g: tensor<16xf32>, %dy: tensor<2x8x16xf32>, %r: tensor<2x8x16xf32>)
+    -> (tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>) {
+  %n = megac.layer_norm_grad %x, %g, %dy {epsilon = 1.0e-05 : f64} : (tensor<2x8x16xf32>, tensor<16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %nr = megac.round_bf16 %n : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %s = megac.add %r, %nr : (tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %sr = megac.round_bf16 %s : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  // Read twice: by the sum and returned.
+  %h = megac.layer_norm_grad %x, %g, %dy {epsilon = 1.0e-05 : f64} : (tensor<2x8x16xf32>, tensor<16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %hr = megac.round_bf16 %h : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %t = megac.add %r, %hr : (tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %tr = megac.round_bf16 %t : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  // The sum not rounded.
+  %k = megac.layer_norm_grad %x, %g, %dy {epsilon = 1.0e-05 : f64} : (tensor<2x8x16xf32>, tensor<16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %kr = megac.round_bf16 %k : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %u = megac.add %kr, %r : (tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  return %sr, %tr, %hr, %u : tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>
+}

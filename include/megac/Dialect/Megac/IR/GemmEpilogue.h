@@ -1,10 +1,12 @@
 //===- GemmEpilogue.h - A product and the epilogue it takes -----*- C++ -*-===//
 //
-// cuBLASLt can add a bias, and apply a GeLU or GeLU's gradient, as it
-// writes a product: no pass over memory for them. megac-fuse-elementwise
-// marks such groups ("g", "d") and the plan emitter turns each into one
-// linear_bias or linear_gelu_grad instruction; both find the group's parts
-// with the matchers below, so what one marks the other emits.
+// cuBLASLt can add a bias or a residual, and apply a GeLU or GeLU's
+// gradient, as it writes a product: no pass over memory for them; a
+// LayerNorm gradient's row kernel can add the residual stream's gradient
+// likewise. megac-fuse-elementwise marks such groups ("g", "d", "n") and
+// the plan emitter turns each into one linear_bias, linear_gelu_grad or
+// layer_norm_grad instruction; both find the group's parts with the
+// matchers below, so what one marks the other emits.
 //
 //===----------------------------------------------------------------------===//
 
@@ -87,6 +89,30 @@ struct GemmGeluGrad {
 std::optional<GemmGeluGrad>
 matchGemmGeluGrad(LinearOp linear,
                   llvm::function_ref<bool(mlir::Operation *)> admissible);
+
+/// layer_norm_grad -> add residual [-> round_bf16]: the gradient reaching
+/// a LayerNorm's input through the norm, plus the residual stream's
+/// gradient (a bf16 plan rounds the sum; megac-round-after-epilogue took
+/// the norm gradient's own rounding away). The norm gradient's row kernel
+/// adds the residual as it writes ("n" groups): no pass over memory for
+/// the add.
+struct NormGradResidual {
+  LayerNormGradOp grad;
+  AddOp add;
+  RoundBf16Op round; // null in an fp32 plan
+
+  /// What the group writes: the (rounded) sum.
+  mlir::Value result() const;
+  /// The tensor added to the norm's gradient.
+  mlir::Value residualInput() const;
+  llvm::SmallVector<mlir::Operation *, 5> ops() const;
+};
+
+/// The group starting at \p grad, taking only ops \p admissible accepts;
+/// none where \p grad does not start one.
+std::optional<NormGradResidual>
+matchNormGradResidual(LayerNormGradOp grad,
+                      llvm::function_ref<bool(mlir::Operation *)> admissible);
 
 } // namespace megac
 

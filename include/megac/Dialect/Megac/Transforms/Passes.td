@@ -309,7 +309,7 @@ def MixedPrecisionPass : Pass<"megac-mixed-precision", "mlir::ModuleOp"> {
 }
 
 def RoundAfterEpiloguePass : Pass<"megac-round-after-epilogue", "mlir::ModuleOp"> {
-  let summary = "bf16: a product's epilogue (bias, residual, GeLU gradient) before its rounding";
+  let summary = "bf16: a product's (or norm gradient's) epilogue before its rounding";
   let description = [{
     Runs on a bf16 program after megac-insert-collectives. Where a product
     (`megac.linear`) is rounded and the rounding's only reader adds a bias
@@ -330,7 +330,11 @@ def RoundAfterEpiloguePass : Pass<"megac-round-after-epilogue", "mlir::ModuleOp"
     bf16 program does. Likewise a rounded product whose only reader is a
     GeLU gradient taking it as the output gradient (the backward pass
     through fc1's GeLU, whose result is rounded): the gradient reads the
-    fp32 product, as cuBLASLt's `DGELU` epilogue does.
+    fp32 product, as cuBLASLt's `DGELU` epilogue does. And a rounded
+    LayerNorm gradient whose only reader adds the residual stream's
+    gradient to it (a tensor of its shape), the sum rounded: the sum reads
+    the fp32 norm gradient, as the norm gradient's kernel adds the residual
+    before its one rounding.
   }];
 }
 
