@@ -709,22 +709,30 @@ void Executor::exec(uint32_t Idx, const Instr &In, Collectives &C,
     const int64_t Inner = Y.numel();
     if (!Inner)
       return;
-    auto Sum = [&](float *Out) {
+    // Output 0: the op's sum; output 1 of a gain gradient (format 11):
+    // the bias gradient, dy's sum_leading.
+    auto Sum = [&](unsigned Output, float *Out) {
       if (In.op() == op::SumLeading)
         kernels::sumLeading(A.f.data(), A.numel() / Inner, Inner, Out);
+      else if (Output == 1)
+        kernels::sumLeading(X(1).f.data(), X(1).numel() / Inner, Inner, Out);
       else
         kernels::layerNormGainGrad(A.f.data(), X(1).f.data(), A.numel() / Inner,
                                    Inner, Flt(0), Out);
     };
-    if (NumInts() > 0 && Int(0) != 0 && CurMicro > 0) {
-      // Accumulating into a micro-batch sum: this micro-batch's sum, added.
-      std::vector<float> Part(static_cast<size_t>(Inner), 0.0f);
-      Sum(Part.data());
-      for (int64_t J = 0; J < Inner; ++J)
-        Y.f[size_t(J)] += Part[size_t(J)];
-      return;
+    for (unsigned Output = 0; Output < In.outputs()->size(); ++Output) {
+      Tensor &Out = Output == 0 ? Y : Bufs[In.outputs()->Get(Output)];
+      if (NumInts() > 0 && Int(0) != 0 && CurMicro > 0) {
+        // Accumulating into a micro-batch sum: this micro-batch's sum,
+        // added.
+        std::vector<float> Part(static_cast<size_t>(Inner), 0.0f);
+        Sum(Output, Part.data());
+        for (int64_t J = 0; J < Inner; ++J)
+          Out.f[size_t(J)] += Part[size_t(J)];
+      } else {
+        Sum(Output, Out.f.data());
+      }
     }
-    Sum(Y.f.data());
     return;
   }
   case op::SumSquares:

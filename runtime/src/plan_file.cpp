@@ -1269,8 +1269,14 @@ private:
         return false;
       return expectPositiveFloat("epsilon") && expectOutShape(in(0));
     case op::LayerNormGainGrad: {
-      if (!expectCounts(2, 1) || !allF32() || !expectRank(true, 0, 1, 64))
+      // A second output (format 11): the bias gradient, dy's column sums.
+      if (!expectCounts(2, Outs.size() == 2 ? 2 : 1) || !allF32() ||
+          !expectRank(true, 0, 1, 64))
         return false;
+      if (Outs.size() == 2 && out(1) != Shape{in(0).back()})
+        return fail(Pfx + "output 1 (the bias gradient) has shape " +
+                    listStr(out(1)) + ", expected " +
+                    listStr(Shape{in(0).back()}));
       if (in(1) != in(0))
         return fail(Pfx + "dy " + listStr(in(1)) + " must have x's shape " +
                     listStr(in(0)));

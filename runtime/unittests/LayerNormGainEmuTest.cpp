@@ -78,26 +78,52 @@ std::vector<float> unfused(const T *X, const T *DY, int64_t Rows, int64_t H,
   return Y;
 }
 
-/// The fused op's kernels, as the backend launches them.
+/// The fused op's kernels, as the backend launches them; with \p Bias
+/// (format 11's second output) dy's column sums from the same pass too.
 template <class T>
 std::vector<float> fused(const T *X, const T *DY, int64_t Rows, int64_t H,
                          double Eps, const std::vector<float> &Init = {},
-                         bool Add = false) {
+                         bool Add = false, std::vector<float> *Bias = nullptr) {
   const int64_t Chunks = chunksOf(Rows);
-  std::vector<double> Scratch(size_t(Chunks * H + 2 * Rows));
+  std::vector<double> Scratch(size_t(2 * Chunks * H + 2 * Rows));
   std::vector<float> Y =
       Init.empty() ? std::vector<float>(size_t(H), -1.0f) : Init;
-  double *Parts = Scratch.data(), *Stats = Parts + Chunks * H;
+  double *Parts = Scratch.data(), *BiasParts = Parts + Chunks * H,
+         *Stats = BiasParts + Chunks * H;
   float *Yp = Y.data();
   if (Rows > 0)
     launchBlocks(rowBlocks(Rows),
                  [=] { rowStatsKernel<T>(X, Rows, H, Eps, Stats); });
+  double *BiasOut = Bias ? BiasParts : nullptr;
   launchBlocks(blocksFor(Chunks * H), [=] {
     layerNormGainPartsKernel<T, T>(X, DY, Stats, Rows, H, kRowsPer, Chunks,
-                                   Parts);
+                                   Parts, BiasOut);
   });
   launchBlocks(blocksFor(H),
                [=] { sumLeadingTotalKernel(Parts, Chunks, H, Yp, int(Add)); });
+  if (Bias) {
+    Bias->assign(size_t(H), -1.0f);
+    float *Bp = Bias->data();
+    launchBlocks(blocksFor(H), [=] {
+      sumLeadingTotalKernel(BiasParts, Chunks, H, Bp, int(Add));
+    });
+  }
+  return Y;
+}
+
+/// sum_leading's kernels over dy, as the backend launches them.
+template <class T>
+std::vector<float> columnSums(const T *DY, int64_t Rows, int64_t H) {
+  const int64_t Chunks = chunksOf(Rows);
+  std::vector<double> Parts(size_t(Chunks * H));
+  std::vector<float> Y(size_t(H), -1.0f);
+  double *Pp = Parts.data();
+  float *Yp = Y.data();
+  launchBlocks(blocksFor(Chunks * H), [=] {
+    sumLeadingPartsKernel<T>(DY, Rows, H, kRowsPer, Chunks, Pp);
+  });
+  launchBlocks(blocksFor(H),
+               [=] { sumLeadingTotalKernel(Pp, Chunks, H, Yp, 0); });
   return Y;
 }
 
@@ -151,6 +177,43 @@ TEST(LayerNormGain, Bf16InputsAreTheUnfusedOpsBitForBit) {
     expectSameBits(fused(Xp, Dp, Sh.Rows, Sh.H, 1e-5),
                    unfused(Xp, Dp, Sh.Rows, Sh.H, 1e-5));
   }
+}
+
+TEST(LayerNormGain, BiasGradientIsSumLeadingsBitForBit) {
+  // Format 11's second output: dy's column sums from the gain gradient's
+  // pass, the same bits as sum_leading's kernels over dy (f32 and bf16
+  // dy, rows aligned for four columns a thread or not), and the gain
+  // gradient unchanged beside it.
+  for (const Shape &Sh : kShapes) {
+    SCOPED_TRACE(testing::Message()
+                 << Sh.Rows << " x " << Sh.H << " offset " << Sh.Offset);
+    const int64_t N = Sh.Rows * Sh.H;
+    std::vector<float> X(size_t(N + 4)), DY(size_t(N + 4));
+    const std::vector<float> Xv = values(N, 0.3), Dv = values(N, 1.9);
+    std::copy(Xv.begin(), Xv.end(), X.begin() + Sh.Offset);
+    std::copy(Dv.begin(), Dv.end(), DY.begin() + Sh.Offset);
+    const float *Xp = X.data() + Sh.Offset, *Dp = DY.data() + Sh.Offset;
+    std::vector<float> Bias;
+    expectSameBits(fused(Xp, Dp, Sh.Rows, Sh.H, 1e-5, {}, false, &Bias),
+                   fused(Xp, Dp, Sh.Rows, Sh.H, 1e-5));
+    expectSameBits(Bias, columnSums(Dp, Sh.Rows, Sh.H));
+    std::vector<uint16_t> X16(size_t(N + 4)), DY16(size_t(N + 4));
+    for (int64_t I = 0; I < N; ++I) {
+      X16[size_t(I + Sh.Offset)] = bf16Bits(Xv[size_t(I)]);
+      DY16[size_t(I + Sh.Offset)] = bf16Bits(Dv[size_t(I)]);
+    }
+    const uint16_t *Xb = X16.data() + Sh.Offset, *Db = DY16.data() + Sh.Offset;
+    fused(Xb, Db, Sh.Rows, Sh.H, 1e-5, {}, false, &Bias);
+    expectSameBits(Bias, columnSums(Db, Sh.Rows, Sh.H));
+  }
+}
+
+TEST(LayerNormGain, HandWorkedBiasGradient) {
+  // dy = [[5, 7], [11, 13]]: the bias gradient is [16, 20].
+  const std::vector<float> X = {1, 3, 2, 2}, DY = {5, 7, 11, 13};
+  std::vector<float> Bias;
+  fused(X.data(), DY.data(), 2, 2, 1e-5, {}, false, &Bias);
+  EXPECT_EQ(Bias, (std::vector<float>{16.0f, 20.0f}));
 }
 
 TEST(LayerNormGain, HandWorkedRows) {

@@ -530,6 +530,26 @@ TEST(PlanFile, RejectsBadEpiloguesAndAccumulation) {
                 .find("input 3 (the residual gradient) [4] must have x's "
                       "shape [2,4]"),
             std::string::npos);
+  // Format 11: layer_norm_gain_grad's second output, the bias gradient,
+  // of x's last dimension.
+  auto GainBias = [](std::vector<int64_t> BiasShape) {
+    ProgramDesc P;
+    RankDesc R;
+    uint32_t X = R.addBuffer(dt::F32, {2, 4}, "x");
+    uint32_t Dy = R.addBuffer(dt::F32, {2, 4}, "dy");
+    for (uint32_t Id : {X, Dy})
+      R.instrs.push_back({op::Fill, {}, {Id}, {}, {1.0}});
+    uint32_t G = R.addBuffer(dt::F32, {4}, "dgamma");
+    uint32_t B = R.addBuffer(dt::F32, BiasShape, "dbeta");
+    R.instrs.push_back({op::LayerNormGainGrad, {X, Dy}, {G, B}, {}, {1e-5}});
+    P.ranks.push_back(R);
+    return P;
+  };
+  EXPECT_EQ(verify(GainBias({4})), "");
+  EXPECT_NE(verify(GainBias({2}))
+                .find("output 1 (the bias gradient) has shape [2], expected "
+                      "[4]"),
+            std::string::npos);
   // linear_gelu_grad (format 10): dy [2,4], w [4,3], the kept GeLU input
   // of the product's shape [2,3].
   auto GeluGrad = [](std::vector<int64_t> KeptShape) {

@@ -489,6 +489,47 @@ TEST(Executor, LayerNormGradAddsTheResidualBeforeTheOneRounding) {
   EXPECT_NE(E.buffer(Fused).f, E.buffer(Twice).f);
 }
 
+TEST(Executor, LayerNormGainGradWritesTheBiasGradientToo) {
+  // Format 11's layer_norm_gain_grad with a second output against the two
+  // ops it stands for: layer_norm_gain_grad(x, dy) and sum_leading(dy),
+  // bit for bit. Random x and dy, 6 rows of 16.
+  ProgramDesc P;
+  P.hasTrain = false;
+  P.seed = 5;
+  RankDesc R;
+  const std::vector<int64_t> Shape = {6, 16};
+  uint32_t X = R.addBuffer(dt::F32, Shape, "x");
+  uint32_t Dy = R.addBuffer(dt::F32, Shape, "dy");
+  for (uint32_t B : {X, Dy})
+    R.params.push_back(
+        {B == X ? "x" : "dy", B, Shape, {0, 0}, ik::Normal, 1.0, "", {}});
+  uint32_t Gain = R.addBuffer(dt::F32, {16}, "dgamma");
+  uint32_t Bias = R.addBuffer(dt::F32, {16}, "dbeta");
+  R.instrs.push_back(
+      {op::LayerNormGainGrad, {X, Dy}, {Gain, Bias}, {}, {1e-5}});
+  uint32_t GainAlone = R.emit(op::LayerNormGainGrad, {X, Dy}, {16}, {}, {1e-5});
+  uint32_t BiasAlone = R.emit(op::SumLeading, {Dy}, {16});
+  R.outputs = {{"dgamma", Gain, ""},
+               {"dbeta", Bias, ""},
+               {"dgamma_alone", GainAlone, ""},
+               {"dbeta_alone", BiasAlone, ""}};
+  P.ranks.push_back(R);
+  LoadedPlan L;
+  ASSERT_EQ(verifyPlanBytes(buildPlanBytes(P), L), "");
+  Executor E(*L.program, 0);
+  E.allocate();
+  E.initParams(P.seed);
+  LocalCollectives C;
+  E.run(C);
+  EXPECT_EQ(E.buffer(Gain).f, E.buffer(GainAlone).f);
+  EXPECT_EQ(E.buffer(Bias).f, E.buffer(BiasAlone).f);
+  // Independently: column 0's sum of dy.
+  double Col0 = 0;
+  for (int64_t I = 0; I < 6; ++I)
+    Col0 += E.buffer(Dy).f[size_t(I * 16)];
+  EXPECT_NEAR(E.buffer(Bias).f[0], Col0, 1e-5);
+}
+
 TEST(Executor, LinearGeluGradReadsTheFp32Product) {
   // dy w = 1 x (1 + 3/1024) = 1.0029296875, GeLU's gradient at x = 0.5 is
   // 0.8673699 (tanh form), their product 0.8699110: rounded once (format

@@ -490,6 +490,41 @@ private:
     return result;
   }
 
+  /// The gain-and-bias gradient group (GemmEpilogue.h) marked \p group
+  /// that \p op belongs to; none where the marks do not form one with \p op
+  /// in it.
+  static std::optional<NormParamGrads> normParamGroupOf(Operation *op,
+                                                        StringAttr group) {
+    auto sameGroup = [&](Operation *candidate) {
+      return inGroup(candidate, group);
+    };
+    // The bias gradient's dy is the gain gradient's.
+    auto gain = dyn_cast<LayerNormGainGradOp>(op);
+    if (auto bias = dyn_cast<SumLeadingOp>(op))
+      for (Operation *user : bias.getInput().getUsers())
+        if (auto g = dyn_cast<LayerNormGainGradOp>(user);
+            g && sameGroup(g) && g.getOutputGrad() == bias.getInput())
+          gain = g;
+    if (!gain || !sameGroup(gain))
+      return std::nullopt;
+    std::optional<NormParamGrads> match = matchNormParamGrads(gain, sameGroup);
+    if (!match || !llvm::is_contained(match->ops(), op))
+      return std::nullopt;
+    return match;
+  }
+
+  /// A LayerNorm's gain and bias gradients from one pass over dy: the gain
+  /// gradient's instruction with the bias gradient as a second output.
+  LogicalResult emitNormParamGrads(NormParamGrads g) {
+    if (failed(addBuffer(g.gain.getResult(), "layer_norm_gain_grad")) ||
+        failed(addBuffer(g.bias.getResult(), "sum_leading")))
+      return failure();
+    secondOutput = g.bias.getResult();
+    LogicalResult result = addInstruction(g.gain);
+    secondOutput = {};
+    return result;
+  }
+
   /// A product with GeLU's gradient as its epilogue: one instruction where
   /// the group's last op is.
   LogicalResult emitLinearGeluGrad(GemmGeluGrad g) {
@@ -594,6 +629,9 @@ private:
         if (group.getValue().starts_with("d"))
           if (std::optional<GemmGeluGrad> d = geluGradGroupOf(&op, group))
             return &op == d->ops().back() ? emitLinearGeluGrad(*d) : success();
+        if (group.getValue().starts_with("b"))
+          if (std::optional<NormParamGrads> b = normParamGroupOf(&op, group))
+            return &op == b->ops().back() ? emitNormParamGrads(*b) : success();
         if (group.getValue().starts_with("n"))
           if (std::optional<NormGradResidual> n = normGradGroupOf(&op, group))
             return &op == n->ops().back() ? emitNormGradResidual(*n)
@@ -832,6 +870,8 @@ private:
     std::vector<uint32_t> out;
     for (Value result : op->getResults())
       out.push_back(buffers.lookup(result));
+    if (secondOutput)
+      out.push_back(buffers.lookup(secondOutput));
     std::vector<int64_t> ints;
     std::vector<double> floats;
     std::string paramName;
@@ -1009,6 +1049,9 @@ private:
   /// An input the instruction being added reads after its op's operands
   /// (an "n" group's residual gradient).
   Value residualInput;
+  /// An output the instruction being added writes after its op's result
+  /// (a "b" group's bias gradient).
+  Value secondOutput;
   fb::FlatBufferBuilder &fbb;
   const Grid &grid;
   uint32_t rank;

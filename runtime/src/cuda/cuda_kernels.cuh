@@ -879,17 +879,19 @@ __global__ void rowStatsKernel(const TX *X, int64_t Rows, int64_t H, double Eps,
 /// Pass 1 of dgamma[j] = sum over rows i of dy[i, j] * xhat[i, j]: what
 /// sumLeadingPartsKernel makes of the normalize op's x-hat times dy (the
 /// same f32 products, the same chunks and order), with neither stored.
+/// With \p BiasParts (not null), dy's own chunk sums too, as
+/// sumLeadingPartsKernel makes them of dy (the bias gradient's parts).
 template <class TX, class TD>
-__global__ void layerNormGainPartsKernel(const TX *X, const TD *DY,
-                                         const double *Stats, int64_t Rows,
-                                         int64_t H, int64_t RowsPer,
-                                         int64_t Chunks, double *Parts) {
+__global__ void
+layerNormGainPartsKernel(const TX *X, const TD *DY, const double *Stats,
+                         int64_t Rows, int64_t H, int64_t RowsPer,
+                         int64_t Chunks, double *Parts, double *BiasParts) {
   const int Width = H % 4 == 0 && vec4Aligned(X, DY) ? 4 : 1;
   const int64_t Groups = H / Width;
   MEGAC_GRID_LOOP(G, Chunks * Groups) {
     const int64_t C = G / Groups, J = (G % Groups) * Width;
     const int64_t End = (C + 1) * RowsPer < Rows ? (C + 1) * RowsPer : Rows;
-    double S[4] = {0, 0, 0, 0};
+    double S[4] = {0, 0, 0, 0}, B[4] = {0, 0, 0, 0};
     for (int64_t I = C * RowsPer; I < End; ++I) {
       const double Mean = Stats[2 * I], Inv = Stats[2 * I + 1];
       float Xv[4], Dv[4];
@@ -907,10 +909,14 @@ __global__ void layerNormGainPartsKernel(const TX *X, const TD *DY,
       for (int K = 0; K < Width; ++K) {
         const float Xh = float((Xv[K] - Mean) * Inv);
         S[K] += __fmul_rn(Dv[K], Xh); // the mul op's f32 product, uncontracted
+        B[K] += Dv[K];
       }
     }
-    for (int K = 0; K < Width; ++K)
+    for (int K = 0; K < Width; ++K) {
       Parts[C * H + J + K] = S[K];
+      if (BiasParts)
+        BiasParts[C * H + J + K] = B[K];
+    }
   }
 }
 

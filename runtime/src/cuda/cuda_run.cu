@@ -1709,12 +1709,17 @@ private:
       // sums in order (a bias gradient has few columns and many rows). A
       // gain's gradient sums dy * x-hat, each row's statistics first.
       const bool Gain = In.op() == op::LayerNormGainGrad;
+      // A gain gradient's second output (format 11): the bias gradient,
+      // dy's sums from the same pass, in sum_leading's parts and order.
+      const bool Bias = Gain && In.outputs()->size() == 2;
       const int64_t Outer = numel(X(0)) / NY;
       const int64_t RowsPer = 64;
       const int64_t Chunks =
           std::max<int64_t>(1, (Outer + RowsPer - 1) / RowsPer);
       double *Parts = static_cast<double *>(scratch(
-          size_t(Chunks * NY + (Gain ? 2 * Outer : 0)) * sizeof(double)));
+          size_t(Chunks * NY * (Bias ? 2 : 1) + (Gain ? 2 * Outer : 0)) *
+          sizeof(double)));
+      double *BiasParts = Bias ? Parts + Chunks * NY : nullptr;
       const unsigned Blocks =
           NY % 4 == 0 ? wideBlocks(Chunks * NY) : blocksFor(Chunks * NY);
       withInput(X(0), Idx, [&](auto *Xs) {
@@ -1724,7 +1729,7 @@ private:
                    Outer, NY, RowsPer, Chunks, Parts);
           return;
         }
-        double *Stats = Parts + Chunks * NY;
+        double *Stats = Parts + Chunks * NY * (Bias ? 2 : 1);
         if (Outer > 0)
           launchOn(Compute, rowStatsKernel<TX>, rowBlocks(Outer), kThreads, 0,
                    Xs, Outer, NY, Flt(0), Stats);
@@ -1732,11 +1737,15 @@ private:
           launchOn(Compute, layerNormGainPartsKernel<TX, Elem<decltype(Dy)>>,
                    Blocks, kThreads, 0, Xs, Dy,
                    static_cast<const double *>(Stats), Outer, NY, RowsPer,
-                   Chunks, Parts);
+                   Chunks, Parts, BiasParts);
         });
       });
       launchOn(Compute, sumLeadingTotalKernel, blocksFor(NY), kThreads, 0,
                static_cast<const double *>(Parts), Chunks, NY, f(Y), int(Add));
+      if (Bias)
+        launchOn(Compute, sumLeadingTotalKernel, blocksFor(NY), kThreads, 0,
+                 static_cast<const double *>(BiasParts), Chunks, NY,
+                 f(In.outputs()->Get(1)), int(Add));
       return;
     }
     case op::SumSquares:

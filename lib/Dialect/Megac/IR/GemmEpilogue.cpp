@@ -212,4 +212,45 @@ matchNormGradResidual(LayerNormGradOp grad,
   return g;
 }
 
+SmallVector<Operation *, 5> NormParamGrads::ops() const {
+  SmallVector<Operation *, 5> out = present({OpState(gain), OpState(bias)});
+  if (out[1]->isBeforeInBlock(out[0]))
+    std::swap(out[0], out[1]);
+  return out;
+}
+
+/// Whether \p op's result is summed over micro-batches by an accumulate
+/// that is its only reader (the plan writes it straight into the sum).
+static bool intoMicroBatchSum(Operation *op) {
+  return isa_and_nonnull<AccumulateOp>(soleUser(op->getResult(0)));
+}
+
+std::optional<NormParamGrads>
+matchNormParamGrads(LayerNormGainGradOp gain,
+                    function_ref<bool(Operation *)> admissible) {
+  Value dy = gain.getOutputGrad();
+  auto type = cast<RankedTensorType>(dy.getType());
+  if (intoMicroBatchSum(gain))
+    return std::nullopt;
+  for (Operation *user : dy.getUsers()) {
+    auto bias = dyn_cast<SumLeadingOp>(user);
+    if (!bias || bias.getInput() != dy || bias.getKeep() != 1 ||
+        bias.getType() != gain.getType() || type.getRank() < 1 ||
+        bias->getBlock() != gain->getBlock() || intoMicroBatchSum(bias) ||
+        !admissible(bias))
+      continue;
+    NormParamGrads g{gain, bias};
+    // The first one's readers all follow the second, where the one
+    // instruction is.
+    SmallVector<Operation *, 5> ordered = g.ops();
+    if (llvm::all_of(ordered[0]->getResult(0).getUsers(),
+                     [&](Operation *reader) {
+                       return reader->getBlock() == ordered[1]->getBlock() &&
+                              ordered[1]->isBeforeInBlock(reader);
+                     }))
+      return g;
+  }
+  return std::nullopt;
+}
+
 } // namespace megac

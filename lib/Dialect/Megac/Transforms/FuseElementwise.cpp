@@ -74,7 +74,8 @@ struct FuseElementwisePass
     : public megac::impl::FuseElementwisePassBase<FuseElementwisePass> {
   void runOnOperation() override {
     MLIRContext *ctx = &getContext();
-    int64_t gemms = 0, geluGrads = 0, normGrads = 0, chains = 0, roundings = 0;
+    int64_t gemms = 0, geluGrads = 0, normGrads = 0, normParams = 0, chains = 0,
+            roundings = 0;
     auto mark = [&](Operation *op, StringRef group) {
       op->setAttr(MegacDialect::kFusionAttrName, StringAttr::get(ctx, group));
     };
@@ -87,7 +88,8 @@ struct FuseElementwisePass
       // pre-activation the backward pass keeps the group's second output;
       // linear -> gelu_grad (the product its output gradient)
       // [-> round_bf16] ("d"); layer_norm_grad -> + residual gradient
-      // [-> round_bf16] ("n").
+      // [-> round_bf16] ("n"); a LayerNorm's gain and bias gradients, one
+      // pass over dy ("b").
       for (Operation &op : body) {
         if (op.hasAttr(MegacDialect::kFusionAttrName))
           continue;
@@ -110,6 +112,11 @@ struct FuseElementwisePass
           if (auto n = matchNormGradResidual(grad, admissible)) {
             members = n->ops();
             group = "n" + std::to_string(normGrads++);
+          }
+        } else if (auto gain = dyn_cast<LayerNormGainGradOp>(op)) {
+          if (auto b = matchNormParamGrads(gain, admissible)) {
+            members = b->ops();
+            group = "b" + std::to_string(normParams++);
           }
         }
         for (Operation *member : members)

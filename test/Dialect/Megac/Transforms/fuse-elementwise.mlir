@@ -381,3 +381,42 @@ func.func @norm_grad(%x: tensor<2x8x16xf32>, %g: tensor<16xf32>, %dy: tensor<2x8
   %v = megac.add %k, %g : (tensor<2x8x16xf32>, tensor<16xf32>) -> tensor<2x8x16xf32>
   return %sr, %t, %u, %hr, %v : tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>
 }
+
+// -----
+
+// Tests a LayerNorm's gain and bias gradients: both sum over dy's rows, so
+// they are one group (b0, one pass over dy) whichever comes first (b1). A
+// bias gradient written into a micro-batch sum (an accumulate its only
+// reader) stays an op of its own, and so does a column sum of another
+// tensor.
+// CHECK-LABEL: func.func @norm_params
+// CHECK-NEXT: megac.layer_norm_gain_grad {{.*}}megac.fusion = "b0"
+// CHECK-NEXT: megac.sum_leading {{.*}}megac.fusion = "b0"
+// CHECK-NEXT: megac.sum_leading {{.*}}megac.fusion = "b1"
+// CHECK-NEXT: megac.layer_norm_gain_grad {{.*}}megac.fusion = "b1"
+// CHECK-NEXT: megac.layer_norm_gain_grad
+// CHECK-NOT: megac.fusion
+// CHECK-NEXT: megac.sum_leading
+// CHECK-NOT: megac.fusion
+// CHECK-NEXT: megac.accumulate
+// CHECK-NEXT: megac.layer_norm_gain_grad
+// CHECK-NOT: megac.fusion
+// CHECK-NEXT: megac.sum_leading
+// CHECK-NOT: megac.fusion
+// CHECK: return
+func.func @norm_params(%x: tensor<2x8x16xf32>, %dy: tensor<2x8x16xf32>, %dz: tensor<2x8x16xf32>,
+                       %dw: tensor<2x8x16xf32>, %dv: tensor<2x8x16xf32>)
+    -> (tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>) {
+  %g = megac.layer_norm_gain_grad %x, %dy {epsilon = 1.0e-05 : f64} : (tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<16xf32>
+  %b = megac.sum_leading %dy {keep = 1 : i64} : (tensor<2x8x16xf32>) -> tensor<16xf32>
+  %b1 = megac.sum_leading %dz {keep = 1 : i64} : (tensor<2x8x16xf32>) -> tensor<16xf32>
+  %g1 = megac.layer_norm_gain_grad %x, %dz {epsilon = 1.0e-05 : f64} : (tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<16xf32>
+  // The bias gradient into a micro-batch sum.
+  %g2 = megac.layer_norm_gain_grad %x, %x {epsilon = 1.0e-05 : f64} : (tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<16xf32>
+  %b2 = megac.sum_leading %x {keep = 1 : i64} : (tensor<2x8x16xf32>) -> tensor<16xf32>
+  %acc = megac.accumulate %b2 : (tensor<16xf32>) -> tensor<16xf32>
+  // A column sum of another tensor.
+  %g3 = megac.layer_norm_gain_grad %x, %dw {epsilon = 1.0e-05 : f64} : (tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<16xf32>
+  %b3 = megac.sum_leading %dv {keep = 1 : i64} : (tensor<2x8x16xf32>) -> tensor<16xf32>
+  return %g, %b, %b1, %g1, %g2, %acc, %g3, %b3 : tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>
+}

@@ -3,10 +3,12 @@
 // cuBLASLt can add a bias or a residual, and apply a GeLU or GeLU's
 // gradient, as it writes a product: no pass over memory for them; a
 // LayerNorm gradient's row kernel can add the residual stream's gradient
-// likewise. megac-fuse-elementwise marks such groups ("g", "d", "n") and
-// the plan emitter turns each into one linear_bias, linear_gelu_grad or
-// layer_norm_grad instruction; both find the group's parts with the
-// matchers below, so what one marks the other emits.
+// likewise, and a LayerNorm gain gradient's pass over dy can sum the bias
+// gradient too. megac-fuse-elementwise marks such groups ("g", "d", "n",
+// "b") and the plan emitter turns each into one linear_bias,
+// linear_gelu_grad, layer_norm_grad or layer_norm_gain_grad instruction;
+// both find the group's parts with the matchers below, so what one marks
+// the other emits.
 //
 //===----------------------------------------------------------------------===//
 
@@ -113,6 +115,25 @@ struct NormGradResidual {
 std::optional<NormGradResidual>
 matchNormGradResidual(LayerNormGradOp grad,
                       llvm::function_ref<bool(mlir::Operation *)> admissible);
+
+/// layer_norm_gain_grad(x, dy) and sum_leading(dy) (the LayerNorm's gain
+/// and bias gradients): both sum over dy's rows, so one pass over dy makes
+/// both ("b" groups). Neither is a micro-batch sum's (a gradient written
+/// straight into it): those stay one instruction each.
+struct NormParamGrads {
+  LayerNormGainGradOp gain;
+  SumLeadingOp bias;
+
+  /// The group's ops in program order; the last is where it is emitted.
+  llvm::SmallVector<mlir::Operation *, 5> ops() const;
+};
+
+/// The group of \p gain and a bias gradient of its dy that \p admissible
+/// accepts; none where there is no such bias gradient, or where a reader
+/// of the first of the two comes before the second.
+std::optional<NormParamGrads>
+matchNormParamGrads(LayerNormGainGradOp gain,
+                    llvm::function_ref<bool(mlir::Operation *)> admissible);
 
 } // namespace megac
 
