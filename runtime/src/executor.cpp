@@ -664,11 +664,17 @@ void Executor::exec(uint32_t Idx, const Instr &In, Collectives &C,
     return;
   case op::AttentionGrad: {
     kernels::AttentionDropout Drop;
-    if (A.numel())
+    // which = 3 (format 11): dk into output 0, dv into output 1, each as
+    // its own step computes it.
+    const int Which = int(Int(2));
+    for (unsigned K = 0; K < In.outputs()->size() && A.numel(); ++K) {
+      Tensor &Out = K == 0 ? Y : Bufs[In.outputs()->Get(K)];
       kernels::attentionGrad(A.f.data(), X(1).f.data(), X(2).f.data(),
-                             X(3).f.data(), A.shape[0], A.shape[1],
-                             A.shape[2], Int(0), Int(1) != 0, int(Int(2)),
-                             Y.f.data(), attentionDropout(In, 3, Drop));
+                             X(3).f.data(), A.shape[0], A.shape[1], A.shape[2],
+                             Int(0), Int(1) != 0,
+                             Which == 3 ? int(1 + K) : Which, Out.f.data(),
+                             attentionDropout(In, 3, Drop));
+    }
     return;
   }
   case op::SoftmaxGrad:

@@ -241,9 +241,11 @@ namespace {
 bool writesBf16Alone(const Program &P, const RankProgram &R, const Instr &In,
                      const std::vector<bool> &Bf16,
                      const AttentionInBf16 &Attention) {
-  // One output, or linear_bias's kept GeLU input beside its result.
+  // One output, or linear_bias's kept GeLU input beside its result, or
+  // an attention gradient's dk and dv.
   if (!In.outputs() || !roundsToBf16(P, In) ||
-      (In.outputs()->size() != 1 && In.op() != op::LinearBias))
+      (In.outputs()->size() != 1 && In.op() != op::LinearBias &&
+       In.op() != op::AttentionGrad))
     return false;
   switch (In.op()) {
   case op::Attention:
@@ -364,7 +366,7 @@ attentionOutputsOfGradients(const Program &P, const RankProgram &R,
   std::map<std::array<int64_t, 5>, uint32_t> Forward;
   auto KeyOf = [](const Instr &In) -> std::optional<std::array<int64_t, 5>> {
     if (!In.inputs() || In.inputs()->size() < 3 || !In.ints() ||
-        In.ints()->size() < 2 || !In.outputs() || In.outputs()->size() != 1)
+        In.ints()->size() < 2 || !In.outputs() || In.outputs()->size() < 1)
       return std::nullopt;
     return std::array<int64_t, 5>{In.inputs()->Get(0), In.inputs()->Get(1),
                                   In.inputs()->Get(2), In.ints()->Get(0),

@@ -938,9 +938,10 @@ private:
     // A rounded output (format 7): only on the ops the compiler rounds
     // that way, whose one output is f32 (linear_bias's two, format 10).
     if (In.round_bf16()) {
-      bool Ok =
-          roundsAsItWrites(In.op()) &&
-          (Outs.size() == 1 || (In.op() == op::LinearBias && Outs.size() == 2));
+      bool Ok = roundsAsItWrites(In.op()) &&
+                (Outs.size() == 1 ||
+                 ((In.op() == op::LinearBias || In.op() == op::AttentionGrad) &&
+                  Outs.size() == 2));
       for (uint32_t Y : Outs)
         Ok = Ok && Y < Types.size() && Types[Y] == dt::F32;
       if (!Ok)
@@ -1287,7 +1288,10 @@ private:
       return expectPositiveFloat("epsilon") && expectOutShape({in(0).back()});
     }
     case op::AttentionGrad: {
-      if (!expectCounts(4, 1) || !allF32() || !expectRank(true, 0, 3, 3) ||
+      // which = 3 (format 11): dk and dv, two outputs.
+      const bool KeyValue = Ints.size() > 2 && Ints[2] == 3;
+      if (!expectCounts(4, KeyValue ? 2 : 1) || !allF32() ||
+          !expectRank(true, 0, 3, 3) ||
           !checkAttentionDropout(3, "num_heads_local, causal, which"))
         return false;
       for (size_t I = 1; I < 4; ++I)
@@ -1299,9 +1303,12 @@ private:
         return fail(Pfx + "hidden size " + std::to_string(in(0)[2]) +
                     " is not divisible by " + std::to_string(Ints[0]) +
                     " heads");
-      if (Ints[2] < 0 || Ints[2] > 2)
+      if (Ints[2] < 0 || Ints[2] > 3)
         return fail(Pfx + "which = " + std::to_string(Ints[2]) +
-                    " (expected 0 for q, 1 for k, 2 for v)");
+                    " (expected 0 for q, 1 for k, 2 for v, 3 for k and v)");
+      if (KeyValue && out(1) != in(0))
+        return fail(Pfx + "output 1 (dv) has shape " + listStr(out(1)) +
+                    ", expected " + listStr(in(0)));
       return expectOutShape(in(0));
     }
     case op::EmbeddingGrad: {
@@ -1870,10 +1877,10 @@ std::string attrStr(const RankProgram &R, const Instr &In) {
   case op::Normalize:
     return "{epsilon = " + Eps() + "}";
   case op::AttentionGrad:
-    return "{num_heads = " + Get(0) + ", causal = " + Get(1) +
-           ", which = " + (I.size() > 2 && I[2] >= 0 && I[2] <= 2
-                               ? std::string(1, "qkv"[I[2]])
-                               : Get(2)) +
+    return "{num_heads = " + Get(0) + ", causal = " + Get(1) + ", which = " +
+           (I.size() > 2 && I[2] >= 0 && I[2] <= 2 ? std::string(1, "qkv"[I[2]])
+            : I.size() > 2 && I[2] == 3            ? std::string("kv")
+                                                   : Get(2)) +
            (I.size() == 8 ? ", dropout = " + Eps() + ", stream = " + Get(3)
                           : std::string()) +
            "}";

@@ -90,7 +90,8 @@ double flopsOf(const RankProgram &R, const Instr &In) {
   case op::AttentionGrad: {
     const auto &S = shapeOf(R, X); // [B, S, Hl]
     const double F = 4.0 * double(S[0]) * double(S[1]) * double(S[1]) * double(S[2]);
-    return In.op() == op::Attention ? F : 2.0 * F;
+    // An attention gradient step: 2 F; dk and dv together (which = 3): 4 F.
+    return In.op() == op::Attention ? F : 2.0 * F * In.outputs()->size();
   }
   default:
     return 5.0 * Out;

@@ -550,6 +550,38 @@ TEST(PlanFile, RejectsBadEpiloguesAndAccumulation) {
                 .find("output 1 (the bias gradient) has shape [2], expected "
                       "[4]"),
             std::string::npos);
+  // Format 11: attention_grad's which = 3 writes dk and dv, two outputs
+  // of q's shape; two outputs with another which, or which 4, are refused.
+  auto KeyValue = [](int64_t Which, std::vector<std::vector<int64_t>> Outs) {
+    ProgramDesc P;
+    RankDesc R;
+    std::vector<uint32_t> In;
+    for (const char *Name : {"q", "k", "v", "dy"}) {
+      In.push_back(R.addBuffer(dt::F32, {1, 4, 8}, Name));
+      R.instrs.push_back({op::Fill, {}, {In.back()}, {}, {1.0}});
+    }
+    std::vector<uint32_t> Ys;
+    for (const std::vector<int64_t> &S : Outs)
+      Ys.push_back(R.addBuffer(dt::F32, S, "d"));
+    R.instrs.push_back({op::AttentionGrad, In, Ys, {2, 1, Which}});
+    R.instrs.back().roundBf16 = true;
+    P.ranks.push_back(R);
+    return P;
+  };
+  EXPECT_EQ(verify(KeyValue(3, {{1, 4, 8}, {1, 4, 8}})), "");
+  EXPECT_NE(
+      verify(KeyValue(3, {{1, 4, 8}})).find("expects 4 inputs and 2 outputs"),
+      std::string::npos);
+  EXPECT_NE(verify(KeyValue(1, {{1, 4, 8}, {1, 4, 8}}))
+                .find("expects 4 inputs and 1 outputs"),
+            std::string::npos);
+  EXPECT_NE(verify(KeyValue(3, {{1, 4, 8}, {1, 4, 4}}))
+                .find("output 1 (dv) has shape [1,4,4], expected [1,4,8]"),
+            std::string::npos);
+  EXPECT_NE(verify(KeyValue(4, {{1, 4, 8}}))
+                .find("which = 4 (expected 0 for q, 1 for k, 2 for v, 3 for k "
+                      "and v)"),
+            std::string::npos);
   // linear_gelu_grad (format 10): dy [2,4], w [4,3], the kept GeLU input
   // of the product's shape [2,3].
   auto GeluGrad = [](std::vector<int64_t> KeptShape) {

@@ -530,6 +530,56 @@ TEST(Executor, LayerNormGainGradWritesTheBiasGradientToo) {
   EXPECT_NEAR(E.buffer(Bias).f[0], Col0, 1e-5);
 }
 
+TEST(Executor, AttentionGradGivesKeyAndValueTogether) {
+  // Format 11's attention_grad with which = 3 against the key's and the
+  // value's steps (which = 1, 2) it stands for, bit for bit, rounded and
+  // not. Random q, k, v, dy of [2, 8, 16], 2 heads, causal.
+  ProgramDesc P;
+  P.hasTrain = false;
+  P.seed = 9;
+  RankDesc R;
+  const std::vector<int64_t> Shape = {2, 8, 16};
+  std::vector<uint32_t> In;
+  for (const char *Name : {"q", "k", "v", "dy"}) {
+    uint32_t B = R.addBuffer(dt::F32, Shape, Name);
+    R.params.push_back({Name, B, Shape, {0, 0, 0}, ik::Normal, 1.0, "", {}});
+    In.push_back(B);
+  }
+  auto both = [&](bool Round) {
+    uint32_t Dk = R.addBuffer(dt::F32, Shape, "dk");
+    uint32_t Dv = R.addBuffer(dt::F32, Shape, "dv");
+    R.instrs.push_back({op::AttentionGrad, In, {Dk, Dv}, {2, 1, 3}});
+    R.instrs.back().roundBf16 = Round;
+    return std::pair{Dk, Dv};
+  };
+  auto one = [&](int64_t Which, bool Round) {
+    uint32_t Y = R.emit(op::AttentionGrad, In, Shape, {2, 1, Which});
+    R.instrs.back().roundBf16 = Round;
+    return Y;
+  };
+  const auto [Dk, Dv] = both(false);
+  const uint32_t K1 = one(1, false), V1 = one(2, false);
+  const auto [Dk16, Dv16] = both(true);
+  const uint32_t K16 = one(1, true), V16 = one(2, true);
+  R.outputs = {{"dk", Dk, ""},   {"dv", Dv, ""},     {"k1", K1, ""},
+               {"v1", V1, ""},   {"dk16", Dk16, ""}, {"dv16", Dv16, ""},
+               {"k16", K16, ""}, {"v16", V16, ""}};
+  P.ranks.push_back(R);
+  LoadedPlan L;
+  ASSERT_EQ(verifyPlanBytes(buildPlanBytes(P), L), "");
+  Executor E(*L.program, 0);
+  E.allocate();
+  E.initParams(P.seed);
+  LocalCollectives C;
+  E.run(C);
+  EXPECT_EQ(E.buffer(Dk).f, E.buffer(K1).f);
+  EXPECT_EQ(E.buffer(Dv).f, E.buffer(V1).f);
+  EXPECT_EQ(E.buffer(Dk16).f, E.buffer(K16).f);
+  EXPECT_EQ(E.buffer(Dv16).f, E.buffer(V16).f);
+  EXPECT_NE(E.buffer(Dk).f, E.buffer(Dv).f);
+  EXPECT_NE(E.buffer(Dk).f, E.buffer(Dk16).f);
+}
+
 TEST(Executor, LinearGeluGradReadsTheFp32Product) {
   // dy w = 1 x (1 + 3/1024) = 1.0029296875, GeLU's gradient at x = 0.5 is
   // 0.8673699 (tanh form), their product 0.8699110: rounded once (format

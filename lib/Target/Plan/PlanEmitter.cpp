@@ -525,6 +525,52 @@ private:
     return result;
   }
 
+  /// The dk-and-dv group (GemmEpilogue.h) marked \p group that \p op
+  /// belongs to; none where the marks do not form one with \p op in it.
+  static std::optional<AttentionKeyValueGrads>
+  keyValueGroupOf(Operation *op, StringAttr group) {
+    auto sameGroup = [&](Operation *candidate) {
+      return inGroup(candidate, group);
+    };
+    // A rounding reads its step; the key's step shares its operands with
+    // the value's.
+    Operation *step = op;
+    if (auto round = dyn_cast<RoundBf16Op>(step))
+      step = round.getInput().getDefiningOp();
+    auto grad = dyn_cast_or_null<AttentionGradOp>(step);
+    if (!grad)
+      return std::nullopt;
+    AttentionGradOp key = grad.getOperand() == 1 ? grad : AttentionGradOp();
+    for (Operation *user : grad.getOutputGrad().getUsers())
+      if (auto other = dyn_cast<AttentionGradOp>(user);
+          !key && other && other.getOperand() == 1 && sameGroup(other))
+        key = other;
+    if (!key || !sameGroup(key))
+      return std::nullopt;
+    std::optional<AttentionKeyValueGrads> match =
+        matchAttentionKeyValueGrads(key, sameGroup);
+    if (!match || !llvm::is_contained(match->ops(), op))
+      return std::nullopt;
+    return match;
+  }
+
+  /// An attention's dk and dv from one pass: the key step's instruction
+  /// with which = 3 and the two (rounded) results as its outputs.
+  LogicalResult emitKeyValueGrads(AttentionKeyValueGrads g) {
+    if (failed(addBuffer(g.keyResult(), "attention_grad")) ||
+        failed(addBuffer(g.valueResult(), "attention_grad")))
+      return failure();
+    buffers[g.key.getResult()] = buffers.lookup(g.keyResult());
+    roundingOutput = static_cast<bool>(g.keyRound);
+    secondOutput = g.valueResult();
+    keyAndValue = true;
+    LogicalResult result = addInstruction(g.key);
+    roundingOutput = false;
+    secondOutput = {};
+    keyAndValue = false;
+    return result;
+  }
+
   /// A product with GeLU's gradient as its epilogue: one instruction where
   /// the group's last op is.
   LogicalResult emitLinearGeluGrad(GemmGeluGrad g) {
@@ -629,6 +675,10 @@ private:
         if (group.getValue().starts_with("d"))
           if (std::optional<GemmGeluGrad> d = geluGradGroupOf(&op, group))
             return &op == d->ops().back() ? emitLinearGeluGrad(*d) : success();
+        if (group.getValue().starts_with("a"))
+          if (std::optional<AttentionKeyValueGrads> a =
+                  keyValueGroupOf(&op, group))
+            return &op == a->ops().back() ? emitKeyValueGrads(*a) : success();
         if (group.getValue().starts_with("b"))
           if (std::optional<NormParamGrads> b = normParamGroupOf(&op, group))
             return &op == b->ops().back() ? emitNormParamGrads(*b) : success();
@@ -944,8 +994,9 @@ private:
         })
         .Case<AttentionGradOp>([&](AttentionGradOp a) {
           code = mp::OpCode_AttentionGrad;
+          // which = 3: dk and dv together (an "a" group).
           ints = {static_cast<int64_t>(a.getNumHeads()), a.getCausal() ? 1 : 0,
-                  static_cast<int64_t>(a.getOperand())};
+                  keyAndValue ? 3 : static_cast<int64_t>(a.getOperand())};
           appendAttentionDropout(a, ints, floats);
         })
         .Case<SoftmaxGradOp>([&](auto) { code = mp::OpCode_SoftmaxGrad; })
@@ -1050,8 +1101,10 @@ private:
   /// (an "n" group's residual gradient).
   Value residualInput;
   /// An output the instruction being added writes after its op's result
-  /// (a "b" group's bias gradient).
+  /// (a "b" group's bias gradient, an "a" group's dv).
   Value secondOutput;
+  /// The attention gradient being added gives dk and dv (an "a" group).
+  bool keyAndValue = false;
   fb::FlatBufferBuilder &fbb;
   const Grid &grid;
   uint32_t rank;

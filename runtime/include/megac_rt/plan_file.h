@@ -39,8 +39,9 @@ namespace megac_rt {
 /// Version 10 let linear_bias round its outputs (round_bf16) and keep the
 /// GeLU's input as a second output.
 /// Version 11 let linear_bias add a residual (a fourth input) to its sum,
-/// layer_norm_grad a residual gradient (a fourth input) to dx, and
-/// layer_norm_gain_grad write the bias gradient (a second output).
+/// layer_norm_grad a residual gradient (a fourth input) to dx,
+/// layer_norm_gain_grad write the bias gradient (a second output), and
+/// attention_grad write dk and dv together (which = 3, two outputs).
 constexpr uint32_t kPlanFormatVersion = 11;
 
 /// CRC-32 (IEEE 802.3, reflected, as zlib computes it).

@@ -700,8 +700,13 @@ private:
         Bf16Products += bf16Operands(*In);
       }
       if (In->op() == op::Attention || In->op() == op::AttentionGrad) {
-        ++Attentions;
-        Bf16Attentions += tensorCoreAttention(*In);
+        // dk and dv together (which = 3) are two steps.
+        const unsigned Steps = In->outputs()->size();
+        Attentions += Steps;
+        Bf16Attentions += tensorCoreAttention(*In) ? Steps : 0;
+        if (In->op() == op::AttentionGrad && In->ints()->size() > 2 &&
+            (In->ints()->Get(2) == 1 || In->ints()->Get(2) == 2))
+          SeparateKeyValueSteps = true;
       }
     }
   }
@@ -1542,57 +1547,26 @@ private:
     case op::AttentionGrad: {
       if (A.size() != 3 || numel(X(0)) == 0)
         return;
-      const int64_t B = A[0], S = A[1], Hl = A[2], NH = Int(0);
-      const int Causal = Int(1) != 0;
-      const int64_t Threads = B * NH * S;
-      const bool Grad = In.op() == op::AttentionGrad;
-      const AttnDropout Dr = attnDropout(In, Grad ? 3 : 2);
-      const int64_t D = NH ? Hl / NH : 0;
-      if (flashHeadSize(D)) {
-        const float *Qp = f(X(0)), *Kp = f(X(1)), *Vp = f(X(2));
-        const float *Dy = Grad ? f(X(3)) : nullptr;
-        const int Which = Grad ? int(Int(2)) : -1;
-        const bool Tc = tensorCoreAttention(In);
-        const AttentionCopies Copies = {
-            readCopy(X(0), Idx), readCopy(X(1), Idx), readCopy(X(2), Idx),
-            Grad ? readCopy(X(3), Idx) : nullptr};
-        const OutputStore Store = roundingStore(In, Y, Idx);
-        AttentionOutput = Grad                    ? GradientOutputOf[Idx]
-                          : ForwardStats.count(Y) ? int64_t(Y)
-                                                  : -1;
-        if (D == 32)
-          flash<32>(Qp, Kp, Vp, Dy, B, S, Hl, NH, Causal, Which, Dr, Tc, Copies,
-                    Store, f(Y));
-        else if (D == 64)
-          flash<64>(Qp, Kp, Vp, Dy, B, S, Hl, NH, Causal, Which, Dr, Tc, Copies,
-                    Store, f(Y));
-        else
-          flash<128>(Qp, Kp, Vp, Dy, B, S, Hl, NH, Causal, Which, Dr, Tc,
-                     Copies, Store, f(Y));
+      const int Which =
+          In.op() == op::AttentionGrad ? int(Int(2)) : -1; // forward: -1
+      // which = 3 (format 11): dk and dv. The register-resident kernels
+      // write both from one pass; the others run the key's step, then the
+      // value's (from what the key's step kept), each output rounded as
+      // the plan asks.
+      const uint32_t Y2 = In.outputs()->size() == 2 ? In.outputs()->Get(1) : Y;
+      if (Which == 3 && !keyValueTogether(In)) {
+        for (auto [Step, Out] : {std::pair{1, Y}, std::pair{2, Y2}}) {
+          RoundedAsWritten = false;
+          attentionStep(Idx, In, Step, Out, Out);
+          if (In.round_bf16() && !RoundedAsWritten)
+            launchOn(Compute, roundBf16Kernel, wideBlocks(numel(Out)), kThreads,
+                     0, static_cast<const float *>(f(Out)), numel(Out), f(Out),
+                     writeCopy(Out, Idx));
+        }
+        RoundedAsWritten = true;
         return;
       }
-      // Other head sizes: the simple kernels. Scratch: the rows' (max,
-      // sum), then the backward pass's deltas.
-      double *Stats =
-          static_cast<double *>(scratch(size_t(Threads) * 3 * sizeof(double)));
-      double *Delta = Stats + 2 * Threads;
-      launchOn(Compute, attentionRowStatsKernel, blocksFor(Threads), kThreads,
-               0, f(X(0)), f(X(1)), B, S, Hl, NH, Causal, Stats);
-      if (!Grad) {
-        launchOn(Compute, attentionForwardKernel, blocksFor(Threads), kThreads,
-                 0, f(X(0)), f(X(1)), f(X(2)), B, S, Hl, NH, Causal,
-                 static_cast<const double *>(Stats), Dr, f(Y));
-        return;
-      }
-      const int Which = int(Int(2));
-      if (Which != 2)
-        launchOn(Compute, attentionDeltaKernel, blocksFor(Threads), kThreads, 0,
-                 f(X(0)), f(X(1)), f(X(2)), f(X(3)), B, S, Hl, NH, Causal,
-                 static_cast<const double *>(Stats), Dr, Delta);
-      launchOn(Compute, attentionGradKernel, blocksFor(Threads), kThreads, 0,
-               f(X(0)), f(X(1)), f(X(2)), f(X(3)), B, S, Hl, NH, Causal, Which,
-               static_cast<const double *>(Stats),
-               static_cast<const double *>(Delta), Dr, f(Y));
+      attentionStep(Idx, In, Which, Y, Y2);
       return;
     }
     case op::Transpose: {
@@ -2056,6 +2030,85 @@ private:
       toDevice(Ptr[B], Staging.data(), Bytes[B]); // before compute reads it
   }
 
+  /// Where an attention step writes its output (fp32; null where it is
+  /// kept in bf16 alone) and how (rounded, its bf16 copy); for dk and dv
+  /// together (which = 3), dv's too.
+  struct AttnOut {
+    float *Out;
+    OutputStore Store;
+    float *Out2;
+    OutputStore Store2;
+  };
+
+  /// Whether an attention gradient's dk and dv (which = 3) come from one
+  /// pass of the register-resident kernels (not cuDNN's, which keeps all
+  /// three gradients anyway, nor the wmma or fp32 ones).
+  bool keyValueTogether(const Instr &In) const {
+    const int64_t D = bf16AttentionHeadSize(RP, In, Bf16);
+    return flashHeadSize(D) && tensorCoreAttention(In) && !WmmaAttention;
+  }
+
+  /// One attention step: the forward (\p Which -1) into \p Y, or the
+  /// gradient of q, k or v (0, 1, 2) into \p Y, or dk and dv (3, the
+  /// register-resident kernels only) into \p Y and \p Y2.
+  void attentionStep(uint32_t Idx, const Instr &In, int Which, uint32_t Y,
+                     uint32_t Y2) {
+    auto X = [&](unsigned K) { return In.inputs()->Get(K); };
+    auto Int = [&](unsigned K) { return In.ints()->Get(K); };
+    const std::vector<int64_t> A = shape(X(0));
+    const int64_t B = A[0], S = A[1], Hl = A[2], NH = Int(0);
+    const int Causal = Int(1) != 0;
+    const int64_t Threads = B * NH * S;
+    const bool Grad = In.op() == op::AttentionGrad;
+    const AttnDropout Dr = attnDropout(In, Grad ? 3 : 2);
+    const int64_t D = NH ? Hl / NH : 0;
+    if (flashHeadSize(D)) {
+      const float *Qp = f(X(0)), *Kp = f(X(1)), *Vp = f(X(2));
+      const float *Dy = Grad ? f(X(3)) : nullptr;
+      const bool Tc = tensorCoreAttention(In);
+      const AttentionCopies Copies = {readCopy(X(0), Idx), readCopy(X(1), Idx),
+                                      readCopy(X(2), Idx),
+                                      Grad ? readCopy(X(3), Idx) : nullptr};
+      const AttnOut Out = {
+          f(Y), roundingStore(In, Y, Idx), Which == 3 ? f(Y2) : nullptr,
+          Which == 3 ? roundingStore(In, Y2, Idx) : OutputStore{}};
+      AttentionOutput = Grad                    ? GradientOutputOf[Idx]
+                        : ForwardStats.count(Y) ? int64_t(Y)
+                                                : -1;
+      if (D == 32)
+        flash<32>(Qp, Kp, Vp, Dy, B, S, Hl, NH, Causal, Which, Dr, Tc, Copies,
+                  Out);
+      else if (D == 64)
+        flash<64>(Qp, Kp, Vp, Dy, B, S, Hl, NH, Causal, Which, Dr, Tc, Copies,
+                  Out);
+      else
+        flash<128>(Qp, Kp, Vp, Dy, B, S, Hl, NH, Causal, Which, Dr, Tc, Copies,
+                   Out);
+      return;
+    }
+    // Other head sizes: the simple kernels. Scratch: the rows' (max,
+    // sum), then the backward pass's deltas.
+    double *Stats =
+        static_cast<double *>(scratch(size_t(Threads) * 3 * sizeof(double)));
+    double *Delta = Stats + 2 * Threads;
+    launchOn(Compute, attentionRowStatsKernel, blocksFor(Threads), kThreads, 0,
+             f(X(0)), f(X(1)), B, S, Hl, NH, Causal, Stats);
+    if (!Grad) {
+      launchOn(Compute, attentionForwardKernel, blocksFor(Threads), kThreads, 0,
+               f(X(0)), f(X(1)), f(X(2)), B, S, Hl, NH, Causal,
+               static_cast<const double *>(Stats), Dr, f(Y));
+      return;
+    }
+    if (Which != 2)
+      launchOn(Compute, attentionDeltaKernel, blocksFor(Threads), kThreads, 0,
+               f(X(0)), f(X(1)), f(X(2)), f(X(3)), B, S, Hl, NH, Causal,
+               static_cast<const double *>(Stats), Dr, Delta);
+    launchOn(Compute, attentionGradKernel, blocksFor(Threads), kThreads, 0,
+             f(X(0)), f(X(1)), f(X(2)), f(X(3)), B, S, Hl, NH, Causal, Which,
+             static_cast<const double *>(Stats),
+             static_cast<const double *>(Delta), Dr, f(Y));
+  }
+
   /// Attention (\p Which < 0) or the gradient of its input \p Which (0 q,
   /// 1 k, 2 v) by the flash kernels for head size \p D.
   /// \p Tc: q, k and v hold bf16 values, so the products go to the
@@ -2065,7 +2118,9 @@ private:
   void flash(const float *Q, const float *K, const float *V, const float *DY,
              int64_t B, int64_t S, int64_t Hl, int64_t NH, int Causal,
              int Which, const AttnDropout &Dr, bool Tc,
-             const AttentionCopies &Copies, OutputStore Store, float *Out) {
+             const AttentionCopies &Copies, const AttnOut &O) {
+    const OutputStore Store = O.Store;
+    float *Out = O.Out;
     const unsigned Blocks =
         unsigned(B * NH * ((S + kFlashRows - 1) / kFlashRows));
     // Buffers kept in bf16 alone (no fp32 pointer) reach only the
@@ -2078,7 +2133,7 @@ private:
     const float Scale = float(1.0 / std::sqrt(double(D)));
     if (Tc) {
       flashTc<D>(Q, K, V, DY, B, S, Hl, NH, Causal, Which, Dr, Blocks, Scale,
-                 Copies, Store, Out);
+                 Copies, O);
       return;
     }
     if (Which < 0) {
@@ -2116,12 +2171,14 @@ private:
   void flashTc(const float *Q, const float *K, const float *V, const float *DY,
                int64_t B, int64_t S, int64_t Hl, int64_t NH, int Causal,
                int Which, const AttnDropout &Dr, unsigned Blocks, float Scale,
-               const AttentionCopies &Copies, OutputStore Store, float *Out) {
+               const AttentionCopies &Copies, const AttnOut &O) {
     if (!WmmaAttention) {
       flashMma<D>(Q, K, V, DY, B, S, Hl, NH, Causal, Which, Dr, Blocks, Scale,
-                  Copies, Store, Out);
+                  Copies, O);
       return;
     }
+    const OutputStore Store = O.Store;
+    float *Out = O.Out;
     using Sh = TcShared<D>;
     int *Inexact = Faults + kFaultNotBf16;
     if (!TcReady[tcSlot<D>()]) { // above the default 48 KiB per block
@@ -2158,9 +2215,22 @@ private:
   void flashMma(const float *Q, const float *K, const float *V, const float *DY,
                 int64_t B, int64_t S, int64_t Hl, int64_t NH, int Causal,
                 int Which, const AttnDropout &Dr, unsigned Blocks, float Scale,
-                const AttentionCopies &Copies, OutputStore Store, float *Out) {
-    if (Cudnn && cudnnAttention(Q, K, V, DY, B, S, Hl, NH, Causal, Which, Dr,
-                                Scale, Copies, Store, Out))
+                const AttentionCopies &Copies, const AttnOut &O) {
+    const OutputStore Store = O.Store;
+    float *Out = O.Out;
+    // cuDNN's (where it applies) keeps all three gradients: dk and dv
+    // (which = 3) are two of its steps.
+    if (Cudnn && Which == 3 &&
+        cudnnAttention(Q, K, V, DY, B, S, Hl, NH, Causal, 1, Dr, Scale, Copies,
+                       Store, Out)) {
+      if (!cudnnAttention(Q, K, V, DY, B, S, Hl, NH, Causal, 2, Dr, Scale,
+                          Copies, O.Store2, O.Out2))
+        throw std::logic_error("cuDNN's attention took dk but not dv");
+      return;
+    }
+    if (Cudnn && Which != 3 &&
+        cudnnAttention(Q, K, V, DY, B, S, Hl, NH, Causal, Which, Dr, Scale,
+                       Copies, Store, Out))
       return;
     using Sh = MmaShared<D>;
     if (!MmaReady[tcSlot<D>()]) { // above the default 48 KiB per block
@@ -2194,6 +2264,13 @@ private:
       launchOn(Compute, flashQueryGradMmaKernel<D>, Blocks, kMmaThreads,
                Sh::QueryGrad, Kp.Q16, Kp.K16, Kp.V16, Kp.DY16, S, Hl, NH,
                Causal, Scale, Dr, Kp.Stats, Kp.Delta, Out, Store);
+      RoundedAsWritten = Store.Round;
+      return;
+    }
+    if (Which == 3) { // dk and dv, each stored as the plan asks
+      launchOn(Compute, flashKeyGradMmaKernel<D>, Blocks, kMmaThreads,
+               Sh::KeyGrad, Kp.Q16, Kp.K16, Kp.V16, Kp.DY16, S, Hl, NH, Causal,
+               Scale, Dr, Kp.Stats, Kp.Delta, Out, O.Out2, Store, O.Store2);
       RoundedAsWritten = Store.Round;
       return;
     }
@@ -2758,9 +2835,10 @@ private:
     auto Align = [](size_t X) { return (X + 15) / 16 * 16; };
     const size_t StatsBytes = Align(size_t(3 * Rows) * sizeof(float));
     const size_t Bf16Bytes = size_t(4 * N) * sizeof(uint16_t);
+    const size_t GradBytes =
+        SeparateKeyValueSteps ? size_t(N) * sizeof(float) : 0;
     char *Base = static_cast<char *>(Kept.Memory.atLeast(
-        WmmaAttention ? StatsBytes
-                      : StatsBytes + Bf16Bytes + size_t(N) * sizeof(float),
+        WmmaAttention ? StatsBytes : StatsBytes + Bf16Bytes + GradBytes,
         "attention state"));
     Kept.Stats = reinterpret_cast<float *>(Base);
     Kept.Delta = Kept.Stats + 2 * Rows;
@@ -2785,7 +2863,9 @@ private:
       Kept.K16 = In16[1];
       Kept.V16 = In16[2];
       Kept.DY16 = In16[3];
-      Kept.Grad = reinterpret_cast<float *>(Base + StatsBytes + Bf16Bytes);
+      Kept.Grad = SeparateKeyValueSteps
+                      ? reinterpret_cast<float *>(Base + StatsBytes + Bf16Bytes)
+                      : nullptr;
       if (const ForwardKept *F =
               keptForward(Q, K, V, B, S, Hl, NH, Causal, D, Dr, Copies, 0)) {
         // The forward's statistics, and the deltas from its output.
@@ -2874,6 +2954,10 @@ private:
   /// storage (Ptr null), its copy is the buffer.
   std::vector<bool> Bf16Only;
   unsigned Products = 0, Bf16Products = 0, Attentions = 0, Bf16Attentions = 0;
+  /// Whether the plan has attention gradient steps of k or v alone (not
+  /// which = 3): the register-resident kernels then keep the other one's
+  /// gradient in fp32 beside the attention state.
+  bool SeparateKeyValueSteps = false;
   GrowingBuffer Scratch, BlasWorkspace;
   cublasLtHandle_t Lt = nullptr;
   std::map<std::array<int64_t, 7>, LtPlan> LtPlans;

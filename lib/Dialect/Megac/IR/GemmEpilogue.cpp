@@ -253,4 +253,66 @@ matchNormParamGrads(LayerNormGainGradOp gain,
   return std::nullopt;
 }
 
+Value AttentionKeyValueGrads::keyResult() const {
+  RoundBf16Op rounding = keyRound;
+  AttentionGradOp step = key;
+  return rounding ? rounding.getResult() : step.getResult();
+}
+
+Value AttentionKeyValueGrads::valueResult() const {
+  RoundBf16Op rounding = valueRound;
+  AttentionGradOp step = value;
+  return rounding ? rounding.getResult() : step.getResult();
+}
+
+SmallVector<Operation *, 5> AttentionKeyValueGrads::ops() const {
+  SmallVector<Operation *, 5> out = present(
+      {OpState(key), OpState(keyRound), OpState(value), OpState(valueRound)});
+  llvm::sort(out,
+             [](Operation *a, Operation *b) { return a->isBeforeInBlock(b); });
+  return out;
+}
+
+std::optional<AttentionKeyValueGrads>
+matchAttentionKeyValueGrads(AttentionGradOp key,
+                            function_ref<bool(Operation *)> admissible) {
+  if (key.getOperand() != 1)
+    return std::nullopt;
+  // The rounding that is a step's result's only reader, where admissible.
+  auto roundingOf = [&](AttentionGradOp step) {
+    auto r = dyn_cast_or_null<RoundBf16Op>(soleUser(step.getResult()));
+    return r && admissible(r) ? r : RoundBf16Op();
+  };
+  for (Operation *user : key.getOutputGrad().getUsers()) {
+    auto value = dyn_cast<AttentionGradOp>(user);
+    if (!value || value.getOperand() != 2 || value == key ||
+        !llvm::equal(value->getOperands(), key->getOperands()) ||
+        value.getNumHeads() != key.getNumHeads() ||
+        value.getCausal() != key.getCausal() ||
+        value.getDropout() != key.getDropout() ||
+        value.getStream() != key.getStream() ||
+        value->getBlock() != key->getBlock() || !admissible(value))
+      continue;
+    AttentionKeyValueGrads g{key, value, roundingOf(key), roundingOf(value)};
+    if (static_cast<bool>(g.keyRound) != static_cast<bool>(g.valueRound))
+      continue;
+    // Every result the group writes is read after its last op, where the
+    // one instruction is.
+    SmallVector<Operation *, 5> members = g.ops();
+    Operation *last = members.back();
+    auto readAfter = [&](Value v) {
+      return llvm::all_of(v.getUsers(), [&](Operation *reader) {
+        return llvm::is_contained(members, reader) ||
+               (reader->getBlock() == last->getBlock() &&
+                last->isBeforeInBlock(reader));
+      });
+    };
+    if (llvm::all_of(members, [&](Operation *op) {
+          return readAfter(op->getResult(0));
+        }))
+      return g;
+  }
+  return std::nullopt;
+}
+
 } // namespace megac

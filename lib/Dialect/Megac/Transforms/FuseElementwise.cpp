@@ -74,8 +74,8 @@ struct FuseElementwisePass
     : public megac::impl::FuseElementwisePassBase<FuseElementwisePass> {
   void runOnOperation() override {
     MLIRContext *ctx = &getContext();
-    int64_t gemms = 0, geluGrads = 0, normGrads = 0, normParams = 0, chains = 0,
-            roundings = 0;
+    int64_t gemms = 0, geluGrads = 0, normGrads = 0, normParams = 0,
+            keyValues = 0, chains = 0, roundings = 0;
     auto mark = [&](Operation *op, StringRef group) {
       op->setAttr(MegacDialect::kFusionAttrName, StringAttr::get(ctx, group));
     };
@@ -89,7 +89,8 @@ struct FuseElementwisePass
       // linear -> gelu_grad (the product its output gradient)
       // [-> round_bf16] ("d"); layer_norm_grad -> + residual gradient
       // [-> round_bf16] ("n"); a LayerNorm's gain and bias gradients, one
-      // pass over dy ("b").
+      // pass over dy ("b"); an attention's dk and dv [with their roundings]
+      // ("a").
       for (Operation &op : body) {
         if (op.hasAttr(MegacDialect::kFusionAttrName))
           continue;
@@ -117,6 +118,11 @@ struct FuseElementwisePass
           if (auto b = matchNormParamGrads(gain, admissible)) {
             members = b->ops();
             group = "b" + std::to_string(normParams++);
+          }
+        } else if (auto key = dyn_cast<AttentionGradOp>(op)) {
+          if (auto a = matchAttentionKeyValueGrads(key, admissible)) {
+            members = a->ops();
+            group = "a" + std::to_string(keyValues++);
           }
         }
         for (Operation *member : members)

@@ -420,3 +420,52 @@ func.func @norm_params(%x: tensor<2x8x16xf32>, %dy: tensor<2x8x16xf32>, %dz: ten
   %b3 = megac.sum_leading %dv {keep = 1 : i64} : (tensor<2x8x16xf32>) -> tensor<16xf32>
   return %g, %b, %b1, %g1, %g2, %acc, %g3, %b3 : tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>
 }
+
+// -----
+
+// Tests an attention's key and value gradient steps: one group (a0, one
+// pass of the attention kernels for dk and dv) with their roundings in a
+// bf16 plan; the query's step joins its rounding alone (r0). Steps of
+// another dy (a1: without roundings, an fp32 plan's), a key step whose
+// result is read before the value step (no group), and a key step whose
+// value step takes another dropout stream (no group) stay apart.
+// CHECK-LABEL: func.func @key_value
+// CHECK-NEXT: megac.attention_grad {{.*}}megac.fusion = "r0"
+// CHECK-NEXT: megac.round_bf16 {{.*}}megac.fusion = "r0"
+// CHECK-NEXT: megac.attention_grad {{.*}}megac.fusion = "a0"
+// CHECK-NEXT: megac.round_bf16 {{.*}}megac.fusion = "a0"
+// CHECK-NEXT: megac.attention_grad {{.*}}megac.fusion = "a0"
+// CHECK-NEXT: megac.round_bf16 {{.*}}megac.fusion = "a0"
+// CHECK-NEXT: megac.attention_grad {{.*}}megac.fusion = "a1"
+// CHECK-NEXT: megac.attention_grad {{.*}}megac.fusion = "a1"
+// CHECK-NEXT: megac.attention_grad
+// CHECK-NOT: "a
+// CHECK-NEXT: megac.add
+// CHECK-NEXT: megac.attention_grad
+// CHECK-NOT: "a
+// CHECK-NEXT: megac.attention_grad
+// CHECK-NOT: "a
+// CHECK-NEXT: megac.attention_grad
+// CHECK-NOT: "a
+// CHECK: return
+func.func @key_value(%q: tensor<2x8x16xf32>, %k: tensor<2x8x16xf32>, %v: tensor<2x8x16xf32>,
+                     %dy: tensor<2x8x16xf32>, %dz: tensor<2x8x16xf32>, %dw: tensor<2x8x16xf32>, %du: tensor<2x8x16xf32>)
+    -> (tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>,
+        tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>) {
+  %gq = megac.attention_grad %q, %k, %v, %dy {num_heads = 2 : i64, operand = 0 : i64} : (tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %rq = megac.round_bf16 %gq : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %gk = megac.attention_grad %q, %k, %v, %dy {num_heads = 2 : i64, operand = 1 : i64} : (tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %rk = megac.round_bf16 %gk : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %gv = megac.attention_grad %q, %k, %v, %dy {num_heads = 2 : i64, operand = 2 : i64} : (tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %rv = megac.round_bf16 %gv : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %k2 = megac.attention_grad %q, %k, %v, %dz {num_heads = 2 : i64, operand = 1 : i64} : (tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %v2 = megac.attention_grad %q, %k, %v, %dz {num_heads = 2 : i64, operand = 2 : i64} : (tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  // The key's gradient read before the value's step.
+  %k3 = megac.attention_grad %q, %k, %v, %dw {num_heads = 2 : i64, operand = 1 : i64} : (tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %early = megac.add %k3, %k3 : (tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %v3 = megac.attention_grad %q, %k, %v, %dw {num_heads = 2 : i64, operand = 2 : i64} : (tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  // Another dropout stream.
+  %k4 = megac.attention_grad %q, %k, %v, %du {num_heads = 2 : i64, operand = 1 : i64, dropout = 1.0e-01 : f64, stream = 1 : i64} : (tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %v4 = megac.attention_grad %q, %k, %v, %du {num_heads = 2 : i64, operand = 2 : i64, dropout = 1.0e-01 : f64, stream = 2 : i64} : (tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  return %rq, %rk, %rv, %k2, %v2, %early, %v3, %k4, %v4 : tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>
+}

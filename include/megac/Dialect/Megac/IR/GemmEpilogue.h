@@ -3,10 +3,11 @@
 // cuBLASLt can add a bias or a residual, and apply a GeLU or GeLU's
 // gradient, as it writes a product: no pass over memory for them; a
 // LayerNorm gradient's row kernel can add the residual stream's gradient
-// likewise, and a LayerNorm gain gradient's pass over dy can sum the bias
-// gradient too. megac-fuse-elementwise marks such groups ("g", "d", "n",
-// "b") and the plan emitter turns each into one linear_bias,
-// linear_gelu_grad, layer_norm_grad or layer_norm_gain_grad instruction;
+// likewise, a LayerNorm gain gradient's pass over dy can sum the bias
+// gradient too, and one pass of the attention kernels gives both dk and
+// dv. megac-fuse-elementwise marks such groups ("g", "d", "n", "b", "a")
+// and the plan emitter turns each into one linear_bias, linear_gelu_grad,
+// layer_norm_grad, layer_norm_gain_grad or attention_grad instruction;
 // both find the group's parts with the matchers below, so what one marks
 // the other emits.
 //
@@ -134,6 +135,30 @@ struct NormParamGrads {
 std::optional<NormParamGrads>
 matchNormParamGrads(LayerNormGainGradOp gain,
                     llvm::function_ref<bool(mlir::Operation *)> admissible);
+
+/// The key's and the value's gradient steps of one attention
+/// (attention_grad with operand 1 and 2 of the same q, k, v, dy and
+/// attributes), each with its rounding in a bf16 plan: the
+/// register-resident kernels compute dk and dv in one pass ("a" groups,
+/// one attention_grad instruction with two outputs).
+struct AttentionKeyValueGrads {
+  AttentionGradOp key, value;
+  RoundBf16Op keyRound, valueRound; // both null, or both set
+
+  /// dk and dv as the group writes them: (rounded) results.
+  mlir::Value keyResult() const;
+  mlir::Value valueResult() const;
+  /// The group's ops in program order; the last is where it is emitted.
+  llvm::SmallVector<mlir::Operation *, 5> ops() const;
+};
+
+/// The group of \p key (the key's gradient step) and its attention's
+/// value step, taking only ops \p admissible accepts; none where there is
+/// no such value step, the two are rounded differently, or a reader of
+/// the group's first result comes before its last op.
+std::optional<AttentionKeyValueGrads> matchAttentionKeyValueGrads(
+    AttentionGradOp key,
+    llvm::function_ref<bool(mlir::Operation *)> admissible);
 
 } // namespace megac
 
