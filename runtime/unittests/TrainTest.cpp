@@ -333,8 +333,9 @@ TEST(Checkpoint, RoundTripIsBitExactAndDetectsCorruption) {
   }
 }
 
-/// Verifies the one-rank plan \p P into \p L and runs it once on the CPU
-/// (null, and a test failure, where it does not verify).
+/// Verifies the one-rank plan \p P into \p L and runs it once on the CPU,
+/// its parameters drawn from P.seed (null, and a test failure, where it
+/// does not verify).
 std::unique_ptr<Executor> runOnce(const ProgramDesc &P, LoadedPlan &L) {
   const std::string Error = verifyPlanBytes(buildPlanBytes(P), L);
   EXPECT_EQ(Error, "");
@@ -342,9 +343,25 @@ std::unique_ptr<Executor> runOnce(const ProgramDesc &P, LoadedPlan &L) {
     return nullptr;
   auto E = std::make_unique<Executor>(*L.program, 0);
   E->allocate();
+  E->initParams(P.seed);
   LocalCollectives C;
   E->run(C);
   return E;
+}
+
+/// A parameter \p Name of \p Shape that runOnce draws from N(0, 1).
+uint32_t randomParam(RankDesc &R, const std::string &Name,
+                     const std::vector<int64_t> &Shape) {
+  uint32_t B = R.addBuffer(dt::F32, Shape, Name);
+  R.params.push_back({Name,
+                      B,
+                      Shape,
+                      std::vector<int64_t>(Shape.size(), 0),
+                      ik::Normal,
+                      1.0,
+                      "",
+                      {}});
+  return B;
 }
 
 TEST(Executor, ClipCoefficientAndFill) {
@@ -441,22 +458,10 @@ TEST(Executor, LayerNormGradAddsTheResidualBeforeTheOneRounding) {
   P.seed = 11;
   RankDesc R;
   const std::vector<int64_t> Shape = {8, 32};
-  std::vector<uint32_t> In;
-  for (const char *Name : {"x", "gamma", "dy", "r"}) {
-    std::vector<int64_t> S =
-        std::string(Name) == "gamma" ? std::vector<int64_t>{32} : Shape;
-    uint32_t B = R.addBuffer(dt::F32, S, Name);
-    R.params.push_back({Name,
-                        B,
-                        S,
-                        std::vector<int64_t>(S.size(), 0),
-                        ik::Normal,
-                        1.0,
-                        "",
-                        {}});
-    In.push_back(B);
-  }
-  const uint32_t X = In[0], G = In[1], Dy = In[2], Res = In[3];
+  const uint32_t X = randomParam(R, "x", Shape),
+                 G = randomParam(R, "gamma", {32}),
+                 Dy = randomParam(R, "dy", Shape),
+                 Res = randomParam(R, "r", Shape);
   auto normGrad = [&](std::vector<uint32_t> Inputs, bool Round) {
     uint32_t Y = R.emit(op::LayerNormGrad, Inputs, Shape, {}, {1e-5});
     R.instrs.back().roundBf16 = Round;
@@ -478,15 +483,11 @@ TEST(Executor, LayerNormGradAddsTheResidualBeforeTheOneRounding) {
                {"sum", Sum, ""}};
   P.ranks.push_back(R);
   LoadedPlan L;
-  ASSERT_EQ(verifyPlanBytes(buildPlanBytes(P), L), "");
-  Executor E(*L.program, 0);
-  E.allocate();
-  E.initParams(P.seed);
-  LocalCollectives C;
-  E.run(C);
-  EXPECT_EQ(E.buffer(Fused).f, E.buffer(Unfused).f);
-  EXPECT_EQ(E.buffer(Fp32).f, E.buffer(Sum).f);
-  EXPECT_NE(E.buffer(Fused).f, E.buffer(Twice).f);
+  std::unique_ptr<Executor> E = runOnce(P, L);
+  ASSERT_TRUE(E);
+  EXPECT_EQ(E->buffer(Fused).f, E->buffer(Unfused).f);
+  EXPECT_EQ(E->buffer(Fp32).f, E->buffer(Sum).f);
+  EXPECT_NE(E->buffer(Fused).f, E->buffer(Twice).f);
 }
 
 TEST(Executor, LayerNormGainGradWritesTheBiasGradientToo) {
@@ -498,11 +499,8 @@ TEST(Executor, LayerNormGainGradWritesTheBiasGradientToo) {
   P.seed = 5;
   RankDesc R;
   const std::vector<int64_t> Shape = {6, 16};
-  uint32_t X = R.addBuffer(dt::F32, Shape, "x");
-  uint32_t Dy = R.addBuffer(dt::F32, Shape, "dy");
-  for (uint32_t B : {X, Dy})
-    R.params.push_back(
-        {B == X ? "x" : "dy", B, Shape, {0, 0}, ik::Normal, 1.0, "", {}});
+  const uint32_t X = randomParam(R, "x", Shape),
+                 Dy = randomParam(R, "dy", Shape);
   uint32_t Gain = R.addBuffer(dt::F32, {16}, "dgamma");
   uint32_t Bias = R.addBuffer(dt::F32, {16}, "dbeta");
   R.instrs.push_back(
@@ -515,19 +513,15 @@ TEST(Executor, LayerNormGainGradWritesTheBiasGradientToo) {
                {"dbeta_alone", BiasAlone, ""}};
   P.ranks.push_back(R);
   LoadedPlan L;
-  ASSERT_EQ(verifyPlanBytes(buildPlanBytes(P), L), "");
-  Executor E(*L.program, 0);
-  E.allocate();
-  E.initParams(P.seed);
-  LocalCollectives C;
-  E.run(C);
-  EXPECT_EQ(E.buffer(Gain).f, E.buffer(GainAlone).f);
-  EXPECT_EQ(E.buffer(Bias).f, E.buffer(BiasAlone).f);
+  std::unique_ptr<Executor> E = runOnce(P, L);
+  ASSERT_TRUE(E);
+  EXPECT_EQ(E->buffer(Gain).f, E->buffer(GainAlone).f);
+  EXPECT_EQ(E->buffer(Bias).f, E->buffer(BiasAlone).f);
   // Independently: column 0's sum of dy.
   double Col0 = 0;
   for (int64_t I = 0; I < 6; ++I)
-    Col0 += E.buffer(Dy).f[size_t(I * 16)];
-  EXPECT_NEAR(E.buffer(Bias).f[0], Col0, 1e-5);
+    Col0 += E->buffer(Dy).f[size_t(I * 16)];
+  EXPECT_NEAR(E->buffer(Bias).f[0], Col0, 1e-5);
 }
 
 TEST(Executor, AttentionGradGivesKeyAndValueTogether) {
@@ -540,11 +534,8 @@ TEST(Executor, AttentionGradGivesKeyAndValueTogether) {
   RankDesc R;
   const std::vector<int64_t> Shape = {2, 8, 16};
   std::vector<uint32_t> In;
-  for (const char *Name : {"q", "k", "v", "dy"}) {
-    uint32_t B = R.addBuffer(dt::F32, Shape, Name);
-    R.params.push_back({Name, B, Shape, {0, 0, 0}, ik::Normal, 1.0, "", {}});
-    In.push_back(B);
-  }
+  for (const char *Name : {"q", "k", "v", "dy"})
+    In.push_back(randomParam(R, Name, Shape));
   auto both = [&](bool Round) {
     uint32_t Dk = R.addBuffer(dt::F32, Shape, "dk");
     uint32_t Dv = R.addBuffer(dt::F32, Shape, "dv");
@@ -566,18 +557,14 @@ TEST(Executor, AttentionGradGivesKeyAndValueTogether) {
                {"k16", K16, ""}, {"v16", V16, ""}};
   P.ranks.push_back(R);
   LoadedPlan L;
-  ASSERT_EQ(verifyPlanBytes(buildPlanBytes(P), L), "");
-  Executor E(*L.program, 0);
-  E.allocate();
-  E.initParams(P.seed);
-  LocalCollectives C;
-  E.run(C);
-  EXPECT_EQ(E.buffer(Dk).f, E.buffer(K1).f);
-  EXPECT_EQ(E.buffer(Dv).f, E.buffer(V1).f);
-  EXPECT_EQ(E.buffer(Dk16).f, E.buffer(K16).f);
-  EXPECT_EQ(E.buffer(Dv16).f, E.buffer(V16).f);
-  EXPECT_NE(E.buffer(Dk).f, E.buffer(Dv).f);
-  EXPECT_NE(E.buffer(Dk).f, E.buffer(Dk16).f);
+  std::unique_ptr<Executor> E = runOnce(P, L);
+  ASSERT_TRUE(E);
+  EXPECT_EQ(E->buffer(Dk).f, E->buffer(K1).f);
+  EXPECT_EQ(E->buffer(Dv).f, E->buffer(V1).f);
+  EXPECT_EQ(E->buffer(Dk16).f, E->buffer(K16).f);
+  EXPECT_EQ(E->buffer(Dv16).f, E->buffer(V16).f);
+  EXPECT_NE(E->buffer(Dk).f, E->buffer(Dv).f);
+  EXPECT_NE(E->buffer(Dk).f, E->buffer(Dk16).f);
 }
 
 TEST(Executor, LinearGeluGradReadsTheFp32Product) {

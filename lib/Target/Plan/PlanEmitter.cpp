@@ -23,6 +23,7 @@
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/SetVector.h"
 #include "llvm/ADT/TypeSwitch.h"
+#include <type_traits>
 
 #include <functional>
 #include <map>
@@ -374,32 +375,40 @@ private:
     return op && op->getAttr(MegacDialect::kFusionAttrName) == group;
   }
 
-  /// The GEMM group (GemmEpilogue.h) marked \p group that \p op belongs
-  /// to; none where the marks do not form one with \p op in it (IR marked
-  /// by hand): its ops are then emitted one by one.
-  static std::optional<GemmEpilogue> gemmGroupOf(Operation *op,
-                                                 StringAttr group) {
+  /// The group \p match (a matcher of GemmEpilogue.h) finds from \p start,
+  /// taking the ops marked \p group, where \p op is in it; none where the
+  /// marks do not form one with \p op in it (IR marked by hand): its ops
+  /// are then emitted one by one.
+  template <class StartOp, class MatchFn>
+  static std::invoke_result_t<MatchFn, StartOp,
+                              llvm::function_ref<bool(Operation *)>>
+  groupWith(Operation *op, StringAttr group, StartOp start, MatchFn match) {
     auto sameGroup = [&](Operation *candidate) {
       return inGroup(candidate, group);
     };
+    if (!start || !sameGroup(start))
+      return std::nullopt;
+    auto found = match(start, sameGroup);
+    if (!found || !llvm::is_contained(found->ops(), op))
+      return std::nullopt;
+    return found;
+  }
+
+  /// The GEMM group marked \p group that \p op belongs to.
+  static std::optional<GemmEpilogue> gemmGroupOf(Operation *op,
+                                                 StringAttr group) {
     // Every member but the product reads one of the group (the residual
     // add may read it as its second operand).
     Operation *start = op;
     while (!isa<LinearOp>(start)) {
       auto inside = llvm::find_if(start->getOperands(), [&](Value operand) {
-        return sameGroup(operand.getDefiningOp());
+        return inGroup(operand.getDefiningOp(), group);
       });
       if (inside == start->getOperands().end())
         break;
       start = (*inside).getDefiningOp();
     }
-    auto linear = dyn_cast<LinearOp>(start);
-    if (!linear)
-      return std::nullopt;
-    std::optional<GemmEpilogue> match = matchGemmEpilogue(linear, sameGroup);
-    if (!match || !llvm::is_contained(match->ops(), op))
-      return std::nullopt;
-    return match;
+    return groupWith(op, group, dyn_cast<LinearOp>(start), matchGemmEpilogue);
   }
 
   /// The op a rounding group's \p round rounds (null: \p round is not
@@ -426,13 +435,9 @@ private:
     return result;
   }
 
-  /// The GeLU-gradient group (GemmEpilogue.h) marked \p group that \p op
-  /// belongs to; none where the marks do not form one with \p op in it.
+  /// The GeLU-gradient group marked \p group that \p op belongs to.
   static std::optional<GemmGeluGrad> geluGradGroupOf(Operation *op,
                                                      StringAttr group) {
-    auto sameGroup = [&](Operation *candidate) {
-      return inGroup(candidate, group);
-    };
     // The rounding reads the gradient; the gradient reads the product as
     // its output gradient.
     Operation *start = op;
@@ -440,22 +445,13 @@ private:
       start = round.getInput().getDefiningOp();
     if (auto grad = dyn_cast_or_null<GeluGradOp>(start))
       start = grad.getOutputGrad().getDefiningOp();
-    auto linear = dyn_cast_or_null<LinearOp>(start);
-    if (!linear || !sameGroup(linear))
-      return std::nullopt;
-    std::optional<GemmGeluGrad> match = matchGemmGeluGrad(linear, sameGroup);
-    if (!match || !llvm::is_contained(match->ops(), op))
-      return std::nullopt;
-    return match;
+    return groupWith(op, group, dyn_cast_or_null<LinearOp>(start),
+                     matchGemmGeluGrad);
   }
 
-  /// The norm-gradient group (GemmEpilogue.h) marked \p group that \p op
-  /// belongs to; none where the marks do not form one with \p op in it.
+  /// The norm-gradient group marked \p group that \p op belongs to.
   static std::optional<NormGradResidual> normGradGroupOf(Operation *op,
                                                          StringAttr group) {
-    auto sameGroup = [&](Operation *candidate) {
-      return inGroup(candidate, group);
-    };
     // The rounding reads the sum; the sum reads the norm's gradient.
     Operation *start = op;
     if (auto round = dyn_cast<RoundBf16Op>(start))
@@ -464,14 +460,8 @@ private:
       for (Value operand : add->getOperands())
         if (isa_and_nonnull<LayerNormGradOp>(operand.getDefiningOp()))
           start = operand.getDefiningOp();
-    auto grad = dyn_cast_or_null<LayerNormGradOp>(start);
-    if (!grad || !sameGroup(grad))
-      return std::nullopt;
-    std::optional<NormGradResidual> match =
-        matchNormGradResidual(grad, sameGroup);
-    if (!match || !llvm::is_contained(match->ops(), op))
-      return std::nullopt;
-    return match;
+    return groupWith(op, group, dyn_cast_or_null<LayerNormGradOp>(start),
+                     matchNormGradResidual);
   }
 
   /// A LayerNorm gradient with the residual gradient added as it is
@@ -490,27 +480,18 @@ private:
     return result;
   }
 
-  /// The gain-and-bias gradient group (GemmEpilogue.h) marked \p group
-  /// that \p op belongs to; none where the marks do not form one with \p op
-  /// in it.
+  /// The gain-and-bias gradient group marked \p group that \p op belongs
+  /// to.
   static std::optional<NormParamGrads> normParamGroupOf(Operation *op,
                                                         StringAttr group) {
-    auto sameGroup = [&](Operation *candidate) {
-      return inGroup(candidate, group);
-    };
     // The bias gradient's dy is the gain gradient's.
     auto gain = dyn_cast<LayerNormGainGradOp>(op);
     if (auto bias = dyn_cast<SumLeadingOp>(op))
       for (Operation *user : bias.getInput().getUsers())
         if (auto g = dyn_cast<LayerNormGainGradOp>(user);
-            g && sameGroup(g) && g.getOutputGrad() == bias.getInput())
+            g && inGroup(g, group) && g.getOutputGrad() == bias.getInput())
           gain = g;
-    if (!gain || !sameGroup(gain))
-      return std::nullopt;
-    std::optional<NormParamGrads> match = matchNormParamGrads(gain, sameGroup);
-    if (!match || !llvm::is_contained(match->ops(), op))
-      return std::nullopt;
-    return match;
+    return groupWith(op, group, gain, matchNormParamGrads);
   }
 
   /// A LayerNorm's gain and bias gradients from one pass over dy: the gain
@@ -525,13 +506,9 @@ private:
     return result;
   }
 
-  /// The dk-and-dv group (GemmEpilogue.h) marked \p group that \p op
-  /// belongs to; none where the marks do not form one with \p op in it.
+  /// The dk-and-dv group marked \p group that \p op belongs to.
   static std::optional<AttentionKeyValueGrads>
   keyValueGroupOf(Operation *op, StringAttr group) {
-    auto sameGroup = [&](Operation *candidate) {
-      return inGroup(candidate, group);
-    };
     // A rounding reads its step; the key's step shares its operands with
     // the value's.
     Operation *step = op;
@@ -543,15 +520,9 @@ private:
     AttentionGradOp key = grad.getOperand() == 1 ? grad : AttentionGradOp();
     for (Operation *user : grad.getOutputGrad().getUsers())
       if (auto other = dyn_cast<AttentionGradOp>(user);
-          !key && other && other.getOperand() == 1 && sameGroup(other))
+          !key && other && other.getOperand() == 1 && inGroup(other, group))
         key = other;
-    if (!key || !sameGroup(key))
-      return std::nullopt;
-    std::optional<AttentionKeyValueGrads> match =
-        matchAttentionKeyValueGrads(key, sameGroup);
-    if (!match || !llvm::is_contained(match->ops(), op))
-      return std::nullopt;
-    return match;
+    return groupWith(op, group, key, matchAttentionKeyValueGrads);
   }
 
   /// An attention's dk and dv from one pass: the key step's instruction

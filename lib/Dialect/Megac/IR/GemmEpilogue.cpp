@@ -29,30 +29,23 @@ Value residualOf(AddOp add, Value sum) {
 
 // (Op handles are values whose accessors are not const: copies call them.)
 
+/// \p rounding's result where there is one, else \p op's (its only one).
+static Value roundedOr(RoundBf16Op rounding, Operation *op) {
+  return rounding ? Value(rounding.getResult()) : Value(op->getResult(0));
+}
+
 bool GemmEpilogue::rounded() const {
   return static_cast<bool>(sumRound) || static_cast<bool>(geluRound) ||
          static_cast<bool>(residualRound);
 }
 
-Value GemmEpilogue::preActivation() const {
-  RoundBf16Op rounding = sumRound;
-  AddOp sum = add;
-  return rounding ? rounding.getResult() : sum.getResult();
-}
+Value GemmEpilogue::preActivation() const { return roundedOr(sumRound, add); }
 
 Value GemmEpilogue::result() const {
-  RoundBf16Op rounding = geluRound;
-  GeluOp activation = gelu;
-  if (rounding)
-    return rounding.getResult();
-  if (activation)
-    return activation.getResult();
-  RoundBf16Op residualRounding = residualRound;
-  AddOp residualSum = residual;
-  if (residualRounding)
-    return residualRounding.getResult();
-  if (residualSum)
-    return residualSum.getResult();
+  if (gelu)
+    return roundedOr(geluRound, gelu);
+  if (residual)
+    return roundedOr(residualRound, residual);
   return preActivation();
 }
 
@@ -156,11 +149,7 @@ matchGemmEpilogue(LinearOp linear, function_ref<bool(Operation *)> admissible) {
   return g;
 }
 
-Value GemmGeluGrad::result() const {
-  RoundBf16Op rounding = round;
-  GeluGradOp gradient = grad;
-  return rounding ? rounding.getResult() : gradient.getResult();
-}
+Value GemmGeluGrad::result() const { return roundedOr(round, grad); }
 
 SmallVector<Operation *, 5> GemmGeluGrad::ops() const {
   return present({OpState(linear), OpState(grad), OpState(round)});
@@ -182,11 +171,7 @@ matchGemmGeluGrad(LinearOp linear, function_ref<bool(Operation *)> admissible) {
   return g;
 }
 
-Value NormGradResidual::result() const {
-  RoundBf16Op rounding = round;
-  AddOp sum = add;
-  return rounding ? rounding.getResult() : sum.getResult();
-}
+Value NormGradResidual::result() const { return roundedOr(round, add); }
 
 Value NormGradResidual::residualInput() const {
   AddOp sum = add;
@@ -254,15 +239,11 @@ matchNormParamGrads(LayerNormGainGradOp gain,
 }
 
 Value AttentionKeyValueGrads::keyResult() const {
-  RoundBf16Op rounding = keyRound;
-  AttentionGradOp step = key;
-  return rounding ? rounding.getResult() : step.getResult();
+  return roundedOr(keyRound, key);
 }
 
 Value AttentionKeyValueGrads::valueResult() const {
-  RoundBf16Op rounding = valueRound;
-  AttentionGradOp step = value;
-  return rounding ? rounding.getResult() : step.getResult();
+  return roundedOr(valueRound, value);
 }
 
 SmallVector<Operation *, 5> AttentionKeyValueGrads::ops() const {
