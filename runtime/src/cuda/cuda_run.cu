@@ -2831,10 +2831,13 @@ private:
       return Kept;
     Kept.Valid = false;
     // [max, 1 / sum] per row, deltas, then (register-resident kernels)
-    // q, k, v and dy in bf16 and one fp32 gradient; 16-byte aligned parts.
+    // q, k, v and dy in bf16 (room for all four where one has no copy to
+    // read: packMissing) and one fp32 gradient; 16-byte aligned parts.
     auto Align = [](size_t X) { return (X + 15) / 16 * 16; };
     const size_t StatsBytes = Align(size_t(3 * Rows) * sizeof(float));
-    const size_t Bf16Bytes = size_t(4 * N) * sizeof(uint16_t);
+    const bool Packs =
+        std::find(Copies.begin(), Copies.end(), nullptr) != Copies.end();
+    const size_t Bf16Bytes = Packs ? size_t(4 * N) * sizeof(uint16_t) : 0;
     const size_t GradBytes =
         SeparateKeyValueSteps ? size_t(N) * sizeof(float) : 0;
     char *Base = static_cast<char *>(Kept.Memory.atLeast(
