@@ -17,6 +17,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 using namespace megac_rt;
@@ -140,15 +141,28 @@ struct Shape {
 const Shape kShapes[] = {{1, 8, 0},    {3, 5, 0},    {130, 64, 0},
                          {129, 12, 1}, {200, 96, 0}, {0, 16, 0}};
 
+/// \p V as floats (T = float) or their bf16 bits (T = uint16_t), from
+/// element \p Offset of a buffer with room to spare (an offset of 1 leaves
+/// the rows unaligned).
+template <class T>
+std::vector<T> placed(const std::vector<float> &V, int64_t Offset) {
+  std::vector<T> Out(V.size() + 4);
+  for (size_t I = 0; I < V.size(); ++I) {
+    if constexpr (std::is_same_v<T, float>)
+      Out[I + size_t(Offset)] = V[I];
+    else
+      Out[I + size_t(Offset)] = bf16Bits(V[I]);
+  }
+  return Out;
+}
+
 TEST(LayerNormGain, F32IsTheUnfusedOpsBitForBit) {
   for (const Shape &Sh : kShapes) {
     SCOPED_TRACE(testing::Message()
                  << Sh.Rows << " x " << Sh.H << " offset " << Sh.Offset);
     const int64_t N = Sh.Rows * Sh.H;
-    std::vector<float> X(size_t(N + 4)), DY(size_t(N + 4));
-    const std::vector<float> Xv = values(N, 0.3), Dv = values(N, 1.9);
-    std::copy(Xv.begin(), Xv.end(), X.begin() + Sh.Offset);
-    std::copy(Dv.begin(), Dv.end(), DY.begin() + Sh.Offset);
+    const std::vector<float> X = placed<float>(values(N, 0.3), Sh.Offset),
+                             DY = placed<float>(values(N, 1.9), Sh.Offset);
     const float *Xp = X.data() + Sh.Offset, *Dp = DY.data() + Sh.Offset;
     const std::vector<float> Want = unfused(Xp, Dp, Sh.Rows, Sh.H, 1e-5);
     expectSameBits(fused(Xp, Dp, Sh.Rows, Sh.H, 1e-5), Want);
@@ -167,12 +181,9 @@ TEST(LayerNormGain, Bf16InputsAreTheUnfusedOpsBitForBit) {
     SCOPED_TRACE(testing::Message()
                  << Sh.Rows << " x " << Sh.H << " offset " << Sh.Offset);
     const int64_t N = Sh.Rows * Sh.H;
-    std::vector<uint16_t> X(size_t(N + 4)), DY(size_t(N + 4));
-    const std::vector<float> Xv = values(N, 2.2), Dv = values(N, 0.7);
-    for (int64_t I = 0; I < N; ++I) {
-      X[size_t(I + Sh.Offset)] = bf16Bits(Xv[size_t(I)]);
-      DY[size_t(I + Sh.Offset)] = bf16Bits(Dv[size_t(I)]);
-    }
+    const std::vector<uint16_t> X = placed<uint16_t>(values(N, 2.2), Sh.Offset),
+                                DY =
+                                    placed<uint16_t>(values(N, 0.7), Sh.Offset);
     const uint16_t *Xp = X.data() + Sh.Offset, *Dp = DY.data() + Sh.Offset;
     expectSameBits(fused(Xp, Dp, Sh.Rows, Sh.H, 1e-5),
                    unfused(Xp, Dp, Sh.Rows, Sh.H, 1e-5));
@@ -188,20 +199,16 @@ TEST(LayerNormGain, BiasGradientIsSumLeadingsBitForBit) {
     SCOPED_TRACE(testing::Message()
                  << Sh.Rows << " x " << Sh.H << " offset " << Sh.Offset);
     const int64_t N = Sh.Rows * Sh.H;
-    std::vector<float> X(size_t(N + 4)), DY(size_t(N + 4));
     const std::vector<float> Xv = values(N, 0.3), Dv = values(N, 1.9);
-    std::copy(Xv.begin(), Xv.end(), X.begin() + Sh.Offset);
-    std::copy(Dv.begin(), Dv.end(), DY.begin() + Sh.Offset);
+    const std::vector<float> X = placed<float>(Xv, Sh.Offset),
+                             DY = placed<float>(Dv, Sh.Offset);
     const float *Xp = X.data() + Sh.Offset, *Dp = DY.data() + Sh.Offset;
     std::vector<float> Bias;
     expectSameBits(fused(Xp, Dp, Sh.Rows, Sh.H, 1e-5, {}, false, &Bias),
                    fused(Xp, Dp, Sh.Rows, Sh.H, 1e-5));
     expectSameBits(Bias, columnSums(Dp, Sh.Rows, Sh.H));
-    std::vector<uint16_t> X16(size_t(N + 4)), DY16(size_t(N + 4));
-    for (int64_t I = 0; I < N; ++I) {
-      X16[size_t(I + Sh.Offset)] = bf16Bits(Xv[size_t(I)]);
-      DY16[size_t(I + Sh.Offset)] = bf16Bits(Dv[size_t(I)]);
-    }
+    const std::vector<uint16_t> X16 = placed<uint16_t>(Xv, Sh.Offset),
+                                DY16 = placed<uint16_t>(Dv, Sh.Offset);
     const uint16_t *Xb = X16.data() + Sh.Offset, *Db = DY16.data() + Sh.Offset;
     fused(Xb, Db, Sh.Rows, Sh.H, 1e-5, {}, false, &Bias);
     expectSameBits(Bias, columnSums(Db, Sh.Rows, Sh.H));

@@ -653,9 +653,13 @@ private:
     // and writes its bf16 copy.
     if (In.round_bf16() && !RoundedAsWritten)
       for (uint32_t Y : *In.outputs())
-        launchOn(Compute, roundBf16Kernel, wideBlocks(numel(Y)), kThreads, 0,
-                 static_cast<const float *>(f(Y)), numel(Y), f(Y),
-                 writeCopy(Y, I));
+        roundInPlace(Y, I);
+  }
+  /// A pass rounding output \p Y of instruction \p I to bf16 in place,
+  /// writing its bf16 copy where it has one.
+  void roundInPlace(uint32_t Y, uint32_t I) {
+    launchOn(Compute, roundBf16Kernel, wideBlocks(numel(Y)), kThreads, 0,
+             static_cast<const float *>(f(Y)), numel(Y), f(Y), writeCopy(Y, I));
   }
   /// Refuses \p In where it writes one of its inputs (AdamW updates its
   /// parameter in place, and an all-reduce its buffer, by design).
@@ -981,6 +985,25 @@ private:
     return Pl;
   }
 
+  /// Points \p Pl's epilogue attribute \p Attr (its bias or auxiliary
+  /// matrix) at \p Ptr.
+  void ltPointer(LtPlan &Pl, cublasLtMatmulDescAttributes_t Attr,
+                 const void *Ptr) {
+    check(cublasLtMatmulDescSetAttribute(Pl.Desc, Attr, &Ptr, sizeof Ptr),
+          "cublasLtMatmulDescSetAttribute");
+  }
+  /// Runs \p Pl (ltPlan) on operands \p W and \p X into \p D, adding \p C
+  /// (where not null: a residual of D's layout) with beta = 1.
+  void ltMatmul(LtPlan &Pl, const void *W, const void *X, const void *C,
+                void *D) {
+    void *Ws = Pl.Workspace ? BlasWorkspace.Ptr : nullptr;
+    const float One = 1.0f, Zero = 0.0f;
+    check(cublasLtMatmul(Lt, Pl.Desc, &One, W, Pl.A, X, Pl.B, C ? &One : &Zero,
+                         C ? C : D, Pl.D, D, Pl.D, &Pl.Algo, Ws, Pl.Workspace,
+                         Compute),
+          "cublasLtMatmul");
+  }
+
   /// Row-major y[M,N] = x[M,K] w + bias in fp32, with one cuBLASLt
   /// product whose epilogue adds the bias as it writes y: no pass over y
   /// for it after the product. A GeLU after stays megac's kernel: the CPU
@@ -1002,19 +1025,11 @@ private:
         ltPlan(M, K, N, Transposed, Bf16, false, CUBLASLT_EPILOGUE_BIAS);
     if (!Pl.Ok)
       return false;
-    check(cublasLtMatmulDescSetAttribute(
-              Pl.Desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &Bias, sizeof Bias),
-          "cublasLtMatmulDescSetAttribute");
+    ltPointer(Pl, CUBLASLT_MATMUL_DESC_BIAS_POINTER, Bias);
     const void *Wa = W, *Xa = X;
     if (Bf16)
       std::tie(Wa, Xa) = packOperands(W, K * N, CopyW, X, M * K, CopyX);
-    void *Ws = Pl.Workspace ? BlasWorkspace.Ptr : nullptr;
-    const float One = 1.0f, Zero = 0.0f;
-    // A residual is the product's C, added with beta = 1.
-    check(cublasLtMatmul(Lt, Pl.Desc, &One, Wa, Pl.A, Xa, Pl.B,
-                         Residual ? &One : &Zero, Residual ? Residual : Y, Pl.D,
-                         Y, Pl.D, &Pl.Algo, Ws, Pl.Workspace, Compute),
-          "cublasLtMatmul");
+    ltMatmul(Pl, Wa, Xa, Residual, Y);
     return true;
   }
 
@@ -1109,18 +1124,10 @@ private:
         }
         if (!Y16)
           Y16 = YPart;
-        check(cublasLtMatmulDescSetAttribute(
-                  Pl.Desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &Kept16,
-                  sizeof Kept16),
-              "cublasLtMatmulDescSetAttribute");
+        ltPointer(Pl, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, Kept16);
         const auto [Wa, Dya] =
             packOperands(f(W), K * N, CopyW, f(Dy), M * K, CopyDy);
-        void *Ws = Pl.Workspace ? BlasWorkspace.Ptr : nullptr;
-        const float One = 1.0f, Zero = 0.0f;
-        check(cublasLtMatmul(Lt, Pl.Desc, &One, Wa, Pl.A, Dya, Pl.B, &Zero, Y16,
-                             Pl.D, Y16, Pl.D, &Pl.Algo, Ws, Pl.Workspace,
-                             Compute),
-              "cublasLtMatmul");
+        ltMatmul(Pl, Wa, Dya, nullptr, Y16);
         if (f(Y))
           launchOn(Compute, widenBf16Kernel, wideBlocks(NY), kThreads, 0,
                    static_cast<const uint16_t *>(Y16), NY, f(Y));
@@ -1191,23 +1198,11 @@ private:
       Y16 = YPart;
     if (Keep && !Pre16)
       Pre16 = PrePart;
-    check(cublasLtMatmulDescSetAttribute(Pl.Desc,
-                                         CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                                         &Bias16, sizeof Bias16),
-          "cublasLtMatmulDescSetAttribute");
+    ltPointer(Pl, CUBLASLT_MATMUL_DESC_BIAS_POINTER, Bias16);
     if (Keep)
-      check(cublasLtMatmulDescSetAttribute(
-                Pl.Desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &Pre16,
-                sizeof Pre16),
-            "cublasLtMatmulDescSetAttribute");
+      ltPointer(Pl, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, Pre16);
     const auto [Wa, Xa] = packOperands(f(W), K * N, CopyW, f(X), M * K, CopyX);
-    void *Ws = Pl.Workspace ? BlasWorkspace.Ptr : nullptr;
-    const float One = 1.0f, Zero = 0.0f;
-    // A residual is the product's C, added with beta = 1.
-    check(cublasLtMatmul(Lt, Pl.Desc, &One, Wa, Pl.A, Xa, Pl.B,
-                         Residual ? &One : &Zero, Residual ? Res16 : Y16, Pl.D,
-                         Y16, Pl.D, &Pl.Algo, Ws, Pl.Workspace, Compute),
-          "cublasLtMatmul");
+    ltMatmul(Pl, Wa, Xa, Res16, Y16); // Res16: null without a residual
     for (auto [Out, Bits] : {std::pair{Y, Y16}, std::pair{Pre, Pre16}})
       if (Bits && f(Out) && (Out == Y || Keep))
         launchOn(Compute, widenBf16Kernel, wideBlocks(NY), kThreads, 0,
@@ -1559,9 +1554,7 @@ private:
           RoundedAsWritten = false;
           attentionStep(Idx, In, Step, Out, Out);
           if (In.round_bf16() && !RoundedAsWritten)
-            launchOn(Compute, roundBf16Kernel, wideBlocks(numel(Out)), kThreads,
-                     0, static_cast<const float *>(f(Out)), numel(Out), f(Out),
-                     writeCopy(Out, Idx));
+            roundInPlace(Out, Idx);
         }
         RoundedAsWritten = true;
         return;
