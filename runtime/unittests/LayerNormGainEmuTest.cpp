@@ -53,6 +53,22 @@ int64_t chunksOf(int64_t Rows) {
   return std::max<int64_t>(1, (Rows + kRowsPer - 1) / kRowsPer);
 }
 
+/// sum_leading's kernels over \p DY, as the backend launches them.
+template <class T>
+std::vector<float> columnSums(const T *DY, int64_t Rows, int64_t H) {
+  const int64_t Chunks = chunksOf(Rows);
+  std::vector<double> Parts(size_t(Chunks * H));
+  std::vector<float> Y(size_t(H), -1.0f);
+  double *Pp = Parts.data();
+  float *Yp = Y.data();
+  launchBlocks(blocksFor(Chunks * H), [=] {
+    sumLeadingPartsKernel<T>(DY, Rows, H, kRowsPer, Chunks, Pp);
+  });
+  launchBlocks(blocksFor(H),
+               [=] { sumLeadingTotalKernel(Pp, Chunks, H, Yp, 0); });
+  return Y;
+}
+
 /// sum_leading(dy * normalize(x)) as the backend ran it before: three
 /// kernels and two tensors in memory.
 template <class T>
@@ -66,17 +82,7 @@ std::vector<float> unfused(const T *X, const T *DY, int64_t Rows, int64_t H,
   launchBlocks(blocksFor(Rows * H), [=] {
     broadcastKernel<T, float>(DY, Rows * H, XhP, Rows * H, PP, 1);
   });
-  const int64_t Chunks = chunksOf(Rows);
-  std::vector<double> Parts(size_t(Chunks * H));
-  std::vector<float> Y(size_t(H), -1.0f);
-  double *Pp = Parts.data();
-  float *Yp = Y.data();
-  launchBlocks(blocksFor(Chunks * H), [=] {
-    sumLeadingPartsKernel<float>(PP, Rows, H, kRowsPer, Chunks, Pp);
-  });
-  launchBlocks(blocksFor(H),
-               [=] { sumLeadingTotalKernel(Pp, Chunks, H, Yp, 0); });
-  return Y;
+  return columnSums(PP, Rows, H);
 }
 
 /// The fused op's kernels, as the backend launches them; with \p Bias
@@ -109,22 +115,6 @@ std::vector<float> fused(const T *X, const T *DY, int64_t Rows, int64_t H,
       sumLeadingTotalKernel(BiasParts, Chunks, H, Bp, int(Add));
     });
   }
-  return Y;
-}
-
-/// sum_leading's kernels over dy, as the backend launches them.
-template <class T>
-std::vector<float> columnSums(const T *DY, int64_t Rows, int64_t H) {
-  const int64_t Chunks = chunksOf(Rows);
-  std::vector<double> Parts(size_t(Chunks * H));
-  std::vector<float> Y(size_t(H), -1.0f);
-  double *Pp = Parts.data();
-  float *Yp = Y.data();
-  launchBlocks(blocksFor(Chunks * H), [=] {
-    sumLeadingPartsKernel<T>(DY, Rows, H, kRowsPer, Chunks, Pp);
-  });
-  launchBlocks(blocksFor(H),
-               [=] { sumLeadingTotalKernel(Pp, Chunks, H, Yp, 0); });
   return Y;
 }
 
