@@ -31,7 +31,9 @@ MEGAC_CUDA_ATTENTION=cudnn, where it can load libcudnn.so.9;
 forward again for the row statistics, MEGAC_CUDA_FORWARD_STATS=0;
 `megac-noepi` adds megac with its bf16 GEMM groups run as a product and
 megac's epilogue kernel instead of cuBLASLt's epilogues,
-MEGAC_CUDA_EPILOGUES=0.)
+MEGAC_CUDA_EPILOGUES=0; `megac-sepdq` adds megac with each attention's
+dq from a kernel of its own instead of summed with atomics in dk and dv's
+pass, MEGAC_CUDA_DQ_ATOMICS=0.)
 
 MFU = model FLOPs per step / step time / the measured GEMM ceiling, with
 model FLOPs per token 6 N + 12 L H S (N parameters without the position
@@ -165,6 +167,7 @@ MEGAC_RUNNERS = {
     "megac-fp32": {"MEGAC_CUDA_BF16_ONLY": "0"},
     "megac-refwd": {"MEGAC_CUDA_FORWARD_STATS": "0"},
     "megac-noepi": {"MEGAC_CUDA_EPILOGUES": "0"},
+    "megac-sepdq": {"MEGAC_CUDA_DQ_ATOMICS": "0"},
 }
 
 
@@ -244,8 +247,9 @@ def main():
                         "operand copies, megac-fp32: megac with every buffer "
                         "in fp32, megac-refwd: megac running the attention "
                         "forward again in its gradient, megac-noepi: megac "
-                        "without cuBLASLt's bf16 epilogues); the ceilings are "
-                        "measured always")
+                        "without cuBLASLt's bf16 epilogues, megac-sepdq: "
+                        "megac with dq from its own kernel, not atomics); "
+                        "the ceilings are measured always")
     parser.add_argument("--megac-bin", default=os.path.join(
         os.path.dirname(os.path.abspath(__file__)), "..", "build", "bin"))
     args = parser.parse_args()

@@ -664,15 +664,14 @@ void Executor::exec(uint32_t Idx, const Instr &In, Collectives &C,
     return;
   case op::AttentionGrad: {
     kernels::AttentionDropout Drop;
-    // which = 3 (format 11): dk into output 0, dv into output 1, each as
-    // its own step computes it.
-    const int Which = int(Int(2));
-    for (unsigned K = 0; K < In.outputs()->size() && A.numel(); ++K) {
+    // which = 3 (format 11) or 4 (format 12): one output per step, each
+    // as its own step computes it.
+    const AttentionGradSteps Steps = attentionGradSteps(Int(2));
+    for (int K = 0; K < Steps.Count && A.numel(); ++K) {
       Tensor &Out = K == 0 ? Y : Bufs[In.outputs()->Get(K)];
       kernels::attentionGrad(A.f.data(), X(1).f.data(), X(2).f.data(),
                              X(3).f.data(), A.shape[0], A.shape[1], A.shape[2],
-                             Int(0), Int(1) != 0,
-                             Which == 3 ? int(1 + K) : Which, Out.f.data(),
+                             Int(0), Int(1) != 0, Steps.First + K, Out.f.data(),
                              attentionDropout(In, 3, Drop));
     }
     return;

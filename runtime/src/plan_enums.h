@@ -84,6 +84,23 @@ constexpr megac::plan::InitKind Ones = megac::plan::InitKind(1);
 constexpr megac::plan::InitKind Normal = megac::plan::InitKind(2);
 } // namespace ik
 
+/// The gradient steps an attention_grad instruction takes, as "which"
+/// numbers them (0 q, 1 k, 2 v): First, First + 1, ..., one per output in
+/// that order. which = 0, 1 or 2 is that step; 3 (format 11) dk and dv;
+/// 4 (format 12) dq, dk and dv.
+struct AttentionGradSteps {
+  int First = 0, Count = 0;
+};
+inline AttentionGradSteps attentionGradSteps(int64_t Which) {
+  if (Which >= 0 && Which <= 2)
+    return {int(Which), 1};
+  if (Which == 3)
+    return {1, 2};
+  if (Which == 4)
+    return {0, 3};
+  return {};
+}
+
 } // namespace megac_rt
 
 #endif // MEGAC_RT_PLAN_ENUMS_H

@@ -936,12 +936,13 @@ private:
                     " but the rank has " + std::to_string(Shapes.size()) +
                     " buffers");
     // A rounded output (format 7): only on the ops the compiler rounds
-    // that way, whose one output is f32 (linear_bias's two, format 10).
+    // that way, whose one output is f32 (linear_bias's two, format 10;
+    // attention_grad's two, format 11, or three, format 12).
     if (In.round_bf16()) {
       bool Ok = roundsAsItWrites(In.op()) &&
                 (Outs.size() == 1 ||
-                 ((In.op() == op::LinearBias || In.op() == op::AttentionGrad) &&
-                  Outs.size() == 2));
+                 (In.op() == op::LinearBias && Outs.size() == 2) ||
+                 (In.op() == op::AttentionGrad && Outs.size() <= 3));
       for (uint32_t Y : Outs)
         Ok = Ok && Y < Types.size() && Types[Y] == dt::F32;
       if (!Ok)
@@ -1288,9 +1289,11 @@ private:
       return expectPositiveFloat("epsilon") && expectOutShape({in(0).back()});
     }
     case op::AttentionGrad: {
-      // which = 3 (format 11): dk and dv, two outputs.
-      const bool KeyValue = Ints.size() > 2 && Ints[2] == 3;
-      if (!expectCounts(4, KeyValue ? 2 : 1) || !allF32() ||
+      // which = 3 (format 11): dk and dv, two outputs; 4 (format 12): dq,
+      // dk and dv, three.
+      const AttentionGradSteps Steps =
+          attentionGradSteps(Ints.size() > 2 ? Ints[2] : -1);
+      if (!expectCounts(4, std::max(Steps.Count, 1)) || !allF32() ||
           !expectRank(true, 0, 3, 3) ||
           !checkAttentionDropout(3, "num_heads_local, causal, which"))
         return false;
@@ -1303,12 +1306,15 @@ private:
         return fail(Pfx + "hidden size " + std::to_string(in(0)[2]) +
                     " is not divisible by " + std::to_string(Ints[0]) +
                     " heads");
-      if (Ints[2] < 0 || Ints[2] > 3)
+      if (!Steps.Count)
         return fail(Pfx + "which = " + std::to_string(Ints[2]) +
-                    " (expected 0 for q, 1 for k, 2 for v, 3 for k and v)");
-      if (KeyValue && out(1) != in(0))
-        return fail(Pfx + "output 1 (dv) has shape " + listStr(out(1)) +
-                    ", expected " + listStr(in(0)));
+                    " (expected 0 for q, 1 for k, 2 for v, 3 for k and v, 4 "
+                    "for q, k and v)");
+      for (int K = 1; K < Steps.Count; ++K)
+        if (out(K) != in(0))
+          return fail(Pfx + "output " + std::to_string(K) + " (d" +
+                      "qkv"[Steps.First + K] + ") has shape " +
+                      listStr(out(K)) + ", expected " + listStr(in(0)));
       return expectOutShape(in(0));
     }
     case op::EmbeddingGrad: {
@@ -1880,6 +1886,7 @@ std::string attrStr(const RankProgram &R, const Instr &In) {
     return "{num_heads = " + Get(0) + ", causal = " + Get(1) + ", which = " +
            (I.size() > 2 && I[2] >= 0 && I[2] <= 2 ? std::string(1, "qkv"[I[2]])
             : I.size() > 2 && I[2] == 3            ? std::string("kv")
+            : I.size() > 2 && I[2] == 4            ? std::string("qkv")
                                                    : Get(2)) +
            (I.size() == 8 ? ", dropout = " + Eps() + ", stream = " + Get(3)
                           : std::string()) +

@@ -19,7 +19,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
+#include <random>
 #include <utility>
 #include <vector>
 
@@ -212,6 +214,106 @@ TEST(MmaEmu, AttentionProductsMatchAReferenceProduct) {
         EXPECT_EQ(Acc[8 * L + 4 * N + I], Out[R][8 * N + C])
             << "product lane " << L << " n block " << N << " element " << I;
       }
+}
+
+/// Runs a register-resident attention kernel's \p Body over \p Blocks
+/// blocks of kMmaThreads threads with \p Shared bytes of dynamic shared
+/// memory, and waits for it.
+template <class Fn> void onMmaBlocks(int64_t Blocks, size_t Shared, Fn Body) {
+  cudaStream_t St;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&St, cudaStreamNonBlocking), cudaSuccess);
+  megac_emu::launch({unsigned(Blocks), 1, 1}, {unsigned(kMmaThreads), 1, 1},
+                    Shared, St, Body);
+  ASSERT_EQ(cudaStreamSynchronize(St), cudaSuccess);
+  cudaStreamDestroy(St);
+}
+
+TEST(MmaEmu, KeyGradPassGivesTheQueryGradientToo) {
+  // dq summed with atomics in dk and dv's pass (flashKeyGradMmaKernel
+  // with WithQuery) against dq's own kernel and a double-precision
+  // reference, over 150 positions (three key blocks, the last partial,
+  // so a query tile's dq gathers several blocks' sums), causal or not.
+  constexpr int D = 32;
+  const int64_t B = 1, S = 150, NH = 2, Hl = NH * D, N = B * S * Hl;
+  const int64_t Blocks = B * NH * ((S + kMmaRows - 1) / kMmaRows);
+  const float Scale = 1.0f / std::sqrt(float(D));
+  std::mt19937 Gen(7);
+  std::normal_distribution<float> Normal(0.0f, 1.0f);
+  std::vector<uint16_t> In[4]; // q, k, v, dy: bf16 values
+  for (auto &X : In)
+    for (int64_t I = 0; I < N; ++I)
+      X.push_back(bits(Normal(Gen)));
+  auto Value = [&](int T, int64_t I, int64_t H, int64_t E) {
+    return double(megac_bf16_value(In[T][I * Hl + H * D + E]));
+  };
+  for (int Causal : {1, 0}) {
+    std::vector<float> Y(N), Stats(2 * B * NH * S), Delta(B * NH * S);
+    std::vector<float> Dq(N), Dk(N), Dv(N), DkAll(N), DvAll(N), Sums(N, 0.0f);
+    const uint16_t *Q = In[0].data(), *K = In[1].data(), *V = In[2].data(),
+                   *DY = In[3].data();
+    float *Yp = Y.data(), *Stp = Stats.data(), *Dlp = Delta.data(),
+          *Dqp = Dq.data(), *Dkp = Dk.data(), *Dvp = Dv.data(),
+          *DkAllp = DkAll.data(), *DvAllp = DvAll.data(), *Sump = Sums.data();
+    onMmaBlocks(Blocks, MmaShared<D>::Forward, [=] {
+      flashForwardMmaKernel<D>(Q, K, V, S, Hl, NH, Causal, Scale, AttnDropout{},
+                               Yp, Stp, DY, Dlp, OutputStore{});
+    });
+    onMmaBlocks(Blocks, MmaShared<D>::QueryGrad, [=] {
+      flashQueryGradMmaKernel<D>(Q, K, V, DY, S, Hl, NH, Causal, Scale,
+                                 AttnDropout{}, Stp, Dlp, Dqp, OutputStore{});
+    });
+    onMmaBlocks(Blocks, MmaShared<D>::KeyGrad, [=] {
+      flashKeyGradMmaKernel<D>(Q, K, V, DY, S, Hl, NH, Causal, Scale,
+                               AttnDropout{}, Stp, Dlp, Dkp, Dvp, OutputStore{},
+                               OutputStore{}, nullptr);
+    });
+    onMmaBlocks(Blocks, MmaShared<D>::AllGrads, [=] {
+      flashKeyGradMmaKernel<D, true>(Q, K, V, DY, S, Hl, NH, Causal, Scale,
+                                     AttnDropout{}, Stp, Dlp, DkAllp, DvAllp,
+                                     OutputStore{}, OutputStore{}, Sump);
+    });
+    // dk and dv: the same pass, the same bits.
+    EXPECT_EQ(Dk, DkAll) << "causal " << Causal;
+    EXPECT_EQ(Dv, DvAll) << "causal " << Causal;
+    // dq in double: softmax rows, dp = dy v^T, ds = p (dp - dy . y).
+    double Err = 0, Ref2 = 0, KernelErr = 0;
+    for (int64_t H = 0; H < NH; ++H)
+      for (int64_t I = 0; I < S; ++I) {
+        const int64_t Last = Causal ? I : S - 1;
+        std::vector<double> P(Last + 1), Dp(Last + 1);
+        double Max = -INFINITY, Sum = 0, DeltaI = 0;
+        for (int64_t J = 0; J <= Last; ++J) {
+          P[J] = 0;
+          for (int64_t E = 0; E < D; ++E)
+            P[J] += Value(0, I, H, E) * Value(1, J, H, E) * Scale;
+          Max = std::max(Max, P[J]);
+        }
+        for (int64_t J = 0; J <= Last; ++J)
+          Sum += P[J] = std::exp(P[J] - Max);
+        for (int64_t J = 0; J <= Last; ++J) {
+          P[J] /= Sum;
+          Dp[J] = 0;
+          for (int64_t E = 0; E < D; ++E)
+            Dp[J] += Value(3, I, H, E) * Value(2, J, H, E);
+          DeltaI += P[J] * Dp[J];
+        }
+        for (int64_t E = 0; E < D; ++E) {
+          double Want = 0;
+          for (int64_t J = 0; J <= Last; ++J)
+            Want += P[J] * (Dp[J] - DeltaI) * Scale * Value(1, J, H, E);
+          const int64_t At = I * Hl + H * D + E;
+          Err += (Sums[At] - Want) * (Sums[At] - Want);
+          KernelErr += (Sums[At] - Dq[At]) * (Sums[At] - Dq[At]);
+          Ref2 += Want * Want;
+        }
+      }
+    // The score gradients are rounded to bf16 for their products (as in
+    // FlashAttention): within bf16's precision of the exact dq; against
+    // dq's own kernel, which rounds the same values, only the order of
+    // fp32 sums differs.
+    EXPECT_LT(std::sqrt(Err / Ref2), 1e-2) << "causal " << Causal;
+    EXPECT_LT(std::sqrt(KernelErr / Ref2), 1e-6) << "causal " << Causal;
+  }
 }
 
 } // namespace

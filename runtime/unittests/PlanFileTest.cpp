@@ -551,7 +551,7 @@ TEST(PlanFile, RejectsBadEpiloguesAndAccumulation) {
                       "[4]"),
             std::string::npos);
   // Format 11: attention_grad's which = 3 writes dk and dv, two outputs
-  // of q's shape; two outputs with another which, or which 4, are refused.
+  // of q's shape; two outputs with another which are refused.
   auto KeyValue = [](int64_t Which, std::vector<std::vector<int64_t>> Outs) {
     ProgramDesc P;
     RankDesc R;
@@ -578,9 +578,21 @@ TEST(PlanFile, RejectsBadEpiloguesAndAccumulation) {
   EXPECT_NE(verify(KeyValue(3, {{1, 4, 8}, {1, 4, 4}}))
                 .find("output 1 (dv) has shape [1,4,4], expected [1,4,8]"),
             std::string::npos);
-  EXPECT_NE(verify(KeyValue(4, {{1, 4, 8}}))
-                .find("which = 4 (expected 0 for q, 1 for k, 2 for v, 3 for k "
-                      "and v)"),
+  // Format 12: which = 4 writes dq, dk and dv, three outputs of q's
+  // shape; which 5 is refused.
+  EXPECT_EQ(verify(KeyValue(4, {{1, 4, 8}, {1, 4, 8}, {1, 4, 8}})), "");
+  EXPECT_NE(verify(KeyValue(4, {{1, 4, 8}, {1, 4, 8}}))
+                .find("expects 4 inputs and 3 outputs"),
+            std::string::npos);
+  EXPECT_NE(verify(KeyValue(4, {{1, 4, 8}, {1, 4, 8}, {1, 4, 8, 1}}))
+                .find("output 2 (dv) has shape [1,4,8,1], expected [1,4,8]"),
+            std::string::npos);
+  EXPECT_NE(verify(KeyValue(4, {{1, 4, 8}, {1, 2, 8}, {1, 4, 8}}))
+                .find("output 1 (dk) has shape [1,2,8], expected [1,4,8]"),
+            std::string::npos);
+  EXPECT_NE(verify(KeyValue(5, {{1, 4, 8}}))
+                .find("which = 5 (expected 0 for q, 1 for k, 2 for v, 3 for k "
+                      "and v, 4 for q, k and v)"),
             std::string::npos);
   // linear_gelu_grad (format 10): dy [2,4], w [4,3], the kept GeLU input
   // of the product's shape [2,3].

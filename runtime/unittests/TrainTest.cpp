@@ -567,6 +567,48 @@ TEST(Executor, AttentionGradGivesKeyAndValueTogether) {
   EXPECT_NE(E->buffer(Dk).f, E->buffer(Dk16).f);
 }
 
+TEST(Executor, AttentionGradGivesAllThreeTogether) {
+  // Format 12's attention_grad with which = 4 against the query's, the
+  // key's and the value's steps (which = 0, 1, 2), bit for bit, rounded
+  // and not. Random q, k, v, dy of [2, 8, 16], 2 heads, causal.
+  ProgramDesc P;
+  P.hasTrain = false;
+  P.seed = 11;
+  RankDesc R;
+  const std::vector<int64_t> Shape = {2, 8, 16};
+  std::vector<uint32_t> In;
+  for (const char *Name : {"q", "k", "v", "dy"})
+    In.push_back(randomParam(R, Name, Shape));
+  std::vector<std::pair<uint32_t, uint32_t>> Pairs; // (together, apart)
+  for (bool Round : {false, true}) {
+    std::vector<uint32_t> All;
+    for (const char *Name : {"dq", "dk", "dv"})
+      All.push_back(R.addBuffer(dt::F32, Shape, Name));
+    R.instrs.push_back({op::AttentionGrad, In, All, {2, 1, 4}});
+    R.instrs.back().roundBf16 = Round;
+    for (int64_t Which = 0; Which < 3; ++Which) {
+      Pairs.push_back(
+          {All[Which], R.emit(op::AttentionGrad, In, Shape, {2, 1, Which})});
+      R.instrs.back().roundBf16 = Round;
+    }
+  }
+  for (auto [Together, Apart] : Pairs) {
+    R.outputs.push_back({"t" + std::to_string(Together), Together, ""});
+    R.outputs.push_back({"a" + std::to_string(Apart), Apart, ""});
+  }
+  P.ranks.push_back(R);
+  LoadedPlan L;
+  std::unique_ptr<Executor> E = runOnce(P, L);
+  ASSERT_TRUE(E);
+  for (auto [Together, Apart] : Pairs)
+    EXPECT_EQ(E->buffer(Together).f, E->buffer(Apart).f)
+        << "buffer " << Together;
+  // Three different gradients, and the rounding shows.
+  EXPECT_NE(E->buffer(Pairs[0].first).f, E->buffer(Pairs[1].first).f);
+  EXPECT_NE(E->buffer(Pairs[1].first).f, E->buffer(Pairs[2].first).f);
+  EXPECT_NE(E->buffer(Pairs[0].first).f, E->buffer(Pairs[3].first).f);
+}
+
 TEST(Executor, LinearGeluGradReadsTheFp32Product) {
   // dy w = 1 x (1 + 3/1024) = 1.0029296875, GeLU's gradient at x = 0.5 is
   // 0.8673699 (tanh form), their product 0.8699110: rounded once (format

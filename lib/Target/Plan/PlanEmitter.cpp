@@ -500,17 +500,17 @@ private:
     if (failed(addBuffer(g.gain.getResult(), "layer_norm_gain_grad")) ||
         failed(addBuffer(g.bias.getResult(), "sum_leading")))
       return failure();
-    secondOutput = g.bias.getResult();
+    extraOutputs = {g.bias.getResult()};
     LogicalResult result = addInstruction(g.gain);
-    secondOutput = {};
+    extraOutputs.clear();
     return result;
   }
 
-  /// The dk-and-dv group marked \p group that \p op belongs to.
-  static std::optional<AttentionKeyValueGrads>
-  keyValueGroupOf(Operation *op, StringAttr group) {
+  /// The attention-gradient group marked \p group that \p op belongs to.
+  static std::optional<AttentionInputGrads> inputGradGroupOf(Operation *op,
+                                                             StringAttr group) {
     // A rounding reads its step; the key's step shares its operands with
-    // the value's.
+    // the others.
     Operation *step = op;
     if (auto round = dyn_cast<RoundBf16Op>(step))
       step = round.getInput().getDefiningOp();
@@ -522,23 +522,26 @@ private:
       if (auto other = dyn_cast<AttentionGradOp>(user);
           !key && other && other.getOperand() == 1 && inGroup(other, group))
         key = other;
-    return groupWith(op, group, key, matchAttentionKeyValueGrads);
+    return groupWith(op, group, key, matchAttentionInputGrads);
   }
 
-  /// An attention's dk and dv from one pass: the key step's instruction
-  /// with which = 3 and the two (rounded) results as its outputs.
-  LogicalResult emitKeyValueGrads(AttentionKeyValueGrads g) {
-    if (failed(addBuffer(g.keyResult(), "attention_grad")) ||
-        failed(addBuffer(g.valueResult(), "attention_grad")))
-      return failure();
-    buffers[g.key.getResult()] = buffers.lookup(g.keyResult());
+  /// An attention's input gradients from one pass: one instruction with
+  /// which = 3 (dk and dv) or 4 (dq, dk and dv) and the (rounded) results
+  /// as its outputs, in that order.
+  LogicalResult emitInputGrads(AttentionInputGrads g) {
+    SmallVector<Value, 3> results = g.results();
+    for (Value result : results)
+      if (failed(addBuffer(result, "attention_grad")))
+        return failure();
+    AttentionGradOp first = g.query ? g.query : g.key;
+    buffers[first.getResult()] = buffers.lookup(results.front());
     roundingOutput = static_cast<bool>(g.keyRound);
-    secondOutput = g.valueResult();
-    keyAndValue = true;
-    LogicalResult result = addInstruction(g.key);
+    extraOutputs.assign(results.begin() + 1, results.end());
+    attentionWhich = g.query ? 4 : 3;
+    LogicalResult result = addInstruction(first);
     roundingOutput = false;
-    secondOutput = {};
-    keyAndValue = false;
+    extraOutputs.clear();
+    attentionWhich = -1;
     return result;
   }
 
@@ -647,9 +650,9 @@ private:
           if (std::optional<GemmGeluGrad> d = geluGradGroupOf(&op, group))
             return &op == d->ops().back() ? emitLinearGeluGrad(*d) : success();
         if (group.getValue().starts_with("a"))
-          if (std::optional<AttentionKeyValueGrads> a =
-                  keyValueGroupOf(&op, group))
-            return &op == a->ops().back() ? emitKeyValueGrads(*a) : success();
+          if (std::optional<AttentionInputGrads> a =
+                  inputGradGroupOf(&op, group))
+            return &op == a->ops().back() ? emitInputGrads(*a) : success();
         if (group.getValue().starts_with("b"))
           if (std::optional<NormParamGrads> b = normParamGroupOf(&op, group))
             return &op == b->ops().back() ? emitNormParamGrads(*b) : success();
@@ -891,8 +894,8 @@ private:
     std::vector<uint32_t> out;
     for (Value result : op->getResults())
       out.push_back(buffers.lookup(result));
-    if (secondOutput)
-      out.push_back(buffers.lookup(secondOutput));
+    for (Value extra : extraOutputs)
+      out.push_back(buffers.lookup(extra));
     std::vector<int64_t> ints;
     std::vector<double> floats;
     std::string paramName;
@@ -965,9 +968,10 @@ private:
         })
         .Case<AttentionGradOp>([&](AttentionGradOp a) {
           code = mp::OpCode_AttentionGrad;
-          // which = 3: dk and dv together (an "a" group).
+          // which = 3: dk and dv together, 4: dq, dk and dv (an "a" group).
           ints = {static_cast<int64_t>(a.getNumHeads()), a.getCausal() ? 1 : 0,
-                  keyAndValue ? 3 : static_cast<int64_t>(a.getOperand())};
+                  attentionWhich >= 0 ? attentionWhich
+                                      : static_cast<int64_t>(a.getOperand())};
           appendAttentionDropout(a, ints, floats);
         })
         .Case<SoftmaxGradOp>([&](auto) { code = mp::OpCode_SoftmaxGrad; })
@@ -1071,11 +1075,12 @@ private:
   /// An input the instruction being added reads after its op's operands
   /// (an "n" group's residual gradient).
   Value residualInput;
-  /// An output the instruction being added writes after its op's result
-  /// (a "b" group's bias gradient, an "a" group's dv).
-  Value secondOutput;
-  /// The attention gradient being added gives dk and dv (an "a" group).
-  bool keyAndValue = false;
+  /// Outputs the instruction being added writes after its op's result (a
+  /// "b" group's bias gradient, an "a" group's dk and dv or dv).
+  SmallVector<Value, 2> extraOutputs;
+  /// The "which" of the attention gradient being added where an "a" group
+  /// sets it (3: dk and dv, 4: dq, dk and dv); -1 otherwise.
+  int64_t attentionWhich = -1;
   fb::FlatBufferBuilder &fbb;
   const Grid &grid;
   uint32_t rank;

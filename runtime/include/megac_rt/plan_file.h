@@ -42,7 +42,9 @@ namespace megac_rt {
 /// layer_norm_grad a residual gradient (a fourth input) to dx,
 /// layer_norm_gain_grad write the bias gradient (a second output), and
 /// attention_grad write dk and dv together (which = 3, two outputs).
-constexpr uint32_t kPlanFormatVersion = 11;
+/// Version 12 let attention_grad write dq, dk and dv together (which = 4,
+/// three outputs).
+constexpr uint32_t kPlanFormatVersion = 12;
 
 /// CRC-32 (IEEE 802.3, reflected, as zlib computes it).
 uint32_t crc32(const uint8_t *data, size_t size);

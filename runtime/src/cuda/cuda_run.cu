@@ -118,6 +118,14 @@ bool forwardStatsAsked() {
   return knob("MEGAC_CUDA_FORWARD_STATS", {"1", "0"}) == "1";
 }
 
+/// MEGAC_CUDA_DQ_ATOMICS=0: an attention gradient that gives dq, dk and
+/// dv together (which = 4) runs dq's own kernel, then dk and dv's, instead
+/// of one pass adding dq up with atomics: dq the same bit for bit from run
+/// to run, for three more tile products per tile pair.
+bool queryGradAtomicsAsked() {
+  return knob("MEGAC_CUDA_DQ_ATOMICS", {"1", "0"}) == "1";
+}
+
 /// MEGAC_CUDA_EPILOGUES=0: a bf16 plan's GEMM groups run the product,
 /// then megac's epilogue kernel, instead of cuBLASLt's bf16 epilogues.
 bool epiloguesAsked() {
@@ -382,6 +390,12 @@ public:
       Notes = std::to_string(ForwardTaken) + " of " + std::to_string(All) +
               " attention gradients took their forward's row statistics (the "
               "rest ran the forward again)";
+    if (AllGradSteps)
+      Notes += (Notes.empty() ? "" : "; ") + std::to_string(AllGradPasses) +
+               " of " + std::to_string(AllGradSteps) +
+               " attention gradients of q, k and v in one pass (dq summed "
+               "with atomics; the rest dq's kernel, then dk and dv's, or "
+               "three steps)";
     if (RoundedGroups)
       Notes += (Notes.empty() ? "" : "; ") + std::to_string(EpilogueProducts) +
                " of " + std::to_string(RoundedGroups) +
@@ -655,6 +669,18 @@ private:
       for (uint32_t Y : *In.outputs())
         roundInPlace(Y, I);
   }
+  /// Stores \p N fp32 values \p From into \p Out as \p Store says
+  /// (rounded, with its copy; \p Out null where kept in bf16 alone).
+  void storeFrom(const float *From, int64_t N, float *Out,
+                 const OutputStore &Store) {
+    if (Store.Round)
+      launchOn(Compute, roundBf16Kernel, wideBlocks(N), kThreads, 0, From, N,
+               Out, Store.Bits);
+    else if (Out)
+      check(cudaMemcpyAsync(Out, From, size_t(N) * sizeof(float),
+                            cudaMemcpyDeviceToDevice, Compute),
+            "cudaMemcpyAsync");
+  }
   /// A pass rounding output \p Y of instruction \p I to bf16 in place,
   /// writing its bf16 copy where it has one.
   void roundInPlace(uint32_t Y, uint32_t I) {
@@ -711,6 +737,9 @@ private:
         if (In->op() == op::AttentionGrad && In->ints()->size() > 2 &&
             (In->ints()->Get(2) == 1 || In->ints()->Get(2) == 2))
           SeparateKeyValueSteps = true;
+        if (In->op() == op::AttentionGrad && In->ints()->size() > 2 &&
+            In->ints()->Get(2) == 4)
+          AllGradsTogether = true;
       }
     }
   }
@@ -1544,22 +1573,33 @@ private:
         return;
       const int Which =
           In.op() == op::AttentionGrad ? int(Int(2)) : -1; // forward: -1
-      // which = 3 (format 11): dk and dv. The register-resident kernels
-      // write both from one pass; the others run the key's step, then the
-      // value's (from what the key's step kept), each output rounded as
-      // the plan asks.
-      const uint32_t Y2 = In.outputs()->size() == 2 ? In.outputs()->Get(1) : Y;
-      if (Which == 3 && !keyValueTogether(In)) {
-        for (auto [Step, Out] : {std::pair{1, Y}, std::pair{2, Y2}}) {
+      // which = 3 (format 11): dk and dv; 4 (format 12): dq, dk and dv.
+      // The register-resident kernels write all from one pass; the others
+      // run the steps one after the other (dk, then dv from what dk's step
+      // kept), each output rounded as the plan asks. With
+      // MEGAC_CUDA_DQ_ATOMICS=0, dq's kernel runs, then dk and dv's.
+      const AttentionGradSteps Steps = attentionGradSteps(Which);
+      auto Output = [&](int K) {
+        return K < int(In.outputs()->size()) ? In.outputs()->Get(K) : Y;
+      };
+      const bool Together = keyValueTogether(In);
+      AllGradSteps += Which == 4;
+      if (Steps.Count > 1 && (!Together || (Which == 4 && !QueryGradAtomics))) {
+        for (int K = 0; K < Steps.Count;) {
+          const int Step = Steps.First + K;
+          const bool Pair = Together && Step == 1; // dk and dv in one pass
           RoundedAsWritten = false;
-          attentionStep(Idx, In, Step, Out, Out);
+          attentionStep(Idx, In, Pair ? 3 : Step,
+                        {Output(K), Output(Pair ? K + 1 : K), Output(K)});
           if (In.round_bf16() && !RoundedAsWritten)
-            roundInPlace(Out, Idx);
+            for (int J = K; J <= K + Pair; ++J)
+              roundInPlace(Output(J), Idx);
+          K += Pair ? 2 : 1;
         }
         RoundedAsWritten = true;
         return;
       }
-      attentionStep(Idx, In, Which, Y, Y2);
+      attentionStep(Idx, In, Which, {Y, Output(1), Output(2)});
       return;
     }
     case op::Transpose: {
@@ -2024,28 +2064,35 @@ private:
   }
 
   /// Where an attention step writes its output (fp32; null where it is
-  /// kept in bf16 alone) and how (rounded, its bf16 copy); for dk and dv
-  /// together (which = 3), dv's too.
+  /// kept in bf16 alone) and how (rounded, its bf16 copy); for several
+  /// gradients together (which = 3: dk and dv; 4: dq, dk and dv), the
+  /// others' in the order of the instruction's outputs.
   struct AttnOut {
     float *Out;
     OutputStore Store;
-    float *Out2;
+    float *Out2 = nullptr;
     OutputStore Store2;
+    float *Out3 = nullptr;
+    OutputStore Store3;
   };
 
-  /// Whether an attention gradient's dk and dv (which = 3) come from one
-  /// pass of the register-resident kernels (not cuDNN's, which keeps all
-  /// three gradients anyway, nor the wmma or fp32 ones).
+  /// Whether an attention gradient's dk and dv (which = 3), or dq, dk
+  /// and dv (4), come from one pass of the register-resident kernels (not
+  /// cuDNN's, which keeps all three gradients anyway, nor the wmma or fp32
+  /// ones).
   bool keyValueTogether(const Instr &In) const {
     const int64_t D = bf16AttentionHeadSize(RP, In, Bf16);
     return flashHeadSize(D) && tensorCoreAttention(In) && !WmmaAttention;
   }
 
-  /// One attention step: the forward (\p Which -1) into \p Y, or the
-  /// gradient of q, k or v (0, 1, 2) into \p Y, or dk and dv (3, the
-  /// register-resident kernels only) into \p Y and \p Y2.
-  void attentionStep(uint32_t Idx, const Instr &In, int Which, uint32_t Y,
-                     uint32_t Y2) {
+  /// One attention step: the forward (\p Which -1) into Ys[0], or the
+  /// gradient of q, k or v (0, 1, 2) into Ys[0], or dk and dv (3) into
+  /// Ys[0] and Ys[1], or dq, dk and dv (4) into all three (3 and 4: the
+  /// register-resident kernels only).
+  void attentionStep(uint32_t Idx, const Instr &In, int Which,
+                     std::array<uint32_t, 3> Ys) {
+    const uint32_t Y = Ys[0];
+    const int Outs = Which >= 3 ? attentionGradSteps(Which).Count : 1;
     auto X = [&](unsigned K) { return In.inputs()->Get(K); };
     auto Int = [&](unsigned K) { return In.ints()->Get(K); };
     const std::vector<int64_t> A = shape(X(0));
@@ -2062,9 +2109,12 @@ private:
       const AttentionCopies Copies = {readCopy(X(0), Idx), readCopy(X(1), Idx),
                                       readCopy(X(2), Idx),
                                       Grad ? readCopy(X(3), Idx) : nullptr};
-      const AttnOut Out = {
-          f(Y), roundingStore(In, Y, Idx), Which == 3 ? f(Y2) : nullptr,
-          Which == 3 ? roundingStore(In, Y2, Idx) : OutputStore{}};
+      auto OutK = [&](int K) { return K < Outs ? f(Ys[K]) : nullptr; };
+      auto StoreK = [&](int K) {
+        return K < Outs ? roundingStore(In, Ys[K], Idx) : OutputStore{};
+      };
+      const AttnOut Out = {OutK(0),   StoreK(0), OutK(1),
+                           StoreK(1), OutK(2),   StoreK(2)};
       AttentionOutput = Grad                    ? GradientOutputOf[Idx]
                         : ForwardStats.count(Y) ? int64_t(Y)
                                                 : -1;
@@ -2212,24 +2262,28 @@ private:
     const OutputStore Store = O.Store;
     float *Out = O.Out;
     // cuDNN's (where it applies) keeps all three gradients: dk and dv
-    // (which = 3) are two of its steps.
-    if (Cudnn && Which == 3 &&
-        cudnnAttention(Q, K, V, DY, B, S, Hl, NH, Causal, 1, Dr, Scale, Copies,
-                       Store, Out)) {
-      if (!cudnnAttention(Q, K, V, DY, B, S, Hl, NH, Causal, 2, Dr, Scale,
-                          Copies, O.Store2, O.Out2))
-        throw std::logic_error("cuDNN's attention took dk but not dv");
-      return;
+    // (which = 3), or dq, dk and dv (4), are two or three of its steps.
+    if (Cudnn) {
+      const AttentionGradSteps Steps = attentionGradSteps(Which);
+      const int First = Which < 0 ? Which : Steps.First;
+      const std::array<std::pair<float *, OutputStore>, 3> Outs = {
+          std::pair{Out, Store}, {O.Out2, O.Store2}, {O.Out3, O.Store3}};
+      if (cudnnAttention(Q, K, V, DY, B, S, Hl, NH, Causal, First, Dr, Scale,
+                         Copies, Store, Out)) {
+        for (int J = 1; J < Steps.Count; ++J)
+          if (!cudnnAttention(Q, K, V, DY, B, S, Hl, NH, Causal, First + J, Dr,
+                              Scale, Copies, Outs[J].second, Outs[J].first))
+            throw std::logic_error("cuDNN's attention took one gradient step "
+                                   "but not the next");
+        return;
+      }
     }
-    if (Cudnn && Which != 3 &&
-        cudnnAttention(Q, K, V, DY, B, S, Hl, NH, Causal, Which, Dr, Scale,
-                       Copies, Store, Out))
-      return;
     using Sh = MmaShared<D>;
     if (!MmaReady[tcSlot<D>()]) { // above the default 48 KiB per block
       setSharedLimit(flashForwardMmaKernel<D>, Sh::Forward);
       setSharedLimit(flashQueryGradMmaKernel<D>, Sh::QueryGrad);
       setSharedLimit(flashKeyGradMmaKernel<D>, Sh::KeyGrad);
+      setSharedLimit(flashKeyGradMmaKernel<D, true>, Sh::AllGrads);
       MmaReady[tcSlot<D>()] = true;
     }
     const int64_t N = B * S * Hl;
@@ -2263,21 +2317,30 @@ private:
     if (Which == 3) { // dk and dv, each stored as the plan asks
       launchOn(Compute, flashKeyGradMmaKernel<D>, Blocks, kMmaThreads,
                Sh::KeyGrad, Kp.Q16, Kp.K16, Kp.V16, Kp.DY16, S, Hl, NH, Causal,
-               Scale, Dr, Kp.Stats, Kp.Delta, Out, O.Out2, Store, O.Store2);
+               Scale, Dr, Kp.Stats, Kp.Delta, Out, O.Out2, Store, O.Store2,
+               static_cast<float *>(nullptr));
       RoundedAsWritten = Store.Round;
       return;
     }
+    if (Which == 4) { // dq summed with atomics, then stored; dk and dv
+      if (!Kp.QuerySums)
+        throw std::logic_error("an attention gradient of q, k and v together "
+                               "without room for dq's sums");
+      check(
+          cudaMemsetAsync(Kp.QuerySums, 0, size_t(N) * sizeof(float), Compute),
+          "cudaMemsetAsync");
+      launchOn(Compute, flashKeyGradMmaKernel<D, true>, Blocks, kMmaThreads,
+               Sh::AllGrads, Kp.Q16, Kp.K16, Kp.V16, Kp.DY16, S, Hl, NH, Causal,
+               Scale, Dr, Kp.Stats, Kp.Delta, O.Out2, O.Out3, O.Store2,
+               O.Store3, Kp.QuerySums);
+      storeFrom(Kp.QuerySums, N, Out, Store);
+      RoundedAsWritten = Store.Round;
+      ++AllGradPasses;
+      return;
+    }
     if (Kp.GradOf == Which) { // computed beside the other one
-      if (!Out) {             // kept in bf16 alone: rounded into its copy
-        launchOn(Compute, roundBf16Kernel, wideBlocks(N), kThreads, 0,
-                 static_cast<const float *>(Kp.Grad), N,
-                 static_cast<float *>(nullptr), Store.Bits);
-        RoundedAsWritten = true;
-        return;
-      }
-      check(cudaMemcpyAsync(Out, Kp.Grad, size_t(N) * sizeof(float),
-                            cudaMemcpyDeviceToDevice, Compute),
-            "cudaMemcpyAsync");
+      storeFrom(Kp.Grad, N, Out, Store);
+      RoundedAsWritten = Store.Round;
       return;
     }
     // The asked gradient is stored as the plan asks (rounded, with its
@@ -2286,7 +2349,7 @@ private:
              Sh::KeyGrad, Kp.Q16, Kp.K16, Kp.V16, Kp.DY16, S, Hl, NH, Causal,
              Scale, Dr, Kp.Stats, Kp.Delta, Which == 1 ? Out : Kp.Grad,
              Which == 2 ? Out : Kp.Grad, Which == 1 ? Store : OutputStore{},
-             Which == 2 ? Store : OutputStore{});
+             Which == 2 ? Store : OutputStore{}, static_cast<float *>(nullptr));
     RoundedAsWritten = Store.Round;
     Kp.GradOf = 3 - Which;
   }
@@ -2603,6 +2666,8 @@ private:
     std::vector<Range> Inputs;
     GrowingBuffer Memory;
     float *Stats = nullptr, *Delta = nullptr, *Grad = nullptr;
+    /// dq's fp32 sums (which = 4 with MEGAC_CUDA_DQ_ATOMICS on; else null).
+    float *QuerySums = nullptr;
     const uint16_t *Q16 = nullptr, *K16 = nullptr, *V16 = nullptr,
                    *DY16 = nullptr;
     int GradOf = -1;
@@ -2825,7 +2890,9 @@ private:
     Kept.Valid = false;
     // [max, 1 / sum] per row, deltas, then (register-resident kernels)
     // q, k, v and dy in bf16 (room for all four where one has no copy to
-    // read: packMissing) and one fp32 gradient; 16-byte aligned parts.
+    // read: packMissing), one fp32 gradient where the plan has k's or v's
+    // step alone, and dq's fp32 sums where it has all three steps in one;
+    // 16-byte aligned parts.
     auto Align = [](size_t X) { return (X + 15) / 16 * 16; };
     const size_t StatsBytes = Align(size_t(3 * Rows) * sizeof(float));
     const bool Packs =
@@ -2833,8 +2900,11 @@ private:
     const size_t Bf16Bytes = Packs ? size_t(4 * N) * sizeof(uint16_t) : 0;
     const size_t GradBytes =
         SeparateKeyValueSteps ? size_t(N) * sizeof(float) : 0;
+    const size_t SumBytes =
+        AllGradsTogether && QueryGradAtomics ? size_t(N) * sizeof(float) : 0;
     char *Base = static_cast<char *>(Kept.Memory.atLeast(
-        WmmaAttention ? StatsBytes : StatsBytes + Bf16Bytes + GradBytes,
+        WmmaAttention ? StatsBytes
+                      : StatsBytes + Bf16Bytes + GradBytes + SumBytes,
         "attention state"));
     Kept.Stats = reinterpret_cast<float *>(Base);
     Kept.Delta = Kept.Stats + 2 * Rows;
@@ -2862,6 +2932,9 @@ private:
       Kept.Grad = SeparateKeyValueSteps
                       ? reinterpret_cast<float *>(Base + StatsBytes + Bf16Bytes)
                       : nullptr;
+      Kept.QuerySums = SumBytes ? reinterpret_cast<float *>(
+                                      Base + StatsBytes + Bf16Bytes + GradBytes)
+                                : nullptr;
       if (const ForwardKept *F =
               keptForward(Q, K, V, B, S, Hl, NH, Causal, D, Dr, Copies, 0)) {
         // The forward's statistics, and the deltas from its output.
@@ -2901,6 +2974,11 @@ private:
   /// MEGAC_CUDA_EPILOGUES=0 (epiloguesAsked), and how many GEMM groups a
   /// run gave cuBLASLt's bf16 epilogues (runNotes).
   const bool EpiloguesOff = !epiloguesAsked();
+  /// MEGAC_CUDA_DQ_ATOMICS (queryGradAtomicsAsked), and how many
+  /// attention gradients of q, k and v a run had and gave from one pass
+  /// (runNotes).
+  const bool QueryGradAtomics = queryGradAtomicsAsked();
+  uint64_t AllGradSteps = 0, AllGradPasses = 0;
   uint64_t EpilogueProducts = 0, RoundedGroups = 0;
   /// MEGAC_CUDA_ATTENTION=cudnn: cuDNN's fused attention (opened with the
   /// device; null where it is not asked for or cannot load), and the
@@ -2954,6 +3032,10 @@ private:
   /// which = 3): the register-resident kernels then keep the other one's
   /// gradient in fp32 beside the attention state.
   bool SeparateKeyValueSteps = false;
+  /// Whether it has attention gradients of q, k and v in one (which = 4):
+  /// the register-resident kernels then sum dq in fp32 beside the
+  /// attention state (with MEGAC_CUDA_DQ_ATOMICS on).
+  bool AllGradsTogether = false;
   GrowingBuffer Scratch, BlasWorkspace;
   cublasLtHandle_t Lt = nullptr;
   std::map<std::array<int64_t, 7>, LtPlan> LtPlans;

@@ -17,7 +17,9 @@
 //   its delta = dy . y (the backward pass's statistics, in one pass);
 // - dq: 64 queries over the key tiles (3 products a tile);
 // - dk and dv together: 64 keys over the query tiles (4 products a tile),
-//   half a query tile at a time to keep both accumulators in registers.
+//   half a query tile at a time to keep both accumulators in registers;
+//   and dq in the same pass where asked (1 product a tile more, and
+//   atomics), as FlashAttention 2 does, instead of dq's kernel.
 // Probabilities and score gradients are rounded to bf16 for their
 // products, as FlashAttention does; sums stay fp32.
 //
@@ -46,7 +48,11 @@ template <int D> struct MmaShared {
   static constexpr size_t QueryGrad = 6 * Tile; // q, dy, 2 x (k, v)
   /// k, v, 2 x (q, dy), 2 x the query rows' (max, 1 / sum, delta)
   static constexpr size_t KeyGrad = 6 * Tile + 2 * 3 * kMmaRows * 4;
-  static constexpr size_t Most = KeyGrad;
+  /// The score gradients of a tile pair, keys by queries in bf16, where
+  /// the key-gradient kernel also gives dq.
+  static constexpr size_t ScoreGrads = size_t(kMmaRows) * (kMmaRows + 8) * 2;
+  static constexpr size_t AllGrads = KeyGrad + ScoreGrads;
+  static constexpr size_t Most = AllGrads;
 };
 
 /// The i-th tile of a kernel's dynamic shared memory.
@@ -115,20 +121,22 @@ mmaRowsByRows(MmaC (&Out)[NB], const uint16_t *X, const uint16_t *Y, int N0) {
   }
 }
 
-/// Acc (the warp's 16 rows by D) += P Y: P's KS slices of 16 columns
-/// (bf16 A fragments) by rows [K0, K0 + 16 KS) of the bf16 tile Y.
-template <int D, int KS>
-__device__ __forceinline__ void mmaAccumulate(MmaC (&Acc)[D / 8],
-                                              const MmaA (&P)[KS],
-                                              const uint16_t *Y, int K0) {
+/// Acc (the warp's 16 rows by 8 NB columns from N0; all D by default)
+/// += P Y: P's KS slices of 16 columns (bf16 A fragments) by rows [K0, K0
+/// + 16 KS) of the bf16 tile Y.
+template <int D, int KS, int NB = D / 8>
+__device__ __forceinline__ void
+mmaAccumulate(MmaC (&Acc)[NB], const MmaA (&P)[KS], const uint16_t *Y, int K0,
+              int N0 = 0) {
+  static_assert(NB % 2 == 0, "columns go in pairs of n blocks");
   constexpr int Ld = kMmaLd<D>;
   const int L = threadIdx.x % 32, M = L / 8;
   // Transposed loads: matrices (k 0-7, 8-15) x (n 0-7, 8-15).
-  const uint16_t *BRow = Y + (K0 + L % 8 + 8 * (M % 2)) * Ld + 8 * (M / 2);
+  const uint16_t *BRow = Y + (K0 + L % 8 + 8 * (M % 2)) * Ld + N0 + 8 * (M / 2);
 #pragma unroll
   for (int K = 0; K < KS; ++K)
 #pragma unroll
-    for (int N = 0; N < D / 8; N += 2) {
+    for (int N = 0; N < NB; N += 2) {
       uint32_t B[4];
       ldmatrixX4<true>(B, BRow + 16 * K * Ld + 8 * N);
       mmaBf16(Acc[N], P[K], B[0], B[1]);
@@ -423,19 +431,30 @@ __global__ void __launch_bounds__(kMmaThreads)
 }
 
 /// Per key row j, both dk_j = scale sum_i p_ij (dp_ij - delta_i) q_i and
-/// dv_j = sum_i p_ij mask_ij dy_i, over query tiles.
-template <int D>
+/// dv_j = sum_i p_ij mask_ij dy_i, over query tiles. \p WithQuery: the
+/// same pass also gives dq, as FlashAttention 2's does: each tile's score
+/// gradients go through shared memory (keys by queries, the bf16 values
+/// dk's product takes), and each warp adds its 16 queries' share of
+/// ds k into the fp32 sums \p DQSum with atomics (zeroed before; the
+/// caller stores dq from them). One tile product a tile pair for dq,
+/// where the query-gradient kernel takes three, at the price of the order
+/// of those sums, which varies from run to run.
+template <int D, bool WithQuery = false>
 __global__ void __launch_bounds__(kMmaThreads)
     flashKeyGradMmaKernel(const uint16_t *Q, const uint16_t *K,
                           const uint16_t *V, const uint16_t *DY, int64_t S,
                           int64_t Hl, int64_t NH, int Causal, float Scale,
                           AttnDropout Dr, const float *Stats,
                           const float *Delta, float *DK, float *DV,
-                          OutputStore StoreK, OutputStore StoreV) {
+                          OutputStore StoreK, OutputStore StoreV,
+                          float *DQSum) {
   using Sh = MmaShared<D>;
   MEGAC_DYNAMIC_SHARED(unsigned char, Smem);
   uint16_t *Ks = mmaTile<D>(Smem, 0), *Vs = mmaTile<D>(Smem, 1);
   float *Rows = reinterpret_cast<float *>(Smem + 6 * Sh::Tile); // [2][3][64]
+  // [64 keys][64 queries + 8]: rows 16-byte aligned for ldmatrix.
+  constexpr int LdS = kMmaRows + 8;
+  uint16_t *DsT = reinterpret_cast<uint16_t *>(Smem + Sh::KeyGrad);
   const FlashBlock Bl = flashBlock(S, NH);
   const MmaLane L = mmaLane();
   const int64_t RowBase = (Bl.Bi * NH + Bl.Hh) * S;
@@ -487,6 +506,48 @@ __global__ void __launch_bounds__(kMmaThreads)
       mmaToA(Dpt, Dsa);
       mmaAccumulate<D, Half / 16>(Dv, Pa, Dys, C0);
       mmaAccumulate<D, Half / 16>(Dk, Dsa, Qs, C0);
+      if constexpr (WithQuery) { // the A fragments' pairs: rows G, G + 8
+#pragma unroll
+        for (int Kk = 0; Kk < Half / 16; ++Kk) {
+          uint16_t *At = DsT + L.row(0) * LdS + C0 + 16 * Kk + 2 * L.T;
+          *reinterpret_cast<uint32_t *>(At) = Dsa[Kk].R[0];
+          *reinterpret_cast<uint32_t *>(At + 8 * LdS) = Dsa[Kk].R[1];
+          *reinterpret_cast<uint32_t *>(At + 8) = Dsa[Kk].R[2];
+          *reinterpret_cast<uint32_t *>(At + 8 * LdS + 8) = Dsa[Kk].R[3];
+        }
+      }
+    }
+    if constexpr (WithQuery) {
+      __syncthreads(); // every warp's score gradients are in DsT
+      // Warp w: queries [16 w, 16 w + 16) of the tile by all 64 keys, as
+      // A fragments read transposed from DsT (keys by queries), a slice of
+      // 16 keys at a time (again for each chunk of columns: registers are
+      // what the head-128 kernel lacks, not shared-memory bandwidth).
+      const int Lane = threadIdx.x % 32, M = Lane / 8;
+      const uint16_t *ARow =
+          DsT + (8 * (M / 2) + Lane % 8) * LdS + 16 * L.Warp + 8 * (M % 2);
+      constexpr int Chunk = 32; // columns a pass takes: 4 accumulators
+#pragma unroll
+      for (int N0 = 0; N0 < D; N0 += Chunk) {
+        MmaC Dq[Chunk / 8];
+        mmaZero(Dq);
+#pragma unroll
+        for (int Kk = 0; Kk < kMmaRows / 16; ++Kk) {
+          MmaA DsQ[1];
+          ldmatrixX4<true>(DsQ[0].R, ARow + 16 * Kk * LdS);
+          mmaAccumulate<D, 1, Chunk / 8>(Dq, DsQ, Ks, 16 * Kk, N0);
+        }
+#pragma unroll
+        for (int N = 0; N < Chunk / 8; ++N)
+#pragma unroll
+          for (int E = 0; E < 4; ++E) {
+            const int64_t I = I0 + L.row(E);
+            if (I < S)
+              atomicAdd(DQSum + (Bl.Bi * S + I) * Hl + Bl.Hh * D + N0 +
+                            L.col(N, E),
+                        Dq[N].R[E]);
+          }
+      }
     }
   };
   const int64_t Tiles = First < S ? (S - First + kMmaRows - 1) / kMmaRows : 0;

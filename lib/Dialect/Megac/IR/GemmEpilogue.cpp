@@ -238,25 +238,29 @@ matchNormParamGrads(LayerNormGainGradOp gain,
   return std::nullopt;
 }
 
-Value AttentionKeyValueGrads::keyResult() const {
-  return roundedOr(keyRound, key);
+SmallVector<Value, 3> AttentionInputGrads::results() const {
+  SmallVector<Value, 3> out;
+  if (query)
+    out.push_back(roundedOr(queryRound, query));
+  out.push_back(roundedOr(keyRound, key));
+  out.push_back(roundedOr(valueRound, value));
+  return out;
 }
 
-Value AttentionKeyValueGrads::valueResult() const {
-  return roundedOr(valueRound, value);
-}
-
-SmallVector<Operation *, 5> AttentionKeyValueGrads::ops() const {
-  SmallVector<Operation *, 5> out = present(
-      {OpState(key), OpState(keyRound), OpState(value), OpState(valueRound)});
+SmallVector<Operation *, 6> AttentionInputGrads::ops() const {
+  SmallVector<Operation *, 6> out;
+  for (Operation *op :
+       present({OpState(query), OpState(queryRound), OpState(key),
+                OpState(keyRound), OpState(value), OpState(valueRound)}))
+    out.push_back(op);
   llvm::sort(out,
              [](Operation *a, Operation *b) { return a->isBeforeInBlock(b); });
   return out;
 }
 
-std::optional<AttentionKeyValueGrads>
-matchAttentionKeyValueGrads(AttentionGradOp key,
-                            function_ref<bool(Operation *)> admissible) {
+std::optional<AttentionInputGrads>
+matchAttentionInputGrads(AttentionGradOp key,
+                         function_ref<bool(Operation *)> admissible) {
   if (key.getOperand() != 1)
     return std::nullopt;
   // The rounding that is a step's result's only reader, where admissible.
@@ -264,35 +268,55 @@ matchAttentionKeyValueGrads(AttentionGradOp key,
     auto r = dyn_cast_or_null<RoundBf16Op>(soleUser(step.getResult()));
     return r && admissible(r) ? r : RoundBf16Op();
   };
-  for (Operation *user : key.getOutputGrad().getUsers()) {
-    auto value = dyn_cast<AttentionGradOp>(user);
-    if (!value || value.getOperand() != 2 || value == key ||
-        !llvm::equal(value->getOperands(), key->getOperands()) ||
-        value.getNumHeads() != key.getNumHeads() ||
-        value.getCausal() != key.getCausal() ||
-        value.getDropout() != key.getDropout() ||
-        value.getStream() != key.getStream() ||
-        value->getBlock() != key->getBlock() || !admissible(value))
-      continue;
-    AttentionKeyValueGrads g{key, value, roundingOf(key), roundingOf(value)};
-    if (static_cast<bool>(g.keyRound) != static_cast<bool>(g.valueRound))
-      continue;
-    // Every result the group writes is read after its last op, where the
-    // one instruction is.
-    SmallVector<Operation *, 5> members = g.ops();
+  // Another step of the key's attention: the gradient of its input
+  // \p operand.
+  auto stepOf = [&](unsigned operand) -> AttentionGradOp {
+    for (Operation *user : key.getOutputGrad().getUsers()) {
+      auto step = dyn_cast<AttentionGradOp>(user);
+      if (step && step.getOperand() == operand && step != key &&
+          llvm::equal(step->getOperands(), key->getOperands()) &&
+          step.getNumHeads() == key.getNumHeads() &&
+          step.getCausal() == key.getCausal() &&
+          step.getDropout() == key.getDropout() &&
+          step.getStream() == key.getStream() &&
+          step->getBlock() == key->getBlock() && admissible(step))
+        return step;
+    }
+    return AttentionGradOp();
+  };
+  // Every result the group writes is read after its last op, where the
+  // one instruction is.
+  auto wellFormed = [](const AttentionInputGrads &g) {
+    SmallVector<Operation *, 6> members = g.ops();
     Operation *last = members.back();
-    auto readAfter = [&](Value v) {
-      return llvm::all_of(v.getUsers(), [&](Operation *reader) {
+    return llvm::all_of(members, [&](Operation *op) {
+      return llvm::all_of(op->getResult(0).getUsers(), [&](Operation *reader) {
         return llvm::is_contained(members, reader) ||
                (reader->getBlock() == last->getBlock() &&
                 last->isBeforeInBlock(reader));
       });
-    };
-    if (llvm::all_of(members, [&](Operation *op) {
-          return readAfter(op->getResult(0));
-        }))
-      return g;
+    });
+  };
+  AttentionGradOp value = stepOf(2);
+  if (!value)
+    return std::nullopt;
+  AttentionInputGrads g;
+  g.key = key;
+  g.value = value;
+  g.keyRound = roundingOf(key);
+  g.valueRound = roundingOf(value);
+  if (static_cast<bool>(g.keyRound) != static_cast<bool>(g.valueRound))
+    return std::nullopt;
+  if (AttentionGradOp query = stepOf(0)) {
+    AttentionInputGrads all = g;
+    all.query = query;
+    all.queryRound = roundingOf(query);
+    if (static_cast<bool>(all.queryRound) == static_cast<bool>(g.keyRound) &&
+        wellFormed(all))
+      return all;
   }
+  if (wellFormed(g))
+    return g;
   return std::nullopt;
 }
 

@@ -89,8 +89,8 @@ struct FuseElementwisePass
       // linear -> gelu_grad (the product its output gradient)
       // [-> round_bf16] ("d"); layer_norm_grad -> + residual gradient
       // [-> round_bf16] ("n"); a LayerNorm's gain and bias gradients, one
-      // pass over dy ("b"); an attention's dk and dv [with their roundings]
-      // ("a").
+      // pass over dy ("b"); an attention's dk and dv, and its dq where it
+      // fits [with their roundings] ("a").
       for (Operation &op : body) {
         if (op.hasAttr(MegacDialect::kFusionAttrName))
           continue;
@@ -120,7 +120,7 @@ struct FuseElementwisePass
             group = "b" + std::to_string(normParams++);
           }
         } else if (auto key = dyn_cast<AttentionGradOp>(op)) {
-          if (auto a = matchAttentionKeyValueGrads(key, admissible)) {
+          if (auto a = matchAttentionInputGrads(key, admissible)) {
             members = a->ops();
             group = "a" + std::to_string(keyValues++);
           }

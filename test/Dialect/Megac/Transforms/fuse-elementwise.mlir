@@ -423,15 +423,16 @@ func.func @norm_params(%x: tensor<2x8x16xf32>, %dy: tensor<2x8x16xf32>, %dz: ten
 
 // -----
 
-// Tests an attention's key and value gradient steps: one group (a0, one
-// pass of the attention kernels for dk and dv) with their roundings in a
-// bf16 plan; the query's step joins its rounding alone (r0). Steps of
-// another dy (a1: without roundings, an fp32 plan's), a key step whose
-// result is read before the value step (no group), and a key step whose
-// value step takes another dropout stream (no group) stay apart.
+// Tests an attention's gradient steps: the query's, the key's and the
+// value's are one group (a0, one pass of the attention kernels for dq, dk
+// and dv) with their roundings in a bf16 plan. Steps of another dy (a1:
+// without roundings, an fp32 plan's, and without a query step: dk and dv
+// alone), a key step whose result is read before the value step (no
+// group), and a key step whose value step takes another dropout stream
+// (no group) stay apart.
 // CHECK-LABEL: func.func @key_value
-// CHECK-NEXT: megac.attention_grad {{.*}}megac.fusion = "r0"
-// CHECK-NEXT: megac.round_bf16 {{.*}}megac.fusion = "r0"
+// CHECK-NEXT: megac.attention_grad {{.*}}megac.fusion = "a0"
+// CHECK-NEXT: megac.round_bf16 {{.*}}megac.fusion = "a0"
 // CHECK-NEXT: megac.attention_grad {{.*}}megac.fusion = "a0"
 // CHECK-NEXT: megac.round_bf16 {{.*}}megac.fusion = "a0"
 // CHECK-NEXT: megac.attention_grad {{.*}}megac.fusion = "a0"
@@ -468,4 +469,44 @@ func.func @key_value(%q: tensor<2x8x16xf32>, %k: tensor<2x8x16xf32>, %v: tensor<
   %k4 = megac.attention_grad %q, %k, %v, %du {num_heads = 2 : i64, operand = 1 : i64, dropout = 1.0e-01 : f64, stream = 1 : i64} : (tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
   %v4 = megac.attention_grad %q, %k, %v, %du {num_heads = 2 : i64, operand = 2 : i64, dropout = 1.0e-01 : f64, stream = 2 : i64} : (tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
   return %rq, %rk, %rv, %k2, %v2, %early, %v3, %k4, %v4 : tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>
+}
+
+// -----
+
+// Tests query steps that stay out of their attention's group: one not
+// rounded where the key's and the value's are (no group; a0 holds those
+// two), and one whose result is read between the group's steps (a1: dk
+// and dv alone; the query's step joins its rounding, r0).
+// CHECK-LABEL: func.func @query_apart
+// CHECK-NEXT: megac.attention_grad
+// CHECK-NOT: fusion
+// CHECK-NEXT: megac.attention_grad {{.*}}megac.fusion = "a0"
+// CHECK-NEXT: megac.round_bf16 {{.*}}megac.fusion = "a0"
+// CHECK-NEXT: megac.attention_grad {{.*}}megac.fusion = "a0"
+// CHECK-NEXT: megac.round_bf16 {{.*}}megac.fusion = "a0"
+// CHECK-NEXT: megac.attention_grad {{.*}}megac.fusion = "r0"
+// CHECK-NEXT: megac.round_bf16 {{.*}}megac.fusion = "r0"
+// CHECK-NEXT: megac.attention_grad {{.*}}megac.fusion = "a1"
+// CHECK-NEXT: megac.round_bf16 {{.*}}megac.fusion = "a1"
+// CHECK-NEXT: megac.add
+// CHECK-NOT: fusion
+// CHECK-NEXT: megac.attention_grad {{.*}}megac.fusion = "a1"
+// CHECK-NEXT: megac.round_bf16 {{.*}}megac.fusion = "a1"
+// CHECK: return
+func.func @query_apart(%q: tensor<2x8x16xf32>, %k: tensor<2x8x16xf32>, %v: tensor<2x8x16xf32>,
+                       %dy: tensor<2x8x16xf32>, %dz: tensor<2x8x16xf32>)
+    -> (tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>) {
+  %gq = megac.attention_grad %q, %k, %v, %dy {num_heads = 2 : i64, operand = 0 : i64} : (tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %gk = megac.attention_grad %q, %k, %v, %dy {num_heads = 2 : i64, operand = 1 : i64} : (tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %rk = megac.round_bf16 %gk : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %gv = megac.attention_grad %q, %k, %v, %dy {num_heads = 2 : i64, operand = 2 : i64} : (tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %rv = megac.round_bf16 %gv : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %q2 = megac.attention_grad %q, %k, %v, %dz {num_heads = 2 : i64, operand = 0 : i64} : (tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %rq2 = megac.round_bf16 %q2 : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %k2 = megac.attention_grad %q, %k, %v, %dz {num_heads = 2 : i64, operand = 1 : i64} : (tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %rk2 = megac.round_bf16 %k2 : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %early = megac.add %rq2, %rq2 : (tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %v2 = megac.attention_grad %q, %k, %v, %dz {num_heads = 2 : i64, operand = 2 : i64} : (tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %rv2 = megac.round_bf16 %v2 : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  return %gq, %rk, %rv, %early, %rk2, %rv2 : tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>
 }

@@ -136,27 +136,30 @@ std::optional<NormParamGrads>
 matchNormParamGrads(LayerNormGainGradOp gain,
                     llvm::function_ref<bool(mlir::Operation *)> admissible);
 
-/// The key's and the value's gradient steps of one attention
-/// (attention_grad with operand 1 and 2 of the same q, k, v, dy and
-/// attributes), each with its rounding in a bf16 plan: the
-/// register-resident kernels compute dk and dv in one pass ("a" groups,
-/// one attention_grad instruction with two outputs).
-struct AttentionKeyValueGrads {
-  AttentionGradOp key, value;
-  RoundBf16Op keyRound, valueRound; // both null, or both set
+/// The gradient steps of one attention's inputs (attention_grad with
+/// operand 0, 1 and 2 of the same q, k, v, dy and attributes), each with
+/// its rounding in a bf16 plan: the register-resident kernels compute dk
+/// and dv in one pass, and dq in the same pass where the query's step is
+/// in the group ("a" groups: one attention_grad instruction with two
+/// outputs, dk and dv, or three, dq, dk and dv).
+struct AttentionInputGrads {
+  AttentionGradOp query, key, value;            // query may be null
+  RoundBf16Op queryRound, keyRound, valueRound; // all null, or all set
 
-  /// dk and dv as the group writes them: (rounded) results.
-  mlir::Value keyResult() const;
-  mlir::Value valueResult() const;
+  /// The (rounded) results the group writes, in its instruction's order:
+  /// dq (where the group has the query's step), dk, dv.
+  llvm::SmallVector<mlir::Value, 3> results() const;
   /// The group's ops in program order; the last is where it is emitted.
-  llvm::SmallVector<mlir::Operation *, 5> ops() const;
+  llvm::SmallVector<mlir::Operation *, 6> ops() const;
 };
 
-/// The group of \p key (the key's gradient step) and its attention's
-/// value step, taking only ops \p admissible accepts; none where there is
-/// no such value step, the two are rounded differently, or a reader of
-/// the group's first result comes before its last op.
-std::optional<AttentionKeyValueGrads> matchAttentionKeyValueGrads(
+/// The group of \p key (the key's gradient step), its attention's value
+/// step and, where one fits, its query step, taking only ops \p admissible
+/// accepts; none where there is no such value step, the two are rounded
+/// differently, or a reader of the group's first result comes before its
+/// last op. A query step joins where it is rounded as the other two and
+/// its result, too, is read only after the group's last op.
+std::optional<AttentionInputGrads> matchAttentionInputGrads(
     AttentionGradOp key,
     llvm::function_ref<bool(mlir::Operation *)> admissible);
 
