@@ -44,6 +44,7 @@ import argparse
 import datetime
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -174,11 +175,13 @@ MEGAC_RUNNERS = {
 def megac_row(cfg, args, knobs):
     """Seconds per step of megac's CUDA backend (run with the environment
     \p knobs adds: MEGAC_CUDA_ATTENTION, MEGAC_CUDA_BF16_COPIES), or why
-    there is none."""
+    there is none; its time per op; and the host's milliseconds a step
+    issuing the instructions and then waiting for the device (megac-run's
+    log), which say whether CUDA graphs could pay."""
     bindir = args.megac_bin
     megac, run = os.path.join(bindir, "megac"), os.path.join(bindir, "megac-run")
     if not (os.path.exists(megac) and os.path.exists(run)):
-        return None, f"no megac build at {bindir}", None
+        return None, f"no megac build at {bindir}", None, None
     with tempfile.TemporaryDirectory() as tmp:
         config = os.path.join(tmp, "c.json")
         with open(config, "w") as f:
@@ -196,21 +199,25 @@ def megac_row(cfg, args, knobs):
         # Two runs: the step time from one without --profile (whose device
         # events around every instruction cost host time), the time per op
         # from one with it.
-        for extra in ([], ["--profile", profile]):
+        host = None
+        for extra in ([], ["--profile", profile, "-q"]):
             out = subprocess.run([run, plan, "--backend", "cuda", "--steps",
-                                  str(args.steps + 3), "--metrics", metrics,
-                                  "-q"] + extra,
-                                 capture_output=True, text=True, env=env)
+                                  str(args.steps + 3), "--metrics", metrics]
+                                 + extra, capture_output=True, text=True, env=env)
             if out.returncode != 0:
                 return None, (out.stderr.strip().splitlines()[-1]
-                              if out.stderr else "failed"), None
+                              if out.stderr else "failed"), None, None
             if not extra:
                 import json
                 rates = [json.loads(line)["tokens_per_s"]
                          for line in open(metrics)][3:]
+                found = re.search(r"host issued a step's instructions in "
+                                  r"([0-9.]+) ms, then waited ([0-9.]+) ms",
+                                  out.stdout + out.stderr)
+                host = (float(found.group(1)), float(found.group(2))) if found else None
         with open(profile) as f:
             ops = json.load(f)["ops"]
-        return args.batch * args.seq / (sum(rates) / len(rates)), "", ops
+        return args.batch * args.seq / (sum(rates) / len(rates)), "", ops, host
 
 
 # Ops whose time is bound by arithmetic (the rest by memory traffic).
@@ -272,7 +279,7 @@ def main():
     print("| model | params | runner | step ms | tokens/s | MFU (of the GEMM ceiling) |")
     print("|---|---:|---|---:|---:|---:|")
     tokens = args.batch * args.seq
-    profiles = []
+    profiles, hosts = [], []
     for name in args.models.split(","):
         cfg = CONFIGS[name]
         n = parameter_count(cfg)
@@ -286,10 +293,12 @@ def main():
         why = ""
         for key, knobs in MEGAC_RUNNERS.items():
             if key in runners:
-                sec, why, ops = megac_row(cfg, args, knobs)
+                sec, why, ops, host = megac_row(cfg, args, knobs)
                 rows.append((key, sec))
                 if ops:
                     profiles.append((f"{name} ({key})", ops))
+                if host:
+                    hosts.append((f"{name} ({key})", host))
         flops = tokens * (6 * n + 12 * cfg["n_layer"] * cfg["n_embd"] * args.seq)
         for label, s in rows:
             if s is None:
@@ -297,6 +306,13 @@ def main():
                 continue
             print(f"| {name} | {n / 1e6:.0f}M | {label} | {s * 1e3:.1f} | "
                   f"{tokens / s:.0f} | {flops / s / peak:.3f} |")
+    if hosts:
+        print("\nmegac's host a step after the first (megac-run's log): "
+              "issuing the instructions, then waiting for the device\n")
+        print("| run | issue ms | wait ms |")
+        print("|---|---:|---:|")
+        for name, (issue, wait) in hosts:
+            print(f"| {name} | {issue:.2f} | {wait:.2f} |")
     for name, ops in profiles:
         kernel_table(name, ops, peak, bandwidth)
 

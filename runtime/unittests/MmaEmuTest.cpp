@@ -232,7 +232,8 @@ TEST(MmaEmu, KeyGradPassGivesTheQueryGradientToo) {
   // dq summed with atomics in dk and dv's pass (flashKeyGradMmaKernel
   // with WithQuery) against dq's own kernel and a double-precision
   // reference, over 150 positions (three key blocks, the last partial,
-  // so a query tile's dq gathers several blocks' sums), causal or not.
+  // so a query tile's dq gathers several blocks' sums), causal or not;
+  // and all four kernels the same with cp.async copies landing late.
   constexpr int D = 32;
   const int64_t B = 1, S = 150, NH = 2, Hl = NH * D, N = B * S * Hl;
   const int64_t Blocks = B * NH * ((S + kMmaRows - 1) / kMmaRows);
@@ -246,14 +247,29 @@ TEST(MmaEmu, KeyGradPassGivesTheQueryGradientToo) {
   auto Value = [&](int T, int64_t I, int64_t H, int64_t E) {
     return double(megac_bf16_value(In[T][I * Hl + H * D + E]));
   };
-  for (int Causal : {1, 0}) {
-    std::vector<float> Y(N), Stats(2 * B * NH * S), Delta(B * NH * S);
-    std::vector<float> Dq(N), Dk(N), Dv(N), DkAll(N), DvAll(N), Sums(N, 0.0f);
+  // Every output of the three backward kernels (and the forward's
+  // statistics they read), for the causal mask or not.
+  struct Outputs {
+    std::vector<float> Y, Stats, Delta, Dq, Dk, Dv, DkAll, DvAll, Sums;
+    bool operator==(const Outputs &O) const {
+      return Y == O.Y && Stats == O.Stats && Delta == O.Delta && Dq == O.Dq &&
+             Dk == O.Dk && Dv == O.Dv && DkAll == O.DkAll && DvAll == O.DvAll &&
+             Sums == O.Sums;
+    }
+  };
+  auto runAll = [&](int Causal) {
+    Outputs O{
+        std::vector<float>(N),          std::vector<float>(2 * B * NH * S),
+        std::vector<float>(B * NH * S), std::vector<float>(N),
+        std::vector<float>(N),          std::vector<float>(N),
+        std::vector<float>(N),          std::vector<float>(N),
+        std::vector<float>(N, 0.0f)};
     const uint16_t *Q = In[0].data(), *K = In[1].data(), *V = In[2].data(),
                    *DY = In[3].data();
-    float *Yp = Y.data(), *Stp = Stats.data(), *Dlp = Delta.data(),
-          *Dqp = Dq.data(), *Dkp = Dk.data(), *Dvp = Dv.data(),
-          *DkAllp = DkAll.data(), *DvAllp = DvAll.data(), *Sump = Sums.data();
+    float *Yp = O.Y.data(), *Stp = O.Stats.data(), *Dlp = O.Delta.data(),
+          *Dqp = O.Dq.data(), *Dkp = O.Dk.data(), *Dvp = O.Dv.data(),
+          *DkAllp = O.DkAll.data(), *DvAllp = O.DvAll.data(),
+          *Sump = O.Sums.data();
     onMmaBlocks(Blocks, MmaShared<D>::Forward, [=] {
       flashForwardMmaKernel<D>(Q, K, V, S, Hl, NH, Causal, Scale, AttnDropout{},
                                Yp, Stp, DY, Dlp, OutputStore{});
@@ -272,6 +288,19 @@ TEST(MmaEmu, KeyGradPassGivesTheQueryGradientToo) {
                                      AttnDropout{}, Stp, Dlp, DkAllp, DvAllp,
                                      OutputStore{}, OutputStore{}, Sump);
     });
+    return O;
+  };
+  for (int Causal : {1, 0}) {
+    const Outputs O = runAll(Causal);
+    // cp.async copies landing only when the kernels wait for them (the
+    // latest a GPU may land them) change nothing: each tile is waited for
+    // before it is read, and read before it is overwritten.
+    emu_mma::copiesLandLate() = true;
+    const Outputs Late = runAll(Causal);
+    emu_mma::copiesLandLate() = false;
+    EXPECT_TRUE(O == Late) << "causal " << Causal;
+    const std::vector<float> &Dq = O.Dq, &Dk = O.Dk, &Dv = O.Dv,
+                             &DkAll = O.DkAll, &DvAll = O.DvAll, &Sums = O.Sums;
     // dk and dv: the same pass, the same bits.
     EXPECT_EQ(Dk, DkAll) << "causal " << Causal;
     EXPECT_EQ(Dv, DvAll) << "causal " << Causal;

@@ -524,6 +524,16 @@ TEST(Executor, LayerNormGainGradWritesTheBiasGradientToo) {
   EXPECT_NEAR(E->buffer(Bias).f[0], Col0, 1e-5);
 }
 
+/// An attention gradient's inputs for the tests below: random q, k, v and
+/// dy of \p Shape, parameters of \p R.
+std::vector<uint32_t> attentionGradInputs(RankDesc &R,
+                                          const std::vector<int64_t> &Shape) {
+  std::vector<uint32_t> In;
+  for (const char *Name : {"q", "k", "v", "dy"})
+    In.push_back(randomParam(R, Name, Shape));
+  return In;
+}
+
 TEST(Executor, AttentionGradGivesKeyAndValueTogether) {
   // Format 11's attention_grad with which = 3 against the key's and the
   // value's steps (which = 1, 2) it stands for, bit for bit, rounded and
@@ -533,9 +543,7 @@ TEST(Executor, AttentionGradGivesKeyAndValueTogether) {
   P.seed = 9;
   RankDesc R;
   const std::vector<int64_t> Shape = {2, 8, 16};
-  std::vector<uint32_t> In;
-  for (const char *Name : {"q", "k", "v", "dy"})
-    In.push_back(randomParam(R, Name, Shape));
+  const std::vector<uint32_t> In = attentionGradInputs(R, Shape);
   auto both = [&](bool Round) {
     uint32_t Dk = R.addBuffer(dt::F32, Shape, "dk");
     uint32_t Dv = R.addBuffer(dt::F32, Shape, "dv");
@@ -576,9 +584,7 @@ TEST(Executor, AttentionGradGivesAllThreeTogether) {
   P.seed = 11;
   RankDesc R;
   const std::vector<int64_t> Shape = {2, 8, 16};
-  std::vector<uint32_t> In;
-  for (const char *Name : {"q", "k", "v", "dy"})
-    In.push_back(randomParam(R, Name, Shape));
+  const std::vector<uint32_t> In = attentionGradInputs(R, Shape);
   std::vector<std::pair<uint32_t, uint32_t>> Pairs; // (together, apart)
   for (bool Round : {false, true}) {
     std::vector<uint32_t> All;

@@ -29,6 +29,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -396,6 +397,16 @@ public:
                " attention gradients of q, k and v in one pass (dq summed "
                "with atomics; the rest dq's kernel, then dk and dv's, or "
                "three steps)";
+    if (TimedSteps) {
+      char Buf[160];
+      std::snprintf(Buf, sizeof Buf,
+                    "after the first step the host issued a step's "
+                    "instructions in %.2f ms, then waited %.2f ms for the "
+                    "device",
+                    HostIssueMs / double(TimedSteps),
+                    HostWaitMs / double(TimedSteps));
+      Notes += (Notes.empty() ? "" : "; ") + std::string(Buf);
+    }
     if (RoundedGroups)
       Notes += (Notes.empty() ? "" : "; ") + std::to_string(EpilogueProducts) +
                " of " + std::to_string(RoundedGroups) +
@@ -451,6 +462,8 @@ public:
 
   void run(uint32_t Begin, uint32_t End, int64_t Micro,
            bool Training) override {
+    using Clock = std::chrono::steady_clock;
+    const Clock::time_point Started = Clock::now();
     CurMicro = Micro;
     CurTraining = Training;
     forgetAll();
@@ -504,10 +517,19 @@ public:
     // flight, as far as the watchdog can tell, else the last instruction.
     const uint32_t Last = End > 0 ? std::min(End, N) - 1 : 0;
     const uint32_t Oldest = Pending.empty() ? Last : Pending.front().Instr;
+    const Clock::time_point Issued = Clock::now();
     waitForAllCollectives();
     if (Progress)
       Progress(Oldest, true, ProgressCtx);
     check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    if (Step > 1) { // the first step loads kernels, plans products, grows
+      using Ms = std::chrono::duration<double, std::milli>;
+      HostIssueMs += Ms(Issued - Started).count();
+      HostWaitMs += Ms(Clock::now() - Issued).count();
+      if (Step != LastTimedStep)
+        ++TimedSteps;
+      LastTimedStep = Step;
+    }
     if (Progress)
       Progress(UINT32_MAX, false, ProgressCtx);
     checkFaults();
@@ -2979,6 +3001,11 @@ private:
   /// (runNotes).
   const bool QueryGradAtomics = queryGradAtomicsAsked();
   uint64_t AllGradSteps = 0, AllGradPasses = 0;
+  /// Host time of the runs after the first step (runNotes): issuing the
+  /// instructions, then waiting for the device. A host that issues far
+  /// faster than the device runs leaves CUDA graphs little to take.
+  double HostIssueMs = 0, HostWaitMs = 0;
+  int64_t TimedSteps = 0, LastTimedStep = 0;
   uint64_t EpilogueProducts = 0, RoundedGroups = 0;
   /// MEGAC_CUDA_ATTENTION=cudnn: cuDNN's fused attention (opened with the
   /// device; null where it is not asked for or cannot load), and the

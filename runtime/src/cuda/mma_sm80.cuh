@@ -24,6 +24,11 @@
 // With MEGAC_CUDA_EMULATION the same functions run on the host emulator,
 // which moves the registers between lanes through its warp exchange
 // exactly as the ISA says, so CI checks a kernel's use of the layouts.
+// Its cp.async copies land as they are issued, the earliest a GPU may
+// land them, or (MEGAC_CUDA_EMU_CP_ASYNC=late) only when a wait lets
+// them, the latest: a kernel that overwrites a tile other threads still
+// read, or reads one before waiting for it, computes other numbers in one
+// of the two.
 //
 //===----------------------------------------------------------------------===//
 
@@ -35,8 +40,12 @@
 #include <cuda_bf16.h>
 #else
 #include "emu/wmma_emu.h" // the host's __nv_bfloat16 and rounding
+#include <array>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
+#include <unordered_map>
+#include <vector>
 #endif
 
 namespace megac_rt {
@@ -65,6 +74,40 @@ __device__ inline uint32_t packBf16x2(float Lo, float Hi) {
 
 namespace emu_mma {
 inline unsigned lane() { return threadIdx.x % 32; }
+
+/// Whether cp.async copies land at the wait (MEGAC_CUDA_EMU_CP_ASYNC=late)
+/// rather than when issued (unset, or "issue"); tests may set it.
+inline bool &copiesLandLate() {
+  static bool Late = [] {
+    const char *E = std::getenv("MEGAC_CUDA_EMU_CP_ASYNC");
+    const std::string V = E ? E : "";
+    if (V != "" && V != "issue" && V != "late") {
+      std::fprintf(stderr,
+                   "MEGAC_CUDA_EMU_CP_ASYNC is '%s': expected issue "
+                   "(the default) or late\n",
+                   V.c_str());
+      std::abort();
+    }
+    return V == "late";
+  }();
+  return Late;
+}
+/// A thread's cp.async copies in flight (late landing): the bytes read at
+/// issue, where they go, and the group each belongs to.
+struct AsyncCopies {
+  struct Copy {
+    void *To;
+    std::array<unsigned char, 16> Bytes;
+    int64_t Group;
+  };
+  std::vector<Copy> Pending;
+  int64_t Committed = 0; // groups closed so far
+};
+/// The current thread's (fibers of one block run on one host thread).
+inline AsyncCopies &asyncCopies() {
+  thread_local std::unordered_map<const void *, AsyncCopies> ByThread;
+  return ByThread[megac_emu::simtApi->current()];
+}
 
 /// The warp's 32 values of \p Mine (one exchange: the caller must
 /// __syncthreads after reading).
@@ -173,7 +216,19 @@ __device__ inline void mmaBf16(MmaC &C, const MmaA &A, uint32_t B0,
 /// emulation copies at once.)
 __device__ inline void cpAsync16(void *Shared, const void *Global) {
 #ifdef MEGAC_CUDA_EMULATION
-  std::memcpy(Shared, Global, 16);
+  if (reinterpret_cast<uintptr_t>(Shared) % 16 ||
+      reinterpret_cast<uintptr_t>(Global) % 16) {
+    std::fprintf(stderr, "cp.async: an address is not 16-byte aligned\n");
+    std::abort();
+  }
+  if (!emu_mma::copiesLandLate()) {
+    std::memcpy(Shared, Global, 16);
+    return;
+  }
+  emu_mma::AsyncCopies &A = emu_mma::asyncCopies();
+  emu_mma::AsyncCopies::Copy C{Shared, {}, A.Committed};
+  std::memcpy(C.Bytes.data(), Global, 16);
+  A.Pending.push_back(C);
 #else
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(
                    uint32_t(__cvta_generic_to_shared(Shared))),
@@ -182,12 +237,28 @@ __device__ inline void cpAsync16(void *Shared, const void *Global) {
 #endif
 }
 __device__ inline void cpAsyncCommit() {
-#ifndef MEGAC_CUDA_EMULATION
+#ifdef MEGAC_CUDA_EMULATION
+  if (emu_mma::copiesLandLate())
+    ++emu_mma::asyncCopies().Committed;
+#else
   asm volatile("cp.async.commit_group;\n" ::: "memory");
 #endif
 }
 template <int N> __device__ inline void cpAsyncWait() {
-#ifndef MEGAC_CUDA_EMULATION
+#ifdef MEGAC_CUDA_EMULATION
+  if (!emu_mma::copiesLandLate())
+    return;
+  // The groups closed before the newest N land (copies after the last
+  // commit belong to no closed group yet: they stay in flight).
+  emu_mma::AsyncCopies &A = emu_mma::asyncCopies();
+  std::vector<emu_mma::AsyncCopies::Copy> Still;
+  for (const auto &C : A.Pending)
+    if (C.Group < A.Committed - N)
+      std::memcpy(C.To, C.Bytes.data(), 16);
+    else
+      Still.push_back(C);
+  A.Pending.swap(Still);
+#else
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 #endif
 }
