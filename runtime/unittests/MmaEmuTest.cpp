@@ -233,7 +233,8 @@ TEST(MmaEmu, KeyGradPassGivesTheQueryGradientToo) {
   // with WithQuery) against dq's own kernel and a double-precision
   // reference, over 150 positions (three key blocks, the last partial,
   // so a query tile's dq gathers several blocks' sums), causal or not;
-  // and all four kernels the same with cp.async copies landing late.
+  // and all four kernels the same with cp.async copies landing late, and
+  // with the threads run in reverse.
   constexpr int D = 32;
   const int64_t B = 1, S = 150, NH = 2, Hl = NH * D, N = B * S * Hl;
   const int64_t Blocks = B * NH * ((S + kMmaRows - 1) / kMmaRows);
@@ -299,6 +300,13 @@ TEST(MmaEmu, KeyGradPassGivesTheQueryGradientToo) {
     const Outputs Late = runAll(Causal);
     emu_mma::copiesLandLate() = false;
     EXPECT_TRUE(O == Late) << "causal " << Causal;
+    // Nor do a block's threads running last to first between barriers:
+    // no thread reads shared memory another writes without a barrier
+    // between the two.
+    megac_emu::threadsInReverse() = true;
+    const Outputs Reversed = runAll(Causal);
+    megac_emu::threadsInReverse() = false;
+    EXPECT_TRUE(O == Reversed) << "causal " << Causal;
     const std::vector<float> &Dq = O.Dq, &Dk = O.Dk, &Dv = O.Dv,
                              &DkAll = O.DkAll, &DvAll = O.DvAll, &Sums = O.Sums;
     // dk and dv: the same pass, the same bits.

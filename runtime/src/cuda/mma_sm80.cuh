@@ -86,7 +86,7 @@ inline bool &copiesLandLate() {
                    "MEGAC_CUDA_EMU_CP_ASYNC is '%s': expected issue "
                    "(the default) or late\n",
                    V.c_str());
-      std::abort();
+      std::exit(2);
     }
     return V == "late";
   }();

@@ -172,6 +172,22 @@ struct BindApi {
 
 } // namespace
 
+bool &threadsInReverse() {
+  static bool Reverse = [] {
+    const char *E = std::getenv("MEGAC_CUDA_EMU_THREAD_ORDER");
+    const std::string V = E ? E : "";
+    if (V != "" && V != "forward" && V != "reverse") {
+      std::fprintf(stderr,
+                   "MEGAC_CUDA_EMU_THREAD_ORDER is '%s': expected "
+                   "forward (the default) or reverse\n",
+                   V.c_str());
+      std::exit(2);
+    }
+    return V == "reverse";
+  }();
+  return Reverse;
+}
+
 namespace {
 void launchNow(Dim3 Grid, Dim3 Block, size_t SharedBytes,
                const std::function<void()> &Body) {
@@ -203,10 +219,11 @@ void launchNow(Dim3 Grid, Dim3 Block, size_t SharedBytes,
         // Each pass runs every live fiber to its end or to the barrier;
         // a pass that ends some but not all fibers opens the barrier too
         // (threads that returned no longer count, as on Volta and later).
+        const bool Reverse = threadsInReverse();
         for (bool Live = true; Live;) {
           Live = false;
-          for (size_t T = 0; T < Threads; ++T) {
-            Fiber &F = S.Fibers[T];
+          for (size_t K = 0; K < Threads; ++K) {
+            Fiber &F = S.Fibers[Reverse ? Threads - 1 - K : K];
             if (F.Done)
               continue;
             S.Current = &F;

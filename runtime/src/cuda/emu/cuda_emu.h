@@ -121,6 +121,13 @@ void launch(Dim3 Grid, Dim3 Block, size_t SharedBytes, cudaStream_t S,
 /// Runs \p Work on stream \p S: now, or queued (see Streams above).
 void submit(cudaStream_t S, std::function<void()> Work);
 
+/// Whether a block's threads run from the last to the first between
+/// barriers, rather than from the first (MEGAC_CUDA_EMU_THREAD_ORDER=
+/// reverse, or set by a test). A kernel whose threads meet in shared
+/// memory without the barrier between them reads what another thread has
+/// not written yet in one order, or has overwritten already in the other.
+bool &threadsInReverse();
+
 } // namespace megac_emu
 
 //===-- cuBLAS -----------------------------------------------------------===//
