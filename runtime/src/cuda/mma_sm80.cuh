@@ -43,7 +43,6 @@
 #include <array>
 #include <cstdio>
 #include <cstdlib>
-#include <string>
 #include <unordered_map>
 #include <vector>
 #endif
@@ -78,18 +77,8 @@ inline unsigned lane() { return threadIdx.x % 32; }
 /// Whether cp.async copies land at the wait (MEGAC_CUDA_EMU_CP_ASYNC=late)
 /// rather than when issued (unset, or "issue"); tests may set it.
 inline bool &copiesLandLate() {
-  static bool Late = [] {
-    const char *E = std::getenv("MEGAC_CUDA_EMU_CP_ASYNC");
-    const std::string V = E ? E : "";
-    if (V != "" && V != "issue" && V != "late") {
-      std::fprintf(stderr,
-                   "MEGAC_CUDA_EMU_CP_ASYNC is '%s': expected issue "
-                   "(the default) or late\n",
-                   V.c_str());
-      std::exit(2);
-    }
-    return V == "late";
-  }();
+  static bool Late =
+      megac_emu::knob("MEGAC_CUDA_EMU_CP_ASYNC", {"issue", "late"}) == "late";
   return Late;
 }
 /// A thread's cp.async copies in flight (late landing): the bytes read at

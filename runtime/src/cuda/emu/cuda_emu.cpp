@@ -172,19 +172,25 @@ struct BindApi {
 
 } // namespace
 
+std::string knob(const char *Name,
+                 std::initializer_list<const char *> Choices) {
+  const char *E = std::getenv(Name);
+  const std::string Value = E && *E ? E : *Choices.begin();
+  std::string Expected;
+  for (const char *C : Choices) {
+    if (Value == C)
+      return Value;
+    Expected += Expected.empty() ? std::string(C) + " (the default)"
+                                 : std::string(" or ") + C;
+  }
+  std::fprintf(stderr, "%s is '%s': expected %s\n", Name, Value.c_str(),
+               Expected.c_str());
+  std::_Exit(2); // (maybe on a kernel thread's fiber: no unwinding)
+}
+
 bool &threadsInReverse() {
-  static bool Reverse = [] {
-    const char *E = std::getenv("MEGAC_CUDA_EMU_THREAD_ORDER");
-    const std::string V = E ? E : "";
-    if (V != "" && V != "forward" && V != "reverse") {
-      std::fprintf(stderr,
-                   "MEGAC_CUDA_EMU_THREAD_ORDER is '%s': expected "
-                   "forward (the default) or reverse\n",
-                   V.c_str());
-      std::exit(2);
-    }
-    return V == "reverse";
-  }();
+  static bool Reverse =
+      knob("MEGAC_CUDA_EMU_THREAD_ORDER", {"forward", "reverse"}) == "reverse";
   return Reverse;
 }
 

@@ -24,6 +24,7 @@
 
 #include <cstddef>
 #include <functional>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -120,6 +121,11 @@ void launch(Dim3 Grid, Dim3 Block, size_t SharedBytes, cudaStream_t S,
             std::function<void()> Body);
 /// Runs \p Work on stream \p S: now, or queued (see Streams above).
 void submit(cudaStream_t S, std::function<void()> Work);
+
+/// The value of the emulation's environment knob \p Name: one of \p
+/// Choices, the first where it is unset or empty; any other value ends
+/// the process (exit status 2) with a message saying what is expected.
+std::string knob(const char *Name, std::initializer_list<const char *> Choices);
 
 /// Whether a block's threads run from the last to the first between
 /// barriers, rather than from the first (MEGAC_CUDA_EMU_THREAD_ORDER=
