@@ -26,6 +26,12 @@ config.environment["OPENBLAS_NUM_THREADS"] = "1"
 for var in ["HOME", "TMPDIR"]:
     if var in os.environ:
         config.environment[var] = os.environ[var]
+# The compiled-kernel cache of `megac compile --target cuda`: one of the
+# run's own, empty at its start, so that every kernel the tests generate
+# is compiled by NVRTC at least once a run (and ~/.cache stays as it was).
+kernel_cache = os.path.join(config.test_exec_root, "kernel-cache")
+shutil.rmtree(kernel_cache, ignore_errors=True)
+config.environment["MEGAC_KERNEL_CACHE"] = kernel_cache
 # Open MPI parameters the caller sets (say plm=isolated where no ssh is).
 for var in os.environ:
     if var.startswith("OMPI_MCA_"):

@@ -2,14 +2,29 @@
 //
 // NVRTC compiles without a GPU, so `megac compile --target cuda` builds
 // every kernel it generates ahead of time, for each architecture the plan
-// supports, on any machine with the CUDA toolkit.
+// supports, on any machine with the CUDA toolkit. The architectures
+// compile side by side, and each cubin goes into a cache keyed by all
+// that determines it (NVRTC's version, the flags, the architecture and
+// the source), so that compiling a model again, or another model with the
+// same kernels, takes none of NVRTC's time.
 //
 //===----------------------------------------------------------------------===//
 
 #include "NvrtcCompiler.h"
 
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/Process.h"
+#include "llvm/Support/SHA256.h"
+#include "llvm/Support/raw_ostream.h"
+
 #include <nvrtc.h>
 
+#include <atomic>
+#include <cstdlib>
+#include <future>
 #include <memory>
 
 namespace megac {
@@ -19,37 +34,154 @@ const std::vector<std::string> &cudaArchitectures() {
   return archs;
 }
 
-std::string compileWithNvrtc(const std::string &name, const std::string &source,
-                             PlanEmitOptions::Binaries &binaries) {
-  for (const std::string &arch : cudaArchitectures()) {
-    nvrtcProgram program;
-    if (nvrtcCreateProgram(&program, source.c_str(), (name + ".cu").c_str(), 0,
-                           nullptr, nullptr) != NVRTC_SUCCESS)
-      return "nvrtcCreateProgram failed";
-    std::unique_ptr<nvrtcProgram, void (*)(nvrtcProgram *)> guard(
-        &program, [](nvrtcProgram *p) { nvrtcDestroyProgram(p); });
-    const std::string archFlag = "--gpu-architecture=" + arch;
-    // No contraction into fused multiply-adds: the kernels compute what
-    // the CPU kernels compute, operation for operation.
-    const char *flags[] = {archFlag.c_str(), "--std=c++17", "-default-device",
-                           "--fmad=false"};
-    nvrtcResult result = nvrtcCompileProgram(program, 4, flags);
-    if (result != NVRTC_SUCCESS) {
-      size_t size = 0;
-      nvrtcGetProgramLogSize(program, &size);
-      std::string log(size, '\0');
-      nvrtcGetProgramLog(program, log.data());
-      return arch + ": " + nvrtcGetErrorString(result) + "\n" + log;
+std::string kernelCacheDir() {
+  if (const char *dir = std::getenv("MEGAC_KERNEL_CACHE"))
+    return std::string(dir) == "off" ? "" : std::string(dir);
+  llvm::SmallString<256> path;
+  if (const char *xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg)
+    path = xdg;
+  else if (const char *home = std::getenv("HOME"); home && *home)
+    llvm::sys::path::append(path, home, ".cache");
+  else
+    return "";
+  llvm::sys::path::append(path, "megac", "kernels");
+  return std::string(path);
+}
+
+namespace {
+
+/// The flags every kernel compiles with, after the architecture's.
+/// No contraction into fused multiply-adds: the kernels compute what the
+/// CPU kernels compute, operation for operation.
+const char *const kFlags[] = {"--std=c++17", "-default-device", "--fmad=false"};
+
+/// Where the cubin of \p source for \p arch is cached in \p dir: a name
+/// from the SHA-256 of NVRTC's version, the flags, the architecture and
+/// the source.
+std::string cachePath(const std::string &dir, const std::string &arch,
+                      const std::string &source) {
+  int major = 0, minor = 0;
+  nvrtcVersion(&major, &minor);
+  llvm::SHA256 hash;
+  hash.update("nvrtc " + std::to_string(major) + "." + std::to_string(minor));
+  for (const char *flag : kFlags)
+    hash.update(llvm::StringRef(flag));
+  hash.update(arch);
+  hash.update(source);
+  llvm::SmallString<256> path(dir);
+  llvm::sys::path::append(path, arch + "-" + llvm::toHex(hash.final(), true) +
+                                    ".cubin");
+  return std::string(path);
+}
+
+/// A cached cubin, or empty where there is none (or it is not an ELF
+/// file: a cache entry someone damaged is compiled again).
+std::vector<uint8_t> readCached(const std::string &path) {
+  auto buffer = llvm::MemoryBuffer::getFile(path, /*IsText=*/false);
+  if (!buffer || (*buffer)->getBufferSize() < 4 ||
+      !(*buffer)->getBuffer().starts_with("\x7f"
+                                          "ELF"))
+    return {};
+  llvm::StringRef bytes = (*buffer)->getBuffer();
+  return std::vector<uint8_t>(bytes.begin(), bytes.end());
+}
+
+/// Stores \p cubin at \p path, best effort: into a file of its own, then
+/// renamed into place, so that a reader never sees half of one.
+void writeCached(const std::string &path, const std::vector<uint8_t> &cubin) {
+  static std::atomic<unsigned> counter{0};
+  if (llvm::sys::fs::create_directories(llvm::sys::path::parent_path(path)))
+    return;
+  const std::string temp = path + ".tmp" +
+                           std::to_string(llvm::sys::Process::getProcessId()) +
+                           "-" + std::to_string(counter++);
+  {
+    std::error_code error;
+    llvm::raw_fd_ostream out(temp, error);
+    if (error)
+      return;
+    out.write(reinterpret_cast<const char *>(cubin.data()), cubin.size());
+    out.close();
+    if (out.has_error()) {
+      out.clear_error();
+      llvm::sys::fs::remove(temp);
+      return;
     }
-    size_t size = 0;
-    if (nvrtcGetCUBINSize(program, &size) != NVRTC_SUCCESS || size == 0)
-      return arch + ": NVRTC produced no cubin";
-    std::vector<uint8_t> cubin(size);
-    if (nvrtcGetCUBIN(program, reinterpret_cast<char *>(cubin.data())) !=
-        NVRTC_SUCCESS)
-      return arch + ": nvrtcGetCUBIN failed";
-    binaries.push_back({arch, std::move(cubin)});
   }
+  if (llvm::sys::fs::rename(temp, path))
+    llvm::sys::fs::remove(temp);
+}
+
+/// Compiles \p source for \p arch into \p cubin; the error, or "".
+std::string compileOne(const std::string &name, const std::string &source,
+                       const std::string &arch, std::vector<uint8_t> &cubin) {
+  nvrtcProgram program;
+  if (nvrtcCreateProgram(&program, source.c_str(), (name + ".cu").c_str(), 0,
+                         nullptr, nullptr) != NVRTC_SUCCESS)
+    return "nvrtcCreateProgram failed";
+  std::unique_ptr<nvrtcProgram, void (*)(nvrtcProgram *)> guard(
+      &program, [](nvrtcProgram *p) { nvrtcDestroyProgram(p); });
+  const std::string archFlag = "--gpu-architecture=" + arch;
+  std::vector<const char *> flags = {archFlag.c_str()};
+  flags.insert(flags.end(), std::begin(kFlags), std::end(kFlags));
+  nvrtcResult result =
+      nvrtcCompileProgram(program, int(flags.size()), flags.data());
+  if (result != NVRTC_SUCCESS) {
+    size_t size = 0;
+    nvrtcGetProgramLogSize(program, &size);
+    std::string log(size, '\0');
+    nvrtcGetProgramLog(program, log.data());
+    return arch + ": " + nvrtcGetErrorString(result) + "\n" + log;
+  }
+  size_t size = 0;
+  if (nvrtcGetCUBINSize(program, &size) != NVRTC_SUCCESS || size == 0)
+    return arch + ": NVRTC produced no cubin";
+  cubin.resize(size);
+  if (nvrtcGetCUBIN(program, reinterpret_cast<char *>(cubin.data())) !=
+      NVRTC_SUCCESS)
+    return arch + ": nvrtcGetCUBIN failed";
+  return "";
+}
+
+} // namespace
+
+std::string compileWithNvrtc(const std::string &name, const std::string &source,
+                             PlanEmitOptions::Binaries &binaries,
+                             KernelCacheStats *stats) {
+  const std::string dir = kernelCacheDir();
+  const std::vector<std::string> &archs = cudaArchitectures();
+  std::vector<std::vector<uint8_t>> cubins(archs.size());
+  std::vector<std::future<std::string>> jobs;
+  for (size_t i = 0; i < archs.size(); ++i) {
+    const std::string path =
+        dir.empty() ? "" : cachePath(dir, archs[i], source);
+    if (!path.empty()) {
+      cubins[i] = readCached(path);
+      if (!cubins[i].empty()) {
+        if (stats)
+          ++stats->hits;
+        jobs.push_back({});
+        continue;
+      }
+    }
+    if (stats)
+      ++stats->compiled;
+    jobs.push_back(std::async(std::launch::async, [&, i, path] {
+      std::string error = compileOne(name, source, archs[i], cubins[i]);
+      if (error.empty() && !path.empty())
+        writeCached(path, cubins[i]);
+      return error;
+    }));
+  }
+  std::string firstError;
+  for (std::future<std::string> &job : jobs)
+    if (job.valid())
+      if (std::string error = job.get(); firstError.empty())
+        firstError = error;
+  if (!firstError.empty())
+    return firstError;
+  for (size_t i = 0; i < archs.size(); ++i)
+    binaries.push_back({archs[i], std::move(cubins[i])});
   return "";
 }
 

@@ -5,6 +5,7 @@
 
 #include "megac/Target/Plan/PlanEmitter.h"
 
+#include <atomic>
 #include <string>
 #include <vector>
 
@@ -13,10 +14,23 @@ namespace megac {
 /// The GPU architectures plans carry binaries for.
 const std::vector<std::string> &cudaArchitectures();
 
-/// Compiles \p source (kernel \p name) for each architecture with NVRTC;
-/// returns the error (with NVRTC's log), or "".
+/// Where compiled kernels are cached: $MEGAC_KERNEL_CACHE ("off": no
+/// cache, ""), else $XDG_CACHE_HOME/megac/kernels, else
+/// ~/.cache/megac/kernels.
+std::string kernelCacheDir();
+
+/// How many cubins came from the cache and how many NVRTC compiled.
+struct KernelCacheStats {
+  std::atomic<unsigned> hits{0}, compiled{0};
+};
+
+/// Compiles \p source (kernel \p name) for each architecture with NVRTC,
+/// the architectures side by side, taking the cubins the kernel cache has
+/// (kernelCacheDir) and adding those it compiles; counts both into \p
+/// stats where given. Returns the error (with NVRTC's log), or "".
 std::string compileWithNvrtc(const std::string &name, const std::string &source,
-                             PlanEmitOptions::Binaries &binaries);
+                             PlanEmitOptions::Binaries &binaries,
+                             KernelCacheStats *stats = nullptr);
 
 } // namespace megac
 

@@ -400,7 +400,9 @@ int runCompile(int argc, char **argv) {
       cl::desc("cpu, or cuda: elementwise chains and GEMM epilogues fused "
                "(megac-fuse-elementwise), the chains as generated CUDA "
                "kernels compiled with NVRTC for sm_80 and sm_90 and embedded "
-               "in the plan (the CPU backend runs them too)"),
+               "in the plan (the CPU backend runs them too); compiled "
+               "kernels are cached in $MEGAC_KERNEL_CACHE (default "
+               "~/.cache/megac/kernels; off: no cache)"),
       cl::init("cpu"), cl::cat(category));
   static cl::OptionCategory trainCategory(
       "megac compile training options (with --train)");
@@ -615,7 +617,12 @@ int runCompile(int argc, char **argv) {
   megac::PlanEmitOptions emitOptions{seed, modelHash, "megac 0.1"};
   emitOptions.target = target;
 #ifdef MEGAC_HAVE_NVRTC
-  emitOptions.compileKernel = megac::compileWithNvrtc;
+  megac::KernelCacheStats kernelStats;
+  emitOptions.compileKernel = [&](const std::string &name,
+                                  const std::string &source,
+                                  megac::PlanEmitOptions::Binaries &binaries) {
+    return megac::compileWithNvrtc(name, source, binaries, &kernelStats);
+  };
 #endif
   if ((*module)->hasAttr(megac::MegacDialect::kPipelineStagesAttrName)) {
     std::string error;
@@ -711,6 +718,17 @@ int runCompile(int argc, char **argv) {
         program->batch(), program->seq(), rank0->instrs()->size(), collectives,
         (plan->size() + 1023) / 1024, output, ms,
         program->world_size() == 1 ? "" : "s");
+#ifdef MEGAC_HAVE_NVRTC
+    if (const unsigned cubins = kernelStats.hits + kernelStats.compiled) {
+      const std::string cache = megac::kernelCacheDir();
+      llvm::errs() << llvm::formatv(
+          "megac: {0} kernel binaries: {1} compiled with NVRTC, {2} from the "
+          "kernel cache{3}\n",
+          cubins, kernelStats.compiled.load(), kernelStats.hits.load(),
+          cache.empty() ? std::string(" (off: MEGAC_KERNEL_CACHE=off)")
+                        : " (" + cache + ")");
+    }
+#endif
   }
   return 0;
 }
