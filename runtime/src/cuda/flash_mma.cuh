@@ -255,6 +255,18 @@ struct MmaNoExtra {
   __device__ void operator()(int64_t, int) const {}
 };
 
+/// P[0] += A and P[1] += B (\p P 8-byte aligned) with atomics: one
+/// vector atomic on sm_90 and later, two scalar ones before (and on the
+/// emulation).
+__device__ __forceinline__ void atomicAddPair(float *P, float A, float B) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  atomicAdd(reinterpret_cast<float2 *>(P), make_float2(A, B));
+#else
+  atomicAdd(P, A);
+  atomicAdd(P + 1, B);
+#endif
+}
+
 /// Zeroed accumulators.
 template <int NB> __device__ __forceinline__ void mmaZero(MmaC (&Acc)[NB]) {
 #pragma unroll
@@ -540,12 +552,12 @@ __global__ void __launch_bounds__(kMmaThreads)
 #pragma unroll
         for (int N = 0; N < Chunk / 8; ++N)
 #pragma unroll
-          for (int E = 0; E < 4; ++E) {
+          for (int E = 0; E < 4; E += 2) { // a row's two adjacent columns
             const int64_t I = I0 + L.row(E);
             if (I < S)
-              atomicAdd(DQSum + (Bl.Bi * S + I) * Hl + Bl.Hh * D + N0 +
-                            L.col(N, E),
-                        Dq[N].R[E]);
+              atomicAddPair(DQSum + (Bl.Bi * S + I) * Hl + Bl.Hh * D + N0 +
+                                L.col(N, E),
+                            Dq[N].R[E], Dq[N].R[E + 1]);
           }
       }
     }
