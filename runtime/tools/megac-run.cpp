@@ -1271,12 +1271,16 @@ int runGeneration(const Options &O, Setup &S) {
 int runMain(int Argc, char **Argv) {
   Options O;
   CLI::App App(
-      "Runs a megac execution plan (.mgc) on CPUs: one forward step, a "
-      "training loop (plans compiled with a training config) or text "
+      "Runs a megac execution plan (.mgc) on CPUs or GPUs: one forward step, "
+      "a training loop (plans compiled with a training config) or text "
       "generation.\n\n"
-      "Each process executes its own rank's instruction stream with fp32 "
-      "kernels and exchanges tensors through MPI. Start one process per "
-      "rank of the plan's grid:\n"
+      "Each process executes its own rank's instruction stream, with the "
+      "CPU's fp32 kernels (--backend cpu, exchanging tensors through MPI) "
+      "or on one GPU (--backend cuda: the device of the launcher's local "
+      "rank, OMPI_COMM_WORLD_LOCAL_RANK, LOCAL_RANK or SLURM_LOCALID; "
+      "cuBLASLt products, bf16 plans on the tensor cores, the plan's "
+      "generated kernels, NCCL collectives whose ids travel over MPI). "
+      "Start one process per rank of the plan's grid:\n"
       "  mpirun -np N megac-run model.mgc      (Open MPI / MPICH)\n"
       "  srun -n N --mpi=pmix megac-run model.mgc   (Slurm)\n"
       "  megac-run model.mgc                   (single-rank plans)\n"
@@ -1383,7 +1387,15 @@ int runMain(int Argc, char **Argv) {
       ->check(CLI::NonNegativeNumber)
       ->default_str("300");
   App.add_flag("--quiet,-q", O.quiet, "Print nothing but errors");
-  App.add_option("--backend", O.backend, "Execution backend")
+  App.add_option("--backend", O.backend,
+                 "Execution backend: cpu, or cuda (libmegac_cuda.so beside "
+                 "megac-run, or the library MEGAC_CUDA_PLUGIN names; "
+                 "libmegac_cuda_emu.so runs it on a host emulation of CUDA). "
+                 "Knobs of the cuda backend, to compare its choices: "
+                 "MEGAC_CUDA_ATTENTION=mma|wmma|cudnn, "
+                 "MEGAC_CUDA_BF16_COPIES=0, MEGAC_CUDA_BF16_ONLY=0, "
+                 "MEGAC_CUDA_FORWARD_STATS=0, MEGAC_CUDA_EPILOGUES=0, "
+                 "MEGAC_CUDA_DQ_ATOMICS=0 (docs/getting-started.md)")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->default_str("cpu");
   App.add_option("--dump-plan", O.dumpPlan,
