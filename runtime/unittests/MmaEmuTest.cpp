@@ -11,6 +11,8 @@
 //   B: element I (0..3) at k = 2 T + I % 2 + 8 (I / 2), n = G;
 //   C: element I (0..3) at row G + 8 (I / 2), column 2 T + I % 2;
 // two bf16 to a register, the lower-numbered element in the low half.
+// Also the register-resident attention kernels against each other under
+// the emulation's schedules, and its guard after dynamic shared memory.
 //
 //===----------------------------------------------------------------------===//
 
@@ -351,6 +353,34 @@ TEST(MmaEmu, KeyGradPassGivesTheQueryGradientToo) {
     EXPECT_LT(std::sqrt(Err / Ref2), 1e-2) << "causal " << Causal;
     EXPECT_LT(std::sqrt(KernelErr / Ref2), 1e-6) << "causal " << Causal;
   }
+}
+
+// The emulation's guard after a launch's dynamic shared memory: bytes
+// 0xff, so that a kernel reading past what it asked for reads NaNs, and
+// one writing there is caught after its block (a GPU faults on both).
+TEST(CudaEmu, ReadingPastDynamicSharedMemoryGivesNaN) {
+  std::vector<float> Got(2);
+  float *Out = Got.data();
+  onOneWarp(16, [=] {
+    MEGAC_DYNAMIC_SHARED(float, Smem);
+    if (threadIdx.x == 0) {
+      Out[0] = Smem[3]; // the last of the 16 bytes asked for: zeroed
+      Out[1] = Smem[4]; // past them
+    }
+  });
+  EXPECT_EQ(Got[0], 0.0f);
+  EXPECT_TRUE(std::isnan(Got[1]));
+}
+
+TEST(CudaEmuDeathTest, WritingPastDynamicSharedMemoryIsCaught) {
+  EXPECT_DEATH(onOneWarp(16,
+                         [] {
+                           MEGAC_DYNAMIC_SHARED(float, Smem);
+                           if (threadIdx.x == 0)
+                             Smem[4] = 1.0f;
+                         }),
+               "block \\(0, 0, 0\\) of a launch wrote past the 16 bytes of "
+               "dynamic shared memory it asked for");
 }
 
 } // namespace

@@ -204,7 +204,16 @@ void launchNow(Dim3 Grid, Dim3 Block, size_t SharedBytes,
   S.Exchange.assign(Threads, 0.0);
   // Whole warps of slots: a partial last warp reads zeros past its end.
   S.Slots.assign((Threads + 31) / 32 * 32 * kWarpSlotBytes, 0);
-  S.Shared.assign(SharedBytes + 16, 0);
+  // The launch's dynamic shared memory, then a guard of bytes 0xff (NaN
+  // as fp32 and as bf16): a kernel reading past what it asked for reads
+  // NaNs, and one writing there is caught after its block.
+  constexpr size_t kGuard = 64;
+  S.Shared.assign(SharedBytes + kGuard, char(0xff));
+  std::fill(S.Shared.begin(), S.Shared.begin() + SharedBytes, char(0));
+  auto guardIntact = [&] {
+    return std::all_of(S.Shared.begin() + SharedBytes, S.Shared.end(),
+                       [](char C) { return C == char(0xff); });
+  };
   S.Body = &Body;
   for (unsigned Bz = 0; Bz < Grid.z; ++Bz)
     for (unsigned By = 0; By < Grid.y; ++By)
@@ -238,6 +247,14 @@ void launchNow(Dim3 Grid, Dim3 Block, size_t SharedBytes,
           }
         }
         S.Current = nullptr;
+        if (!guardIntact()) {
+          std::fprintf(stderr,
+                       "cuda emulation: block (%u, %u, %u) of a launch wrote "
+                       "past the %zu bytes of dynamic shared memory it asked "
+                       "for\n",
+                       Bx, By, Bz, SharedBytes);
+          std::abort();
+        }
       }
 }
 
