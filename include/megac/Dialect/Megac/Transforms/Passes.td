@@ -220,11 +220,22 @@ def FuseElementwisePass : Pass<"megac-fuse-elementwise", "mlir::ModuleOp"> {
     the epilogue computes exactly what the ops one by one do.
     Where the backward pass keeps the pre-activation for GeLU's gradient,
     the group writes it too, as a second output (cuBLASLt's auxiliary
-    output), provided its other readers come after the group. Marks with
+    output), provided its other readers come after the group. Without a
+    GeLU, the residual add after the sum joins the group too: cuBLASLt's
+    C operand with beta = 1, the result rounded once. Marks with
     `megac.fusion = "dK"` a product whose only reader is a GeLU gradient
     taking it as the output gradient (the backward pass through that
     GeLU), with the gradient's rounding in a bf16 plan: cuBLASLt's DGELU
-    epilogue, the kept GeLU input its auxiliary input. Marks
+    epilogue, the kept GeLU input its auxiliary input. Marks with
+    `megac.fusion = "nK"` a LayerNorm's input gradient and the residual
+    stream's gradient added to it, with the sum's rounding: the norm
+    gradient's row kernel adds it before it stores dx. Marks with
+    `megac.fusion = "bK"` a LayerNorm's gain gradient and the column sum
+    of the same dy (the bias gradient): one pass over dy. Marks with
+    `megac.fusion = "aK"` an attention's gradient steps of q, k and v (of
+    k and v alone where the query's step is rounded otherwise or read
+    before the others), with their roundings: one pass of the attention
+    kernels. Marks
     with `megac.fusion = "eK"` each chain of elementwise ops (`add`, `mul`,
     `gelu`, `gelu_grad`, `round_bf16`) in which every value but the last
     is read only by the next op of the chain and all have its shape (or
