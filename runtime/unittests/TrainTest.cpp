@@ -349,6 +349,16 @@ std::unique_ptr<Executor> runOnce(const ProgramDesc &P, LoadedPlan &L) {
   return E;
 }
 
+/// runOnce of a plan of the one rank \p R and no training config, its
+/// parameters drawn from \p Seed.
+std::unique_ptr<Executor> runRank(const RankDesc &R, LoadedPlan &L,
+                                  uint64_t Seed = 0) {
+  ProgramDesc P;
+  P.seed = Seed;
+  P.ranks.push_back(R);
+  return runOnce(P, L);
+}
+
 /// A parameter \p Name of \p Shape that runOnce draws from N(0, 1).
 uint32_t randomParam(RankDesc &R, const std::string &Name,
                      const std::vector<int64_t> &Shape) {
@@ -365,17 +375,14 @@ uint32_t randomParam(RankDesc &R, const std::string &Name,
 }
 
 TEST(Executor, ClipCoefficientAndFill) {
-  ProgramDesc P;
-  P.hasTrain = false;
   RankDesc R;
   uint32_t X = R.emit(op::Fill, {}, {3}, {}, {2.0});
   uint32_t S = R.emit(op::SumSquares, {X}, {});
   uint32_t C1 = R.emit(op::ClipCoefficient, {S}, {}, {}, {1.0});
   uint32_t C2 = R.emit(op::ClipCoefficient, {S}, {}, {}, {100.0});
   R.outputs = {{"c1", C1, ""}, {"c2", C2, ""}};
-  P.ranks.push_back(R);
   LoadedPlan L;
-  std::unique_ptr<Executor> E = runOnce(P, L);
+  std::unique_ptr<Executor> E = runRank(R, L);
   ASSERT_TRUE(E);
   EXPECT_EQ(E->buffer(X).f, (std::vector<float>{2, 2, 2}));
   EXPECT_FLOAT_EQ(E->buffer(S).f[0], 12.0f);
@@ -390,8 +397,6 @@ TEST(Executor, LinearBiasRoundsOnceFromTheFp32Sum) {
   // to even) would give 1.0. The GeLU reads the fp32 t: bf16 of
   // GeLU(1.0068359375) = 0.848601 is 0.84765625 (GeLU of 1.0 would give
   // 0.83984375); the second output keeps the rounded t.
-  ProgramDesc P;
-  P.hasTrain = false;
   RankDesc R;
   uint32_t X = R.emit(op::Fill, {}, {1, 1}, {}, {1.0});
   uint32_t W = R.emit(op::Fill, {}, {1, 1}, {}, {1.0029296875});
@@ -410,9 +415,8 @@ TEST(Executor, LinearBiasRoundsOnceFromTheFp32Sum) {
                {"pre", Pre, ""},
                {"y32", Fp32, ""},
                {"pre32", Pre32, ""}};
-  P.ranks.push_back(R);
   LoadedPlan L;
-  std::unique_ptr<Executor> E = runOnce(P, L);
+  std::unique_ptr<Executor> E = runRank(R, L);
   ASSERT_TRUE(E);
   EXPECT_EQ(E->buffer(Plain).f[0], 1.0078125f);
   EXPECT_EQ(E->buffer(Y).f[0], 0.84765625f);
@@ -429,8 +433,6 @@ TEST(Executor, LinearBiasAddsItsResidualBeforeTheOneRounding) {
   // a residual and round_bf16), to even, 1.0. Rounding t first (to
   // 1.0078125) and then the residual sum (1.0048828125) would give
   // 1.0078125.
-  ProgramDesc P;
-  P.hasTrain = false;
   RankDesc R;
   uint32_t X = R.emit(op::Fill, {}, {1, 1}, {}, {1.0});
   uint32_t W = R.emit(op::Fill, {}, {1, 1}, {}, {1.0029296875});
@@ -440,9 +442,8 @@ TEST(Executor, LinearBiasAddsItsResidualBeforeTheOneRounding) {
   R.instrs.back().roundBf16 = true;
   uint32_t Fp32 = R.emit(op::LinearBias, {X, W, B, Res}, {1, 1}, {0, 0});
   R.outputs = {{"rounded", Rounded, ""}, {"fp32", Fp32, ""}};
-  P.ranks.push_back(R);
   LoadedPlan L;
-  std::unique_ptr<Executor> E = runOnce(P, L);
+  std::unique_ptr<Executor> E = runRank(R, L);
   ASSERT_TRUE(E);
   EXPECT_EQ(E->buffer(Rounded).f[0], 1.0f);
   EXPECT_EQ(E->buffer(Fp32).f[0], 1.00390625f);
@@ -453,9 +454,6 @@ TEST(Executor, LayerNormGradAddsTheResidualBeforeTheOneRounding) {
   // against the unfused ops it stands for (megac-round-after-epilogue's
   // output): layer_norm_grad in fp32, + r, round_bf16. Random rows (x, dy,
   // r, the gain), 8 of 32.
-  ProgramDesc P;
-  P.hasTrain = false;
-  P.seed = 11;
   RankDesc R;
   const std::vector<int64_t> Shape = {8, 32};
   const uint32_t X = randomParam(R, "x", Shape),
@@ -481,9 +479,8 @@ TEST(Executor, LayerNormGradAddsTheResidualBeforeTheOneRounding) {
                {"twice", Twice, ""},
                {"fp32", Fp32, ""},
                {"sum", Sum, ""}};
-  P.ranks.push_back(R);
   LoadedPlan L;
-  std::unique_ptr<Executor> E = runOnce(P, L);
+  std::unique_ptr<Executor> E = runRank(R, L, 11);
   ASSERT_TRUE(E);
   EXPECT_EQ(E->buffer(Fused).f, E->buffer(Unfused).f);
   EXPECT_EQ(E->buffer(Fp32).f, E->buffer(Sum).f);
@@ -494,9 +491,6 @@ TEST(Executor, LayerNormGainGradWritesTheBiasGradientToo) {
   // Format 11's layer_norm_gain_grad with a second output against the two
   // ops it stands for: layer_norm_gain_grad(x, dy) and sum_leading(dy),
   // bit for bit. Random x and dy, 6 rows of 16.
-  ProgramDesc P;
-  P.hasTrain = false;
-  P.seed = 5;
   RankDesc R;
   const std::vector<int64_t> Shape = {6, 16};
   const uint32_t X = randomParam(R, "x", Shape),
@@ -511,9 +505,8 @@ TEST(Executor, LayerNormGainGradWritesTheBiasGradientToo) {
                {"dbeta", Bias, ""},
                {"dgamma_alone", GainAlone, ""},
                {"dbeta_alone", BiasAlone, ""}};
-  P.ranks.push_back(R);
   LoadedPlan L;
-  std::unique_ptr<Executor> E = runOnce(P, L);
+  std::unique_ptr<Executor> E = runRank(R, L, 5);
   ASSERT_TRUE(E);
   EXPECT_EQ(E->buffer(Gain).f, E->buffer(GainAlone).f);
   EXPECT_EQ(E->buffer(Bias).f, E->buffer(BiasAlone).f);
@@ -538,9 +531,6 @@ TEST(Executor, AttentionGradGivesKeyAndValueTogether) {
   // Format 11's attention_grad with which = 3 against the key's and the
   // value's steps (which = 1, 2) it stands for, bit for bit, rounded and
   // not. Random q, k, v, dy of [2, 8, 16], 2 heads, causal.
-  ProgramDesc P;
-  P.hasTrain = false;
-  P.seed = 9;
   RankDesc R;
   const std::vector<int64_t> Shape = {2, 8, 16};
   const std::vector<uint32_t> In = attentionGradInputs(R, Shape);
@@ -563,9 +553,8 @@ TEST(Executor, AttentionGradGivesKeyAndValueTogether) {
   R.outputs = {{"dk", Dk, ""},   {"dv", Dv, ""},     {"k1", K1, ""},
                {"v1", V1, ""},   {"dk16", Dk16, ""}, {"dv16", Dv16, ""},
                {"k16", K16, ""}, {"v16", V16, ""}};
-  P.ranks.push_back(R);
   LoadedPlan L;
-  std::unique_ptr<Executor> E = runOnce(P, L);
+  std::unique_ptr<Executor> E = runRank(R, L, 9);
   ASSERT_TRUE(E);
   EXPECT_EQ(E->buffer(Dk).f, E->buffer(K1).f);
   EXPECT_EQ(E->buffer(Dv).f, E->buffer(V1).f);
@@ -579,9 +568,6 @@ TEST(Executor, AttentionGradGivesAllThreeTogether) {
   // Format 12's attention_grad with which = 4 against the query's, the
   // key's and the value's steps (which = 0, 1, 2), bit for bit, rounded
   // and not. Random q, k, v, dy of [2, 8, 16], 2 heads, causal.
-  ProgramDesc P;
-  P.hasTrain = false;
-  P.seed = 11;
   RankDesc R;
   const std::vector<int64_t> Shape = {2, 8, 16};
   const std::vector<uint32_t> In = attentionGradInputs(R, Shape);
@@ -602,9 +588,8 @@ TEST(Executor, AttentionGradGivesAllThreeTogether) {
     R.outputs.push_back({"t" + std::to_string(Together), Together, ""});
     R.outputs.push_back({"a" + std::to_string(Apart), Apart, ""});
   }
-  P.ranks.push_back(R);
   LoadedPlan L;
-  std::unique_ptr<Executor> E = runOnce(P, L);
+  std::unique_ptr<Executor> E = runRank(R, L, 11);
   ASSERT_TRUE(E);
   for (auto [Together, Apart] : Pairs)
     EXPECT_EQ(E->buffer(Together).f, E->buffer(Apart).f)
@@ -620,8 +605,6 @@ TEST(Executor, LinearGeluGradReadsTheFp32Product) {
   // 0.8673699 (tanh form), their product 0.8699110: rounded once (format
   // 10's linear_gelu_grad with round_bf16) 0.87109375. Rounding the
   // product first (to 1.0) would give 0.8671875.
-  ProgramDesc P;
-  P.hasTrain = false;
   RankDesc R;
   uint32_t Dy = R.emit(op::Fill, {}, {1, 1}, {}, {1.0});
   uint32_t W = R.emit(op::Fill, {}, {1, 1}, {}, {1.0029296875});
@@ -630,9 +613,8 @@ TEST(Executor, LinearGeluGradReadsTheFp32Product) {
   R.instrs.back().roundBf16 = true;
   uint32_t Fp32 = R.emit(op::LinearGeluGrad, {Dy, W, X}, {1, 1}, {1});
   R.outputs = {{"rounded", Rounded, ""}, {"fp32", Fp32, ""}};
-  P.ranks.push_back(R);
   LoadedPlan L;
-  std::unique_ptr<Executor> E = runOnce(P, L);
+  std::unique_ptr<Executor> E = runRank(R, L);
   ASSERT_TRUE(E);
   EXPECT_EQ(E->buffer(Rounded).f[0], 0.87109375f);
   EXPECT_NEAR(E->buffer(Fp32).f[0], 0.8699110263, 1e-6);

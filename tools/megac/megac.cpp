@@ -725,8 +725,9 @@ int runCompile(int argc, char **argv) {
           "megac: {0} kernel binaries: {1} compiled with NVRTC, {2} from the "
           "kernel cache{3}\n",
           cubins, kernelStats.compiled.load(), kernelStats.hits.load(),
-          cache.empty() ? std::string(" (off: MEGAC_KERNEL_CACHE=off)")
-                        : " (" + cache + ")");
+          cache.empty()
+              ? std::string(" (none: MEGAC_KERNEL_CACHE=off, or no HOME)")
+              : " (" + cache + ")");
     }
 #endif
   }

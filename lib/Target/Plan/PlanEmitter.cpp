@@ -435,14 +435,21 @@ private:
     return result;
   }
 
+  /// The op \p op rounds where it is a rounding (null where that has no
+  /// defining op), else \p op: where a group's lookup starts from its
+  /// members' last.
+  static Operation *unrounded(Operation *op) {
+    if (auto round = dyn_cast<RoundBf16Op>(op))
+      return round.getInput().getDefiningOp();
+    return op;
+  }
+
   /// The GeLU-gradient group marked \p group that \p op belongs to.
   static std::optional<GemmGeluGrad> geluGradGroupOf(Operation *op,
                                                      StringAttr group) {
     // The rounding reads the gradient; the gradient reads the product as
     // its output gradient.
-    Operation *start = op;
-    if (auto round = dyn_cast<RoundBf16Op>(start))
-      start = round.getInput().getDefiningOp();
+    Operation *start = unrounded(op);
     if (auto grad = dyn_cast_or_null<GeluGradOp>(start))
       start = grad.getOutputGrad().getDefiningOp();
     return groupWith(op, group, dyn_cast_or_null<LinearOp>(start),
@@ -453,9 +460,7 @@ private:
   static std::optional<NormGradResidual> normGradGroupOf(Operation *op,
                                                          StringAttr group) {
     // The rounding reads the sum; the sum reads the norm's gradient.
-    Operation *start = op;
-    if (auto round = dyn_cast<RoundBf16Op>(start))
-      start = round.getInput().getDefiningOp();
+    Operation *start = unrounded(op);
     if (auto add = dyn_cast_or_null<AddOp>(start))
       for (Value operand : add->getOperands())
         if (isa_and_nonnull<LayerNormGradOp>(operand.getDefiningOp()))
@@ -511,10 +516,7 @@ private:
                                                              StringAttr group) {
     // A rounding reads its step; the key's step shares its operands with
     // the others.
-    Operation *step = op;
-    if (auto round = dyn_cast<RoundBf16Op>(step))
-      step = round.getInput().getDefiningOp();
-    auto grad = dyn_cast_or_null<AttentionGradOp>(step);
+    auto grad = dyn_cast_or_null<AttentionGradOp>(unrounded(op));
     if (!grad)
       return std::nullopt;
     AttentionGradOp key = grad.getOperand() == 1 ? grad : AttentionGradOp();

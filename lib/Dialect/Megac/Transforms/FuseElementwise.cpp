@@ -75,7 +75,7 @@ struct FuseElementwisePass
   void runOnOperation() override {
     MLIRContext *ctx = &getContext();
     int64_t gemms = 0, geluGrads = 0, normGrads = 0, normParams = 0,
-            keyValues = 0, chains = 0, roundings = 0;
+            attentionGroups = 0, chains = 0, roundings = 0;
     auto mark = [&](Operation *op, StringRef group) {
       op->setAttr(MegacDialect::kFusionAttrName, StringAttr::get(ctx, group));
     };
@@ -122,7 +122,7 @@ struct FuseElementwisePass
         } else if (auto key = dyn_cast<AttentionGradOp>(op)) {
           if (auto a = matchAttentionInputGrads(key, admissible)) {
             members = a->ops();
-            group = "a" + std::to_string(keyValues++);
+            group = "a" + std::to_string(attentionGroups++);
           }
         }
         for (Operation *member : members)
