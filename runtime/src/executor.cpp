@@ -647,6 +647,9 @@ void Executor::exec(uint32_t Idx, const Instr &In, Collectives &C,
     const bool Add = NumInts() > 1 && Int(1) != 0 && CurMicro > 0;
     kernels::linearWeightGrad(A.f.data(), Rows, Last, DY.f.data(), N,
                               Int(0) != 0, Y.f.data(), Add ? 1.0f : 0.0f);
+    if (In.outputs()->size() == 2 && N) // the bias gradient (format 13),
+      kernels::sumLeading(DY.f.data(), DY.numel() / N, N, // as sum_leading
+                          Bufs[In.outputs()->Get(1)].f.data()); // sums it
     return;
   }
   case op::GeluGrad:

@@ -867,6 +867,14 @@ private:
                   " but the inputs imply " + listStr(Want));
     return true;
   }
+  /// A second output, where there is one, of \p Columns elements: a bias
+  /// gradient, the column sums of a gradient's dy.
+  bool expectBiasGradient(int64_t Columns) {
+    if (Outs.size() == 2 && out(1) != Shape{Columns})
+      return fail(Pfx + "output 1 (the bias gradient) has shape " +
+                  listStr(out(1)) + ", expected " + listStr(Shape{Columns}));
+    return true;
+  }
   bool checkAxis(const Instr &In, int64_t &GroupSize) {
     if (In.axis() < 0 || size_t(In.axis()) >= numAxes())
       return fail(Pfx + "axis " + std::to_string(In.axis()) +
@@ -1223,18 +1231,27 @@ private:
       return expectSplitAlong(D, G);
     }
     case op::LinearWeightGrad: {
-      if (!expectCounts(2, 1) || !allF32() || !expectRank(true, 0, 1, 64) ||
-          !expectRank(true, 1, 1, 64))
+      // A second output (format 13): the bias gradient, dy's column sums.
+      const bool BiasGrad = Outs.size() == 2;
+      if (!expectCounts(2, BiasGrad ? 2 : 1) || !allF32() ||
+          !expectRank(true, 0, 1, 64) || !expectRank(true, 1, 1, 64))
         return false;
       if (Ints.size() != 1 && Ints.size() != 2)
         return expectInts(1, "transpose_w[, accumulate]");
-      if (!checkAccumulating(Ints.size() == 2 && Ints[1] != 0))
+      const bool Accumulate = Ints.size() == 2 && Ints[1] != 0;
+      if (!checkAccumulating(Accumulate))
         return false;
       const Shape &X = in(0), &DY = in(1);
       if (X.size() != DY.size() ||
           !std::equal(X.begin(), X.end() - 1, DY.begin()))
         return fail(Pfx + "leading dimensions of x " + listStr(X) +
                     " and dy " + listStr(DY) + " differ");
+      if (BiasGrad && Accumulate)
+        return fail(Pfx + "writes a bias gradient and adds into a "
+                          "micro-batch sum: the compiler never groups a "
+                          "micro-batch sum's gradient");
+      if (!expectBiasGradient(DY.back()))
+        return false;
       if (Ints[0] != 0)
         return expectOutShape({DY.back(), X.back()});
       return expectOutShape({X.back(), DY.back()});
@@ -1275,10 +1292,8 @@ private:
       if (!expectCounts(2, Outs.size() == 2 ? 2 : 1) || !allF32() ||
           !expectRank(true, 0, 1, 64))
         return false;
-      if (Outs.size() == 2 && out(1) != Shape{in(0).back()})
-        return fail(Pfx + "output 1 (the bias gradient) has shape " +
-                    listStr(out(1)) + ", expected " +
-                    listStr(Shape{in(0).back()}));
+      if (!expectBiasGradient(in(0).back()))
+        return false;
       if (in(1) != in(0))
         return fail(Pfx + "dy " + listStr(in(1)) + " must have x's shape " +
                     listStr(in(0)));

@@ -8,6 +8,12 @@
 // with f32 and bf16 inputs, aligned and unaligned, and against the CPU
 // kernel within f64 rounding (its sums run in another order).
 //
+// A product's bias gradient comes from its weight gradient's product
+// (cuBLASLt's BGRADA and BGRADB epilogues, "w" groups): the emulated
+// cuBLASLt is checked here against dy's column sums and x^T dy in double,
+// with the descriptors the backend builds for a weight used as stored and
+// transposed.
+//
 //===----------------------------------------------------------------------===//
 
 #include "EmuLaunch.h"
@@ -235,6 +241,94 @@ TEST(LayerNormGain, AddsIntoAMicroBatchSum) {
       fused(X.data(), DY.data(), 10, 30, 1e-5, Before, /*Add=*/true);
   for (size_t J = 0; J < Sum.size(); ++J)
     EXPECT_EQ(Sum[J], Before[J] + Alone[J]) << "column " << J;
+}
+
+/// The weight gradient of x [Rows, K] and dy [Rows, N] (bf16 values) with
+/// the bias gradient, as the CUDA backend asks the emulated cuBLASLt for
+/// it: column-major dw^T [N, K] = dy^T x with BGRADA (dy is A), or, the
+/// weight used transposed, dw^T [K, N] = x^T dy with BGRADB (dy is B).
+/// Returns dw as stored (row-major [K, N], or [N, K] transposed) and the
+/// bias gradient in \p Bias.
+std::vector<float> weightBiasGrad(const std::vector<uint16_t> &X,
+                                  const std::vector<uint16_t> &DY, int64_t Rows,
+                                  int64_t K, int64_t N, bool T,
+                                  std::vector<float> &Bias) {
+  cublasLtHandle_t Lt;
+  EXPECT_EQ(cublasLtCreate(&Lt), CUBLAS_STATUS_SUCCESS);
+  cublasLtMatmulDesc_t Desc;
+  EXPECT_EQ(cublasLtMatmulDescCreate(&Desc, CUBLAS_COMPUTE_32F, CUDA_R_32F),
+            CUBLAS_STATUS_SUCCESS);
+  const int32_t OpT = CUBLAS_OP_T;
+  const uint32_t Epi = T ? CUBLASLT_EPILOGUE_BGRADB : CUBLASLT_EPILOGUE_BGRADA;
+  EXPECT_EQ(cublasLtMatmulDescSetAttribute(Desc, CUBLASLT_MATMUL_DESC_TRANSB,
+                                           &OpT, sizeof OpT),
+            CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(cublasLtMatmulDescSetAttribute(Desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
+                                           &Epi, sizeof Epi),
+            CUBLAS_STATUS_SUCCESS);
+  const int64_t Rd = T ? K : N, Cd = T ? N : K; // D's rows and columns
+  cublasLtMatrixLayout_t A, B, D;
+  EXPECT_EQ(cublasLtMatrixLayoutCreate(&A, CUDA_R_16BF, Rd, Rows, Rd),
+            CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(cublasLtMatrixLayoutCreate(&B, CUDA_R_16BF, Cd, Rows, Cd),
+            CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(cublasLtMatrixLayoutCreate(&D, CUDA_R_32F, Rd, Cd, Rd),
+            CUBLAS_STATUS_SUCCESS);
+  std::vector<float> Dw(size_t(K * N), -1.0f);
+  Bias.assign(size_t(N), -1.0f);
+  void *BiasPtr = Bias.data();
+  EXPECT_EQ(cublasLtMatmulDescSetAttribute(Desc,
+                                           CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                           &BiasPtr, sizeof BiasPtr),
+            CUBLAS_STATUS_SUCCESS);
+  const float One = 1.0f, Zero = 0.0f;
+  EXPECT_EQ(cublasLtMatmul(Lt, Desc, &One, T ? X.data() : DY.data(), A,
+                           T ? DY.data() : X.data(), B, &Zero, Dw.data(), D,
+                           Dw.data(), D, nullptr, nullptr, 0, nullptr),
+            CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  for (cublasLtMatrixLayout_t L : {A, B, D})
+    cublasLtMatrixLayoutDestroy(L);
+  cublasLtMatmulDescDestroy(Desc);
+  cublasLtDestroy(Lt);
+  return Dw;
+}
+
+TEST(WeightBiasGrad, BgradEpiloguesSumDyAsTheProductReadsIt) {
+  // 37 rows (not a multiple of any tile), K = 16, N = 24.
+  const int64_t Rows = 37, K = 16, N = 24;
+  std::vector<uint16_t> X(size_t(Rows * K)), DY(size_t(Rows * N));
+  const std::vector<float> Xv = values(Rows * K, 0.3),
+                           Dv = values(Rows * N, 1.7);
+  for (size_t I = 0; I < X.size(); ++I)
+    X[I] = bf16Bits(Xv[I]);
+  for (size_t I = 0; I < DY.size(); ++I)
+    DY[I] = bf16Bits(Dv[I]);
+  for (bool T : {false, true}) {
+    std::vector<float> Bias;
+    const std::vector<float> Dw = weightBiasGrad(X, DY, Rows, K, N, T, Bias);
+    for (int64_t J = 0; J < N; ++J) {
+      double Sum = 0, Abs = 0;
+      for (int64_t R = 0; R < Rows; ++R) {
+        Sum += bf16Value(DY[size_t(R * N + J)]);
+        Abs += std::fabs(bf16Value(DY[size_t(R * N + J)]));
+      }
+      EXPECT_NEAR(Bias[size_t(J)], Sum, 1e-6 * Abs)
+          << (T ? "BGRADB" : "BGRADA") << ", column " << J;
+      for (int64_t Kk = 0; Kk < K; ++Kk) {
+        double W = 0, WAbs = 0;
+        for (int64_t R = 0; R < Rows; ++R) {
+          const double P = double(bf16Value(X[size_t(R * K + Kk)])) *
+                           bf16Value(DY[size_t(R * N + J)]);
+          W += P;
+          WAbs += std::fabs(P);
+        }
+        const float Got = Dw[size_t(T ? J * K + Kk : Kk * N + J)];
+        EXPECT_NEAR(Got, W, 1e-6 * WAbs)
+            << (T ? "transposed" : "as stored") << ", dw at " << Kk << "," << J;
+      }
+    }
+  }
 }
 
 } // namespace

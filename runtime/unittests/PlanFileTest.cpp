@@ -550,6 +550,42 @@ TEST(PlanFile, RejectsBadEpiloguesAndAccumulation) {
                 .find("output 1 (the bias gradient) has shape [2], expected "
                       "[4]"),
             std::string::npos);
+  // Format 13: linear_weight_grad's second output, the bias gradient, of
+  // dy's last dimension (the weight used transposed or not); never with
+  // the flag that adds into a micro-batch sum.
+  auto WeightBias = [](std::vector<int64_t> BiasShape, int64_t Transposed,
+                       bool Accumulate) {
+    ProgramDesc P;
+    P.microBatches = 2;
+    P.globalBatch = 2;
+    RankDesc R;
+    uint32_t X = R.addBuffer(dt::F32, {2, 3, 4}, "x");
+    uint32_t Dy = R.addBuffer(dt::F32, {2, 3, 5}, "dy");
+    for (uint32_t Id : {X, Dy})
+      R.instrs.push_back({op::Fill, {}, {Id}, {}, {1.0}});
+    uint32_t W = R.addBuffer(dt::F32,
+                             Transposed ? std::vector<int64_t>{5, 4}
+                                        : std::vector<int64_t>{4, 5},
+                             "dw");
+    uint32_t B = R.addBuffer(dt::F32, BiasShape, "db");
+    std::vector<int64_t> Ints = {Transposed};
+    if (Accumulate)
+      Ints.push_back(1);
+    R.instrs.push_back({op::LinearWeightGrad, {X, Dy}, {W, B}, Ints});
+    R.accumulateEnd = int32_t(R.instrs.size());
+    P.ranks.push_back(R);
+    return P;
+  };
+  EXPECT_EQ(verify(WeightBias({5}, 0, false)), "");
+  EXPECT_EQ(verify(WeightBias({5}, 1, false)), "");
+  EXPECT_NE(verify(WeightBias({4}, 0, false))
+                .find("(linear_weight_grad): output 1 (the bias gradient) has "
+                      "shape [4], expected [5]"),
+            std::string::npos);
+  EXPECT_NE(verify(WeightBias({5}, 0, true))
+                .find("writes a bias gradient and adds into a micro-batch "
+                      "sum"),
+            std::string::npos);
   // Format 11: attention_grad's which = 3 writes dk and dv, two outputs
   // of q's shape; two outputs with another which are refused.
   auto KeyValue = [](int64_t Which, std::vector<std::vector<int64_t>> Outs) {

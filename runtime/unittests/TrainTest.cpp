@@ -517,6 +517,41 @@ TEST(Executor, LayerNormGainGradWritesTheBiasGradientToo) {
   EXPECT_NEAR(E->buffer(Bias).f[0], Col0, 1e-5);
 }
 
+TEST(Executor, LinearWeightGradWritesTheBiasGradientToo) {
+  // Format 13's linear_weight_grad with a second output against the two
+  // ops it stands for: linear_weight_grad(x, dy) and sum_leading(dy), bit
+  // for bit, the weight used as stored and transposed. Random x [2,3,4]
+  // and dy [2,3,5].
+  for (int64_t Transposed : {0, 1}) {
+    RankDesc R;
+    const uint32_t X = randomParam(R, "x", {2, 3, 4}),
+                   Dy = randomParam(R, "dy", {2, 3, 5});
+    const std::vector<int64_t> WShape =
+        Transposed ? std::vector<int64_t>{5, 4} : std::vector<int64_t>{4, 5};
+    uint32_t W = R.addBuffer(dt::F32, WShape, "dw");
+    uint32_t Bias = R.addBuffer(dt::F32, {5}, "db");
+    R.instrs.push_back(
+        {op::LinearWeightGrad, {X, Dy}, {W, Bias}, {Transposed}});
+    uint32_t WAlone =
+        R.emit(op::LinearWeightGrad, {X, Dy}, WShape, {Transposed});
+    uint32_t BiasAlone = R.emit(op::SumLeading, {Dy}, {5});
+    R.outputs = {{"dw", W, ""},
+                 {"db", Bias, ""},
+                 {"dw_alone", WAlone, ""},
+                 {"db_alone", BiasAlone, ""}};
+    LoadedPlan L;
+    std::unique_ptr<Executor> E = runRank(R, L, 7);
+    ASSERT_TRUE(E);
+    EXPECT_EQ(E->buffer(W).f, E->buffer(WAlone).f);
+    EXPECT_EQ(E->buffer(Bias).f, E->buffer(BiasAlone).f);
+    // Independently: column 4's sum of dy's 6 rows.
+    double Col4 = 0;
+    for (int64_t I = 0; I < 6; ++I)
+      Col4 += E->buffer(Dy).f[size_t(I * 5 + 4)];
+    EXPECT_NEAR(E->buffer(Bias).f[4], Col4, 1e-5);
+  }
+}
+
 /// An attention gradient's inputs for the tests below: random q, k, v and
 /// dy of \p Shape, parameters of \p R.
 std::vector<uint32_t> attentionGradInputs(RankDesc &R,

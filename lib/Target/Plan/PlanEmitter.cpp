@@ -485,28 +485,32 @@ private:
     return result;
   }
 
-  /// The gain-and-bias gradient group marked \p group that \p op belongs
-  /// to.
-  static std::optional<NormParamGrads> normParamGroupOf(Operation *op,
-                                                        StringAttr group) {
-    // The bias gradient's dy is the gain gradient's.
-    auto gain = dyn_cast<LayerNormGainGradOp>(op);
+  /// The group marked \p group that \p op belongs to, of a gradient op
+  /// GradOp (a LayerNorm gain's, a weight's) and the column sum of its dy
+  /// (a bias gradient), as \p match finds it.
+  template <class GradOp, class MatchFn>
+  static std::invoke_result_t<MatchFn, GradOp,
+                              llvm::function_ref<bool(Operation *)>>
+  columnSumGroupOf(Operation *op, StringAttr group, MatchFn match) {
+    // The bias gradient's dy is the other op's.
+    auto grad = dyn_cast<GradOp>(op);
     if (auto bias = dyn_cast<SumLeadingOp>(op))
       for (Operation *user : bias.getInput().getUsers())
-        if (auto g = dyn_cast<LayerNormGainGradOp>(user);
+        if (auto g = dyn_cast<GradOp>(user);
             g && inGroup(g, group) && g.getOutputGrad() == bias.getInput())
-          gain = g;
-    return groupWith(op, group, gain, matchNormParamGrads);
+          grad = g;
+    return groupWith(op, group, grad, match);
   }
 
-  /// A LayerNorm's gain and bias gradients from one pass over dy: the gain
-  /// gradient's instruction with the bias gradient as a second output.
-  LogicalResult emitNormParamGrads(NormParamGrads g) {
-    if (failed(addBuffer(g.gain.getResult(), "layer_norm_gain_grad")) ||
-        failed(addBuffer(g.bias.getResult(), "sum_leading")))
+  /// A gradient op and the bias gradient from its pass over dy (a
+  /// LayerNorm's gain gradient, a product's weight gradient): the op's
+  /// instruction with the bias gradient as a second output.
+  LogicalResult emitWithColumnSum(Operation *grad, SumLeadingOp bias) {
+    if (failed(addBuffer(grad->getResult(0), grad->getName().stripDialect())) ||
+        failed(addBuffer(bias.getResult(), "sum_leading")))
       return failure();
-    extraOutputs = {g.bias.getResult()};
-    LogicalResult result = addInstruction(g.gain);
+    extraOutputs = {bias.getResult()};
+    LogicalResult result = addInstruction(grad);
     extraOutputs.clear();
     return result;
   }
@@ -656,8 +660,18 @@ private:
                   inputGradGroupOf(&op, group))
             return &op == a->ops().back() ? emitInputGrads(*a) : success();
         if (group.getValue().starts_with("b"))
-          if (std::optional<NormParamGrads> b = normParamGroupOf(&op, group))
-            return &op == b->ops().back() ? emitNormParamGrads(*b) : success();
+          if (std::optional<NormParamGrads> b =
+                  columnSumGroupOf<LayerNormGainGradOp>(&op, group,
+                                                        matchNormParamGrads))
+            return &op == b->ops().back() ? emitWithColumnSum(b->gain, b->bias)
+                                          : success();
+        if (group.getValue().starts_with("w"))
+          if (std::optional<WeightBiasGrads> w =
+                  columnSumGroupOf<LinearWeightGradOp>(&op, group,
+                                                       matchWeightBiasGrads))
+            return &op == w->ops().back()
+                       ? emitWithColumnSum(w->weight, w->bias)
+                       : success();
         if (group.getValue().starts_with("n"))
           if (std::optional<NormGradResidual> n = normGradGroupOf(&op, group))
             return &op == n->ops().back() ? emitNormGradResidual(*n)

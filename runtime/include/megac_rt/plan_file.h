@@ -44,7 +44,9 @@ namespace megac_rt {
 /// attention_grad write dk and dv together (which = 3, two outputs).
 /// Version 12 let attention_grad write dq, dk and dv together (which = 4,
 /// three outputs).
-constexpr uint32_t kPlanFormatVersion = 12;
+/// Version 13 let linear_weight_grad write the bias gradient (dy's column
+/// sums) as a second output.
+constexpr uint32_t kPlanFormatVersion = 13;
 
 /// CRC-32 (IEEE 802.3, reflected, as zlib computes it).
 uint32_t crc32(const uint8_t *data, size_t size);

@@ -260,6 +260,7 @@ public:
     for (uint32_t B = 0; B < N; ++B)
       if (Plan.copyOffset[B] >= 0)
         Copy[B] = reinterpret_cast<uint16_t *>(Base + Plan.copyOffset[B]);
+
     // Faults the kernels flag (out-of-range ids and labels, products of
     // values that are not bf16), checked after each run.
     Faults = static_cast<int *>(allocate(sizeof(int) * kFaultKinds, "flags"));
@@ -407,6 +408,12 @@ public:
                     HostWaitMs / double(TimedSteps));
       Notes += (Notes.empty() ? "" : "; ") + std::string(Buf);
     }
+    if (BiasGradGroups)
+      Notes += (Notes.empty() ? "" : "; ") + std::to_string(BiasGradEpilogues) +
+               " of " + std::to_string(BiasGradGroups) +
+               " bias gradients came from their weight gradient's product "
+               "(cuBLASLt's BGRAD epilogue; the rest from column-sum "
+               "kernels)";
     if (RoundedGroups)
       Notes += (Notes.empty() ? "" : "; ") + std::to_string(EpilogueProducts) +
                " of " + std::to_string(RoundedGroups) +
@@ -983,35 +990,50 @@ private:
   /// matrix (leading dimension N, as y's) are of y's type.
   LtPlan &ltPlan(int64_t M, int64_t K, int64_t N, bool Transposed, bool Bf16,
                  bool Out16, uint32_t Epi) {
-    LtPlan &Pl = LtPlans[{M, K, N, Transposed, Bf16, Out16, int64_t(Epi)}];
+    // w^T is [N, K]: stored [K, N] row-major (column-major N x K, ld N), or
+    // [N, K] row-major when transposed (column-major K x N, ld K).
+    return ltColPlan(Transposed ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, N, M,
+                     K, Transposed ? K : N, K, Bf16, Out16, Epi);
+  }
+  /// The plan of column-major D[m,n] = op(A) op(B) over k, A and B whole
+  /// matrices of leading dimensions \p Lda and \p Ldb (their rows, as
+  /// stored), D's m; the types and epilogue as ltPlan's. Made once per
+  /// shape and epilogue.
+  LtPlan &ltColPlan(cublasOperation_t TA, cublasOperation_t TB, int64_t Rows,
+                    int64_t Cols, int64_t K, int64_t Lda, int64_t Ldb,
+                    bool Bf16, bool Out16, uint32_t Epi) {
+    LtPlan &Pl = LtPlans[{int64_t(TA), int64_t(TB), Rows, Cols, K, Lda, Ldb,
+                          Bf16, Out16, int64_t(Epi)}];
     if (Pl.Desc)
       return Pl;
     const cudaDataType_t In = Bf16 ? CUDA_R_16BF : CUDA_R_32F;
     const cudaDataType_t Out = Out16 ? CUDA_R_16BF : CUDA_R_32F;
-    const int32_t TA = Transposed ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const int32_t OpA = TA, OpB = TB;
     check(cublasLtMatmulDescCreate(&Pl.Desc, CUBLAS_COMPUTE_32F, CUDA_R_32F),
           "cublasLtMatmulDescCreate");
-    check(cublasLtMatmulDescSetAttribute(Pl.Desc, CUBLASLT_MATMUL_DESC_TRANSA,
-                                         &TA, sizeof TA),
-          "cublasLtMatmulDescSetAttribute");
+    for (auto [Attr, Op] : {std::pair{CUBLASLT_MATMUL_DESC_TRANSA, &OpA},
+                            std::pair{CUBLASLT_MATMUL_DESC_TRANSB, &OpB}})
+      if (*Op != CUBLAS_OP_N)
+        check(cublasLtMatmulDescSetAttribute(Pl.Desc, Attr, Op, sizeof *Op),
+              "cublasLtMatmulDescSetAttribute");
     check(cublasLtMatmulDescSetAttribute(Pl.Desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
                                          &Epi, sizeof Epi),
           "cublasLtMatmulDescSetAttribute");
     if (ltAux(Epi)) {
-      const int64_t AuxLd = N;
+      const int64_t AuxLd = Rows;
       check(cublasLtMatmulDescSetAttribute(Pl.Desc,
                                            CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
                                            &AuxLd, sizeof AuxLd),
             "cublasLtMatmulDescSetAttribute");
     }
-    // w^T is [N, K]: stored [K, N] row-major (column-major N x K, ld N), or
-    // [N, K] row-major when transposed (column-major K x N, ld K).
-    check(cublasLtMatrixLayoutCreate(&Pl.A, In, Transposed ? K : N,
-                                     Transposed ? N : K, Transposed ? K : N),
+    // As stored: op(A) is Rows x K, op(B) K x Cols.
+    check(cublasLtMatrixLayoutCreate(&Pl.A, In, TA == CUBLAS_OP_N ? Rows : K,
+                                     TA == CUBLAS_OP_N ? K : Rows, Lda),
           "cublasLtMatrixLayoutCreate");
-    check(cublasLtMatrixLayoutCreate(&Pl.B, In, K, M, K),
+    check(cublasLtMatrixLayoutCreate(&Pl.B, In, TB == CUBLAS_OP_N ? K : Cols,
+                                     TB == CUBLAS_OP_N ? Cols : K, Ldb),
           "cublasLtMatrixLayoutCreate");
-    check(cublasLtMatrixLayoutCreate(&Pl.D, Out, N, M, N),
+    check(cublasLtMatrixLayoutCreate(&Pl.D, Out, Rows, Cols, Rows),
           "cublasLtMatrixLayoutCreate");
     cublasLtMatmulPreference_t Pref;
     check(cublasLtMatmulPreferenceCreate(&Pref),
@@ -1201,6 +1223,36 @@ private:
                NY, int(Round), f(Y), Round ? writeCopy(Y, Idx) : nullptr);
     });
     RoundedAsWritten = Round;
+  }
+
+  /// linear_weight_grad with the bias gradient (a "w" group) as one
+  /// cuBLASLt product of bf16 operands: the weight gradient as colGemm
+  /// computes it, and dy's column sums from the BGRADA epilogue (dy is A,
+  /// dw^T = dy^T x) or BGRADB (dy is B, the transposed dw^T = x^T dy),
+  /// summed in fp32 as the product reads dy. False where the operands are
+  /// not bf16 values (an fp32 plan keeps its exact sums), epilogues are
+  /// off, or cuBLASLt has no algorithm: the caller then runs the product
+  /// and the column-sum kernels.
+  bool weightBiasEpilogue(const Instr &In, uint32_t Idx, int64_t Rows,
+                          int64_t K, int64_t N, bool T) {
+    const uint32_t X = In.inputs()->Get(0), Dy = In.inputs()->Get(1);
+    float *Bias = f(In.outputs()->Get(1));
+    if (!bf16Operands(In) || EpiloguesOff ||
+        reinterpret_cast<uintptr_t>(Bias) % 16 != 0)
+      return false;
+    LtPlan &Pl =
+        ltColPlan(CUBLAS_OP_N, CUBLAS_OP_T, T ? K : N, T ? N : K, Rows,
+                  T ? K : N, T ? N : K, /*Bf16=*/true, /*Out16=*/false,
+                  T ? CUBLASLT_EPILOGUE_BGRADB : CUBLASLT_EPILOGUE_BGRADA);
+    if (!Pl.Ok)
+      return false;
+    ltPointer(Pl, CUBLASLT_MATMUL_DESC_BIAS_POINTER, Bias);
+    const auto [X16, Dy16] = packOperands(f(X), Rows * K, readCopy(X, Idx),
+                                          f(Dy), Rows * N, readCopy(Dy, Idx));
+    ltMatmul(Pl, T ? X16 : Dy16, T ? Dy16 : X16, nullptr,
+             f(In.outputs()->Get(0)));
+    ++BiasGradEpilogues;
+    return true;
   }
 
   /// A bf16 plan's GEMM group on cuBLASLt alone: bf16 operands, bias and
@@ -1493,12 +1545,22 @@ private:
     }
     case op::LinearWeightGrad: {
       // dw [K,N] = x^T dy, or [N,K] = dy^T x when the weight was used
-      // transposed; a micro-batch sum adds (beta = 1) after the first.
+      // transposed; a micro-batch sum adds (beta = 1) after the first. A
+      // second output (format 13): the bias gradient, dy's column sums.
       const int64_t N = shape(X(1)).back();
       const float Beta =
           NumInts() > 1 && Int(1) != 0 && Accumulating ? 1.0f : 0.0f;
       const bool T = Int(0) != 0;
-      if (N == 0 || Last == 0)
+      const bool BiasGrad = In.outputs()->size() == 2;
+      if (N == 0)
+        return;
+      BiasGradGroups += BiasGrad;
+      if (BiasGrad && Last > 0 && Rows > 0 &&
+          weightBiasEpilogue(In, Idx, Rows, Last, N, T))
+        return;
+      if (BiasGrad)
+        columnSums(X(1), Idx, N, f(In.outputs()->Get(1)), /*Add=*/false);
+      if (Last == 0)
         return;
       if (Rows == 0) {
         if (Beta == 0.0f)
@@ -1730,50 +1792,43 @@ private:
       copy(Y, X(1));
       return;
     case op::SumLeading:
+      if (NY)
+        columnSums(X(0), Idx, NY, f(Y),
+                   NumInts() > 0 && Int(0) != 0 && Accumulating);
+      return;
     case op::LayerNormGainGrad: {
       if (NY == 0)
         return;
       const bool Add = NumInts() > 0 && Int(0) != 0 && Accumulating;
-      // Two passes: chunks of rows summed in parallel, then the chunks'
-      // sums in order (a bias gradient has few columns and many rows). A
-      // gain's gradient sums dy * x-hat, each row's statistics first.
-      const bool Gain = In.op() == op::LayerNormGainGrad;
-      // A gain gradient's second output (format 11): the bias gradient,
-      // dy's sums from the same pass, in sum_leading's parts and order.
-      const bool Bias = Gain && In.outputs()->size() == 2;
-      const int64_t Outer = numel(X(0)) / NY;
-      const int64_t RowsPer = 64;
-      const int64_t Chunks =
-          std::max<int64_t>(1, (Outer + RowsPer - 1) / RowsPer);
-      double *Parts = static_cast<double *>(scratch(
-          size_t(Chunks * NY * (Bias ? 2 : 1) + (Gain ? 2 * Outer : 0)) *
-          sizeof(double)));
-      double *BiasParts = Bias ? Parts + Chunks * NY : nullptr;
-      const unsigned Blocks =
-          NY % 4 == 0 ? wideBlocks(Chunks * NY) : blocksFor(Chunks * NY);
+      // As columnSums, with each row's statistics first: the gain's
+      // gradient sums dy * x-hat. Its second output (format 11): the bias
+      // gradient, dy's sums from the same pass, in sum_leading's parts and
+      // order.
+      const bool Bias = In.outputs()->size() == 2;
+      const ColumnChunks C = columnChunks(numel(X(0)), NY);
+      double *Parts = static_cast<double *>(
+          scratch(size_t(C.Chunks * NY * (Bias ? 2 : 1) + 2 * C.Outer) *
+                  sizeof(double)));
+      double *BiasParts = Bias ? Parts + C.Chunks * NY : nullptr;
+      double *Stats = Parts + C.Chunks * NY * (Bias ? 2 : 1);
       withInput(X(0), Idx, [&](auto *Xs) {
         using TX = Elem<decltype(Xs)>;
-        if (!Gain) {
-          launchOn(Compute, sumLeadingPartsKernel<TX>, Blocks, kThreads, 0, Xs,
-                   Outer, NY, RowsPer, Chunks, Parts);
-          return;
-        }
-        double *Stats = Parts + Chunks * NY * (Bias ? 2 : 1);
-        if (Outer > 0)
-          launchOn(Compute, rowStatsKernel<TX>, rowBlocks(Outer), kThreads, 0,
-                   Xs, Outer, NY, Flt(0), Stats);
+        if (C.Outer > 0)
+          launchOn(Compute, rowStatsKernel<TX>, rowBlocks(C.Outer), kThreads, 0,
+                   Xs, C.Outer, NY, Flt(0), Stats);
         withInput(X(1), Idx, [&](auto *Dy) {
           launchOn(Compute, layerNormGainPartsKernel<TX, Elem<decltype(Dy)>>,
-                   Blocks, kThreads, 0, Xs, Dy,
-                   static_cast<const double *>(Stats), Outer, NY, RowsPer,
-                   Chunks, Parts, BiasParts);
+                   C.Blocks, kThreads, 0, Xs, Dy,
+                   static_cast<const double *>(Stats), C.Outer, NY,
+                   kColumnRowsPer, C.Chunks, Parts, BiasParts);
         });
       });
       launchOn(Compute, sumLeadingTotalKernel, blocksFor(NY), kThreads, 0,
-               static_cast<const double *>(Parts), Chunks, NY, f(Y), int(Add));
+               static_cast<const double *>(Parts), C.Chunks, NY, f(Y),
+               int(Add));
       if (Bias)
         launchOn(Compute, sumLeadingTotalKernel, blocksFor(NY), kThreads, 0,
-                 static_cast<const double *>(BiasParts), Chunks, NY,
+                 static_cast<const double *>(BiasParts), C.Chunks, NY,
                  f(In.outputs()->Get(1)), int(Add));
       return;
     }
@@ -3007,6 +3062,9 @@ private:
   double HostIssueMs = 0, HostWaitMs = 0;
   int64_t TimedSteps = 0, LastTimedStep = 0;
   uint64_t EpilogueProducts = 0, RoundedGroups = 0;
+  /// "w" groups (linear_weight_grad with the bias gradient), and those
+  /// whose bias gradient came from cuBLASLt's BGRAD epilogue.
+  uint64_t BiasGradGroups = 0, BiasGradEpilogues = 0;
   /// MEGAC_CUDA_ATTENTION=cudnn: cuDNN's fused attention (opened with the
   /// device; null where it is not asked for or cannot load), and the
   /// reasons it declined a step, each said once.
@@ -3014,6 +3072,38 @@ private:
   std::vector<std::string> CudnnDeclined;
   unsigned CudnnSteps = 0;
 
+  /// Column sums (bias gradients) run in two passes: chunks of
+  /// kColumnRowsPer rows summed in parallel, in double, then the chunks'
+  /// sums in order (a bias gradient has few columns and many rows).
+  static constexpr int64_t kColumnRowsPer = 64;
+  struct ColumnChunks {
+    int64_t Outer, Chunks;
+    unsigned Blocks;
+  };
+  ColumnChunks columnChunks(int64_t Numel, int64_t Columns) const {
+    const int64_t Outer = Numel / Columns;
+    const int64_t Chunks =
+        std::max<int64_t>(1, (Outer + kColumnRowsPer - 1) / kColumnRowsPer);
+    return {Outer, Chunks,
+            Columns % 4 == 0 ? wideBlocks(Chunks * Columns)
+                             : blocksFor(Chunks * Columns)};
+  }
+  /// Out[j] (+)= the sum of column j of buffer \p X (read as instruction
+  /// \p Idx reads it: its bf16 copy where it has one), \p Columns wide.
+  void columnSums(uint32_t X, uint32_t Idx, int64_t Columns, float *Out,
+                  bool Add) {
+    const ColumnChunks C = columnChunks(numel(X), Columns);
+    double *Parts = static_cast<double *>(
+        scratch(size_t(C.Chunks * Columns) * sizeof(double)));
+    withInput(X, Idx, [&](auto *Xs) {
+      launchOn(Compute, sumLeadingPartsKernel<Elem<decltype(Xs)>>, C.Blocks,
+               kThreads, 0, Xs, C.Outer, Columns, kColumnRowsPer, C.Chunks,
+               Parts);
+    });
+    launchOn(Compute, sumLeadingTotalKernel, blocksFor(Columns), kThreads, 0,
+             static_cast<const double *>(Parts), C.Chunks, Columns, Out,
+             int(Add));
+  }
   /// Device scratch of at least \p N bytes (its contents do not persist
   /// across instructions).
   void *scratch(size_t N) { return Scratch.atLeast(N, "scratch"); }
@@ -3065,7 +3155,7 @@ private:
   bool AllGradsTogether = false;
   GrowingBuffer Scratch, BlasWorkspace;
   cublasLtHandle_t Lt = nullptr;
-  std::map<std::array<int64_t, 7>, LtPlan> LtPlans;
+  std::map<std::array<int64_t, 10>, LtPlan> LtPlans;
   void *Arena = nullptr;
   std::vector<void *> Ptr, Owned;
   std::vector<size_t> Bytes;

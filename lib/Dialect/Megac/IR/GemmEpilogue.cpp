@@ -197,11 +197,16 @@ matchNormGradResidual(LayerNormGradOp grad,
   return g;
 }
 
+/// Two ops of one block, in program order.
+static SmallVector<Operation *, 5> inProgramOrder(Operation *a, Operation *b) {
+  if (b->isBeforeInBlock(a))
+    std::swap(a, b);
+  return {a, b};
+}
+
 SmallVector<Operation *, 5> NormParamGrads::ops() const {
-  SmallVector<Operation *, 5> out = present({OpState(gain), OpState(bias)});
-  if (out[1]->isBeforeInBlock(out[0]))
-    std::swap(out[0], out[1]);
-  return out;
+  return inProgramOrder(OpState(gain).getOperation(),
+                        OpState(bias).getOperation());
 }
 
 /// Whether \p op's result is summed over micro-batches by an accumulate
@@ -210,31 +215,60 @@ static bool intoMicroBatchSum(Operation *op) {
   return isa_and_nonnull<AccumulateOp>(soleUser(op->getResult(0)));
 }
 
-std::optional<NormParamGrads>
-matchNormParamGrads(LayerNormGainGradOp gain,
-                    function_ref<bool(Operation *)> admissible) {
-  Value dy = gain.getOutputGrad();
-  auto type = cast<RankedTensorType>(dy.getType());
-  if (intoMicroBatchSum(gain))
-    return std::nullopt;
+/// The column sum (sum_leading keeping the last dimension, \p want's
+/// type) of \p dy that \p admissible accepts, in \p first's block and
+/// not a micro-batch sum's, such that the readers of whichever of \p
+/// first and it comes first all follow the other (where the one
+/// instruction is); null where there is none.
+static SumLeadingOp
+columnSumBeside(Operation *first, Value dy, Type want,
+                function_ref<bool(Operation *)> admissible) {
+  if (cast<RankedTensorType>(dy.getType()).getRank() < 1 ||
+      intoMicroBatchSum(first))
+    return {};
   for (Operation *user : dy.getUsers()) {
     auto bias = dyn_cast<SumLeadingOp>(user);
     if (!bias || bias.getInput() != dy || bias.getKeep() != 1 ||
-        bias.getType() != gain.getType() || type.getRank() < 1 ||
-        bias->getBlock() != gain->getBlock() || intoMicroBatchSum(bias) ||
-        !admissible(bias))
+        bias.getType() != want || bias->getBlock() != first->getBlock() ||
+        intoMicroBatchSum(bias) || !admissible(bias))
       continue;
-    NormParamGrads g{gain, bias};
-    // The first one's readers all follow the second, where the one
-    // instruction is.
-    SmallVector<Operation *, 5> ordered = g.ops();
-    if (llvm::all_of(ordered[0]->getResult(0).getUsers(),
-                     [&](Operation *reader) {
-                       return reader->getBlock() == ordered[1]->getBlock() &&
-                              ordered[1]->isBeforeInBlock(reader);
-                     }))
-      return g;
+    Operation *early = first, *late = bias;
+    if (late->isBeforeInBlock(early))
+      std::swap(early, late);
+    if (llvm::all_of(early->getResult(0).getUsers(), [&](Operation *reader) {
+          return reader->getBlock() == late->getBlock() &&
+                 late->isBeforeInBlock(reader);
+        }))
+      return bias;
   }
+  return {};
+}
+
+std::optional<NormParamGrads>
+matchNormParamGrads(LayerNormGainGradOp gain,
+                    function_ref<bool(Operation *)> admissible) {
+  if (SumLeadingOp bias = columnSumBeside(gain, gain.getOutputGrad(),
+                                          gain.getType(), admissible))
+    return NormParamGrads{gain, bias};
+  return std::nullopt;
+}
+
+SmallVector<Operation *, 5> WeightBiasGrads::ops() const {
+  return inProgramOrder(OpState(weight).getOperation(),
+                        OpState(bias).getOperation());
+}
+
+std::optional<WeightBiasGrads>
+matchWeightBiasGrads(LinearWeightGradOp weight,
+                     function_ref<bool(Operation *)> admissible) {
+  Value dy = weight.getOutputGrad();
+  auto type = cast<RankedTensorType>(dy.getType());
+  if (type.getRank() < 1)
+    return std::nullopt;
+  auto want =
+      RankedTensorType::get({type.getShape().back()}, type.getElementType());
+  if (SumLeadingOp bias = columnSumBeside(weight, dy, want, admissible))
+    return WeightBiasGrads{weight, bias};
   return std::nullopt;
 }
 

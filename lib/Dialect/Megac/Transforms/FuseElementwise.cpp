@@ -75,7 +75,7 @@ struct FuseElementwisePass
   void runOnOperation() override {
     MLIRContext *ctx = &getContext();
     int64_t gemms = 0, geluGrads = 0, normGrads = 0, normParams = 0,
-            attentionGroups = 0, chains = 0, roundings = 0;
+            weightParams = 0, attentionGroups = 0, chains = 0, roundings = 0;
     auto mark = [&](Operation *op, StringRef group) {
       op->setAttr(MegacDialect::kFusionAttrName, StringAttr::get(ctx, group));
     };
@@ -89,8 +89,9 @@ struct FuseElementwisePass
       // linear -> gelu_grad (the product its output gradient)
       // [-> round_bf16] ("d"); layer_norm_grad -> + residual gradient
       // [-> round_bf16] ("n"); a LayerNorm's gain and bias gradients, one
-      // pass over dy ("b"); an attention's dk and dv, and its dq where it
-      // fits [with their roundings] ("a").
+      // pass over dy ("b"); a product's weight and bias gradients, one
+      // product whose epilogue sums dy ("w"); an attention's dk and dv,
+      // and its dq where it fits [with their roundings] ("a").
       for (Operation &op : body) {
         if (op.hasAttr(MegacDialect::kFusionAttrName))
           continue;
@@ -118,6 +119,11 @@ struct FuseElementwisePass
           if (auto b = matchNormParamGrads(gain, admissible)) {
             members = b->ops();
             group = "b" + std::to_string(normParams++);
+          }
+        } else if (auto weight = dyn_cast<LinearWeightGradOp>(op)) {
+          if (auto w = matchWeightBiasGrads(weight, admissible)) {
+            members = w->ops();
+            group = "w" + std::to_string(weightParams++);
           }
         } else if (auto key = dyn_cast<AttentionGradOp>(op)) {
           if (auto a = matchAttentionInputGrads(key, admissible)) {

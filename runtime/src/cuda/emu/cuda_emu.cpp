@@ -900,9 +900,12 @@ bool ltShape(const cublasLtMatmulDescOpaque &D,
 }
 
 /// The epilogues emulated, and what each needs: a bias (of D's type), a
-/// GeLU, an auxiliary matrix (written: the GeLU's input; read: DGELU's).
+/// GeLU, an auxiliary matrix (written: the GeLU's input; read: DGELU's),
+/// a bias gradient (of D's type, written: op(A)'s rows or op(B)'s columns
+/// summed over k).
 struct LtEpilogue {
   bool Known = false, Bias = false, Gelu = false, Aux = false, DGelu = false;
+  bool BGradA = false, BGradB = false;
 };
 LtEpilogue ltEpilogue(cublasLtEpilogue_t E) {
   switch (E) {
@@ -918,6 +921,10 @@ LtEpilogue ltEpilogue(cublasLtEpilogue_t E) {
     return {true, true, true, true};
   case CUBLASLT_EPILOGUE_DGELU:
     return {true, false, false, true, true};
+  case CUBLASLT_EPILOGUE_BGRADA:
+    return {true, false, false, false, false, true};
+  case CUBLASLT_EPILOGUE_BGRADB:
+    return {true, false, false, false, false, false, true};
   }
   return {};
 }
@@ -998,7 +1005,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t Desc,
     return CUBLAS_STATUS_NOT_SUPPORTED; // (no other epilogue is emulated)
   // As cuBLASLt asks: the pointers an epilogue reads or writes, and an
   // auxiliary leading dimension of at least D's rows, divisible by 8.
-  if ((E.Bias && !Op.Bias) ||
+  if (((E.Bias || E.BGradA || E.BGradB) && !Op.Bias) ||
       (E.Aux && (!Op.Aux || Op.AuxLd < int64_t(M) || Op.AuxLd % 8)))
     return CUBLAS_STATUS_INVALID_VALUE;
   const float Alf = *static_cast<const float *>(Alpha),
@@ -1029,6 +1036,20 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t Desc,
         if (E.DGelu)
           V *= ltGeluGrad(ltLoad(Op.Aux, Ld.Type, AuxAt));
         ltStore(D, Ld.Type, At, V);
+      }
+    // A bias gradient: op(A)'s rows (D's rows) or op(B)'s columns (D's
+    // columns) summed over k in fp32, in order.
+    if (E.BGradA || E.BGradB)
+      for (int I = 0; I < (E.BGradA ? M : N); ++I) {
+        float Sum = 0.0f;
+        for (int Kk = 0; Kk < K; ++Kk)
+          Sum += E.BGradA ? Aw[Op.TransA == CUBLAS_OP_N
+                                   ? size_t(I) + size_t(Kk) * size_t(La.Ld)
+                                   : size_t(Kk) + size_t(I) * size_t(La.Ld)]
+                          : Bw[Op.TransB == CUBLAS_OP_N
+                                   ? size_t(Kk) + size_t(I) * size_t(Lb.Ld)
+                                   : size_t(I) + size_t(Kk) * size_t(Lb.Ld)];
+        ltStore(const_cast<void *>(Op.Bias), Ld.Type, size_t(I), Sum);
       }
   });
   return CUBLAS_STATUS_SUCCESS;

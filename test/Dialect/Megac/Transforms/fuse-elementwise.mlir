@@ -423,6 +423,53 @@ func.func @norm_params(%x: tensor<2x8x16xf32>, %dy: tensor<2x8x16xf32>, %dz: ten
 
 // -----
 
+// Tests a product's weight and bias gradients: cuBLASLt's BGRAD epilogue
+// sums dy's rows as the weight gradient's product reads them, so the two
+// are one group (w0) whichever comes first (w1, a weight used transposed).
+// A gradient written into a micro-batch sum (either of the two) stays an
+// op of its own, and so do a column sum of another tensor and a bias
+// gradient read before the weight gradient.
+// CHECK-LABEL: func.func @weight_bias
+// CHECK-NEXT: megac.linear_weight_grad {{.*}}megac.fusion = "w0"
+// CHECK-NEXT: megac.sum_leading {{.*}}megac.fusion = "w0"
+// CHECK-NEXT: megac.sum_leading {{.*}}megac.fusion = "w1"
+// CHECK-NEXT: megac.linear_weight_grad {{.*}}megac.fusion = "w1"
+// CHECK-NOT: megac.fusion
+// CHECK: return
+func.func @weight_bias(%x: tensor<2x8x16xf32>, %dy: tensor<2x8x32xf32>,
+                       %dz: tensor<2x8x32xf32>, %du: tensor<2x8x32xf32>,
+                       %dv: tensor<2x8x32xf32>, %dq: tensor<2x8x32xf32>,
+                       %dp: tensor<2x8x32xf32>, %dr: tensor<2x8x32xf32>)
+    -> (tensor<16x32xf32>, tensor<32xf32>, tensor<32xf32>, tensor<32x16xf32>,
+        tensor<16x32xf32>, tensor<32xf32>, tensor<16x32xf32>, tensor<32xf32>,
+        tensor<16x32xf32>, tensor<32xf32>, tensor<32xf32>, tensor<16x32xf32>) {
+  %w = megac.linear_weight_grad %x, %dy : (tensor<2x8x16xf32>, tensor<2x8x32xf32>) -> tensor<16x32xf32>
+  %b = megac.sum_leading %dy {keep = 1 : i64} : (tensor<2x8x32xf32>) -> tensor<32xf32>
+  %b1 = megac.sum_leading %dz {keep = 1 : i64} : (tensor<2x8x32xf32>) -> tensor<32xf32>
+  %w1 = megac.linear_weight_grad %x, %dz {transpose_weight} : (tensor<2x8x16xf32>, tensor<2x8x32xf32>) -> tensor<32x16xf32>
+  // The bias gradient into a micro-batch sum.
+  %w2 = megac.linear_weight_grad %x, %du : (tensor<2x8x16xf32>, tensor<2x8x32xf32>) -> tensor<16x32xf32>
+  %b2 = megac.sum_leading %du {keep = 1 : i64} : (tensor<2x8x32xf32>) -> tensor<32xf32>
+  %acc = megac.accumulate %b2 : (tensor<32xf32>) -> tensor<32xf32>
+  // The weight gradient into a micro-batch sum.
+  %w3 = megac.linear_weight_grad %x, %dv : (tensor<2x8x16xf32>, tensor<2x8x32xf32>) -> tensor<16x32xf32>
+  %acc3 = megac.accumulate %w3 : (tensor<16x32xf32>) -> tensor<16x32xf32>
+  %b3 = megac.sum_leading %dv {keep = 1 : i64} : (tensor<2x8x32xf32>) -> tensor<32xf32>
+  // A column sum of another tensor.
+  %w4 = megac.linear_weight_grad %x, %dq : (tensor<2x8x16xf32>, tensor<2x8x32xf32>) -> tensor<16x32xf32>
+  %b4 = megac.sum_leading %dp {keep = 1 : i64} : (tensor<2x8x32xf32>) -> tensor<32xf32>
+  // A bias gradient read before its weight gradient.
+  %b5 = megac.sum_leading %dr {keep = 1 : i64} : (tensor<2x8x32xf32>) -> tensor<32xf32>
+  %r5 = megac.gelu %b5 : (tensor<32xf32>) -> tensor<32xf32>
+  %w5 = megac.linear_weight_grad %x, %dr : (tensor<2x8x16xf32>, tensor<2x8x32xf32>) -> tensor<16x32xf32>
+  return %w, %b, %b1, %w1, %w2, %acc, %acc3, %b3, %w4, %b4, %r5, %w5
+      : tensor<16x32xf32>, tensor<32xf32>, tensor<32xf32>, tensor<32x16xf32>,
+        tensor<16x32xf32>, tensor<32xf32>, tensor<16x32xf32>, tensor<32xf32>,
+        tensor<16x32xf32>, tensor<32xf32>, tensor<32xf32>, tensor<16x32xf32>
+}
+
+// -----
+
 // Tests an attention's gradient steps: the query's, the key's and the
 // value's are one group (a0, one pass of the attention kernels for dq, dk
 // and dv) with their roundings in a bf16 plan. Steps of another dy (a1:

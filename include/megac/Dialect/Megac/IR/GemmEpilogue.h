@@ -4,10 +4,12 @@
 // gradient, as it writes a product: no pass over memory for them; a
 // LayerNorm gradient's row kernel can add the residual stream's gradient
 // likewise, a LayerNorm gain gradient's pass over dy can sum the bias
-// gradient too, and one pass of the attention kernels gives both dk and
-// dv. megac-fuse-elementwise marks such groups ("g", "d", "n", "b", "a")
+// gradient too, as can a weight gradient's product (cuBLASLt's BGRAD
+// epilogues), and one pass of the attention kernels gives dq, dk and dv.
+// megac-fuse-elementwise marks such groups ("g", "d", "n", "b", "w", "a")
 // and the plan emitter turns each into one linear_bias, linear_gelu_grad,
-// layer_norm_grad, layer_norm_gain_grad or attention_grad instruction;
+// layer_norm_grad, layer_norm_gain_grad, linear_weight_grad or
+// attention_grad instruction;
 // both find the group's parts with the matchers below, so what one marks
 // the other emits.
 //
@@ -135,6 +137,26 @@ struct NormParamGrads {
 std::optional<NormParamGrads>
 matchNormParamGrads(LayerNormGainGradOp gain,
                     llvm::function_ref<bool(mlir::Operation *)> admissible);
+
+/// linear_weight_grad(x, dy) and sum_leading(dy) (a product's weight and
+/// bias gradients): cuBLASLt's BGRADA/BGRADB epilogue sums dy's rows as
+/// the weight gradient's product reads them, so the bias gradient takes
+/// no pass over dy of its own ("w" groups). Neither is a micro-batch
+/// sum's.
+struct WeightBiasGrads {
+  LinearWeightGradOp weight;
+  SumLeadingOp bias;
+
+  /// The group's ops in program order; the last is where it is emitted.
+  llvm::SmallVector<mlir::Operation *, 5> ops() const;
+};
+
+/// The group of \p weight and a bias gradient of its dy that \p
+/// admissible accepts; none where there is no such bias gradient, or
+/// where a reader of the first of the two comes before the second.
+std::optional<WeightBiasGrads>
+matchWeightBiasGrads(LinearWeightGradOp weight,
+                     llvm::function_ref<bool(mlir::Operation *)> admissible);
 
 /// The gradient steps of one attention's inputs (attention_grad with
 /// operand 0, 1 and 2 of the same q, k, v, dy and attributes), each with

@@ -232,6 +232,11 @@ def FuseElementwisePass : Pass<"megac-fuse-elementwise", "mlir::ModuleOp"> {
     gradient's row kernel adds it before it stores dx. Marks with
     `megac.fusion = "bK"` a LayerNorm's gain gradient and the column sum
     of the same dy (the bias gradient): one pass over dy. Marks with
+    `megac.fusion = "wK"` a product's weight gradient
+    (`megac.linear_weight_grad`) and the column sum of its dy (the bias
+    gradient): cuBLASLt's BGRADA or BGRADB epilogue sums dy's rows as the
+    product reads them. Neither a "bK" nor a "wK" group takes a gradient
+    written straight into a micro-batch sum. Marks with
     `megac.fusion = "aK"` an attention's gradient steps of q, k and v (of
     k and v alone where the query's step is rounded otherwise or read
     before the others), with their roundings: one pass of the attention
