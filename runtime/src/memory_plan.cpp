@@ -465,6 +465,50 @@ uint32_t pipelineSlots(const Program &P, const RankProgram &R) {
   return Most;
 }
 
+std::vector<int64_t> parameterCopies(const RankProgram &R,
+                                     const std::vector<bool> &Bf16Only) {
+  const uint32_t NB = R.buffers() ? R.buffers()->size() : 0;
+  const uint32_t NI = R.instrs() ? R.instrs()->size() : 0;
+  std::vector<int64_t> Out(NB, -1);
+  if (!NI || (R.segments() && R.segments()->size() > 0))
+    return Out;
+  std::vector<bool> IsParam(NB, false);
+  if (R.params())
+    for (const Param *Pa : *R.params())
+      IsParam[Pa->buffer()] = true;
+  // Per buffer: how many instructions write it, the parameter it is the
+  // rounding of (-1: none), its last reader; per parameter, the AdamW
+  // updating it in place (-2: several).
+  std::vector<int> Writers(NB, 0);
+  std::vector<int64_t> RoundingOf(NB, -1), LastRead(NB, -1), Update(NB, -1);
+  for (uint32_t I = 0; I < NI; ++I) {
+    const Instr &In = *R.instrs()->Get(I);
+    if (In.inputs())
+      for (uint32_t X : *In.inputs())
+        LastRead[X] = I;
+    if (!In.outputs())
+      continue;
+    for (uint32_t Y : *In.outputs())
+      ++Writers[Y];
+    const uint32_t X0 =
+        In.inputs() && In.inputs()->size() > 0 ? In.inputs()->Get(0) : NB;
+    if (X0 >= NB || !IsParam[X0] || In.outputs()->size() != 1)
+      continue;
+    const uint32_t Y = In.outputs()->Get(0);
+    if (In.op() == op::RoundBf16)
+      RoundingOf[Y] = X0;
+    else if (In.op() == op::AdamW && Y == X0)
+      Update[X0] = Update[X0] == -1 ? int64_t(I) : -2;
+  }
+  for (uint32_t B = 0; B < NB && B < Bf16Only.size(); ++B) {
+    const int64_t Param = RoundingOf[B];
+    if (Bf16Only[B] && Writers[B] == 1 && Param >= 0 &&
+        Update[size_t(Param)] >= 0 && LastRead[B] < Update[size_t(Param)])
+      Out[B] = Update[size_t(Param)];
+  }
+  return Out;
+}
+
 MemoryPlan planMemory(const Program &P, const RankProgram &R,
                       Bf16Storage Storage, const AttentionInBf16 &Attention) {
   MemoryPlan M;
@@ -579,6 +623,12 @@ MemoryPlan planMemory(const Program &P, const RankProgram &R,
   M.bf16Only = Storage == Bf16Storage::Bf16Only
                    ? bf16OnlyBuffers(P, R, Attention)
                    : std::vector<bool>(NB, false);
+  // A parameter's rounding whose bits AdamW writes for the next step
+  // lives from one step into the next: the whole run.
+  M.parameterCopyUpdate = parameterCopies(R, M.bf16Only);
+  for (uint32_t B = 0; B < NB; ++B)
+    if (M.parameterCopyUpdate[B] >= 0)
+      Persistent[B] = true;
   for (uint32_t B = 0; B < NB; ++B)
     if (M.kind[B] == MemoryKind::Activation && First[B] >= 0 &&
         First[B] < FwdEnd && Last[B] >= FwdEnd && FwdEnd < int64_t(NI))

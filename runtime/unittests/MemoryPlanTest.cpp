@@ -295,6 +295,56 @@ TEST(MemoryPlan, Bf16OnlyBuffersAreThoseEveryReaderReadsAsBf16) {
   EXPECT_EQ(placedWithoutOverlap(Plan, L.rank()), size_t(9 - 2 + 3));
 }
 
+TEST(MemoryPlan, AParameterRoundingLivesIntoTheNextStep) {
+  // The step above with AdamW updating w (8: its rounding's bits for the
+  // next step, parameterCopies) after a clipping coefficient (7): the
+  // rounded weight, kept in bf16 alone, spans the whole run. The rounded
+  // embedding is no parameter's rounding; with a reader of the rounding
+  // after the update there is none (its bits must stay the old ones), nor
+  // with fp32 storage beside the copies.
+  auto Plan = [](bool LateReader) {
+    Step S;
+    S.P.hasTrain = true;
+    RankDesc &R = S.P.ranks[0];
+    R.instrs.pop_back(); // (the GeLU gradient: not needed here)
+    const uint32_t W = R.params[1].buffer;
+    const uint32_t Coef = R.emit(op::Fill, {}, {}, {}, {1.0}); // 7
+    const std::vector<double> Hyper = {0.9, 0.95, 1e-8, 0.0};
+    R.instrs.push_back({op::AdamW, {W, S.Dw, Coef}, {W}, {}, Hyper}); // 8
+    if (LateReader)
+      R.emit(op::Linear, {S.Er, S.Wr}, {2, 3, 8}, {0});
+    return S;
+  };
+  {
+    Step S = Plan(false);
+    Loaded L(S.P);
+    const MemoryPlan M =
+        planMemory(*L.L.program, L.rank(), Bf16Storage::Bf16Only);
+    for (uint32_t B = 0; B < M.parameterCopyUpdate.size(); ++B)
+      EXPECT_EQ(M.parameterCopyUpdate[B], B == S.Wr ? 8 : -1) << "buffer " << B;
+    EXPECT_EQ(parameterCopies(L.rank(), M.bf16Only), M.parameterCopyUpdate);
+    EXPECT_EQ(M.copyFirst[S.Wr], 0);
+    EXPECT_EQ(M.copyLast[S.Wr], 9); // past the last instruction
+    // Nothing else takes its bytes, at any point of the run: the 9
+    // buffers that are not parameters, 2 of them in bf16 alone, and 3
+    // copies.
+    EXPECT_EQ(placedWithoutOverlap(M, L.rank()), size_t(9 - 2 + 3));
+    const MemoryPlan Copies =
+        planMemory(*L.L.program, L.rank(), Bf16Storage::Copies);
+    for (int64_t A : Copies.parameterCopyUpdate)
+      EXPECT_EQ(A, -1);
+  }
+  {
+    Step S = Plan(true);
+    Loaded L(S.P);
+    const MemoryPlan M =
+        planMemory(*L.L.program, L.rank(), Bf16Storage::Bf16Only);
+    ASSERT_TRUE(M.bf16Only[S.Wr]);
+    for (int64_t A : M.parameterCopyUpdate)
+      EXPECT_EQ(A, -1);
+  }
+}
+
 /// A rank with an attention of head size 64 on x rounded to bf16 (q = k
 /// = v; instructions 0 and 1 round x and w), its rounded output y (2) read
 /// by a product (3), the end of the forward part, and a rounded output

@@ -62,6 +62,12 @@ struct MemoryPlan {
   /// what fp32 storage of them would take).
   std::vector<bool> bf16Only;
   uint64_t bf16OnlyBytes = 0;
+  /// Per buffer: the AdamW instruction that also writes this buffer's
+  /// bf16 bits for the next step, else -1 (parameterCopies). Such a buffer
+  /// (a parameter's rounding, kept in bf16 alone) spans the whole run, so
+  /// that its bits survive from one step's update to the next step's
+  /// readers.
+  std::vector<int64_t> parameterCopyUpdate;
   /// Per instruction: the forward attention output its gradient step reads
   /// (attentionOutputsOfGradients; a backend other than the CPU's), else
   /// -1. The backend takes the pairing from here.
@@ -90,6 +96,17 @@ MemoryPlan planMemory(const megac::plan::Program &P,
                       const megac::plan::RankProgram &R,
                       Bf16Storage Storage = Bf16Storage::Fp32,
                       const AttentionInBf16 &Attention = nullptr);
+
+/// The parameter roundings whose bits the CUDA backend's AdamW writes as it
+/// updates the parameter, for the next step (the rounding then has nothing
+/// left to do, and the step does not read the fp32 parameter for it):
+/// per buffer, the AdamW instruction, else -1. A buffer qualifies where \p
+/// Bf16Only keeps it in bf16 alone, its one writer is a round_bf16 of a
+/// whole parameter, exactly one AdamW updates that parameter in place, and
+/// nothing reads the buffer from that AdamW on. Not in a pipelined plan
+/// (its segments run apart).
+std::vector<int64_t> parameterCopies(const megac::plan::RankProgram &R,
+                                     const std::vector<bool> &Bf16Only);
 
 /// Whether \p In rounds its output to bf16: a round_bf16, an op rounding
 /// its output as it writes it (Instr.round_bf16), or a fused kernel whose

@@ -236,6 +236,11 @@ struct OutputStore {
   }
 };
 
+/// \p X rounded to bf16 as round_bf16 rounds it: its 16 bits.
+__device__ inline uint16_t bf16BitsOf(float X) {
+  return uint16_t(__float_as_uint(megac_round_bf16(X)) >> 16);
+}
+
 /// Y = round_bf16(X) and, unless \p Bits is null, Bits = the bf16 bits of
 /// Y (its upper halves, exactly): the copy products read instead of
 /// packing Y again. Y is null where the bits are all that is kept of it.
@@ -254,7 +259,7 @@ __global__ void roundBf16Kernel(const float *X, int64_t N, float *Y,
     Vec4<uint16_t> B;
     for (int K = 0; K < 4; ++K) {
       Out.V[K] = megac_round_bf16(In.V[K]);
-      B.V[K] = uint16_t(__float_as_uint(Out.V[K]) >> 16);
+      B.V[K] = bf16BitsOf(In.V[K]);
     }
     if (Y)
       reinterpret_cast<Vec4<float> *>(Y)[G] = Out;
@@ -400,9 +405,14 @@ __device__ __forceinline__ void forThisUnit(const Entry *Table, int Count,
 
 /// One parameter's AdamW update in a multi-tensor launch: Param, M and V
 /// in place, Grad scaled by *Coef (the clipping coefficient).
+/// One tensor's AdamW update in a multi-tensor launch; Bits (null: none)
+/// gets the updated parameter's bf16 bits, rounded as round_bf16 rounds:
+/// the next step's rounding of the parameter, made here while the value
+/// is at hand (parameterCopies).
 struct AdamWSpan {
   float *Param, *M, *V;
   const float *Grad, *Coef;
+  uint16_t *Bits;
   double Lr, Beta1, Beta2, Eps, WeightDecay, Bc1, Bc2;
   TensorSpan Span;
 };
@@ -412,17 +422,24 @@ __global__ void adamwManyKernel(const AdamWSpan *Table, int Count) {
                          E.WeightDecay,     E.Bc1, E.Bc2};
     if (!Group) {
       Step(E.Param[U], E.Grad[U], E.M[U], E.V[U]);
+      if (E.Bits)
+        E.Bits[U] = bf16BitsOf(E.Param[U]);
       return;
     }
     Vec4<float> P = reinterpret_cast<const Vec4<float> *>(E.Param)[U];
     const Vec4<float> Gr = reinterpret_cast<const Vec4<float> *>(E.Grad)[U];
     Vec4<float> Mv = reinterpret_cast<const Vec4<float> *>(E.M)[U];
     Vec4<float> Vv = reinterpret_cast<const Vec4<float> *>(E.V)[U];
-    for (int K = 0; K < 4; ++K)
+    Vec4<uint16_t> B;
+    for (int K = 0; K < 4; ++K) {
       Step(P.V[K], Gr.V[K], Mv.V[K], Vv.V[K]);
+      B.V[K] = bf16BitsOf(P.V[K]);
+    }
     reinterpret_cast<Vec4<float> *>(E.Param)[U] = P;
     reinterpret_cast<Vec4<float> *>(E.M)[U] = Mv;
     reinterpret_cast<Vec4<float> *>(E.V)[U] = Vv;
+    if (E.Bits)
+      reinterpret_cast<Vec4<uint16_t> *>(E.Bits)[U] = B;
   });
 }
 
@@ -441,7 +458,7 @@ __global__ void roundBf16ManyKernel(const RoundSpan *Table, int Count) {
       if (E.Y)
         E.Y[U] = Out;
       if (E.Bits)
-        E.Bits[U] = uint16_t(__float_as_uint(Out) >> 16);
+        E.Bits[U] = bf16BitsOf(E.X[U]);
       return;
     }
     const Vec4<float> In = reinterpret_cast<const Vec4<float> *>(E.X)[U];
@@ -449,7 +466,7 @@ __global__ void roundBf16ManyKernel(const RoundSpan *Table, int Count) {
     Vec4<uint16_t> B;
     for (int K = 0; K < 4; ++K) {
       Out.V[K] = megac_round_bf16(In.V[K]);
-      B.V[K] = uint16_t(__float_as_uint(Out.V[K]) >> 16);
+      B.V[K] = bf16BitsOf(In.V[K]);
     }
     if (E.Y)
       reinterpret_cast<Vec4<float> *>(E.Y)[U] = Out;

@@ -127,6 +127,13 @@ bool queryGradAtomicsAsked() {
   return knob("MEGAC_CUDA_DQ_ATOMICS", {"1", "0"}) == "1";
 }
 
+/// MEGAC_CUDA_PARAM_COPIES=0: each step rounds its parameters at its start
+/// (reading them in fp32), instead of taking the bf16 bits the previous
+/// step's AdamW wrote as it updated them (parameterCopies).
+bool parameterCopiesAsked() {
+  return knob("MEGAC_CUDA_PARAM_COPIES", {"1", "0"}) == "1";
+}
+
 /// MEGAC_CUDA_EPILOGUES=0: a bf16 plan's GEMM groups run the product,
 /// then megac's epilogue kernel, instead of cuBLASLt's bf16 epilogues.
 bool epiloguesAsked() {
@@ -260,7 +267,20 @@ public:
     for (uint32_t B = 0; B < N; ++B)
       if (Plan.copyOffset[B] >= 0)
         Copy[B] = reinterpret_cast<uint16_t *>(Base + Plan.copyOffset[B]);
-
+    // The parameter roundings whose bits AdamW writes for the next step.
+    CopyByUpdate.assign(RP.instrs() ? RP.instrs()->size() : 0, N);
+    CopyCurrent.assign(N, false);
+    IsParam.assign(N, false);
+    if (RP.params())
+      for (const Param *Pa : *RP.params())
+        IsParam[Pa->buffer()] = true;
+    ParamCopy.assign(N, false);
+    for (uint32_t B = 0; B < N; ++B)
+      if (const int64_t A = Plan.parameterCopyUpdate[B]; A >= 0) {
+        ParamCopy[B] = true;
+        if (ParamCopiesOn)
+          CopyByUpdate[size_t(A)] = B;
+      }
     // Faults the kernels flag (out-of-range ids and labels, products of
     // values that are not bf16), checked after each run.
     Faults = static_cast<int *>(allocate(sizeof(int) * kFaultKinds, "flags"));
@@ -330,6 +350,8 @@ public:
 
   void upload(uint32_t Id, const void *Data, size_t N) override {
     forgetAll();
+    if (IsParam.at(Id)) // the bits AdamW wrote are not this parameter's
+      CopyCurrent.assign(CopyCurrent.size(), false);
     if (!Ptr.at(Id)) // (the memory plan keeps what the host writes in fp32)
       throw std::logic_error("upload to buffer " + std::to_string(Id) +
                              ", which is kept in bf16 alone");
@@ -408,6 +430,12 @@ public:
                     HostWaitMs / double(TimedSteps));
       Notes += (Notes.empty() ? "" : "; ") + std::string(Buf);
     }
+    if (ParamRoundings)
+      Notes += (Notes.empty() ? "" : "; ") +
+               std::to_string(ParamRoundingsFromUpdates) + " of " +
+               std::to_string(ParamRoundings) +
+               " parameter roundings came from the previous step's AdamW "
+               "(the rest read the fp32 parameter)";
     if (BiasGradGroups)
       Notes += (Notes.empty() ? "" : "; ") + std::to_string(BiasGradEpilogues) +
                " of " + std::to_string(BiasGradGroups) +
@@ -514,6 +542,7 @@ public:
         }
       } catch (const std::exception &E) {
         Failed = true;
+        CopyCurrent.assign(CopyCurrent.size(), false);
         throw std::runtime_error("instruction " + std::to_string(I) + " (" +
                                  (In.loc() ? In.loc()->str() : "") +
                                  "): " + E.what());
@@ -2614,12 +2643,27 @@ private:
       for (uint32_t K = I; K < J; ++K)
         Table.push_back(adamSpan(K, *RP.instrs()->Get(K)));
       launchMany(adamwManyKernel, Table);
+      // What they wrote is the next step's rounding of each parameter.
+      for (uint32_t K = I; K < J; ++K)
+        if (const uint32_t B = CopyByUpdate[K]; B < CopyCurrent.size())
+          CopyCurrent[B] = true;
       return;
     }
+    // A parameter's rounding whose bits the last step's AdamW wrote, and
+    // that nothing has changed since, has nothing left to do.
     std::vector<RoundSpan> Table;
-    for (uint32_t K = I; K < J; ++K)
-      Table.push_back(roundSpan(K, *RP.instrs()->Get(K)));
-    launchMany(roundBf16ManyKernel, Table);
+    for (uint32_t K = I; K < J; ++K) {
+      const Instr &In = *RP.instrs()->Get(K);
+      const uint32_t Y = In.outputs()->Get(0);
+      ParamRoundings += ParamCopy[Y];
+      if (CopyCurrent[Y]) {
+        ++ParamRoundingsFromUpdates;
+        continue;
+      }
+      Table.push_back(roundSpan(K, In));
+    }
+    if (!Table.empty())
+      launchMany(roundBf16ManyKernel, Table);
   }
   /// AdamW instruction \p Idx's tensor (its inputs: the parameter, its
   /// gradient, the clipping coefficient; floats: beta1, beta2, eps, weight
@@ -2639,9 +2683,12 @@ private:
     E.WeightDecay = In.floats()->Get(3);
     E.Bc1 = 1.0 - std::pow(E.Beta1, double(Step));
     E.Bc2 = 1.0 - std::pow(E.Beta2, double(Step));
+    E.Bits =
+        CopyByUpdate[Idx] < Copy.size() ? Copy[CopyByUpdate[Idx]] : nullptr;
     E.Span.N = numel(Y);
     const bool Wide = aligned16(E.Param) && aligned16(E.Grad) &&
-                      aligned16(E.M) && aligned16(E.V);
+                      aligned16(E.M) && aligned16(E.V) &&
+                      (!E.Bits || aligned16(E.Bits));
     E.Span.Groups = Wide ? E.Span.N / 4 : 0;
     return E;
   }
@@ -3141,6 +3188,16 @@ private:
   /// MEGAC_CUDA_BF16_COPIES=0: writers make no copies and readers pack, as
   /// before the copies (their memory stays planned), to compare the two.
   const bool CopiesOn = bf16CopiesAsked();
+  /// Parameter roundings kept from one step to the next
+  /// (MemoryPlan::parameterCopyUpdate): per buffer, whether it is one
+  /// (ParamCopy) and whether its bits are the parameter's as it is now
+  /// (CopyCurrent: AdamW wrote them, and no upload or failure came
+  /// since); per AdamW instruction, the buffer whose bits it writes (the
+  /// buffer count: none; none at all with MEGAC_CUDA_PARAM_COPIES=0).
+  const bool ParamCopiesOn = parameterCopiesAsked();
+  std::vector<bool> ParamCopy, CopyCurrent, IsParam;
+  std::vector<uint32_t> CopyByUpdate;
+  uint64_t ParamRoundings = 0, ParamRoundingsFromUpdates = 0;
   /// Per buffer: kept in bf16 alone (MemoryPlan::bf16Only): no fp32
   /// storage (Ptr null), its copy is the buffer.
   std::vector<bool> Bf16Only;
