@@ -33,7 +33,9 @@ forward again for the row statistics, MEGAC_CUDA_FORWARD_STATS=0;
 megac's epilogue kernel instead of cuBLASLt's epilogues,
 MEGAC_CUDA_EPILOGUES=0; `megac-sepdq` adds megac with each attention's
 dq from a kernel of its own instead of summed with atomics in dk and dv's
-pass, MEGAC_CUDA_DQ_ATOMICS=0.)
+pass, MEGAC_CUDA_DQ_ATOMICS=0; `megac-noparam` adds megac rounding its
+weights at each step's start instead of taking the bits the previous
+step's AdamW wrote, MEGAC_CUDA_PARAM_COPIES=0.)
 
 MFU = model FLOPs per step / step time / the measured GEMM ceiling, with
 model FLOPs per token 6 N + 12 L H S (N parameters without the position
@@ -122,6 +124,24 @@ def time_steps(torch, step, steps, warmup=3):
     return (time.perf_counter() - start) / steps
 
 
+def torch_kernels(torch, step, steps=2):
+    """Milliseconds a step of each CUDA kernel \p step launches, from
+    torch.profiler over \p steps steps (after the timed ones, so warm)."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+    ms = {}
+    for event in prof.key_averages():
+        us = (getattr(event, "self_device_time_total", 0)
+              or getattr(event, "device_time_total", 0)
+              or getattr(event, "cuda_time_total", 0))
+        if us:
+            ms[event.key] = ms.get(event.key, 0.0) + us / 1e3 / steps
+    return ms
+
+
 def torch_row(torch, name, cfg, args, compiled):
     torch.manual_seed(0)
     model = build_model(torch, cfg, args.seq).cuda()
@@ -139,10 +159,16 @@ def torch_row(torch, name, cfg, args, compiled):
         opt.zero_grad(set_to_none=True)
 
     sec = time_steps(torch, step, args.steps)
+    kernels = None
+    if compiled and args.kernels:
+        try:
+            kernels = torch_kernels(torch, step)
+        except Exception as e:  # the table is extra: the row stands without
+            print(f"(torch.profiler failed for {name}: {e})", file=sys.stderr)
     n = sum(p.numel() for p in model.parameters()) - model.wpe.weight.numel()
     del model, opt
     torch.cuda.empty_cache()
-    return sec, n
+    return sec, n, kernels
 
 
 def gemm_ceiling(torch, size=8192, reps=20):
@@ -169,6 +195,7 @@ MEGAC_RUNNERS = {
     "megac-refwd": {"MEGAC_CUDA_FORWARD_STATS": "0"},
     "megac-noepi": {"MEGAC_CUDA_EPILOGUES": "0"},
     "megac-sepdq": {"MEGAC_CUDA_DQ_ATOMICS": "0"},
+    "megac-noparam": {"MEGAC_CUDA_PARAM_COPIES": "0"},
 }
 
 
@@ -240,6 +267,63 @@ def kernel_table(name, ops, peak, bandwidth, limit=12):
               f"{got} | {of:.3f} |")
 
 
+CATEGORIES = ("attention", "GEMM", "optimizer", "other (memory-bound)")
+
+
+def torch_category(kernel):
+    """The category of a CUDA kernel by its name: FlashAttention's and
+    cuDNN's attention kernels, cuBLAS's and CUTLASS's products, the fused
+    AdamW, and the rest (Triton's fused kernels, norms, copies)."""
+    n = kernel.lower()
+    if any(k in n for k in ("flash", "fmha", "attention", "sdpa")):
+        return "attention"
+    if any(k in n for k in ("gemm", "xmma", "nvjet", "cutlass", "cublas",
+                            "splitk")):
+        return "GEMM"
+    if "adam" in n:
+        return "optimizer"
+    return CATEGORIES[3]
+
+
+def megac_category(op):
+    """The category of one of megac's ops (megac-run --profile)."""
+    if op in ("attention", "attention_grad"):
+        return "attention"
+    if op in COMPUTE_OPS or op == "linear_gelu_grad":
+        return "GEMM"
+    if op == "adam_w":
+        return "optimizer"
+    return CATEGORIES[3]
+
+
+def category_table(name, torch_ms, megac_ops, megac_steps, limit=12):
+    """torch.compile's and megac's milliseconds a step by category, side
+    by side (megac's over all its profiled steps, warm-up included), then
+    torch.compile's costliest kernels; returns the rows."""
+    rows = []
+    for cat in CATEGORIES:
+        t = sum(ms for k, ms in torch_ms.items() if torch_category(k) == cat)
+        m = (sum(o["ms"] for o in megac_ops if megac_category(o["op"]) == cat)
+             / megac_steps if megac_ops else None)
+        rows.append((cat, t, m))
+    print(f"\ntorch.compile and megac by kind of kernel, {name} (ms a step: "
+          "torch.profiler over 2 steps; `megac-run --profile` over all its "
+          "steps):\n")
+    print("| kind | torch.compile ms | megac ms | megac / torch.compile |")
+    print("|---|---:|---:|---:|")
+    for cat, t, m in rows:
+        ratio = f"{m / t:.2f}" if m is not None and t > 0 else "-"
+        shown = f"{m:.2f}" if m is not None else "-"
+        print(f"| {cat} | {t:.2f} | {shown} | {ratio} |")
+    print(f"\ntorch.compile's costliest kernels, {name}:\n")
+    print("| kernel | kind | ms a step |")
+    print("|---|---|---:|")
+    for k, ms in sorted(torch_ms.items(), key=lambda kv: -kv[1])[:limit]:
+        short = k if len(k) <= 80 else k[:77] + "..."
+        print(f"| `{short}` | {torch_category(k)} | {ms:.2f} |")
+    return rows
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="124M,350M,1.3B")
@@ -255,8 +339,13 @@ def main():
                         "in fp32, megac-refwd: megac running the attention "
                         "forward again in its gradient, megac-noepi: megac "
                         "without cuBLASLt's bf16 epilogues, megac-sepdq: "
-                        "megac with dq from its own kernel, not atomics); "
+                        "megac with dq from its own kernel, not atomics, "
+                        "megac-noparam: megac rounding its weights at each "
+                        "step's start); "
                         "the ceilings are measured always")
+    parser.add_argument("--no-kernels", dest="kernels", action="store_false",
+                        help="skip torch.profiler's kernel table of the "
+                        "torch.compile rows (compared with megac's by kind)")
     parser.add_argument("--megac-bin", default=os.path.join(
         os.path.dirname(os.path.abspath(__file__)), "..", "build", "bin"))
     args = parser.parse_args()
@@ -279,17 +368,20 @@ def main():
     print("| model | params | runner | step ms | tokens/s | MFU (of the GEMM ceiling) |")
     print("|---|---:|---|---:|---:|---:|")
     tokens = args.batch * args.seq
-    profiles, hosts = [], []
+    profiles, hosts, kinds = [], [], []
     for name in args.models.split(","):
         cfg = CONFIGS[name]
         n = parameter_count(cfg)
         rows = []
+        compiled_kernels = None
         for key, label, compiled in (("eager", "PyTorch eager", False),
                                      ("compile", "torch.compile", True)):
             if key in runners:
-                sec, counted = torch_row(torch, name, cfg, args, compiled)
+                sec, counted, kernels = torch_row(torch, name, cfg, args,
+                                                  compiled)
                 assert counted == n, f"{name}: {counted} parameters, not {n}"
                 rows.append((label, sec))
+                compiled_kernels = kernels or compiled_kernels
         why = ""
         for key, knobs in MEGAC_RUNNERS.items():
             if key in runners:
@@ -297,6 +389,8 @@ def main():
                 rows.append((key, sec))
                 if ops:
                     profiles.append((f"{name} ({key})", ops))
+                    if key == "megac" and compiled_kernels:
+                        kinds.append((name, compiled_kernels, ops))
                 if host:
                     hosts.append((f"{name} ({key})", host))
         flops = tokens * (6 * n + 12 * cfg["n_layer"] * cfg["n_embd"] * args.seq)
@@ -315,6 +409,8 @@ def main():
             print(f"| {name} | {issue:.2f} | {wait:.2f} |")
     for name, ops in profiles:
         kernel_table(name, ops, peak, bandwidth)
+    for name, torch_ms, ops in kinds:
+        category_table(name, torch_ms, ops, args.steps + 3)
 
 
 if __name__ == "__main__":
