@@ -683,6 +683,14 @@ void Executor::exec(uint32_t Idx, const Instr &In, Collectives &C,
     kernels::softmaxGrad(A.f.data(), X(1).f.data(), Rows, Last, Y.f.data());
     return;
   case op::EmbeddingGrad:
+    if (In.inputs()->size() == 4) {       // another gradient added (format 13),
+      std::vector<float> Own(Y.f.size()); // as the add of the two adds
+      kernels::embeddingGrad(X(1).i.data(), X(1).numel(), X(2).f.data(),
+                             A.shape[0], A.shape[1], Int(0), Own.data());
+      kernels::add(X(3).f.data(), X(3).numel(), Own.data(), int64_t(Own.size()),
+                   Y.f.data());
+      return;
+    }
     kernels::embeddingGrad(X(1).i.data(), X(1).numel(), X(2).f.data(),
                            A.shape[0], A.shape[1], Int(0), Y.f.data());
     return;

@@ -970,10 +970,14 @@ private:
         if (In.op() == op::AllReduce && size_t(It - Ins.begin()) == I &&
             std::count(Ins.begin(), Ins.end(), Outs[I]) == 1)
           continue;
+        if (In.op() == op::EmbeddingGrad && It - Ins.begin() == 3 &&
+            std::count(Ins.begin(), Ins.end(), Outs[I]) == 1)
+          continue;
         return fail(Pfx + "output " + std::to_string(I) + " (%" +
                     std::to_string(Outs[I]) +
-                    ") is also an input (only adam_w, and all_reduce on its "
-                    "own input, update in place)");
+                    ") is also an input (only adam_w, all_reduce on its "
+                    "own input and embedding_grad on the gradient it adds "
+                    "to update in place)");
       }
     // Parameters change only through adam_w (in place) and assign.
     if (In.op() != op::AdamW && In.op() != op::Assign)
@@ -1333,7 +1337,10 @@ private:
       return expectOutShape(in(0));
     }
     case op::EmbeddingGrad: {
-      if (!expectCounts(3, 1) || !expectType(true, 0, dt::F32) ||
+      // A fourth input (format 13): a gradient of the table added to the
+      // embedding's (a "t" group), of its shape; the output may be it.
+      const bool Into = Ins.size() == 4;
+      if (!expectCounts(Into ? 4 : 3, 1) || !expectType(true, 0, dt::F32) ||
           !expectType(true, 1, dt::I32) || !expectType(true, 2, dt::F32) ||
           !expectType(false, 0, dt::F32) || !expectRank(true, 0, 2, 2) ||
           !expectRank(true, 1, 2, 2) || !expectInts(1, "vocab_start"))
@@ -1345,6 +1352,10 @@ private:
       if (in(2) != DY)
         return fail(Pfx + "dy has shape " + listStr(in(2)) + " but ids " +
                     listStr(in(1)) + " and the table need " + listStr(DY));
+      if (Into && (in(3) != in(0) || !expectType(true, 3, dt::F32)))
+        return fail(Pfx + "input 3 (the gradient added) has shape " +
+                    listStr(in(3)) + ", expected the table's " +
+                    listStr(in(0)));
       return expectOutShape(in(0));
     }
     case op::PositionEmbeddingGrad: {

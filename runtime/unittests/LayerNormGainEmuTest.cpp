@@ -8,6 +8,10 @@
 // with f32 and bf16 inputs, aligned and unaligned, and against the CPU
 // kernel within f64 rounding (its sums run in another order).
 //
+// The embedding's gradient (a column sum over each id's tokens) runs in a
+// fixed order, the CPU's: its kernels are checked here against the CPU's
+// embeddingGrad bit for bit.
+//
 // A product's bias gradient comes from its weight gradient's product
 // (cuBLASLt's BGRADA and BGRADB epilogues, "w" groups): the emulated
 // cuBLASLt is checked here against dy's column sums and x^T dy in double,
@@ -329,6 +333,77 @@ TEST(WeightBiasGrad, BgradEpiloguesSumDyAsTheProductReadsIt) {
       }
     }
   }
+}
+
+/// The CUDA backend's four embedding-gradient kernels (embeddingGrad in
+/// cuda_run.cu) over \p Ids and dy [N, H]: the table's rows [Start, Start +
+/// Rows) into DT, Into added where given (DT == Into: in place).
+void deviceEmbeddingGrad(const std::vector<int32_t> &Ids,
+                         const std::vector<float> &DY, int64_t Rows, int64_t H,
+                         int64_t Start, const float *Into, float *DT) {
+  const int64_t N = int64_t(Ids.size());
+  std::vector<int32_t> Rank(static_cast<size_t>(N)),
+      Counts(static_cast<size_t>(Rows), 0), Offsets(static_cast<size_t>(Rows)),
+      Tokens(static_cast<size_t>(N));
+  const int32_t *I = Ids.data();
+  int32_t *Rk = Rank.data(), *C = Counts.data(), *O = Offsets.data(),
+          *T = Tokens.data();
+  const float *D = DY.data();
+  // Two blocks of ranks over the tokens, to cross a block's tile.
+  launchBlocks(2, [=] { tokenRanksKernel(I, N, Start, Rows, Rk, C); });
+  launchBlocks(1, [=] { rowOffsetsKernel(C, Rows, O); });
+  launchBlocks(2, [=] { placeTokensKernel(I, N, Start, Rk, O, T); });
+  launchBlocks(3, [=] {
+    embeddingGradRowsKernel<float>(D, Rows, H, C, O, T, Into, DT,
+                                   int(Into == DT));
+  });
+}
+
+TEST(EmbeddingGrad, SumsEachRowsTokensInTheCpusOrder) {
+  // 700 tokens (more than two blocks' tiles) over ids 0..39, many
+  // repeated; this rank's rows are ids 5..34 (others are skipped); dy of
+  // widely varying magnitudes, so that the order of a sum shows in its
+  // bits.
+  const int64_t N = 700, H = 6, Rows = 30, Start = 5;
+  std::vector<int32_t> Ids(static_cast<size_t>(N));
+  for (int64_t K = 0; K < N; ++K)
+    Ids[size_t(K)] = int32_t((K * 7 + K / 13) % 40);
+  std::vector<float> DY = values(N * H, 0.9);
+  for (size_t K = 0; K < DY.size(); ++K)
+    DY[K] *= float(std::pow(10.0, double(K % 7) - 3.0));
+  std::vector<float> Want(static_cast<size_t>(Rows * H)),
+      Got(static_cast<size_t>(Rows * H), -1.0f);
+  kernels::embeddingGrad(Ids.data(), N, DY.data(), Rows, H, Start, Want.data());
+  deviceEmbeddingGrad(Ids, DY, Rows, H, Start, nullptr, Got.data());
+  expectSameBits(Got, Want);
+  // Added to another gradient (a tied embedding's output layer): Into +
+  // the sum, as the CPU's add of the two; in place, the rows no token
+  // touched stay as they were.
+  std::vector<float> Into = values(Rows * H, 2.1), Sum(Into.size());
+  for (size_t K = 0; K < Sum.size(); ++K)
+    Sum[K] = Into[K] + Want[K];
+  std::vector<float> Apart(Into.size(), -1.0f), InPlace = Into;
+  deviceEmbeddingGrad(Ids, DY, Rows, H, Start, Into.data(), Apart.data());
+  expectSameBits(Apart, Sum);
+  deviceEmbeddingGrad(Ids, DY, Rows, H, Start, InPlace.data(), InPlace.data());
+  expectSameBits(InPlace, Sum);
+  // (Ids 5..34 all occur: no row is untouched here; id 40 and over never.)
+  std::vector<int32_t> Sparse = {7, 7, 9, 7};
+  std::vector<float> Few(4 * H);
+  for (size_t K = 0; K < Few.size(); ++K)
+    Few[K] = float(K) + 0.5f;
+  std::vector<float> Kept = Into;
+  deviceEmbeddingGrad(Sparse, Few, Rows, H, Start, Kept.data(), Kept.data());
+  for (int64_t R = 0; R < Rows; ++R)
+    for (int64_t J = 0; J < H; ++J) {
+      const size_t At = size_t(R * H + J);
+      float Add = 0.0f;
+      for (size_t K = 0; K < Sparse.size(); ++K)
+        if (Sparse[K] - Start == R)
+          Add += Few[K * size_t(H) + size_t(J)];
+      EXPECT_EQ(Kept[At], R == 2 || R == 4 ? Into[At] + Add : Into[At])
+          << "row " << R << ", column " << J;
+    }
 }
 
 } // namespace

@@ -586,6 +586,40 @@ TEST(PlanFile, RejectsBadEpiloguesAndAccumulation) {
                 .find("writes a bias gradient and adds into a micro-batch "
                       "sum"),
             std::string::npos);
+  // Format 13: embedding_grad's fourth input, a gradient of the table
+  // added as the rows are written, of the table's shape; the output may be
+  // that input (in place), and no other input.
+  auto Tied = [](std::vector<int64_t> IntoShape, int InPlaceOf) {
+    ProgramDesc P;
+    P.batch = 2;
+    P.seq = 3;
+    P.vocabSize = 6;
+    RankDesc R;
+    uint32_t T = R.addBuffer(dt::F32, {6, 4}, "table");
+    uint32_t Ids = R.addBuffer(dt::I32, {2, 3}, "ids");
+    R.inputs.push_back({"ids", Ids, "tokens"});
+    uint32_t Dy = R.addBuffer(dt::F32, {2, 3, 4}, "dy");
+    uint32_t Into = R.addBuffer(dt::F32, IntoShape, "into");
+    for (uint32_t Id : {T, Dy, Into})
+      R.instrs.push_back({op::Fill, {}, {Id}, {}, {0.0}});
+    const std::vector<uint32_t> In = {T, Ids, Dy, Into};
+    const uint32_t Out = InPlaceOf >= 0 ? In[size_t(InPlaceOf)]
+                                        : R.addBuffer(dt::F32, {6, 4}, "dt");
+    R.instrs.push_back({op::EmbeddingGrad, In, {Out}, {0}});
+    P.ranks.push_back(R);
+    return P;
+  };
+  EXPECT_EQ(verify(Tied({6, 4}, -1)), "");
+  EXPECT_EQ(verify(Tied({6, 4}, 3)), "");
+  EXPECT_NE(verify(Tied({6, 5}, -1))
+                .find("(embedding_grad): input 3 (the gradient added) has "
+                      "shape [6,5], expected the table's [6,4]"),
+            std::string::npos);
+  EXPECT_NE(verify(Tied({6, 4}, 0))
+                .find("is also an input (only adam_w, all_reduce on its own "
+                      "input and embedding_grad on the gradient it adds to "
+                      "update in place)"),
+            std::string::npos);
   // Format 11: attention_grad's which = 3 writes dk and dv, two outputs
   // of q's shape; two outputs with another which are refused.
   auto KeyValue = [](int64_t Which, std::vector<std::vector<int64_t>> Outs) {

@@ -126,8 +126,9 @@ TEST(Verifier, OnlyAdamWUpdatesInPlace) {
   InstrDesc &Add = Q.ranks[0].instrs[2];
   ASSERT_EQ(Add.op, op::Add);
   Add.outputs = {Add.inputs[0]};
-  EXPECT_NE(verify(Q).find("is also an input (only adam_w, and all_reduce "
-                           "on its own input, update in place)"),
+  EXPECT_NE(verify(Q).find("is also an input (only adam_w, all_reduce on "
+                           "its own input and embedding_grad on the gradient "
+                           "it adds to update in place)"),
             std::string::npos)
       << verify(Q);
   // An adam_w writing somewhere else.
@@ -487,6 +488,28 @@ TEST(Executor, LayerNormGradAddsTheResidualBeforeTheOneRounding) {
   EXPECT_NE(E->buffer(Fused).f, E->buffer(Twice).f);
 }
 
+/// Runs \p R (seeded \p Seed) and expects each pair of its buffers
+/// (an instruction's output, the same from the op alone) to hold the same
+/// bits, and the buffer \p Bias to hold column \p Col's sum of the \p
+/// Rows x \p Cols buffer \p Dy (a bias gradient, summed independently).
+void expectLikeApart(RankDesc &R, uint64_t Seed,
+                     const std::vector<std::pair<uint32_t, uint32_t>> &Same,
+                     uint32_t Bias, uint32_t Dy, int64_t Rows, int64_t Cols,
+                     int64_t Col) {
+  for (auto [Fused, Alone] : Same)
+    for (uint32_t B : {Fused, Alone})
+      R.outputs.push_back({"b" + std::to_string(B), B, ""});
+  LoadedPlan L;
+  std::unique_ptr<Executor> E = runRank(R, L, Seed);
+  ASSERT_TRUE(E);
+  for (auto [Fused, Alone] : Same)
+    EXPECT_EQ(E->buffer(Fused).f, E->buffer(Alone).f) << "buffer " << Fused;
+  double Sum = 0;
+  for (int64_t I = 0; I < Rows; ++I)
+    Sum += E->buffer(Dy).f[size_t(I * Cols + Col)];
+  EXPECT_NEAR(E->buffer(Bias).f[size_t(Col)], Sum, 1e-5);
+}
+
 TEST(Executor, LayerNormGainGradWritesTheBiasGradientToo) {
   // Format 11's layer_norm_gain_grad with a second output against the two
   // ops it stands for: layer_norm_gain_grad(x, dy) and sum_leading(dy),
@@ -501,20 +524,8 @@ TEST(Executor, LayerNormGainGradWritesTheBiasGradientToo) {
       {op::LayerNormGainGrad, {X, Dy}, {Gain, Bias}, {}, {1e-5}});
   uint32_t GainAlone = R.emit(op::LayerNormGainGrad, {X, Dy}, {16}, {}, {1e-5});
   uint32_t BiasAlone = R.emit(op::SumLeading, {Dy}, {16});
-  R.outputs = {{"dgamma", Gain, ""},
-               {"dbeta", Bias, ""},
-               {"dgamma_alone", GainAlone, ""},
-               {"dbeta_alone", BiasAlone, ""}};
-  LoadedPlan L;
-  std::unique_ptr<Executor> E = runRank(R, L, 5);
-  ASSERT_TRUE(E);
-  EXPECT_EQ(E->buffer(Gain).f, E->buffer(GainAlone).f);
-  EXPECT_EQ(E->buffer(Bias).f, E->buffer(BiasAlone).f);
-  // Independently: column 0's sum of dy.
-  double Col0 = 0;
-  for (int64_t I = 0; I < 6; ++I)
-    Col0 += E->buffer(Dy).f[size_t(I * 16)];
-  EXPECT_NEAR(E->buffer(Bias).f[0], Col0, 1e-5);
+  expectLikeApart(R, 5, {{Gain, GainAlone}, {Bias, BiasAlone}}, Bias, Dy, 6, 16,
+                  0);
 }
 
 TEST(Executor, LinearWeightGradWritesTheBiasGradientToo) {
@@ -535,20 +546,45 @@ TEST(Executor, LinearWeightGradWritesTheBiasGradientToo) {
     uint32_t WAlone =
         R.emit(op::LinearWeightGrad, {X, Dy}, WShape, {Transposed});
     uint32_t BiasAlone = R.emit(op::SumLeading, {Dy}, {5});
-    R.outputs = {{"dw", W, ""},
-                 {"db", Bias, ""},
-                 {"dw_alone", WAlone, ""},
-                 {"db_alone", BiasAlone, ""}};
+    expectLikeApart(R, 7, {{W, WAlone}, {Bias, BiasAlone}}, Bias, Dy, 6, 5, 4);
+  }
+}
+
+TEST(Executor, EmbeddingGradAddsTheOtherGradientAsTheAddDid) {
+  // Format 13's embedding_grad with a fourth input (a tied embedding's
+  // output-layer gradient), into a buffer of its own and in place, against
+  // embedding_grad and add apart: the same bits. Ids with repeats.
+  for (bool InPlace : {false, true}) {
+    RankDesc R;
+    uint32_t Table = randomParam(R, "table", {6, 4});
+    uint32_t Dy = randomParam(R, "dy", {2, 3, 4});
+    uint32_t Head = randomParam(R, "head", {6, 4});
+    uint32_t Ids = R.addBuffer(dt::I32, {2, 3}, "ids");
+    R.inputs.push_back({"ids", Ids, "tokens"});
+    uint32_t Apart = R.emit(op::EmbeddingGrad, {Table, Ids, Dy}, {6, 4}, {0});
+    uint32_t Want = R.emit(op::Add, {Head, Apart}, {6, 4});
+    // In place: into a copy of the head's gradient (parameters change only
+    // through adam_w).
+    uint32_t Into = R.emit(op::Add, {Head, Head}, {6, 4});
+    uint32_t Twice = R.emit(op::Add, {Into, Apart}, {6, 4});
+    uint32_t Got = InPlace ? Into : R.addBuffer(dt::F32, {6, 4}, "got");
+    R.instrs.push_back({op::EmbeddingGrad,
+                        {Table, Ids, Dy, InPlace ? Into : Head},
+                        {Got},
+                        {0}});
+    for (uint32_t B : {Want, Twice, Got})
+      R.outputs.push_back({"b" + std::to_string(B), B, ""});
+    ProgramDesc P;
+    P.batch = 2;
+    P.seq = 3;
+    P.vocabSize = 6;
+    P.ranks.push_back(R);
     LoadedPlan L;
-    std::unique_ptr<Executor> E = runRank(R, L, 7);
+    std::unique_ptr<Executor> E = runOnce(P, L);
     ASSERT_TRUE(E);
-    EXPECT_EQ(E->buffer(W).f, E->buffer(WAlone).f);
-    EXPECT_EQ(E->buffer(Bias).f, E->buffer(BiasAlone).f);
-    // Independently: column 4's sum of dy's 6 rows.
-    double Col4 = 0;
-    for (int64_t I = 0; I < 6; ++I)
-      Col4 += E->buffer(Dy).f[size_t(I * 5 + 4)];
-    EXPECT_NEAR(E->buffer(Bias).f[4], Col4, 1e-5);
+    // (The tokens input is all zeros: every token is id 0, repeated.)
+    EXPECT_EQ(E->buffer(Got).f, E->buffer(InPlace ? Twice : Want).f)
+        << (InPlace ? "in place" : "apart");
   }
 }
 
@@ -718,8 +754,9 @@ TEST(Verifier, GenerationOnlyMicroBatchesAndInPlaceSums) {
   R.coords = {0};
   EXPECT_EQ(verify(Q), "");
   R.instrs.back().outputs = {Y, X};
-  EXPECT_NE(verify(Q).find("is also an input (only adam_w, and all_reduce on "
-                           "its own input, update in place)"),
+  EXPECT_NE(verify(Q).find("is also an input (only adam_w, all_reduce on "
+                           "its own input and embedding_grad on the gradient "
+                           "it adds to update in place)"),
             std::string::npos)
       << verify(Q);
 }

@@ -515,6 +515,36 @@ private:
     return result;
   }
 
+  /// The embedding-gradient group marked \p group that \p op belongs to.
+  static std::optional<EmbeddingGradInto> tiedGroupOf(Operation *op,
+                                                      StringAttr group) {
+    // The add reads the embedding's gradient.
+    auto grad = dyn_cast<EmbeddingGradOp>(op);
+    if (auto add = dyn_cast<AddOp>(op))
+      for (Value operand : add->getOperands())
+        if (auto g = operand.getDefiningOp<EmbeddingGradOp>();
+            g && inGroup(g, group))
+          grad = g;
+    return groupWith(op, group, grad, matchEmbeddingGradInto);
+  }
+
+  /// The embedding's gradient with another gradient of the table added:
+  /// its instruction with that gradient as a fourth input, writing the sum
+  /// (into that gradient's buffer, in place, where the add was its one
+  /// reader).
+  LogicalResult emitEmbeddingGradInto(EmbeddingGradInto g) {
+    Value sum = g.add.getResult();
+    if (g.inPlace())
+      buffers[sum] = buffers.lookup(g.into());
+    else if (failed(addBuffer(sum, "embedding_grad")))
+      return failure();
+    buffers[g.grad.getResult()] = buffers.lookup(sum);
+    residualInput = g.into();
+    LogicalResult result = addInstruction(g.grad);
+    residualInput = {};
+    return result;
+  }
+
   /// The attention-gradient group marked \p group that \p op belongs to.
   static std::optional<AttentionInputGrads> inputGradGroupOf(Operation *op,
                                                              StringAttr group) {
@@ -672,6 +702,10 @@ private:
             return &op == w->ops().back()
                        ? emitWithColumnSum(w->weight, w->bias)
                        : success();
+        if (group.getValue().starts_with("t"))
+          if (std::optional<EmbeddingGradInto> t = tiedGroupOf(&op, group))
+            return &op == t->ops().back() ? emitEmbeddingGradInto(*t)
+                                          : success();
         if (group.getValue().starts_with("n"))
           if (std::optional<NormGradResidual> n = normGradGroupOf(&op, group))
             return &op == n->ops().back() ? emitNormGradResidual(*n)

@@ -45,7 +45,8 @@ namespace megac_rt {
 /// Version 12 let attention_grad write dq, dk and dv together (which = 4,
 /// three outputs).
 /// Version 13 let linear_weight_grad write the bias gradient (dy's column
-/// sums) as a second output.
+/// sums) as a second output, and embedding_grad add another gradient of
+/// the table (a fourth input, which it may update in place).
 constexpr uint32_t kPlanFormatVersion = 13;
 
 /// CRC-32 (IEEE 802.3, reflected, as zlib computes it).

@@ -533,16 +533,107 @@ __global__ void embeddingKernel(const T *Table, int64_t Rows, int64_t H,
   }
 }
 
-/// dtable[id - start] += dy[token], for ids of this rank's rows (dtable
-/// zeroed first). Atomic adds: the order of a row's sum is not fixed.
+//===-- The embedding's gradient, in a fixed order ----------------------===//
+//
+// dtable[id - start] = the sum of dy over the tokens of that id, for the
+// ids of this rank's rows: each row's tokens summed in token order from
+// zero, as the CPU's embeddingGrad sums them (the same bits), with no
+// atomics on the values (whose order a GPU does not fix). Four kernels:
+// each token's rank among the earlier tokens of its id and its id's count,
+// the rows' offsets (an exclusive scan of the counts), the tokens placed
+// by id in token order, then one block a row summing its tokens.
+
+/// Rank[i] = #{j < i: ids[j] == ids[i]} and Counts[row] = #{j: ids[j] ==
+/// ids[i]} for each token i of a row of this rank (every token of the id
+/// writes the same count); Counts zeroed first, Rank -1 for other ids.
+/// Every token against every other (8192 tokens: 67 M compares), the ids
+/// streamed through shared memory a block's width at a time.
+__global__ void tokenRanksKernel(const int32_t *Ids, int64_t N, int64_t Start,
+                                 int64_t Rows, int32_t *Rank, int32_t *Counts) {
+  __shared__ int32_t Tile[kThreads];
+  const int64_t Stride = int64_t(gridDim.x) * blockDim.x;
+  // (Every thread of a block takes the same turns: the barriers below.)
+  for (int64_t Base = int64_t(blockIdx.x) * blockDim.x; Base < N;
+       Base += Stride) {
+    const int64_t I = Base + threadIdx.x;
+    const int32_t Id = I < N ? Ids[I] : 0;
+    const int64_t Row = int64_t(Id) - Start;
+    const bool Mine = I < N && Row >= 0 && Row < Rows;
+    int32_t Before = 0, All = 0;
+    for (int64_t J0 = 0; J0 < N; J0 += blockDim.x) {
+      __syncthreads(); // the last tile is read
+      if (J0 + threadIdx.x < N)
+        Tile[threadIdx.x] = Ids[J0 + threadIdx.x];
+      __syncthreads();
+      const int64_t Width = N - J0 < blockDim.x ? N - J0 : blockDim.x;
+      for (int64_t K = 0; K < Width; ++K)
+        if (Tile[K] == Id) {
+          Before += J0 + K < I;
+          ++All;
+        }
+    }
+    if (I < N)
+      Rank[I] = Mine ? Before : -1;
+    if (Mine)
+      Counts[Row] = All;
+  }
+}
+
+/// Offsets[r] = Counts[0] + .. + Counts[r - 1]: one block, each thread a
+/// contiguous run of rows, the runs' totals scanned in shared memory.
+__global__ void rowOffsetsKernel(const int32_t *Counts, int64_t Rows,
+                                 int32_t *Offsets) {
+  __shared__ double Part[kThreads]; // (exact: at most 2^31 tokens)
+  const int64_t Per = (Rows + blockDim.x - 1) / blockDim.x;
+  const int64_t Lo = threadIdx.x * Per, Hi = Lo + Per < Rows ? Lo + Per : Rows;
+  double Own = 0;
+  for (int64_t R = Lo; R < Hi; ++R)
+    Own += Counts[R];
+  Part[threadIdx.x] = Own;
+  __syncthreads();
+  for (unsigned W = 1; W < blockDim.x; W *= 2) { // inclusive scan
+    const double Add = threadIdx.x >= W ? Part[threadIdx.x - W] : 0.0;
+    __syncthreads();
+    Part[threadIdx.x] += Add;
+    __syncthreads();
+  }
+  int32_t At = int32_t(Part[threadIdx.x] - Own);
+  for (int64_t R = Lo; R < Hi; ++R) {
+    Offsets[R] = At;
+    At += Counts[R];
+  }
+}
+
+/// Tokens[Offsets[row] + Rank[i]] = i: each row's tokens in token order.
+__global__ void placeTokensKernel(const int32_t *Ids, int64_t N, int64_t Start,
+                                  const int32_t *Rank, const int32_t *Offsets,
+                                  int32_t *Tokens) {
+  MEGAC_GRID_LOOP(I, N) {
+    if (Rank[I] >= 0)
+      Tokens[Offsets[int64_t(Ids[I]) - Start] + Rank[I]] = int32_t(I);
+  }
+}
+
+/// DT[row] = Into[row] + the sum of dy over the row's tokens in token
+/// order (from zero), Into null: nothing added. Blocks over rows, threads
+/// over columns. With \p SkipUntouched (DT is Into, updated in place) a
+/// row without tokens is left as it is.
 template <class T>
-__global__ void embeddingGradKernel(const int32_t *Ids, int64_t N, const T *DY,
-                                    int64_t Rows, int64_t H, int64_t Start,
-                                    float *DT) {
-  MEGAC_GRID_LOOP(I, N * H) {
-    const int64_t Row = int64_t(Ids[I / H]) - Start;
-    if (Row >= 0 && Row < Rows)
-      atomicAdd(&DT[Row * H + I % H], valueOf(DY[I]));
+__global__ void
+embeddingGradRowsKernel(const T *DY, int64_t Rows, int64_t H,
+                        const int32_t *Counts, const int32_t *Offsets,
+                        const int32_t *Tokens, const float *Into, float *DT,
+                        int SkipUntouched) {
+  for (int64_t R = blockIdx.x; R < Rows; R += gridDim.x) {
+    const int32_t Count = Counts[R], First = Offsets[R];
+    if (Count == 0 && SkipUntouched)
+      continue;
+    for (int64_t J = threadIdx.x; J < H; J += blockDim.x) {
+      float Sum = 0.0f;
+      for (int32_t K = 0; K < Count; ++K)
+        Sum += valueOf(DY[int64_t(Tokens[First + K]) * H + J]);
+      DT[R * H + J] = Into ? Into[R * H + J] + Sum : Sum;
+    }
   }
 }
 

@@ -410,16 +410,18 @@ public:
 
   std::string runNotes() const override {
     std::string Notes;
-    if (const uint64_t All = ForwardTaken + ForwardRecomputed)
-      Notes = std::to_string(ForwardTaken) + " of " + std::to_string(All) +
-              " attention gradients took their forward's row statistics (the "
-              "rest ran the forward again)";
-    if (AllGradSteps)
-      Notes += (Notes.empty() ? "" : "; ") + std::to_string(AllGradPasses) +
-               " of " + std::to_string(AllGradSteps) +
-               " attention gradients of q, k and v in one pass (dq summed "
-               "with atomics; the rest dq's kernel, then dk and dv's, or "
-               "three steps)";
+    // "Part of All what", where anything was counted.
+    auto Count = [&Notes](uint64_t Part, uint64_t All, const char *What) {
+      if (All)
+        Notes += (Notes.empty() ? "" : "; ") + std::to_string(Part) + " of " +
+                 std::to_string(All) + What;
+    };
+    Count(ForwardTaken, ForwardTaken + ForwardRecomputed,
+          " attention gradients took their forward's row statistics (the "
+          "rest ran the forward again)");
+    Count(AllGradPasses, AllGradSteps,
+          " attention gradients of q, k and v in one pass (dq summed with "
+          "atomics; the rest dq's kernel, then dk and dv's, or three steps)");
     if (TimedSteps) {
       char Buf[160];
       std::snprintf(Buf, sizeof Buf,
@@ -430,23 +432,15 @@ public:
                     HostWaitMs / double(TimedSteps));
       Notes += (Notes.empty() ? "" : "; ") + std::string(Buf);
     }
-    if (ParamRoundings)
-      Notes += (Notes.empty() ? "" : "; ") +
-               std::to_string(ParamRoundingsFromUpdates) + " of " +
-               std::to_string(ParamRoundings) +
-               " parameter roundings came from the previous step's AdamW "
-               "(the rest read the fp32 parameter)";
-    if (BiasGradGroups)
-      Notes += (Notes.empty() ? "" : "; ") + std::to_string(BiasGradEpilogues) +
-               " of " + std::to_string(BiasGradGroups) +
-               " bias gradients came from their weight gradient's product "
-               "(cuBLASLt's BGRAD epilogue; the rest from column-sum "
-               "kernels)";
-    if (RoundedGroups)
-      Notes += (Notes.empty() ? "" : "; ") + std::to_string(EpilogueProducts) +
-               " of " + std::to_string(RoundedGroups) +
-               " bf16 GEMM groups ran on cuBLASLt's epilogues (the rest "
-               "as a product and an epilogue kernel)";
+    Count(ParamRoundingsFromUpdates, ParamRoundings,
+          " parameter roundings came from the previous step's AdamW (the "
+          "rest read the fp32 parameter)");
+    Count(BiasGradEpilogues, BiasGradGroups,
+          " bias gradients came from their weight gradient's product "
+          "(cuBLASLt's BGRAD epilogue; the rest from column-sum kernels)");
+    Count(EpilogueProducts, RoundedGroups,
+          " bf16 GEMM groups ran on cuBLASLt's epilogues (the rest as a "
+          "product and an epilogue kernel)");
     return Notes;
   }
 
@@ -751,10 +745,11 @@ private:
     if (In.op() != op::AdamW && In.op() != op::AllReduce && In.inputs() &&
         In.outputs())
       for (uint32_t Y : *In.outputs())
-        for (uint32_t X : *In.inputs())
-          if (X == Y)
+        for (uint32_t K = 0; K < In.inputs()->size(); ++K)
+          if (In.inputs()->Get(K) == Y &&
+              !(In.op() == op::EmbeddingGrad && K == 3)) // (in place)
             throw std::runtime_error("writes its input buffer " +
-                                     std::to_string(X) + " in place");
+                                     std::to_string(Y) + " in place");
   }
   /// Set by an op whose kernel rounded its output (and wrote its bf16
   /// copy) as Instr.round_bf16 asks.
@@ -1095,15 +1090,30 @@ private:
           "cublasLtMatmulDescSetAttribute");
   }
   /// Runs \p Pl (ltPlan) on operands \p W and \p X into \p D, adding \p C
-  /// (where not null: a residual of D's layout) with beta = 1.
-  void ltMatmul(LtPlan &Pl, const void *W, const void *X, const void *C,
+  /// (where not null: a residual of D's layout) with beta = 1. False where
+  /// cuBLASLt refuses the algorithm its heuristic offered (it returns the
+  /// status as it launches): the plan is marked so that later calls fall
+  /// back at once, the caller falls back now, and the backend says so
+  /// once on stderr (the epilogues have no other check of their own on a
+  /// GPU before one runs them).
+  bool ltMatmul(LtPlan &Pl, const void *W, const void *X, const void *C,
                 void *D) {
     void *Ws = Pl.Workspace ? BlasWorkspace.Ptr : nullptr;
     const float One = 1.0f, Zero = 0.0f;
-    check(cublasLtMatmul(Lt, Pl.Desc, &One, W, Pl.A, X, Pl.B, C ? &One : &Zero,
-                         C ? C : D, Pl.D, D, Pl.D, &Pl.Algo, Ws, Pl.Workspace,
-                         Compute),
-          "cublasLtMatmul");
+    const cublasStatus_t S = cublasLtMatmul(
+        Lt, Pl.Desc, &One, W, Pl.A, X, Pl.B, C ? &One : &Zero, C ? C : D, Pl.D,
+        D, Pl.D, &Pl.Algo, Ws, Pl.Workspace, Compute);
+    if (S == CUBLAS_STATUS_SUCCESS)
+      return true;
+    Pl.Ok = false;
+    if (!LtRefused++)
+      std::fprintf(stderr,
+                   "megac-run: warning: cuBLASLt refused a product its "
+                   "heuristic had an algorithm for (status %d); that "
+                   "product, and any other refused, runs as a plain "
+                   "product and megac's kernels\n",
+                   int(S));
+    return false;
   }
 
   /// Row-major y[M,N] = x[M,K] w + bias in fp32, with one cuBLASLt
@@ -1131,8 +1141,7 @@ private:
     const void *Wa = W, *Xa = X;
     if (Bf16)
       std::tie(Wa, Xa) = packOperands(W, K * N, CopyW, X, M * K, CopyX);
-    ltMatmul(Pl, Wa, Xa, Residual, Y);
-    return true;
+    return ltMatmul(Pl, Wa, Xa, Residual, Y);
   }
 
   /// linear_bias (a GEMM group): t = x w + b (+ the residual r, where the
@@ -1229,13 +1238,14 @@ private:
         ltPointer(Pl, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, Kept16);
         const auto [Wa, Dya] =
             packOperands(f(W), K * N, CopyW, f(Dy), M * K, CopyDy);
-        ltMatmul(Pl, Wa, Dya, nullptr, Y16);
-        if (f(Y))
-          launchOn(Compute, widenBf16Kernel, wideBlocks(NY), kThreads, 0,
-                   static_cast<const uint16_t *>(Y16), NY, f(Y));
-        RoundedAsWritten = true;
-        ++EpilogueProducts;
-        return;
+        if (ltMatmul(Pl, Wa, Dya, nullptr, Y16)) {
+          if (f(Y))
+            launchOn(Compute, widenBf16Kernel, wideBlocks(NY), kThreads, 0,
+                     static_cast<const uint16_t *>(Y16), NY, f(Y));
+          RoundedAsWritten = true;
+          ++EpilogueProducts;
+          return;
+        }
       }
     }
     float *Out = f(Y) ? f(Y) : static_cast<float *>(scratch(size_t(NY) * 4));
@@ -1252,6 +1262,42 @@ private:
                NY, int(Round), f(Y), Round ? writeCopy(Y, Idx) : nullptr);
     });
     RoundedAsWritten = Round;
+  }
+
+  /// DT [Rows, H] = Into (where not null) + the embedding's gradient: the
+  /// sum of dy (buffer \p Dy, as instruction \p Idx reads it) over the
+  /// tokens (buffer \p Ids) of each row's id, Start the id of row 0, in
+  /// token order, as the CPU sums them (embeddingGradRowsKernel).
+  void embeddingGrad(uint32_t Ids, uint32_t Dy, uint32_t Idx, int64_t Rows,
+                     int64_t H, int64_t Start, const float *Into, float *DT) {
+    if (Rows == 0 || H == 0)
+      return;
+    const int64_t N = numel(Ids);
+    const auto Parts = scratchParts<4>(
+        {size_t(N) * 4, size_t(Rows) * 4, size_t(Rows) * 4, size_t(N) * 4});
+    int32_t *Rank = reinterpret_cast<int32_t *>(Parts[0]),
+            *Counts = reinterpret_cast<int32_t *>(Parts[1]),
+            *Offsets = reinterpret_cast<int32_t *>(Parts[2]),
+            *Tokens = reinterpret_cast<int32_t *>(Parts[3]);
+    check(cudaMemsetAsync(Counts, 0, size_t(Rows) * 4, Compute),
+          "cudaMemsetAsync");
+    if (N > 0) {
+      launchOn(Compute, tokenRanksKernel, blocksFor(N), kThreads, 0, i32(Ids),
+               N, Start, Rows, Rank, Counts);
+    }
+    launchOn(Compute, rowOffsetsKernel, 1, kThreads, 0,
+             static_cast<const int32_t *>(Counts), Rows, Offsets);
+    if (N > 0)
+      launchOn(Compute, placeTokensKernel, blocksFor(N), kThreads, 0, i32(Ids),
+               N, Start, static_cast<const int32_t *>(Rank),
+               static_cast<const int32_t *>(Offsets), Tokens);
+    withInput(Dy, Idx, [&](auto *D) {
+      launchOn(Compute, embeddingGradRowsKernel<Elem<decltype(D)>>,
+               rowBlocks(Rows), kThreads, 0, D, Rows, H,
+               static_cast<const int32_t *>(Counts),
+               static_cast<const int32_t *>(Offsets),
+               static_cast<const int32_t *>(Tokens), Into, DT, int(Into == DT));
+    });
   }
 
   /// linear_weight_grad with the bias gradient (a "w" group) as one
@@ -1278,8 +1324,9 @@ private:
     ltPointer(Pl, CUBLASLT_MATMUL_DESC_BIAS_POINTER, Bias);
     const auto [X16, Dy16] = packOperands(f(X), Rows * K, readCopy(X, Idx),
                                           f(Dy), Rows * N, readCopy(Dy, Idx));
-    ltMatmul(Pl, T ? X16 : Dy16, T ? Dy16 : X16, nullptr,
-             f(In.outputs()->Get(0)));
+    if (!ltMatmul(Pl, T ? X16 : Dy16, T ? Dy16 : X16, nullptr,
+                  f(In.outputs()->Get(0))))
+      return false;
     ++BiasGradEpilogues;
     return true;
   }
@@ -1334,7 +1381,8 @@ private:
     if (Keep)
       ltPointer(Pl, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, Pre16);
     const auto [Wa, Xa] = packOperands(f(W), K * N, CopyW, f(X), M * K, CopyX);
-    ltMatmul(Pl, Wa, Xa, Res16, Y16); // Res16: null without a residual
+    if (!ltMatmul(Pl, Wa, Xa, Res16, Y16)) // Res16: null without a residual
+      return false;
     for (auto [Out, Bits] : {std::pair{Y, Y16}, std::pair{Pre, Pre16}})
       if (Bits && f(Out) && (Out == Y || Keep))
         launchOn(Compute, widenBf16Kernel, wideBlocks(NY), kThreads, 0,
@@ -1807,13 +1855,11 @@ private:
       return;
     }
     case op::EmbeddingGrad:
-      check(cudaMemsetAsync(Ptr[Y], 0, Bytes[Y], Compute), "cudaMemsetAsync");
-      // The table (input 0) gives only its shape.
-      withInput(X(2), Idx, [&](auto *Dy) {
-        launchOn(Compute, embeddingGradKernel<Elem<decltype(Dy)>>,
-                 blocksFor(numel(X(2))), kThreads, 0, i32(X(1)), numel(X(1)),
-                 Dy, A[0], A[1], Int(0), f(Y));
-      });
+      // The table (input 0) gives only its shape; a fourth input (format
+      // 13): a gradient of the table added as each row is written, in
+      // place where it is the output.
+      embeddingGrad(X(1), X(2), Idx, A[0], A[1], Int(0),
+                    In.inputs()->size() == 4 ? f(X(3)) : nullptr, f(Y));
       return;
     case op::PositionEmbeddingGrad:
       // Rows below S are dy, the rest zero.
@@ -3112,6 +3158,8 @@ private:
   /// "w" groups (linear_weight_grad with the bias gradient), and those
   /// whose bias gradient came from cuBLASLt's BGRAD epilogue.
   uint64_t BiasGradGroups = 0, BiasGradEpilogues = 0;
+  /// cuBLASLt products refused as they launched (ltMatmul).
+  uint64_t LtRefused = 0;
   /// MEGAC_CUDA_ATTENTION=cudnn: cuDNN's fused attention (opened with the
   /// device; null where it is not asked for or cannot load), and the
   /// reasons it declined a step, each said once.

@@ -272,6 +272,30 @@ matchWeightBiasGrads(LinearWeightGradOp weight,
   return std::nullopt;
 }
 
+Value EmbeddingGradInto::into() const {
+  return residualOf(add, OpState(grad)->getResult(0));
+}
+
+bool EmbeddingGradInto::inPlace() const {
+  Value other = into();
+  Operation *def = other.getDefiningOp();
+  return other.hasOneUse() && def &&
+         def->getBlock() == OpState(add)->getBlock();
+}
+
+SmallVector<Operation *, 5> EmbeddingGradInto::ops() const {
+  return present({OpState(grad), OpState(add)});
+}
+
+std::optional<EmbeddingGradInto>
+matchEmbeddingGradInto(EmbeddingGradOp grad,
+                       function_ref<bool(Operation *)> admissible) {
+  auto add = dyn_cast_or_null<AddOp>(soleUser(grad.getResult()));
+  if (!add || !admissible(add) || !residualOf(add, grad.getResult()))
+    return std::nullopt;
+  return EmbeddingGradInto{grad, add};
+}
+
 SmallVector<Value, 3> AttentionInputGrads::results() const {
   SmallVector<Value, 3> out;
   if (query)

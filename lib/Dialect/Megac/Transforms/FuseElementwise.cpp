@@ -75,7 +75,8 @@ struct FuseElementwisePass
   void runOnOperation() override {
     MLIRContext *ctx = &getContext();
     int64_t gemms = 0, geluGrads = 0, normGrads = 0, normParams = 0,
-            weightParams = 0, attentionGroups = 0, chains = 0, roundings = 0;
+            weightParams = 0, attentionGroups = 0, tied = 0, chains = 0,
+            roundings = 0;
     auto mark = [&](Operation *op, StringRef group) {
       op->setAttr(MegacDialect::kFusionAttrName, StringAttr::get(ctx, group));
     };
@@ -91,7 +92,9 @@ struct FuseElementwisePass
       // [-> round_bf16] ("n"); a LayerNorm's gain and bias gradients, one
       // pass over dy ("b"); a product's weight and bias gradients, one
       // product whose epilogue sums dy ("w"); an attention's dk and dv,
-      // and its dq where it fits [with their roundings] ("a").
+      // and its dq where it fits [with their roundings] ("a"); the
+      // embedding's gradient and another gradient of the table added to
+      // it ("t").
       for (Operation &op : body) {
         if (op.hasAttr(MegacDialect::kFusionAttrName))
           continue;
@@ -124,6 +127,11 @@ struct FuseElementwisePass
           if (auto w = matchWeightBiasGrads(weight, admissible)) {
             members = w->ops();
             group = "w" + std::to_string(weightParams++);
+          }
+        } else if (auto grad = dyn_cast<EmbeddingGradOp>(op)) {
+          if (auto t = matchEmbeddingGradInto(grad, admissible)) {
+            members = t->ops();
+            group = "t" + std::to_string(tied++);
           }
         } else if (auto key = dyn_cast<AttentionGradOp>(op)) {
           if (auto a = matchAttentionInputGrads(key, admissible)) {

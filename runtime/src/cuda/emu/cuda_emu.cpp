@@ -1003,6 +1003,12 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t Desc,
   const LtEpilogue E = ltEpilogue(Op.Epilogue);
   if (!E.Known)
     return CUBLAS_STATUS_NOT_SUPPORTED; // (no other epilogue is emulated)
+  // MEGAC_CUDA_EMU_LT_REFUSE=epilogues plays a cuBLASLt whose heuristic
+  // offers an algorithm that the product with an epilogue then refuses.
+  if (Op.Epilogue != CUBLASLT_EPILOGUE_DEFAULT &&
+      megac_emu::knob("MEGAC_CUDA_EMU_LT_REFUSE", {"none", "epilogues"}) ==
+          "epilogues")
+    return CUBLAS_STATUS_NOT_SUPPORTED;
   // As cuBLASLt asks: the pointers an epilogue reads or writes, and an
   // auxiliary leading dimension of at least D's rows, divisible by 8.
   if (((E.Bias || E.BGradA || E.BGradB) && !Op.Bias) ||

@@ -470,6 +470,36 @@ func.func @weight_bias(%x: tensor<2x8x16xf32>, %dy: tensor<2x8x32xf32>,
 
 // -----
 
+// Tests the embedding's gradient with another gradient of the table added
+// to it (a tied embedding's output layer's): one group (t0), the add in
+// the embedding gradient's kernel. An embedding gradient read by more than
+// the add, and one added to a vector (a bias, not a gradient of the
+// table), stay apart.
+// CHECK-LABEL: func.func @tied
+// CHECK-NEXT: megac.linear_weight_grad
+// CHECK-NOT: megac.fusion
+// CHECK-NEXT: megac.embedding_grad {{.*}}megac.fusion = "t0"
+// CHECK-NEXT: megac.add {{.*}}megac.fusion = "t0"
+// CHECK-NOT: megac.fusion
+// CHECK: return
+func.func @tied(%wte: tensor<32x8xf32>, %ids: tensor<2x4xi32>,
+                %dy: tensor<2x4x8xf32>, %x: tensor<2x4x8xf32>,
+                %dl: tensor<2x4x32xf32>, %b: tensor<8xf32>)
+    -> (tensor<32x8xf32>, tensor<32x8xf32>, tensor<32x8xf32>, tensor<32x8xf32>) {
+  %hg = megac.linear_weight_grad %x, %dl {transpose_weight} : (tensor<2x4x8xf32>, tensor<2x4x32xf32>) -> tensor<32x8xf32>
+  %eg = megac.embedding_grad %wte, %ids, %dy : (tensor<32x8xf32>, tensor<2x4xi32>, tensor<2x4x8xf32>) -> tensor<32x8xf32>
+  %sum = megac.add %hg, %eg : (tensor<32x8xf32>, tensor<32x8xf32>) -> tensor<32x8xf32>
+  // Read by more than the add.
+  %eg1 = megac.embedding_grad %wte, %ids, %dy : (tensor<32x8xf32>, tensor<2x4xi32>, tensor<2x4x8xf32>) -> tensor<32x8xf32>
+  %sum1 = megac.add %hg, %eg1 : (tensor<32x8xf32>, tensor<32x8xf32>) -> tensor<32x8xf32>
+  // A vector added.
+  %eg2 = megac.embedding_grad %wte, %ids, %dy : (tensor<32x8xf32>, tensor<2x4xi32>, tensor<2x4x8xf32>) -> tensor<32x8xf32>
+  %sum2 = megac.add %eg2, %b : (tensor<32x8xf32>, tensor<8xf32>) -> tensor<32x8xf32>
+  return %sum, %sum1, %eg1, %sum2 : tensor<32x8xf32>, tensor<32x8xf32>, tensor<32x8xf32>, tensor<32x8xf32>
+}
+
+// -----
+
 // Tests an attention's gradient steps: the query's, the key's and the
 // value's are one group (a0, one pass of the attention kernels for dq, dk
 // and dv) with their roundings in a bf16 plan. Steps of another dy (a1:

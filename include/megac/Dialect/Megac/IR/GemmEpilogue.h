@@ -6,10 +6,11 @@
 // likewise, a LayerNorm gain gradient's pass over dy can sum the bias
 // gradient too, as can a weight gradient's product (cuBLASLt's BGRAD
 // epilogues), and one pass of the attention kernels gives dq, dk and dv.
-// megac-fuse-elementwise marks such groups ("g", "d", "n", "b", "w", "a")
-// and the plan emitter turns each into one linear_bias, linear_gelu_grad,
-// layer_norm_grad, layer_norm_gain_grad, linear_weight_grad or
-// attention_grad instruction;
+// The embedding's gradient can add another gradient of its table as it
+// writes. megac-fuse-elementwise marks such groups ("g", "d", "n", "b",
+// "w", "a", "t") and the plan emitter turns each into one linear_bias,
+// linear_gelu_grad, layer_norm_grad, layer_norm_gain_grad,
+// linear_weight_grad, attention_grad or embedding_grad instruction;
 // both find the group's parts with the matchers below, so what one marks
 // the other emits.
 //
@@ -157,6 +158,30 @@ struct WeightBiasGrads {
 std::optional<WeightBiasGrads>
 matchWeightBiasGrads(LinearWeightGradOp weight,
                      llvm::function_ref<bool(mlir::Operation *)> admissible);
+
+/// embedding_grad -> add of another gradient of the table (a tied
+/// embedding's output layer's): the embedding's gradient kernel adds the
+/// other as it writes each row ("t" groups), in place where nothing else
+/// reads the other (its buffer becomes the sum's), so rows no token
+/// touched are not even read. The CPU backend adds the two as the add
+/// did.
+struct EmbeddingGradInto {
+  EmbeddingGradOp grad;
+  AddOp add;
+
+  /// The gradient added to the embedding's.
+  mlir::Value into() const;
+  /// Whether the sum may take into()'s buffer: the add is its one reader,
+  /// and an op of the same block writes it.
+  bool inPlace() const;
+  llvm::SmallVector<mlir::Operation *, 5> ops() const;
+};
+
+/// The group starting at \p grad, taking only ops \p admissible accepts;
+/// none where \p grad does not start one.
+std::optional<EmbeddingGradInto>
+matchEmbeddingGradInto(EmbeddingGradOp grad,
+                       llvm::function_ref<bool(mlir::Operation *)> admissible);
 
 /// The gradient steps of one attention's inputs (attention_grad with
 /// operand 0, 1 and 2 of the same q, k, v, dy and attributes), each with

@@ -237,6 +237,10 @@ def FuseElementwisePass : Pass<"megac-fuse-elementwise", "mlir::ModuleOp"> {
     gradient): cuBLASLt's BGRADA or BGRADB epilogue sums dy's rows as the
     product reads them. Neither a "bK" nor a "wK" group takes a gradient
     written straight into a micro-batch sum. Marks with
+    `megac.fusion = "tK"` the embedding's gradient and the add of another
+    gradient of the table to it (a tied embedding's output layer's): the
+    embedding gradient's kernel adds it as it writes, in place where
+    nothing else reads it. Marks with
     `megac.fusion = "aK"` an attention's gradient steps of q, k and v (of
     k and v alone where the query's step is rounded otherwise or read
     before the others), with their roundings: one pass of the attention
