@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "TestPlans.h"
 #include "megac_rt/memory_plan.h"
 #include "megac_rt/plan_file.h"
 #include "plan_builder.h"
@@ -15,17 +16,9 @@
 
 using namespace megac_rt;
 using namespace megac_rt::builder;
+using megac_rt::test::programOf;
 
 namespace {
-
-/// A program of \p Batch x \p Seq tokens over \p Vocab, no ranks yet.
-ProgramDesc programOf(int64_t Batch, int64_t Seq, int64_t Vocab) {
-  ProgramDesc P;
-  P.batch = Batch;
-  P.seq = Seq;
-  P.vocabSize = Vocab;
-  return P;
-}
 
 /// A bf16 training step in miniature. Forward (0..3): the weight and the
 /// embedding are rounded, a product reads both. Backward (4..): the

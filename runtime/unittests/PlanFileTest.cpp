@@ -590,10 +590,7 @@ TEST(PlanFile, RejectsBadEpiloguesAndAccumulation) {
   // added as the rows are written, of the table's shape; the output may be
   // that input (in place), and no other input.
   auto Tied = [](std::vector<int64_t> IntoShape, int InPlaceOf) {
-    ProgramDesc P;
-    P.batch = 2;
-    P.seq = 3;
-    P.vocabSize = 6;
+    ProgramDesc P = test::programOf(2, 3, 6);
     RankDesc R;
     uint32_t T = R.addBuffer(dt::F32, {6, 4}, "table");
     uint32_t Ids = R.addBuffer(dt::I32, {2, 3}, "ids");

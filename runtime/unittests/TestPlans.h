@@ -13,14 +13,21 @@
 namespace megac_rt {
 namespace test {
 
+/// A program of \p Batch x \p Seq tokens over \p Vocab, no ranks yet.
+inline builder::ProgramDesc programOf(int64_t Batch, int64_t Seq,
+                                      int64_t Vocab) {
+  builder::ProgramDesc P;
+  P.batch = Batch;
+  P.seq = Seq;
+  P.vocabSize = Vocab;
+  return P;
+}
+
 /// tokens(2,3) -> embedding(wte 8x4) -> linear(w 4x8) -> logits(2,3,8).
 inline builder::ProgramDesc tinyProgram() {
   using namespace builder;
-  ProgramDesc P;
+  ProgramDesc P = programOf(2, 3, 8);
   P.modelName = "tiny";
-  P.batch = 2;
-  P.seq = 3;
-  P.vocabSize = 8;
   P.seed = 7;
   RankDesc R;
   uint32_t Wte = R.addBuffer(dt::F32, {8, 4}, "wte");

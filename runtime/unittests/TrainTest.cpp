@@ -8,6 +8,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "TestPlans.h"
 #include "checkpoint.h"
 #include "error.h"
 #include "executor.h"
@@ -574,10 +575,7 @@ TEST(Executor, EmbeddingGradAddsTheOtherGradientAsTheAddDid) {
                         {0}});
     for (uint32_t B : {Want, Twice, Got})
       R.outputs.push_back({"b" + std::to_string(B), B, ""});
-    ProgramDesc P;
-    P.batch = 2;
-    P.seq = 3;
-    P.vocabSize = 6;
+    ProgramDesc P = test::programOf(2, 3, 6);
     P.ranks.push_back(R);
     LoadedPlan L;
     std::unique_ptr<Executor> E = runOnce(P, L);
