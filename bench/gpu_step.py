@@ -35,7 +35,9 @@ MEGAC_CUDA_EPILOGUES=0; `megac-sepdq` adds megac with each attention's
 dq from a kernel of its own instead of summed with atomics in dk and dv's
 pass, MEGAC_CUDA_DQ_ATOMICS=0; `megac-noparam` adds megac rounding its
 weights at each step's start instead of taking the bits the previous
-step's AdamW wrote, MEGAC_CUDA_PARAM_COPIES=0.)
+step's AdamW wrote, MEGAC_CUDA_PARAM_COPIES=0; `megac-tune` adds megac
+timing the algorithms cuBLASLt offers for each product shape and keeping
+the fastest, MEGAC_CUDA_GEMM_TUNE=1.)
 
 MFU = model FLOPs per step / step time / the measured GEMM ceiling, with
 model FLOPs per token 6 N + 12 L H S (N parameters without the position
@@ -196,6 +198,7 @@ MEGAC_RUNNERS = {
     "megac-noepi": {"MEGAC_CUDA_EPILOGUES": "0"},
     "megac-sepdq": {"MEGAC_CUDA_DQ_ATOMICS": "0"},
     "megac-noparam": {"MEGAC_CUDA_PARAM_COPIES": "0"},
+    "megac-tune": {"MEGAC_CUDA_GEMM_TUNE": "1"},
 }
 
 
@@ -341,7 +344,8 @@ def main():
                         "without cuBLASLt's bf16 epilogues, megac-sepdq: "
                         "megac with dq from its own kernel, not atomics, "
                         "megac-noparam: megac rounding its weights at each "
-                        "step's start); "
+                        "step's start, megac-tune: megac choosing each "
+                        "product's cuBLASLt algorithm by timing); "
                         "the ceilings are measured always")
     parser.add_argument("--no-kernels", dest="kernels", action="store_false",
                         help="skip torch.profiler's kernel table of the "

@@ -134,6 +134,13 @@ bool parameterCopiesAsked() {
   return knob("MEGAC_CUDA_PARAM_COPIES", {"1", "0"}) == "1";
 }
 
+/// MEGAC_CUDA_GEMM_TUNE=1: each cuBLASLt product shape, at its first use,
+/// times up to kGemmCandidates of the algorithms cuBLASLt's heuristic
+/// offers and keeps the fastest (the plain bf16 products go through
+/// cuBLASLt too). Off by default: which algorithm wins can change with
+/// the timing's noise, and with it the last bits of a sum.
+bool gemmTuneAsked() { return knob("MEGAC_CUDA_GEMM_TUNE", {"0", "1"}) == "1"; }
+
 /// MEGAC_CUDA_EPILOGUES=0: a bf16 plan's GEMM groups run the product,
 /// then megac's epilogue kernel, instead of cuBLASLt's bf16 epilogues.
 bool epiloguesAsked() {
@@ -438,6 +445,16 @@ public:
     Count(BiasGradEpilogues, BiasGradGroups,
           " bias gradients came from their weight gradient's product "
           "(cuBLASLt's BGRAD epilogue; the rest from column-sum kernels)");
+    if (TunedShapes) {
+      char Buf[200];
+      std::snprintf(Buf, sizeof Buf,
+                    "%llu cuBLASLt product shapes tuned: %llu took another "
+                    "algorithm than the heuristic's first, %.3f ms a call "
+                    "faster in all",
+                    static_cast<unsigned long long>(TunedShapes),
+                    static_cast<unsigned long long>(TunedOther), TunedSavedMs);
+      Notes += (Notes.empty() ? "" : "; ") + std::string(Buf);
+    }
     Count(EpilogueProducts, RoundedGroups,
           " bf16 GEMM groups ran on cuBLASLt's epilogues (the rest as a "
           "product and an epilogue kernel)");
@@ -886,6 +903,14 @@ private:
     const auto [Pa, Pb] =
         packOperands(A, Lda * (TA == CUBLAS_OP_N ? K : M), CopyA, B,
                      Ldb * (TB == CUBLAS_OP_N ? N : K), CopyB);
+    // Tuned: the same product on cuBLASLt (beta 1 as C = D, in place).
+    if (TuneGemms && Ldc == M && (Beta == 0.0f || (Beta == 1.0f && !C16))) {
+      LtPlan &Pl = ltColPlan(TA, TB, M, N, K, Lda, Ldb, true, C16 != nullptr,
+                             CUBLASLT_EPILOGUE_DEFAULT);
+      void *D = C16 ? static_cast<void *>(C16) : static_cast<void *>(C);
+      if (Pl.Ok && ltMatmul(Pl, Pa, Pb, Beta != 0.0f ? D : nullptr, D))
+        return;
+    }
     // A bf16 result (C16, beta 0) is the fp32 accumulation rounded to
     // nearest even, as round_bf16 rounds.
     check(cublasGemmEx(BlasBf16, TA, TB, int(M), int(N), int(K), &One, Pa,
@@ -993,6 +1018,9 @@ private:
     cublasLtMatrixLayout_t A = nullptr, B = nullptr, D = nullptr;
     cublasLtMatmulAlgo_t Algo{};
     size_t Workspace = 0;
+    /// With MEGAC_CUDA_GEMM_TUNE=1: the heuristic's algorithms, best
+    /// first, until the first call times them (then empty).
+    std::vector<cublasLtMatmulHeuristicResult_t> Candidates;
     void destroy() {
       if (Desc)
         cublasLtMatmulDescDestroy(Desc);
@@ -1067,16 +1095,19 @@ private:
               Pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &MaxWorkspace,
               sizeof MaxWorkspace),
           "cublasLtMatmulPreferenceSetAttribute");
-    cublasLtMatmulHeuristicResult_t Found{};
+    std::vector<cublasLtMatmulHeuristicResult_t> Found(
+        TuneGemms ? kGemmCandidates : 1);
     int Count = 0;
     // No algorithm (or an error) leaves Ok false: the caller falls back.
     if (cublasLtMatmulAlgoGetHeuristic(Lt, Pl.Desc, Pl.A, Pl.B, Pl.D, Pl.D,
-                                       Pref, 1, &Found,
+                                       Pref, int(Found.size()), Found.data(),
                                        &Count) == CUBLAS_STATUS_SUCCESS &&
         Count > 0) {
       Pl.Ok = true;
-      Pl.Algo = Found.algo;
-      Pl.Workspace = Found.workspaceSize;
+      Pl.Algo = Found[0].algo;
+      Pl.Workspace = Found[0].workspaceSize;
+      if (Count > 1)
+        Pl.Candidates.assign(Found.begin(), Found.begin() + Count);
     }
     cublasLtMatmulPreferenceDestroy(Pref);
     return Pl;
@@ -1098,6 +1129,8 @@ private:
   /// GPU before one runs them).
   bool ltMatmul(LtPlan &Pl, const void *W, const void *X, const void *C,
                 void *D) {
+    if (!Pl.Candidates.empty() && C != D) // (a sum in place: not repeatable)
+      tuneLt(Pl, W, X, C, D);
     void *Ws = Pl.Workspace ? BlasWorkspace.Ptr : nullptr;
     const float One = 1.0f, Zero = 0.0f;
     const cublasStatus_t S = cublasLtMatmul(
@@ -1114,6 +1147,66 @@ private:
                    "product and megac's kernels\n",
                    int(S));
     return false;
+  }
+
+  /// Times each of \p Pl's candidate algorithms on these operands (a
+  /// run to warm up, then kTuneRuns; each writes D and the epilogue's
+  /// outputs anew, the same values, so the call that follows is
+  /// unaffected) and keeps the fastest; an algorithm that refuses to run
+  /// drops out. Waits for the device: the first step pays for it.
+  void tuneLt(LtPlan &Pl, const void *W, const void *X, const void *C,
+              void *D) {
+    constexpr int kTuneRuns = 3;
+    std::vector<cublasLtMatmulHeuristicResult_t> Candidates;
+    std::swap(Candidates, Pl.Candidates);
+    cudaEvent_t Begin, End;
+    check(cudaEventCreate(&Begin), "cudaEventCreate");
+    check(cudaEventCreate(&End), "cudaEventCreate");
+    const float One = 1.0f, Zero = 0.0f;
+    float Best = -1.0f, First = -1.0f;
+    size_t Chosen = 0;
+    for (size_t K = 0; K < Candidates.size(); ++K) {
+      const cublasLtMatmulHeuristicResult_t &R = Candidates[K];
+      if (R.workspaceSize > BlasWorkspace.Bytes)
+        continue;
+      void *Ws = R.workspaceSize ? BlasWorkspace.Ptr : nullptr;
+      auto Run = [&] {
+        return cublasLtMatmul(Lt, Pl.Desc, &One, W, Pl.A, X, Pl.B,
+                              C ? &One : &Zero, C ? C : D, Pl.D, D, Pl.D,
+                              &R.algo, Ws, R.workspaceSize,
+                              Compute) == CUBLAS_STATUS_SUCCESS;
+      };
+      if (!Run())
+        continue;
+      check(cudaEventRecord(Begin, Compute), "cudaEventRecord");
+      bool Ran = true;
+      for (int T = 0; T < kTuneRuns && Ran; ++T)
+        Ran = Run();
+      check(cudaEventRecord(End, Compute), "cudaEventRecord");
+      check(cudaStreamSynchronize(Compute), "cudaStreamSynchronize");
+      float Ms = 0;
+      check(cudaEventElapsedTime(&Ms, Begin, End), "cudaEventElapsedTime");
+      if (!Ran)
+        continue;
+      if (K == 0)
+        First = Ms / kTuneRuns;
+      if (Best < 0 || Ms / kTuneRuns < Best) {
+        Best = Ms / kTuneRuns;
+        Chosen = K;
+      }
+    }
+    cudaEventDestroy(Begin);
+    cudaEventDestroy(End);
+    if (Best < 0)
+      return; // none ran: the heuristic's first stays, and will say why
+    Pl.Algo = Candidates[Chosen].algo;
+    Pl.Workspace = Candidates[Chosen].workspaceSize;
+    ++TunedShapes;
+    if (Chosen != 0) {
+      ++TunedOther;
+      if (First >= 0)
+        TunedSavedMs += First - Best;
+    }
   }
 
   /// Row-major y[M,N] = x[M,K] w + bias in fp32, with one cuBLASLt
@@ -3160,6 +3253,13 @@ private:
   uint64_t BiasGradGroups = 0, BiasGradEpilogues = 0;
   /// cuBLASLt products refused as they launched (ltMatmul).
   uint64_t LtRefused = 0;
+  /// MEGAC_CUDA_GEMM_TUNE=1 (tuneLt): product shapes timed, those that
+  /// chose another algorithm than the heuristic's first, and the
+  /// milliseconds a call that saved them, summed over the shapes.
+  const bool TuneGemms = gemmTuneAsked();
+  static constexpr int kGemmCandidates = 8;
+  uint64_t TunedShapes = 0, TunedOther = 0;
+  double TunedSavedMs = 0;
   /// MEGAC_CUDA_ATTENTION=cudnn: cuDNN's fused attention (opened with the
   /// device; null where it is not asked for or cannot load), and the
   /// reasons it declined a step, each said once.

@@ -979,9 +979,13 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(
   const char *None = std::getenv("MEGAC_CUDA_EMU_NO_LT_ALGO");
   if (None && std::string(None) == "1")
     return CUBLAS_STATUS_SUCCESS;
-  Results[0] = {};
-  Results[0].state = CUBLAS_STATUS_SUCCESS;
-  *Returned = 1;
+  // Up to three "algorithms" (the emulation has one way to compute a
+  // product), so that a caller choosing among several has a choice.
+  *Returned = std::min(Requested, 3);
+  for (int K = 0; K < *Returned; ++K) {
+    Results[K] = {};
+    Results[K].state = CUBLAS_STATUS_SUCCESS;
+  }
   return CUBLAS_STATUS_SUCCESS;
 }
 
