@@ -445,7 +445,7 @@ public:
     Count(BiasGradEpilogues, BiasGradGroups,
           " bias gradients came from their weight gradient's product "
           "(cuBLASLt's BGRAD epilogue; the rest from column-sum kernels)");
-    if (TunedShapes) {
+    if (TuneGemms) { // (said even where no shape had two algorithms to time)
       char Buf[200];
       std::snprintf(Buf, sizeof Buf,
                     "%llu cuBLASLt product shapes tuned: %llu took another "
