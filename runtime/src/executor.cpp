@@ -406,13 +406,15 @@ RunStats Executor::runRange(Collectives &C, uint32_t Begin, uint32_t End,
         continue;
       }
       uint32_t OutId = In.outputs()->Get(0);
-      // The verifier allows only adam_w to write one of its inputs (in
-      // place, elementwise). Should anything else, compute into a scratch
-      // tensor so kernels never see aliased arguments.
+      // The verifier lets an instruction write one of its inputs only
+      // where updatesInPlace says (elementwise, in place). Should anything
+      // else, compute into a scratch tensor so kernels never see aliased
+      // arguments.
       bool Aliased = false;
-      if (In.op() != op::AdamW && In.op() != op::AllReduce && In.inputs())
-        for (uint32_t X : *In.inputs())
-          Aliased |= X == OutId;
+      if (In.inputs())
+        for (uint32_t K = 0; K < In.inputs()->size(); ++K)
+          Aliased |=
+              In.inputs()->Get(K) == OutId && !updatesInPlace(In.op(), K, 0);
       try {
         if (Aliased) {
           Tensor Tmp = Bufs[OutId];
@@ -682,18 +684,19 @@ void Executor::exec(uint32_t Idx, const Instr &In, Collectives &C,
   case op::SoftmaxGrad:
     kernels::softmaxGrad(A.f.data(), X(1).f.data(), Rows, Last, Y.f.data());
     return;
-  case op::EmbeddingGrad:
-    if (In.inputs()->size() == 4) {       // another gradient added (format 13),
-      std::vector<float> Own(Y.f.size()); // as the add of the two adds
-      kernels::embeddingGrad(X(1).i.data(), X(1).numel(), X(2).f.data(),
-                             A.shape[0], A.shape[1], Int(0), Own.data());
+  case op::EmbeddingGrad: {
+    // A fourth input (format 13): another gradient of the table, added as
+    // the add of the two adds (in place where it is the output).
+    const bool Into = In.inputs()->size() == 4;
+    std::vector<float> Own(Into ? Y.f.size() : 0);
+    kernels::embeddingGrad(X(1).i.data(), X(1).numel(), X(2).f.data(),
+                           A.shape[0], A.shape[1], Int(0),
+                           Into ? Own.data() : Y.f.data());
+    if (Into)
       kernels::add(X(3).f.data(), X(3).numel(), Own.data(), int64_t(Own.size()),
                    Y.f.data());
-      return;
-    }
-    kernels::embeddingGrad(X(1).i.data(), X(1).numel(), X(2).f.data(),
-                           A.shape[0], A.shape[1], Int(0), Y.f.data());
     return;
+  }
   case op::PositionEmbeddingGrad:
     kernels::positionEmbeddingGrad(X(1).f.data(), X(1).shape[0], A.shape[0],
                                    A.shape[1], Y.f.data());

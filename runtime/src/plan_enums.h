@@ -101,6 +101,18 @@ inline AttentionGradSteps attentionGradSteps(int64_t Which) {
   return {};
 }
 
+/// Whether an instruction of \p Op may write its output \p Output into the
+/// buffer of its input \p Input (in place): adam_w its parameter (input
+/// 0), all_reduce its sum over its partial sum (output k, input k), and
+/// embedding_grad over the gradient it adds (input 3, format 13). Every
+/// other instruction writes buffers none of its inputs is (the verifier
+/// checks it; the backends rely on it).
+inline bool updatesInPlace(op::OpCode Op, size_t Input, size_t Output) {
+  return (Op == op::AdamW && Input == 0 && Output == 0) ||
+         (Op == op::AllReduce && Input == Output) ||
+         (Op == op::EmbeddingGrad && Input == 3 && Output == 0);
+}
+
 } // namespace megac_rt
 
 #endif // MEGAC_RT_PLAN_ENUMS_H

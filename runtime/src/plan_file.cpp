@@ -959,18 +959,15 @@ private:
                           "layer_norm, layer_norm_grad, attention, "
                           "attention_grad or cross_entropy_grad");
     }
-    // Only adam_w (its output is its input 0) and all_reduce (output k may
-    // be input k: the sum replaces the partial sum) update buffers in
-    // place; every other instruction writes buffers none of its inputs is.
+    // Only the inputs updatesInPlace names may be an output's buffer, and
+    // then only that input (adam_w's output is its input 0 always: its
+    // own rules below).
     if (In.op() != op::AdamW)
       for (size_t I = 0; I < Outs.size(); ++I) {
         auto It = std::find(Ins.begin(), Ins.end(), Outs[I]);
         if (It == Ins.end())
           continue;
-        if (In.op() == op::AllReduce && size_t(It - Ins.begin()) == I &&
-            std::count(Ins.begin(), Ins.end(), Outs[I]) == 1)
-          continue;
-        if (In.op() == op::EmbeddingGrad && It - Ins.begin() == 3 &&
+        if (updatesInPlace(In.op(), size_t(It - Ins.begin()), I) &&
             std::count(Ins.begin(), Ins.end(), Outs[I]) == 1)
           continue;
         return fail(Pfx + "output " + std::to_string(I) + " (%" +

@@ -756,17 +756,19 @@ private:
     launchOn(Compute, roundBf16Kernel, wideBlocks(numel(Y)), kThreads, 0,
              static_cast<const float *>(f(Y)), numel(Y), f(Y), writeCopy(Y, I));
   }
-  /// Refuses \p In where it writes one of its inputs (AdamW updates its
-  /// parameter in place, and an all-reduce its buffer, by design).
+  /// Refuses \p In where it writes one of its inputs other than as
+  /// updatesInPlace allows (AdamW its parameter, an all-reduce its buffer,
+  /// the embedding's gradient the gradient it adds).
   static void checkUnaliased(const Instr &In) {
-    if (In.op() != op::AdamW && In.op() != op::AllReduce && In.inputs() &&
-        In.outputs())
-      for (uint32_t Y : *In.outputs())
-        for (uint32_t K = 0; K < In.inputs()->size(); ++K)
-          if (In.inputs()->Get(K) == Y &&
-              !(In.op() == op::EmbeddingGrad && K == 3)) // (in place)
-            throw std::runtime_error("writes its input buffer " +
-                                     std::to_string(Y) + " in place");
+    if (!In.inputs() || !In.outputs())
+      return;
+    for (uint32_t O = 0; O < In.outputs()->size(); ++O)
+      for (uint32_t K = 0; K < In.inputs()->size(); ++K)
+        if (In.inputs()->Get(K) == In.outputs()->Get(O) &&
+            !updatesInPlace(In.op(), K, O))
+          throw std::runtime_error("writes its input buffer " +
+                                   std::to_string(In.outputs()->Get(O)) +
+                                   " in place");
   }
   /// Set by an op whose kernel rounded its output (and wrote its bf16
   /// copy) as Instr.round_bf16 asks.

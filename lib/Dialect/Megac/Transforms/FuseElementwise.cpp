@@ -16,6 +16,7 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/StringMap.h"
 
 namespace megac {
 #define GEN_PASS_DEF_FUSEELEMENTWISEPASS
@@ -74,9 +75,11 @@ struct FuseElementwisePass
     : public megac::impl::FuseElementwisePassBase<FuseElementwisePass> {
   void runOnOperation() override {
     MLIRContext *ctx = &getContext();
-    int64_t gemms = 0, geluGrads = 0, normGrads = 0, normParams = 0,
-            weightParams = 0, attentionGroups = 0, tied = 0, chains = 0,
-            roundings = 0;
+    // Groups of each kind are numbered in program order: "g0", "g1", ...
+    llvm::StringMap<int64_t> counts;
+    auto nameOf = [&](StringRef kind) {
+      return (kind + Twine(counts[kind]++)).str();
+    };
     auto mark = [&](Operation *op, StringRef group) {
       op->setAttr(MegacDialect::kFusionAttrName, StringAttr::get(ctx, group));
     };
@@ -105,40 +108,27 @@ struct FuseElementwisePass
         };
         SmallVector<Operation *, 5> members;
         std::string group;
-        if (auto linear = dyn_cast<LinearOp>(op)) {
-          if (auto g = matchGemmEpilogue(linear, admissible)) {
-            members = g->ops();
-            group = "g" + std::to_string(gemms++);
-          } else if (auto d = matchGemmGeluGrad(linear, admissible)) {
-            members = d->ops();
-            group = "d" + std::to_string(geluGrads++);
-          }
-        } else if (auto grad = dyn_cast<LayerNormGradOp>(op)) {
-          if (auto n = matchNormGradResidual(grad, admissible)) {
-            members = n->ops();
-            group = "n" + std::to_string(normGrads++);
-          }
-        } else if (auto gain = dyn_cast<LayerNormGainGradOp>(op)) {
-          if (auto b = matchNormParamGrads(gain, admissible)) {
-            members = b->ops();
-            group = "b" + std::to_string(normParams++);
-          }
-        } else if (auto weight = dyn_cast<LinearWeightGradOp>(op)) {
-          if (auto w = matchWeightBiasGrads(weight, admissible)) {
-            members = w->ops();
-            group = "w" + std::to_string(weightParams++);
-          }
-        } else if (auto grad = dyn_cast<EmbeddingGradOp>(op)) {
-          if (auto t = matchEmbeddingGradInto(grad, admissible)) {
-            members = t->ops();
-            group = "t" + std::to_string(tied++);
-          }
-        } else if (auto key = dyn_cast<AttentionGradOp>(op)) {
-          if (auto a = matchAttentionInputGrads(key, admissible)) {
-            members = a->ops();
-            group = "a" + std::to_string(attentionGroups++);
-          }
-        }
+        // Takes the group a matcher found, if any, as a group of \p kind.
+        auto take = [&](const auto &found, StringRef kind) {
+          if (!found)
+            return false;
+          members = found->ops();
+          group = nameOf(kind);
+          return true;
+        };
+        if (auto linear = dyn_cast<LinearOp>(op))
+          take(matchGemmEpilogue(linear, admissible), "g") ||
+              take(matchGemmGeluGrad(linear, admissible), "d");
+        else if (auto grad = dyn_cast<LayerNormGradOp>(op))
+          take(matchNormGradResidual(grad, admissible), "n");
+        else if (auto gain = dyn_cast<LayerNormGainGradOp>(op))
+          take(matchNormParamGrads(gain, admissible), "b");
+        else if (auto weight = dyn_cast<LinearWeightGradOp>(op))
+          take(matchWeightBiasGrads(weight, admissible), "w");
+        else if (auto embedding = dyn_cast<EmbeddingGradOp>(op))
+          take(matchEmbeddingGradInto(embedding, admissible), "t");
+        else if (auto key = dyn_cast<AttentionGradOp>(op))
+          take(matchAttentionInputGrads(key, admissible), "a");
         for (Operation *member : members)
           mark(member, group);
       }
@@ -156,7 +146,7 @@ struct FuseElementwisePass
             def->hasAttr(MegacDialect::kFusionAttrName) ||
             !round.getInput().hasOneUse() || !samePlace(def, &op))
           continue;
-        std::string group = "r" + std::to_string(roundings++);
+        std::string group = nameOf("r");
         mark(def, group);
         mark(&op, group);
       }
@@ -201,7 +191,7 @@ struct FuseElementwisePass
           continue;
         std::string &group = name[it->second];
         if (group.empty())
-          group = "e" + std::to_string(chains++);
+          group = nameOf("e");
         mark(&op, group);
       }
     }
