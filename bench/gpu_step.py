@@ -37,7 +37,9 @@ pass, MEGAC_CUDA_DQ_ATOMICS=0; `megac-noparam` adds megac rounding its
 weights at each step's start instead of taking the bits the previous
 step's AdamW wrote, MEGAC_CUDA_PARAM_COPIES=0; `megac-tune` adds megac
 timing the algorithms cuBLASLt offers for each product shape and keeping
-the fastest, MEGAC_CUDA_GEMM_TUNE=1.)
+the fastest, MEGAC_CUDA_GEMM_TUNE=1; `megac-narrow` adds megac with its
+attention forward in blocks of 64 queries, 16 a warp, instead of 128, 32
+a warp, MEGAC_CUDA_WIDE_FORWARD=0.)
 
 MFU = model FLOPs per step / step time / the measured GEMM ceiling, with
 model FLOPs per token 6 N + 12 L H S (N parameters without the position
@@ -199,6 +201,7 @@ MEGAC_RUNNERS = {
     "megac-sepdq": {"MEGAC_CUDA_DQ_ATOMICS": "0"},
     "megac-noparam": {"MEGAC_CUDA_PARAM_COPIES": "0"},
     "megac-tune": {"MEGAC_CUDA_GEMM_TUNE": "1"},
+    "megac-narrow": {"MEGAC_CUDA_WIDE_FORWARD": "0"},
 }
 
 

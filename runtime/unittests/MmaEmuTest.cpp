@@ -21,6 +21,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -353,6 +354,84 @@ TEST(MmaEmu, KeyGradPassGivesTheQueryGradientToo) {
     EXPECT_LT(std::sqrt(Err / Ref2), 1e-2) << "causal " << Causal;
     EXPECT_LT(std::sqrt(KernelErr / Ref2), 1e-6) << "causal " << Causal;
   }
+}
+
+/// The forward kernel with two row slices a warp (blocks of 128
+/// queries) against the one with one (blocks of 64), at head size \p D:
+/// y (rounded, with its bits), each row's statistics and delta the same
+/// bit for bit, causal or not, at lengths that leave the last block of
+/// 128 partly or wholly past S (a second slice with no rows at all); and
+/// the wide kernel the same with its copies landing late and its
+/// threads run in reverse.
+template <int D> void expectWideForwardLikeNarrow() {
+  const int64_t B = 2, NH = 2, Hl = NH * D;
+  std::mt19937 Gen(11);
+  std::normal_distribution<float> Normal(0.0f, 1.0f);
+  const float Scale = 1.0f / std::sqrt(float(D));
+  for (int64_t S : {int64_t(40), int64_t(150), int64_t(200)}) {
+    const int64_t N = B * S * Hl, Rows = B * NH * S;
+    std::vector<uint16_t> In[4]; // q, k, v, dy
+    for (auto &X : In)
+      for (int64_t I = 0; I < N; ++I)
+        X.push_back(bits(Normal(Gen)));
+    struct Outputs {
+      std::vector<float> Y, Stats, Delta;
+      std::vector<uint16_t> Bits;
+      bool operator==(const Outputs &O) const {
+        return Y == O.Y && Stats == O.Stats && Delta == O.Delta &&
+               Bits == O.Bits;
+      }
+    };
+    auto run = [&](int MT, int Causal) {
+      const float Unset = std::nanf("");
+      Outputs O{std::vector<float>(N, Unset),
+                std::vector<float>(2 * Rows, Unset),
+                std::vector<float>(Rows, Unset), std::vector<uint16_t>(N, 1)};
+      const uint16_t *Q = In[0].data(), *K = In[1].data(), *V = In[2].data(),
+                     *DY = In[3].data();
+      float *Yp = O.Y.data(), *Stp = O.Stats.data(), *Dlp = O.Delta.data();
+      const OutputStore Store{1, O.Bits.data()};
+      const int64_t BlockRows = kMmaRows * MT;
+      const int64_t Blocks = B * NH * ((S + BlockRows - 1) / BlockRows);
+      if (MT == 1)
+        onMmaBlocks(Blocks, MmaShared<D>::Forward, [=] {
+          flashForwardMmaKernel<D>(Q, K, V, S, Hl, NH, Causal, Scale,
+                                   AttnDropout{}, Yp, Stp, DY, Dlp, Store);
+        });
+      else
+        onMmaBlocks(Blocks, MmaShared<D>::WideForward, [=] {
+          flashForwardMmaKernel<D, 2, false>(Q, K, V, S, Hl, NH, Causal, Scale,
+                                             AttnDropout{}, Yp, Stp, DY, Dlp,
+                                             Store);
+        });
+      return O;
+    };
+    for (int Causal : {1, 0}) {
+      const Outputs Narrow = run(1, Causal), Wide = run(2, Causal);
+      EXPECT_TRUE(Narrow == Wide)
+          << "D " << D << " S " << S << " causal " << Causal;
+      // Every output written (none left at its NaN fill, which would
+      // also have made the comparison above fail).
+      auto unset = [](const std::vector<float> &X) {
+        return std::count_if(X.begin(), X.end(),
+                             [](float F) { return std::isnan(F); });
+      };
+      EXPECT_EQ(unset(Wide.Y) + unset(Wide.Stats) + unset(Wide.Delta), 0);
+      emu_mma::copiesLandLate() = true;
+      megac_emu::threadsInReverse() = true;
+      const Outputs Shuffled = run(2, Causal);
+      emu_mma::copiesLandLate() = false;
+      megac_emu::threadsInReverse() = false;
+      EXPECT_TRUE(Wide == Shuffled)
+          << "D " << D << " S " << S << " causal " << Causal;
+    }
+  }
+}
+
+TEST(MmaEmu, WideForwardGivesTheNarrowOnesBits) {
+  expectWideForwardLikeNarrow<32>();
+  expectWideForwardLikeNarrow<64>();
+  expectWideForwardLikeNarrow<128>();
 }
 
 // The emulation's guard after a launch's dynamic shared memory: bytes

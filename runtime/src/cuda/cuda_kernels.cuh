@@ -1279,10 +1279,12 @@ inline bool flashHeadSize(int64_t D) { return D == 32 || D == 64 || D == 128; }
 struct FlashBlock {
   int64_t Bi, Hh, Row0;
 };
+/// (Blocks of \p Rows rows each: a head's S rows take ceil(S / Rows).)
+template <int Rows = kFlashRows>
 __device__ inline FlashBlock flashBlock(int64_t S, int64_t NH) {
-  const int64_t Tiles = (S + kFlashRows - 1) / kFlashRows;
+  const int64_t Tiles = (S + Rows - 1) / Rows;
   const int64_t BH = blockIdx.x / Tiles;
-  return {BH / NH, BH % NH, (blockIdx.x % Tiles) * kFlashRows};
+  return {BH / NH, BH % NH, (blockIdx.x % Tiles) * Rows};
 }
 
 template <int D>

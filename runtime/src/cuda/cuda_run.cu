@@ -127,6 +127,14 @@ bool queryGradAtomicsAsked() {
   return knob("MEGAC_CUDA_DQ_ATOMICS", {"1", "0"}) == "1";
 }
 
+/// MEGAC_CUDA_WIDE_FORWARD=0: the register-resident attention's forward
+/// kernel runs blocks of 64 queries, 16 a warp, instead of 128, 32 a warp
+/// (which load each k and v fragment once for twice the queries); the
+/// same bits either way.
+bool wideForwardAsked() {
+  return knob("MEGAC_CUDA_WIDE_FORWARD", {"1", "0"}) == "1";
+}
+
 /// MEGAC_CUDA_PARAM_COPIES=0: each step rounds its parameters at its start
 /// (reading them in fp32), instead of taking the bf16 bits the previous
 /// step's AdamW wrote as it updated them (parameterCopies).
@@ -426,6 +434,9 @@ public:
     Count(ForwardTaken, ForwardTaken + ForwardRecomputed,
           " attention gradients took their forward's row statistics (the "
           "rest ran the forward again)");
+    Count(WideForwards, MmaForwards,
+          " register-resident attention forwards in blocks of 128 queries "
+          "(the rest 64: MEGAC_CUDA_WIDE_FORWARD=0, or dropout)");
     Count(AllGradPasses, AllGradSteps,
           " attention gradients of q, k and v in one pass (dq summed with "
           "atomics; the rest dq's kernel, then dk and dv's, or three steps)");
@@ -2528,6 +2539,7 @@ private:
     using Sh = MmaShared<D>;
     if (!MmaReady[tcSlot<D>()]) { // above the default 48 KiB per block
       setSharedLimit(flashForwardMmaKernel<D>, Sh::Forward);
+      setSharedLimit(flashForwardMmaKernel<D, 2, false>, Sh::WideForward);
       setSharedLimit(flashQueryGradMmaKernel<D>, Sh::QueryGrad);
       setSharedLimit(flashKeyGradMmaKernel<D>, Sh::KeyGrad);
       setSharedLimit(flashKeyGradMmaKernel<D, true>, Sh::AllGrads);
@@ -2541,11 +2553,8 @@ private:
             scratch(size_t(3 * N) * sizeof(uint16_t)));
       });
       ForwardKept *F = forwardToKeep(2 * B * NH * S); // [max, 1 / sum]
-      launchOn(Compute, flashForwardMmaKernel<D>, Blocks, kMmaThreads,
-               Sh::Forward, In16[0], In16[1], In16[2], S, Hl, NH, Causal, Scale,
-               Dr, Out, F ? F->stats() : nullptr,
-               static_cast<const uint16_t *>(nullptr),
-               static_cast<float *>(nullptr), Store);
+      forwardMma<D>(In16[0], In16[1], In16[2], B, S, Hl, NH, Causal, Scale, Dr,
+                    Out, F ? F->stats() : nullptr, nullptr, nullptr, Store);
       if (F)
         keepForward(*F, Q, K, V, B, S, Hl, NH, Causal, D, Dr, Copies, Out,
                     Store.Bits, 0);
@@ -3217,14 +3226,39 @@ private:
                    DeltaBlocks, kThreads, 0, Kept.DY16, F->Y16, B, S, Hl, NH,
                    int64_t(D), Kept.Delta);
       } else {
-        launchOn(Compute, flashForwardMmaKernel<D>, Blocks, kMmaThreads,
-                 MmaShared<D>::Forward, Kept.Q16, Kept.K16, Kept.V16, S, Hl, NH,
-                 Causal, Scale, Dr, static_cast<float *>(nullptr), Kept.Stats,
-                 Kept.DY16, Kept.Delta, OutputStore{});
+        forwardMma<D>(Kept.Q16, Kept.K16, Kept.V16, B, S, Hl, NH, Causal, Scale,
+                      Dr, nullptr, Kept.Stats, Kept.DY16, Kept.Delta,
+                      OutputStore{});
       }
     }
     keepAttentionInputs({Q, K, V, DY}, Copies, N, Key);
     return Kept;
+  }
+
+  /// The register-resident forward kernel over bf16 q, k and v: y (or
+  /// its bits, as \p Store stores), and where given each row's statistics
+  /// and delta = dy . y. Blocks of 128 queries without dropout, unless
+  /// MEGAC_CUDA_WIDE_FORWARD=0 asked for 64 (wideForwardAsked); with
+  /// dropout, 64 (the mask's generator and two slices' scores need more
+  /// registers than a thread has at head size 128).
+  template <int D>
+  void forwardMma(const uint16_t *Q, const uint16_t *K, const uint16_t *V,
+                  int64_t B, int64_t S, int64_t Hl, int64_t NH, int Causal,
+                  float Scale, const AttnDropout &Dr, float *Y, float *Stats,
+                  const uint16_t *DY, float *Delta, OutputStore Store) {
+    const bool Wide = WideForward && Dr.Rate == 0;
+    ++MmaForwards;
+    WideForwards += Wide;
+    const int Rows = Wide ? 2 * kMmaRows : kMmaRows;
+    const unsigned Blocks = unsigned(B * NH * ((S + Rows - 1) / Rows));
+    if (Wide)
+      launchOn(Compute, flashForwardMmaKernel<D, 2, false>, Blocks, kMmaThreads,
+               MmaShared<D>::WideForward, Q, K, V, S, Hl, NH, Causal, Scale, Dr,
+               Y, Stats, DY, Delta, Store);
+    else
+      launchOn(Compute, flashForwardMmaKernel<D>, Blocks, kMmaThreads,
+               MmaShared<D>::Forward, Q, K, V, S, Hl, NH, Causal, Scale, Dr, Y,
+               Stats, DY, Delta, Store);
   }
 
   template <int D> static constexpr int tcSlot() {
@@ -3243,6 +3277,10 @@ private:
   /// attention gradients of q, k and v a run had and gave from one pass
   /// (runNotes).
   const bool QueryGradAtomics = queryGradAtomicsAsked();
+  /// MEGAC_CUDA_WIDE_FORWARD (wideForwardAsked), and how many
+  /// register-resident forward launches a run had and ran wide (runNotes).
+  const bool WideForward = wideForwardAsked();
+  uint64_t MmaForwards = 0, WideForwards = 0;
   uint64_t AllGradSteps = 0, AllGradPasses = 0;
   /// Host time of the runs after the first step (runNotes): issuing the
   /// instructions, then waiting for the device. A host that issues far

@@ -45,6 +45,8 @@ template <int D> constexpr int kMmaLd = D + 8;
 template <int D> struct MmaShared {
   static constexpr size_t Tile = size_t(kMmaRows) * kMmaLd<D> * 2;
   static constexpr size_t Forward = 5 * Tile;   // q, 2 x (k, v)
+  /// The forward pass with 2 row slices a warp: q's 128 rows, 2 x (k, v).
+  static constexpr size_t WideForward = 6 * Tile;
   static constexpr size_t QueryGrad = 6 * Tile; // q, dy, 2 x (k, v)
   /// k, v, 2 x (q, dy), 2 x the query rows' (max, 1 / sum, delta)
   static constexpr size_t KeyGrad = 6 * Tile + 2 * 3 * kMmaRows * 4;
@@ -90,18 +92,25 @@ __device__ inline MmaLane mmaLane() {
   return {int(threadIdx.x / 32), L / 4, L % 4};
 }
 
-/// Out (the warp's 16 rows by NB x 8 columns) = X Y^T over D: X's rows
-/// [16 warp, +16) against Y's rows [N0, N0 + 8 NB), both bf16 tiles.
-template <int D, int NB>
+/// Out[t] (the warp's 16 rows of X's t-th 64 rows, by NB x 8 columns) =
+/// X Y^T over D, against Y's rows [N0, N0 + 8 NB), both bf16 tiles, for
+/// the warp's MT row slices t >= First (those before are left alone).
+/// Each of Y's fragments is loaded once for all MT slices: with two, a
+/// warp's products read half as much shared memory per FLOP, as
+/// FlashAttention 2's forward pass (128 queries a block of 4 warps) does.
+template <int D, int NB, int MT>
 __device__ __forceinline__ void
-mmaRowsByRows(MmaC (&Out)[NB], const uint16_t *X, const uint16_t *Y, int N0) {
+mmaRowsByRowsOf(MmaC (&Out)[MT][NB], const uint16_t *X, const uint16_t *Y,
+                int N0, int First = 0) {
   constexpr int Ld = kMmaLd<D>;
   const int L = threadIdx.x % 32, M = L / 8, Warp = threadIdx.x / 32;
 #pragma unroll
-  for (int N = 0; N < NB; ++N)
+  for (int T = 0; T < MT; ++T)
 #pragma unroll
-    for (int E = 0; E < 4; ++E)
-      Out[N].R[E] = 0.0f;
+    for (int N = 0; N < NB; ++N)
+#pragma unroll
+      for (int E = 0; E < 4; ++E)
+        Out[T][N].R[E] = 0.0f;
   // This lane's row address in the x4 loads: A's matrices are (rows 0-7,
   // 8-15) x (columns 0-7, 8-15); B's two n blocks x two k halves.
   const uint16_t *ARow =
@@ -109,25 +118,45 @@ mmaRowsByRows(MmaC (&Out)[NB], const uint16_t *X, const uint16_t *Y, int N0) {
   const uint16_t *BRow = Y + (N0 + L % 8 + 8 * (M / 2)) * Ld + 8 * (M % 2);
 #pragma unroll
   for (int K = 0; K < D / 16; ++K) {
-    MmaA A;
-    ldmatrixX4<false>(A.R, ARow + 16 * K);
+    MmaA A[MT];
+#pragma unroll
+    for (int T = 0; T < MT; ++T)
+      if (T >= First)
+        ldmatrixX4<false>(A[T].R, ARow + T * kMmaRows * Ld + 16 * K);
 #pragma unroll
     for (int N = 0; N < NB; N += 2) {
       uint32_t B[4];
       ldmatrixX4<false>(B, BRow + N * 8 * Ld + 16 * K);
-      mmaBf16(Out[N], A, B[0], B[1]);
-      mmaBf16(Out[N + 1], A, B[2], B[3]);
+#pragma unroll
+      for (int T = 0; T < MT; ++T)
+        if (T >= First) {
+          mmaBf16(Out[T][N], A[T], B[0], B[1]);
+          mmaBf16(Out[T][N + 1], A[T], B[2], B[3]);
+        }
     }
   }
 }
 
-/// Acc (the warp's 16 rows by 8 NB columns from N0; all D by default)
-/// += P Y: P's KS slices of 16 columns (bf16 A fragments) by rows [K0, K0
-/// + 16 KS) of the bf16 tile Y.
-template <int D, int KS, int NB = D / 8>
+/// Out (the warp's 16 rows by NB x 8 columns) = X Y^T over D: X's rows
+/// [16 warp, +16) against Y's rows [N0, N0 + 8 NB), both bf16 tiles.
+template <int D, int NB>
 __device__ __forceinline__ void
-mmaAccumulate(MmaC (&Acc)[NB], const MmaA (&P)[KS], const uint16_t *Y, int K0,
-              int N0 = 0) {
+mmaRowsByRows(MmaC (&Out)[NB], const uint16_t *X, const uint16_t *Y, int N0) {
+  MmaC One[1][NB];
+  mmaRowsByRowsOf<D, NB, 1>(One, X, Y, N0);
+#pragma unroll
+  for (int N = 0; N < NB; ++N)
+    Out[N] = One[0][N];
+}
+
+/// Acc[t] (the warp's t-th row slice by 8 NB columns from N0) += P[t] Y:
+/// P[t]'s KS slices of 16 columns (bf16 A fragments) by rows [K0, K0 +
+/// 16 KS) of the bf16 tile Y, for the slices t >= First; each of Y's
+/// fragments loaded once for all of them.
+template <int D, int KS, int NB, int MT>
+__device__ __forceinline__ void
+mmaAccumulateOf(MmaC (&Acc)[MT][NB], const MmaA (&P)[MT][KS], const uint16_t *Y,
+                int K0, int N0 = 0, int First = 0) {
   static_assert(NB % 2 == 0, "columns go in pairs of n blocks");
   constexpr int Ld = kMmaLd<D>;
   const int L = threadIdx.x % 32, M = L / 8;
@@ -139,9 +168,34 @@ mmaAccumulate(MmaC (&Acc)[NB], const MmaA (&P)[KS], const uint16_t *Y, int K0,
     for (int N = 0; N < NB; N += 2) {
       uint32_t B[4];
       ldmatrixX4<true>(B, BRow + 16 * K * Ld + 8 * N);
-      mmaBf16(Acc[N], P[K], B[0], B[1]);
-      mmaBf16(Acc[N + 1], P[K], B[2], B[3]);
+#pragma unroll
+      for (int T = 0; T < MT; ++T)
+        if (T >= First) {
+          mmaBf16(Acc[T][N], P[T][K], B[0], B[1]);
+          mmaBf16(Acc[T][N + 1], P[T][K], B[2], B[3]);
+        }
     }
+}
+
+/// Acc (the warp's 16 rows by 8 NB columns from N0; all D by default)
+/// += P Y: P's KS slices of 16 columns (bf16 A fragments) by rows [K0, K0
+/// + 16 KS) of the bf16 tile Y.
+template <int D, int KS, int NB = D / 8>
+__device__ __forceinline__ void
+mmaAccumulate(MmaC (&Acc)[NB], const MmaA (&P)[KS], const uint16_t *Y, int K0,
+              int N0 = 0) {
+  MmaC One[1][NB];
+  MmaA POne[1][KS];
+#pragma unroll
+  for (int N = 0; N < NB; ++N)
+    One[0][N] = Acc[N];
+#pragma unroll
+  for (int K = 0; K < KS; ++K)
+    POne[0][K] = P[K];
+  mmaAccumulateOf<D, KS, NB, 1>(One, POne, Y, K0, N0);
+#pragma unroll
+  for (int N = 0; N < NB; ++N)
+    Acc[N] = One[0][N];
 }
 
 /// The A fragments of columns [16 K, 16 K + 16) of accumulators C: the
@@ -278,26 +332,36 @@ template <int NB> __device__ __forceinline__ void mmaZero(MmaC (&Acc)[NB]) {
 
 /// Calls Visit(N, E, I, J, Seen) for each element E of score accumulator
 /// N of a query block's tile of keys from J0: query I, key J, and whether
-/// I sees J (both before S; with \p Causal, J not after I).
+/// I sees J (both before S; with \p Causal, J not after I). Seen is
+/// worked out on the lane's offsets in the tile, in 32 bits: in 64-bit
+/// indices the unrolled tests kept registers the products need.
 template <class VisitFn>
 __device__ __forceinline__ void mmaForEachScore(const FlashBlock &Bl,
                                                 int64_t J0, int64_t S,
                                                 int Causal, VisitFn Visit) {
   const MmaLane L = mmaLane();
+  auto within = [](int64_t X) { // clamped to [-64, 64]
+    return int(X < -kMmaRows ? -kMmaRows : X > kMmaRows ? kMmaRows : X);
+  };
+  // Offset R sees offset C where R < Rows, C < Cols, and (causal) C <= R +
+  // Diag; the clamps keep each test's answer.
+  const int Rows = within(S - Bl.Row0), Cols = within(S - J0),
+            Diag = Causal ? within(Bl.Row0 - J0) : kMmaRows;
 #pragma unroll
   for (int N = 0; N < kMmaRows / 8; ++N)
 #pragma unroll
     for (int E = 0; E < 4; ++E) {
-      const int64_t I = Bl.Row0 + L.row(E), J = J0 + L.col(N, E);
-      Visit(N, E, I, J, I < S && J < S && !(Causal && J > I));
+      const int R = L.row(E), C = L.col(N, E);
+      Visit(N, E, Bl.Row0 + R, J0 + C, R < Rows && C < Cols && C <= R + Diag);
     }
 }
 
-/// Key tiles a query block visits: up to its diagonal when causal.
+/// Key tiles a query block of \p Rows rows visits: up to its diagonal
+/// when causal.
+template <int Rows = kMmaRows>
 __device__ inline int64_t mmaKeyTiles(const FlashBlock &Bl, int64_t S,
                                       int Causal) {
-  const int64_t End =
-      Causal ? (Bl.Row0 + kMmaRows < S ? Bl.Row0 + kMmaRows : S) : S;
+  const int64_t End = Causal ? (Bl.Row0 + Rows < S ? Bl.Row0 + Rows : S) : S;
   return (End + kMmaRows - 1) / kMmaRows;
 }
 
@@ -305,7 +369,15 @@ __device__ inline int64_t mmaKeyTiles(const FlashBlock &Bl, int64_t S,
 /// when given, each row's max and 1 / sum in Stats and its delta = dy . y
 /// in Delta (dy as the bf16 the gradient kernels read, so that
 /// sum_j p_ij (dp_ij - delta_i) = 0 holds for the values they use).
-template <int D>
+/// A block has 64 MT queries, each warp MT slices of 16 (rows 64 t + 16
+/// warp): with MT = 2 a warp's products load each k and v fragment once
+/// for 32 queries (mmaRowsByRowsOf). Each row's arithmetic is the same
+/// whatever MT: a slice whose rows all come before a causal tile's keys
+/// skips it, as a block of its own would not have visited it. Without
+/// \p Dropout the kernel ignores Dr (it has no rate) and leaves out the
+/// mask's generator, whose registers the two slices' scores need at head
+/// size 128.
+template <int D, int MT = 1, bool Dropout = true>
 __global__ void __launch_bounds__(kMmaThreads)
     flashForwardMmaKernel(const uint16_t *Q, const uint16_t *K,
                           const uint16_t *V, int64_t S, int64_t Hl, int64_t NH,
@@ -313,80 +385,106 @@ __global__ void __launch_bounds__(kMmaThreads)
                           float *Stats, const uint16_t *DY, float *Delta,
                           OutputStore Store) {
   MEGAC_DYNAMIC_SHARED(unsigned char, Smem);
-  uint16_t *Qs = mmaTile<D>(Smem, 0);
-  const FlashBlock Bl = flashBlock(S, NH);
+  uint16_t *Qs = mmaTile<D>(Smem, 0); // MT tiles of 64 rows
+  const FlashBlock Block = flashBlock<kMmaRows * MT>(S, NH);
+  FlashBlock Bl[MT]; // each slice's rows, as a block of 64 would see them
+#pragma unroll
+  for (int T = 0; T < MT; ++T) {
+    Bl[T] = {Block.Bi, Block.Hh, Block.Row0 + T * kMmaRows};
+    mmaLoadTile<D>(Q, Block.Bi, Block.Hh, S, Hl, Bl[T].Row0,
+                   mmaTile<D>(Smem, T)); // in the first group
+  }
   const MmaLane L = mmaLane();
-  mmaLoadTile<D>(Q, Bl.Bi, Bl.Hh, S, Hl, Bl.Row0, Qs); // in the first group
 
-  MmaC O[D / 8];
-  mmaZero(O);
-  float M[2] = {-INFINITY, -INFINITY}, Sum[2] = {0.0f, 0.0f};
+  MmaC O[MT][D / 8];
+  float M[MT][2], Sum[MT][2];
+#pragma unroll
+  for (int T = 0; T < MT; ++T) {
+    mmaZero(O[T]);
+    M[T][0] = M[T][1] = -INFINITY;
+    Sum[T][0] = Sum[T][1] = 0.0f;
+  }
   auto Use = [&](int64_t J0, const uint16_t *Ks, const uint16_t *Vs, int) {
-    MmaC Sc[kMmaRows / 8];
-    mmaRowsByRows<D, kMmaRows / 8>(Sc, Qs, Ks, 0);
-    float TileMax[2] = {-INFINITY, -INFINITY};
-    mmaForEachScore(Bl, J0, S, Causal,
-                    [&](int N, int E, int64_t, int64_t, bool Seen) {
-                      Sc[N].R[E] = Seen ? Sc[N].R[E] * Scale : -INFINITY;
-                      TileMax[E / 2] = fmaxf(TileMax[E / 2], Sc[N].R[E]);
-                    });
-    float Corr[2], TileSum[2] = {0.0f, 0.0f};
+    // Slices whose last row comes before the tile's first key (causal).
+    int First = 0;
 #pragma unroll
-    for (int H = 0; H < 2; ++H) {
-      const float NewM = fmaxf(M[H], groupMax(TileMax[H]));
-      Corr[H] = NewM == -INFINITY ? 1.0f : mmaExp(M[H] - NewM);
-      M[H] = NewM;
+    for (int T = 0; T < MT - 1; ++T)
+      First += Causal && J0 > Bl[T].Row0 + kMmaRows - 1;
+    MmaC Sc[MT][kMmaRows / 8];
+    mmaRowsByRowsOf<D, kMmaRows / 8, MT>(Sc, Qs, Ks, 0, First);
+    MmaA P[MT][kMmaRows / 16];
+#pragma unroll
+    for (int T = 0; T < MT; ++T) {
+      if (T < First)
+        continue;
+      float TileMax[2] = {-INFINITY, -INFINITY};
+      mmaForEachScore(
+          Bl[T], J0, S, Causal, [&](int N, int E, int64_t, int64_t, bool Seen) {
+            Sc[T][N].R[E] = Seen ? Sc[T][N].R[E] * Scale : -INFINITY;
+            TileMax[E / 2] = fmaxf(TileMax[E / 2], Sc[T][N].R[E]);
+          });
+      float Corr[2], TileSum[2] = {0.0f, 0.0f};
+#pragma unroll
+      for (int H = 0; H < 2; ++H) {
+        const float NewM = fmaxf(M[T][H], groupMax(TileMax[H]));
+        Corr[H] = NewM == -INFINITY ? 1.0f : mmaExp(M[T][H] - NewM);
+        M[T][H] = NewM;
+      }
+      mmaForEachScore(
+          Bl[T], J0, S, Causal, [&](int N, int E, int64_t I, int64_t J, bool) {
+            const float X = Sc[T][N].R[E];
+            const float P = X == -INFINITY ? 0.0f : mmaExp(X - M[T][E / 2]);
+            TileSum[E / 2] += P;
+            Sc[T][N].R[E] =
+                Dropout && Dr.Rate > 0 && P != 0.0f
+                    ? float(double(P) *
+                            attnMaskDev(Dr, Bl[T].Bi, Bl[T].Hh, S, I, J))
+                    : P;
+          });
+#pragma unroll
+      for (int H = 0; H < 2; ++H)
+        Sum[T][H] = Sum[T][H] * Corr[H] + groupSum(TileSum[H]);
+#pragma unroll
+      for (auto &F : O[T])
+#pragma unroll
+        for (int E = 0; E < 4; ++E)
+          F.R[E] *= Corr[E / 2];
+      mmaToA(Sc[T], P[T]);
     }
-    mmaForEachScore(
-        Bl, J0, S, Causal, [&](int N, int E, int64_t I, int64_t J, bool) {
-          const float X = Sc[N].R[E];
-          const float P = X == -INFINITY ? 0.0f : mmaExp(X - M[E / 2]);
-          TileSum[E / 2] += P;
-          Sc[N].R[E] =
-              Dr.Rate > 0 && P != 0.0f
-                  ? float(double(P) * attnMaskDev(Dr, Bl.Bi, Bl.Hh, S, I, J))
-                  : P;
-        });
-#pragma unroll
-    for (int H = 0; H < 2; ++H)
-      Sum[H] = Sum[H] * Corr[H] + groupSum(TileSum[H]);
-#pragma unroll
-    for (auto &F : O)
-#pragma unroll
-      for (int E = 0; E < 4; ++E)
-        F.R[E] *= Corr[E / 2];
-    MmaA P[kMmaRows / 16];
-    mmaToA(Sc, P);
-    mmaAccumulate<D, kMmaRows / 16>(O, P, Vs, 0);
+    mmaAccumulateOf<D, kMmaRows / 16, D / 8, MT>(O, P, Vs, 0, 0, First);
   };
-  mmaStreamPairs<D>(K, V, Bl, S, Hl, 0, mmaKeyTiles(Bl, S, Causal), Smem, 1,
+  mmaStreamPairs<D>(K, V, Block, S, Hl, 0,
+                    mmaKeyTiles<kMmaRows * MT>(Block, S, Causal), Smem, MT,
                     MmaNoExtra(), Use);
 
-  if (Y || Store.Bits) // (Y null: kept in bf16 alone, its bits only)
-    mmaStoreRows<D>(O, Bl, S, Hl, Sum, Y, Store);
-  if (Delta) { // dy . y per row: the lane's columns, then its group's
-    float Dot[2] = {0.0f, 0.0f};
-    mmaForEachInRows<D>(Bl, S, Hl, [&](int N, int E, int64_t At) {
-      Dot[E / 2] += megac_bf16_value(DY[At]) * (O[N].R[E] / Sum[E / 2]);
-    });
 #pragma unroll
-    for (int H = 0; H < 2; ++H) {
-      const float Total = groupSum(Dot[H]);
-      const int64_t I = Bl.Row0 + L.row(2 * H);
-      if (I < S && L.T == 0)
-        Delta[(Bl.Bi * NH + Bl.Hh) * S + I] = Total;
-    }
-  }
-  if (Stats && L.T == 0)
+  for (int T = 0; T < MT; ++T) {
+    if (Y || Store.Bits) // (Y null: kept in bf16 alone, its bits only)
+      mmaStoreRows<D>(O[T], Bl[T], S, Hl, Sum[T], Y, Store);
+    if (Delta) { // dy . y per row: the lane's columns, then its group's
+      float Dot[2] = {0.0f, 0.0f};
+      mmaForEachInRows<D>(Bl[T], S, Hl, [&](int N, int E, int64_t At) {
+        Dot[E / 2] += megac_bf16_value(DY[At]) * (O[T][N].R[E] / Sum[T][E / 2]);
+      });
 #pragma unroll
-    for (int H = 0; H < 2; ++H) {
-      const int64_t I = Bl.Row0 + L.row(2 * H);
-      if (I < S) {
-        const int64_t Row = (Bl.Bi * NH + Bl.Hh) * S + I;
-        Stats[2 * Row] = M[H];
-        Stats[2 * Row + 1] = 1.0f / Sum[H];
+      for (int H = 0; H < 2; ++H) {
+        const float Total = groupSum(Dot[H]);
+        const int64_t I = Bl[T].Row0 + L.row(2 * H);
+        if (I < S && L.T == 0)
+          Delta[(Block.Bi * NH + Block.Hh) * S + I] = Total;
       }
     }
+    if (Stats && L.T == 0)
+#pragma unroll
+      for (int H = 0; H < 2; ++H) {
+        const int64_t I = Bl[T].Row0 + L.row(2 * H);
+        if (I < S) {
+          const int64_t Row = (Block.Bi * NH + Block.Hh) * S + I;
+          Stats[2 * Row] = M[T][H];
+          Stats[2 * Row + 1] = 1.0f / Sum[T][H];
+        }
+      }
+  }
 }
 
 /// dq_i = scale sum_j p_ij (dp_ij - delta_i) k_j, dp_ij = (dy_i . v_j)
