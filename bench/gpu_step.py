@@ -39,7 +39,9 @@ step's AdamW wrote, MEGAC_CUDA_PARAM_COPIES=0; `megac-tune` adds megac
 timing the algorithms cuBLASLt offers for each product shape and keeping
 the fastest, MEGAC_CUDA_GEMM_TUNE=1; `megac-narrow` adds megac with its
 attention forward in blocks of 64 queries, 16 a warp, instead of 128, 32
-a warp, MEGAC_CUDA_WIDE_FORWARD=0.)
+a warp, MEGAC_CUDA_WIDE_FORWARD=0; `megac-narrowkg` adds megac with its
+attention's key-gradient pass in blocks of 64 keys instead of 128 at
+head sizes up to 64, MEGAC_CUDA_WIDE_KEY_GRAD=0.)
 
 MFU = model FLOPs per step / step time / the measured GEMM ceiling, with
 model FLOPs per token 6 N + 12 L H S (N parameters without the position
@@ -202,6 +204,7 @@ MEGAC_RUNNERS = {
     "megac-noparam": {"MEGAC_CUDA_PARAM_COPIES": "0"},
     "megac-tune": {"MEGAC_CUDA_GEMM_TUNE": "1"},
     "megac-narrow": {"MEGAC_CUDA_WIDE_FORWARD": "0"},
+    "megac-narrowkg": {"MEGAC_CUDA_WIDE_KEY_GRAD": "0"},
 }
 
 

@@ -4,7 +4,7 @@
 # the emulation to the GPU when lit finds one), then bench/gpu_step.py.
 #
 #   bash scripts/gpu_check.sh LOGDIR [MODELS] [RUNNERS]
-#     MODELS: 124M,350M,1.3B; RUNNERS: eager,compile,megac,megac-cudnn,megac-refwd,megac-noepi,megac-sepdq,megac-noparam,megac-tune,megac-narrow,megac-wmma,megac-nocopy,megac-fp32
+#     MODELS: 124M,350M,1.3B; RUNNERS: eager,compile,megac,megac-cudnn,megac-refwd,megac-noepi,megac-sepdq,megac-noparam,megac-tune,megac-narrow,megac-narrowkg,megac-wmma,megac-nocopy,megac-fp32
 #     (bench/gpu_step.py)
 #
 # Writes LOGDIR/{env,lit-cuda,lit-all,compare,bench}.log; each stage has a time
@@ -16,7 +16,7 @@ set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 LOGS="${1:?usage: gpu_check.sh LOGDIR [MODELS] [RUNNERS]}"
 MODELS="${2:-124M,350M,1.3B}"
-RUNNERS="${3:-eager,compile,megac,megac-cudnn,megac-refwd,megac-noepi,megac-sepdq,megac-noparam,megac-tune,megac-narrow,megac-wmma,megac-nocopy,megac-fp32}"
+RUNNERS="${3:-eager,compile,megac,megac-cudnn,megac-refwd,megac-noepi,megac-sepdq,megac-noparam,megac-tune,megac-narrow,megac-narrowkg,megac-wmma,megac-nocopy,megac-fp32}"
 mkdir -p "$LOGS"
 cd "$ROOT"
 

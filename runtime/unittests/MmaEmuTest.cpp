@@ -25,6 +25,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -432,6 +433,111 @@ TEST(MmaEmu, WideForwardGivesTheNarrowOnesBits) {
   expectWideForwardLikeNarrow<32>();
   expectWideForwardLikeNarrow<64>();
   expectWideForwardLikeNarrow<128>();
+}
+
+/// The key-gradient kernel with two key slices a warp (blocks of 128
+/// keys) against the one with one, at head size \p D, over statistics and
+/// deltas from the forward kernel: dk and dv (rounded, with their bits)
+/// the same bit for bit, with and without dq, causal or not, with
+/// dropout or not; dq's sums, which gather a block's keys before their
+/// atomic add, within fp32 rounding of the narrow kernel's; and the wide
+/// kernel the same with its copies landing late and its threads run in
+/// reverse.
+template <int D> void expectWideKeyGradLikeNarrow() {
+  const int64_t B = 1, NH = 2, Hl = NH * D;
+  std::mt19937 Gen(13);
+  std::normal_distribution<float> Normal(0.0f, 1.0f);
+  const float Scale = 1.0f / std::sqrt(float(D));
+  for (int64_t S : {int64_t(40), int64_t(150), int64_t(200)}) {
+    const int64_t N = B * S * Hl, Rows = B * NH * S;
+    std::vector<uint16_t> In[4]; // q, k, v, dy
+    for (auto &X : In)
+      for (int64_t I = 0; I < N; ++I)
+        X.push_back(bits(Normal(Gen)));
+    const uint16_t *Q = In[0].data(), *K = In[1].data(), *V = In[2].data(),
+                   *DY = In[3].data();
+    struct Outputs {
+      std::vector<float> Dk, Dv, DqSums;
+      std::vector<uint16_t> DkBits, DvBits;
+    };
+    for (double Rate : {0.0, 0.25})
+      for (int Causal : {1, 0}) {
+        AttnDropout Dr;
+        Dr.Rate = Rate;
+        Dr.Key = 99;
+        Dr.GlobalHeads = NH;
+        std::vector<float> Stats(2 * Rows), Delta(Rows), Y(N);
+        float *Stp = Stats.data(), *Dlp = Delta.data(), *Yp = Y.data();
+        onMmaBlocks(B * NH * ((S + kMmaRows - 1) / kMmaRows),
+                    MmaShared<D>::Forward, [=] {
+                      flashForwardMmaKernel<D>(Q, K, V, S, Hl, NH, Causal,
+                                               Scale, Dr, Yp, Stp, DY, Dlp,
+                                               OutputStore{});
+                    });
+        auto run = [&](int MT, bool WithQuery) {
+          const float Unset = std::nanf("");
+          Outputs O{std::vector<float>(N, Unset), std::vector<float>(N, Unset),
+                    std::vector<float>(N, 0.0f), std::vector<uint16_t>(N, 1),
+                    std::vector<uint16_t>(N, 1)};
+          float *Dkp = O.Dk.data(), *Dvp = O.Dv.data(),
+                *Sump = WithQuery ? O.DqSums.data() : nullptr;
+          const OutputStore SK{1, O.DkBits.data()}, SV{1, O.DvBits.data()};
+          const int64_t Blocks =
+              B * NH * ((S + kMmaRows * MT - 1) / (kMmaRows * MT));
+          using Sh = MmaShared<D>;
+          auto launch = [&](auto Kernel, size_t Shared) {
+            onMmaBlocks(Blocks, Shared, [=] {
+              Kernel(Q, K, V, DY, S, Hl, NH, Causal, Scale, Dr, Stp, Dlp, Dkp,
+                     Dvp, SK, SV, Sump);
+            });
+          };
+          if (MT == 1 && WithQuery)
+            launch(flashKeyGradMmaKernel<D, true>, Sh::AllGrads);
+          else if (MT == 1)
+            launch(flashKeyGradMmaKernel<D, false>, Sh::KeyGrad);
+          else if (WithQuery)
+            launch(flashKeyGradMmaKernel<D, true, 2>, Sh::WideAllGrads);
+          else
+            launch(flashKeyGradMmaKernel<D, false, 2>, Sh::WideKeyGrad);
+          return O;
+        };
+        const std::string Case =
+            "D " + std::to_string(D) + " S " + std::to_string(S) + " causal " +
+            std::to_string(Causal) + " rate " + std::to_string(Rate);
+        for (bool WithQuery : {false, true}) {
+          const Outputs Narrow = run(1, WithQuery), Wide = run(2, WithQuery);
+          EXPECT_EQ(Narrow.Dk, Wide.Dk) << Case;
+          EXPECT_EQ(Narrow.Dv, Wide.Dv) << Case;
+          EXPECT_EQ(Narrow.DkBits, Wide.DkBits) << Case;
+          EXPECT_EQ(Narrow.DvBits, Wide.DvBits) << Case;
+          double Err = 0, Ref = 0;
+          for (int64_t I = 0; I < N; ++I) {
+            const double Dif = Wide.DqSums[I] - Narrow.DqSums[I];
+            Err += Dif * Dif;
+            Ref += double(Narrow.DqSums[I]) * Narrow.DqSums[I];
+          }
+          if (WithQuery) {
+            EXPECT_GT(Ref, 0.0) << Case;
+            EXPECT_LT(std::sqrt(Err / Ref), 1e-6) << Case;
+          }
+          if (!WithQuery || S != 150)
+            continue;
+          emu_mma::copiesLandLate() = true;
+          megac_emu::threadsInReverse() = true;
+          const Outputs Shuffled = run(2, WithQuery);
+          emu_mma::copiesLandLate() = false;
+          megac_emu::threadsInReverse() = false;
+          EXPECT_EQ(Wide.Dk, Shuffled.Dk) << Case;
+          EXPECT_EQ(Wide.Dv, Shuffled.Dv) << Case;
+          EXPECT_EQ(Wide.DqSums, Shuffled.DqSums) << Case;
+        }
+      }
+  }
+}
+
+TEST(MmaEmu, WideKeyGradGivesTheNarrowOnesDkAndDv) {
+  expectWideKeyGradLikeNarrow<32>();
+  expectWideKeyGradLikeNarrow<64>();
 }
 
 // The emulation's guard after a launch's dynamic shared memory: bytes

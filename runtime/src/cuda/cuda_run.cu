@@ -135,6 +135,14 @@ bool wideForwardAsked() {
   return knob("MEGAC_CUDA_WIDE_FORWARD", {"1", "0"}) == "1";
 }
 
+/// MEGAC_CUDA_WIDE_KEY_GRAD=0: the register-resident attention's
+/// key-gradient kernel (dk and dv, and dq's sums) runs blocks of 64 keys,
+/// 16 a warp, instead of 128, 32 a warp, at head sizes up to 64: dk and dv
+/// the same bits either way, dq's sums in another order.
+bool wideKeyGradAsked() {
+  return knob("MEGAC_CUDA_WIDE_KEY_GRAD", {"1", "0"}) == "1";
+}
+
 /// MEGAC_CUDA_PARAM_COPIES=0: each step rounds its parameters at its start
 /// (reading them in fp32), instead of taking the bf16 bits the previous
 /// step's AdamW wrote as it updated them (parameterCopies).
@@ -437,6 +445,9 @@ public:
     Count(WideForwards, MmaForwards,
           " register-resident attention forwards in blocks of 128 queries "
           "(the rest 64: MEGAC_CUDA_WIDE_FORWARD=0, or dropout)");
+    Count(WideKeyGrads, MmaKeyGrads,
+          " register-resident attention key-gradient passes in blocks of 128 "
+          "keys (the rest 64: head size 128, or MEGAC_CUDA_WIDE_KEY_GRAD=0)");
     Count(AllGradPasses, AllGradSteps,
           " attention gradients of q, k and v in one pass (dq summed with "
           "atomics; the rest dq's kernel, then dk and dv's, or three steps)");
@@ -2543,6 +2554,10 @@ private:
       setSharedLimit(flashQueryGradMmaKernel<D>, Sh::QueryGrad);
       setSharedLimit(flashKeyGradMmaKernel<D>, Sh::KeyGrad);
       setSharedLimit(flashKeyGradMmaKernel<D, true>, Sh::AllGrads);
+      if constexpr (D <= 64) {
+        setSharedLimit(flashKeyGradMmaKernel<D, false, 2>, Sh::WideKeyGrad);
+        setSharedLimit(flashKeyGradMmaKernel<D, true, 2>, Sh::WideAllGrads);
+      }
       MmaReady[tcSlot<D>()] = true;
     }
     const int64_t N = B * S * Hl;
@@ -2571,10 +2586,8 @@ private:
       return;
     }
     if (Which == 3) { // dk and dv, each stored as the plan asks
-      launchOn(Compute, flashKeyGradMmaKernel<D>, Blocks, kMmaThreads,
-               Sh::KeyGrad, Kp.Q16, Kp.K16, Kp.V16, Kp.DY16, S, Hl, NH, Causal,
-               Scale, Dr, Kp.Stats, Kp.Delta, Out, O.Out2, Store, O.Store2,
-               static_cast<float *>(nullptr));
+      keyGradMma<D, false>(Kp, B, S, Hl, NH, Causal, Scale, Dr, Out, O.Out2,
+                           Store, O.Store2, nullptr);
       RoundedAsWritten = Store.Round;
       return;
     }
@@ -2585,10 +2598,8 @@ private:
       check(
           cudaMemsetAsync(Kp.QuerySums, 0, size_t(N) * sizeof(float), Compute),
           "cudaMemsetAsync");
-      launchOn(Compute, flashKeyGradMmaKernel<D, true>, Blocks, kMmaThreads,
-               Sh::AllGrads, Kp.Q16, Kp.K16, Kp.V16, Kp.DY16, S, Hl, NH, Causal,
-               Scale, Dr, Kp.Stats, Kp.Delta, O.Out2, O.Out3, O.Store2,
-               O.Store3, Kp.QuerySums);
+      keyGradMma<D, true>(Kp, B, S, Hl, NH, Causal, Scale, Dr, O.Out2, O.Out3,
+                          O.Store2, O.Store3, Kp.QuerySums);
       storeFrom(Kp.QuerySums, N, Out, Store);
       RoundedAsWritten = Store.Round;
       ++AllGradPasses;
@@ -2601,11 +2612,10 @@ private:
     }
     // The asked gradient is stored as the plan asks (rounded, with its
     // copy); the kept one as computed: its own step rounds it, or not.
-    launchOn(Compute, flashKeyGradMmaKernel<D>, Blocks, kMmaThreads,
-             Sh::KeyGrad, Kp.Q16, Kp.K16, Kp.V16, Kp.DY16, S, Hl, NH, Causal,
-             Scale, Dr, Kp.Stats, Kp.Delta, Which == 1 ? Out : Kp.Grad,
-             Which == 2 ? Out : Kp.Grad, Which == 1 ? Store : OutputStore{},
-             Which == 2 ? Store : OutputStore{}, static_cast<float *>(nullptr));
+    keyGradMma<D, false>(Kp, B, S, Hl, NH, Causal, Scale, Dr,
+                         Which == 1 ? Out : Kp.Grad, Which == 2 ? Out : Kp.Grad,
+                         Which == 1 ? Store : OutputStore{},
+                         Which == 2 ? Store : OutputStore{}, nullptr);
     RoundedAsWritten = Store.Round;
     Kp.GradOf = 3 - Which;
   }
@@ -3261,6 +3271,43 @@ private:
                Stats, DY, Delta, Store);
   }
 
+  /// The register-resident key-gradient kernel over an attention's kept
+  /// state: dk and dv as \p StoreK and \p StoreV store them, and with \p
+  /// WithQuery dq's sums into \p DQSum. Blocks of 128 keys, 32 a warp, at
+  /// head sizes up to 64 unless MEGAC_CUDA_WIDE_KEY_GRAD=0 asked for 64
+  /// (wideKeyGradAsked); at 128 a thread has no registers for two slices'
+  /// dk and dv.
+  template <int D, bool WithQuery>
+  void keyGradMma(const KeptAttention &Kp, int64_t B, int64_t S, int64_t Hl,
+                  int64_t NH, int Causal, float Scale, const AttnDropout &Dr,
+                  float *DK, float *DV, OutputStore StoreK, OutputStore StoreV,
+                  float *DQSum) {
+    using Sh = MmaShared<D>;
+    auto blocks = [&](int Rows) {
+      return unsigned(B * NH * ((S + Rows - 1) / Rows));
+    };
+    ++MmaKeyGrads;
+    if constexpr (D <= 64) {
+      if (WideKeyGrad) {
+        ++WideKeyGrads;
+        launchOn(Compute, flashKeyGradMmaKernel<D, WithQuery, 2>,
+                 blocks(2 * kMmaRows), kMmaThreads,
+                 WithQuery ? Sh::WideAllGrads : Sh::WideKeyGrad, Kp.Q16, Kp.K16,
+                 Kp.V16, Kp.DY16, S, Hl, NH, Causal, Scale, Dr,
+                 static_cast<const float *>(Kp.Stats),
+                 static_cast<const float *>(Kp.Delta), DK, DV, StoreK, StoreV,
+                 DQSum);
+        return;
+      }
+    }
+    launchOn(Compute, flashKeyGradMmaKernel<D, WithQuery>, blocks(kMmaRows),
+             kMmaThreads, WithQuery ? Sh::AllGrads : Sh::KeyGrad, Kp.Q16,
+             Kp.K16, Kp.V16, Kp.DY16, S, Hl, NH, Causal, Scale, Dr,
+             static_cast<const float *>(Kp.Stats),
+             static_cast<const float *>(Kp.Delta), DK, DV, StoreK, StoreV,
+             DQSum);
+  }
+
   template <int D> static constexpr int tcSlot() {
     return D == 32 ? 0 : D == 64 ? 1 : 2;
   }
@@ -3281,6 +3328,10 @@ private:
   /// register-resident forward launches a run had and ran wide (runNotes).
   const bool WideForward = wideForwardAsked();
   uint64_t MmaForwards = 0, WideForwards = 0;
+  /// MEGAC_CUDA_WIDE_KEY_GRAD (wideKeyGradAsked), and how many
+  /// register-resident key-gradient launches a run had and ran wide.
+  const bool WideKeyGrad = wideKeyGradAsked();
+  uint64_t MmaKeyGrads = 0, WideKeyGrads = 0;
   uint64_t AllGradSteps = 0, AllGradPasses = 0;
   /// Host time of the runs after the first step (runNotes): issuing the
   /// instructions, then waiting for the device. A host that issues far

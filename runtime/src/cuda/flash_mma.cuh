@@ -48,13 +48,31 @@ template <int D> struct MmaShared {
   /// The forward pass with 2 row slices a warp: q's 128 rows, 2 x (k, v).
   static constexpr size_t WideForward = 6 * Tile;
   static constexpr size_t QueryGrad = 6 * Tile; // q, dy, 2 x (k, v)
-  /// k, v, 2 x (q, dy), 2 x the query rows' (max, 1 / sum, delta)
-  static constexpr size_t KeyGrad = 6 * Tile + 2 * 3 * kMmaRows * 4;
+  /// k and v (MT tiles each), 2 x (q, dy), 2 x the query rows' (max, 1 /
+  /// sum, delta)
+  __host__ __device__ static constexpr size_t keyGrad(int MT) {
+    return (2 * MT + 4) * Tile + 2 * 3 * kMmaRows * 4;
+  }
   /// The score gradients of a tile pair, keys by queries in bf16, where
   /// the key-gradient kernel also gives dq.
-  static constexpr size_t ScoreGrads = size_t(kMmaRows) * (kMmaRows + 8) * 2;
-  static constexpr size_t AllGrads = KeyGrad + ScoreGrads;
-  static constexpr size_t Most = AllGrads;
+  __host__ __device__ static constexpr size_t scoreGrads(int MT) {
+    return size_t(MT) * kMmaRows * (kMmaRows + 8) * 2;
+  }
+  __host__ __device__ static constexpr size_t allGrads(int MT) {
+    return keyGrad(MT) + scoreGrads(MT);
+  }
+  static constexpr size_t KeyGrad = keyGrad(1);
+  static constexpr size_t AllGrads = allGrads(1);
+  /// The key-gradient kernels with two key slices a warp (head sizes up
+  /// to 64).
+  static constexpr size_t WideKeyGrad = keyGrad(2);
+  static constexpr size_t WideAllGrads = allGrads(2);
+  /// What the kernels a device may run take at most.
+  static constexpr size_t most() {
+    size_t M = AllGrads > WideForward ? AllGrads : WideForward;
+    return D <= 64 && WideAllGrads > M ? WideAllGrads : M;
+  }
+  static constexpr size_t Most = most();
 };
 
 /// The i-th tile of a kernel's dynamic shared memory.
@@ -330,23 +348,27 @@ template <int NB> __device__ __forceinline__ void mmaZero(MmaC (&Acc)[NB]) {
       Acc[N].R[E] = 0.0f;
 }
 
+/// \p X clamped to [-64, 64]: a tile's offsets (0 to 63) and their sums
+/// with another's compare with it as with X, in 32 bits (in 64-bit
+/// indices the unrolled tests of a tile's elements kept registers the
+/// products need).
+__device__ inline int mmaOffsetBound(int64_t X) {
+  return int(X < -kMmaRows ? -kMmaRows : X > kMmaRows ? kMmaRows : X);
+}
+
 /// Calls Visit(N, E, I, J, Seen) for each element E of score accumulator
 /// N of a query block's tile of keys from J0: query I, key J, and whether
-/// I sees J (both before S; with \p Causal, J not after I). Seen is
-/// worked out on the lane's offsets in the tile, in 32 bits: in 64-bit
-/// indices the unrolled tests kept registers the products need.
+/// I sees J (both before S; with \p Causal, J not after I), worked out
+/// on the lane's offsets in the tile (mmaOffsetBound).
 template <class VisitFn>
 __device__ __forceinline__ void mmaForEachScore(const FlashBlock &Bl,
                                                 int64_t J0, int64_t S,
                                                 int Causal, VisitFn Visit) {
   const MmaLane L = mmaLane();
-  auto within = [](int64_t X) { // clamped to [-64, 64]
-    return int(X < -kMmaRows ? -kMmaRows : X > kMmaRows ? kMmaRows : X);
-  };
   // Offset R sees offset C where R < Rows, C < Cols, and (causal) C <= R +
-  // Diag; the clamps keep each test's answer.
-  const int Rows = within(S - Bl.Row0), Cols = within(S - J0),
-            Diag = Causal ? within(Bl.Row0 - J0) : kMmaRows;
+  // Diag.
+  const int Rows = mmaOffsetBound(S - Bl.Row0), Cols = mmaOffsetBound(S - J0),
+            Diag = Causal ? mmaOffsetBound(Bl.Row0 - J0) : kMmaRows;
 #pragma unroll
   for (int N = 0; N < kMmaRows / 8; ++N)
 #pragma unroll
@@ -549,7 +571,13 @@ __global__ void __launch_bounds__(kMmaThreads)
 /// caller stores dq from them). One tile product a tile pair for dq,
 /// where the query-gradient kernel takes three, at the price of the order
 /// of those sums, which varies from run to run.
-template <int D, bool WithQuery = false>
+/// A block has 64 MT keys, each warp MT slices of 16 (rows 64 t + 16
+/// warp), whose products share each q and dy fragment they load (as the
+/// forward's slices share k and v): dk and dv come out the same bit for
+/// bit whatever MT; dq's sums gather a block's keys before their atomic
+/// add, so its order of sums differs. Two slices need the registers of
+/// two slices' dk and dv: head sizes up to 64.
+template <int D, bool WithQuery = false, int MT = 1>
 __global__ void __launch_bounds__(kMmaThreads)
     flashKeyGradMmaKernel(const uint16_t *Q, const uint16_t *K,
                           const uint16_t *V, const uint16_t *DY, int64_t S,
@@ -560,21 +588,33 @@ __global__ void __launch_bounds__(kMmaThreads)
                           float *DQSum) {
   using Sh = MmaShared<D>;
   MEGAC_DYNAMIC_SHARED(unsigned char, Smem);
-  uint16_t *Ks = mmaTile<D>(Smem, 0), *Vs = mmaTile<D>(Smem, 1);
-  float *Rows = reinterpret_cast<float *>(Smem + 6 * Sh::Tile); // [2][3][64]
-  // [64 keys][64 queries + 8]: rows 16-byte aligned for ldmatrix.
+  // k's MT tiles, v's, then two buffers of (q, dy) from tile 2 MT.
+  uint16_t *Ks = mmaTile<D>(Smem, 0), *Vs = mmaTile<D>(Smem, MT);
+  float *Rows =
+      reinterpret_cast<float *>(Smem + (2 * MT + 4) * Sh::Tile); // [2][3][64]
+  // [64 MT keys][64 queries + 8]: rows 16-byte aligned for ldmatrix.
   constexpr int LdS = kMmaRows + 8;
-  uint16_t *DsT = reinterpret_cast<uint16_t *>(Smem + Sh::KeyGrad);
-  const FlashBlock Bl = flashBlock(S, NH);
+  uint16_t *DsT = reinterpret_cast<uint16_t *>(Smem + Sh::keyGrad(MT));
+  const FlashBlock Block = flashBlock<kMmaRows * MT>(S, NH);
+  FlashBlock Bl[MT]; // each slice's keys, as a block of 64 would see them
+#pragma unroll
+  for (int T = 0; T < MT; ++T) {
+    Bl[T] = {Block.Bi, Block.Hh, Block.Row0 + T * kMmaRows};
+    mmaLoadTile<D>(K, Block.Bi, Block.Hh, S, Hl, Bl[T].Row0,
+                   mmaTile<D>(Smem, T));
+    mmaLoadTile<D>(V, Block.Bi, Block.Hh, S, Hl, Bl[T].Row0,
+                   mmaTile<D>(Smem, MT + T));
+  }
   const MmaLane L = mmaLane();
-  const int64_t RowBase = (Bl.Bi * NH + Bl.Hh) * S;
-  mmaLoadTile<D>(K, Bl.Bi, Bl.Hh, S, Hl, Bl.Row0, Ks);
-  mmaLoadTile<D>(V, Bl.Bi, Bl.Hh, S, Hl, Bl.Row0, Vs);
-  MmaC Dk[D / 8], Dv[D / 8];
-  mmaZero(Dk);
-  mmaZero(Dv);
+  const int64_t RowBase = (Block.Bi * NH + Block.Hh) * S;
+  MmaC Dk[MT][D / 8], Dv[MT][D / 8];
+#pragma unroll
+  for (int T = 0; T < MT; ++T) {
+    mmaZero(Dk[T]);
+    mmaZero(Dv[T]);
+  }
   // Causal: only queries at or after the block's first key see its keys.
-  const int64_t First = Causal ? Bl.Row0 : 0;
+  const int64_t First = Causal ? Block.Row0 : 0;
   auto LoadRows = [&](int64_t I0, int Buf) {
     float *R = Rows + Buf * 3 * kMmaRows; // plain loads, read after the wait
     for (int C = threadIdx.x; C < kMmaRows; C += kMmaThreads) {
@@ -588,51 +628,67 @@ __global__ void __launch_bounds__(kMmaThreads)
     const float *Mx = Rows + Buf * 3 * kMmaRows, *Inv = Mx + kMmaRows,
                 *Dl = Inv + kMmaRows;
     constexpr int Half = kMmaRows / 2; // queries a pass takes
+    // Key offset R of slice t sees query offset C where R < Keys[t], C <
+    // Queries and (causal) R <= C + Diag[t] (mmaOffsetBound).
+    int Keys[MT], Diag[MT];
+    const int Queries = mmaOffsetBound(S - I0);
+#pragma unroll
+    for (int T = 0; T < MT; ++T) {
+      Keys[T] = mmaOffsetBound(S - Bl[T].Row0);
+      Diag[T] = Causal ? mmaOffsetBound(I0 - Bl[T].Row0) : kMmaRows;
+    }
     for (int C0 = 0; C0 < kMmaRows; C0 += Half) {
-      MmaC St[Half / 8], Dpt[Half / 8]; // s^T and dp^T: keys by queries
-      mmaRowsByRows<D, Half / 8>(St, Ks, Qs, C0);
-      mmaRowsByRows<D, Half / 8>(Dpt, Vs, Dys, C0);
+      MmaC St[MT][Half / 8], Dpt[MT][Half / 8]; // s^T, dp^T: keys by queries
+      mmaRowsByRowsOf<D, Half / 8, MT>(St, Ks, Qs, C0);
+      mmaRowsByRowsOf<D, Half / 8, MT>(Dpt, Vs, Dys, C0);
+      MmaA Pa[MT][Half / 16], Dsa[MT][Half / 16];
 #pragma unroll
-      for (int N = 0; N < Half / 8; ++N)
+      for (int T = 0; T < MT; ++T) {
 #pragma unroll
-        for (int E = 0; E < 4; ++E) {
-          const int Ci = C0 + L.col(N, E);
-          const int64_t J = Bl.Row0 + L.row(E), I = I0 + Ci;
-          const bool Seen = J < S && I < S && !(Causal && I < J);
-          float Pd = 0.0f, Ds = 0.0f;
-          if (Seen) {
-            const float P = mmaExp(St[N].R[E] * Scale - Mx[Ci]) * Inv[Ci];
-            const float Mask =
-                Dr.Rate > 0 ? float(attnMaskDev(Dr, Bl.Bi, Bl.Hh, S, I, J))
-                            : 1.0f;
-            Pd = P * Mask;
-            Ds = P * (Dpt[N].R[E] * Mask - Dl[Ci]) * Scale;
+        for (int N = 0; N < Half / 8; ++N)
+#pragma unroll
+          for (int E = 0; E < 4; ++E) {
+            const int Ci = C0 + L.col(N, E), R = L.row(E);
+            float Pd = 0.0f, Ds = 0.0f;
+            if (R < Keys[T] && Ci < Queries && R <= Ci + Diag[T]) {
+              const int64_t J = Bl[T].Row0 + R, I = I0 + Ci;
+              const float P = mmaExp(St[T][N].R[E] * Scale - Mx[Ci]) * Inv[Ci];
+              const float Mask =
+                  Dr.Rate > 0
+                      ? float(attnMaskDev(Dr, Block.Bi, Block.Hh, S, I, J))
+                      : 1.0f;
+              Pd = P * Mask;
+              Ds = P * (Dpt[T][N].R[E] * Mask - Dl[Ci]) * Scale;
+            }
+            St[T][N].R[E] = Pd;
+            Dpt[T][N].R[E] = Ds;
           }
-          St[N].R[E] = Pd;
-          Dpt[N].R[E] = Ds;
-        }
-      MmaA Pa[Half / 16], Dsa[Half / 16];
-      mmaToA(St, Pa);
-      mmaToA(Dpt, Dsa);
-      mmaAccumulate<D, Half / 16>(Dv, Pa, Dys, C0);
-      mmaAccumulate<D, Half / 16>(Dk, Dsa, Qs, C0);
+        mmaToA(St[T], Pa[T]);
+        mmaToA(Dpt[T], Dsa[T]);
+      }
+      mmaAccumulateOf<D, Half / 16, D / 8, MT>(Dv, Pa, Dys, C0);
+      mmaAccumulateOf<D, Half / 16, D / 8, MT>(Dk, Dsa, Qs, C0);
       if constexpr (WithQuery) { // the A fragments' pairs: rows G, G + 8
 #pragma unroll
-        for (int Kk = 0; Kk < Half / 16; ++Kk) {
-          uint16_t *At = DsT + L.row(0) * LdS + C0 + 16 * Kk + 2 * L.T;
-          *reinterpret_cast<uint32_t *>(At) = Dsa[Kk].R[0];
-          *reinterpret_cast<uint32_t *>(At + 8 * LdS) = Dsa[Kk].R[1];
-          *reinterpret_cast<uint32_t *>(At + 8) = Dsa[Kk].R[2];
-          *reinterpret_cast<uint32_t *>(At + 8 * LdS + 8) = Dsa[Kk].R[3];
-        }
+        for (int T = 0; T < MT; ++T)
+#pragma unroll
+          for (int Kk = 0; Kk < Half / 16; ++Kk) {
+            uint16_t *At =
+                DsT + (T * kMmaRows + L.row(0)) * LdS + C0 + 16 * Kk + 2 * L.T;
+            *reinterpret_cast<uint32_t *>(At) = Dsa[T][Kk].R[0];
+            *reinterpret_cast<uint32_t *>(At + 8 * LdS) = Dsa[T][Kk].R[1];
+            *reinterpret_cast<uint32_t *>(At + 8) = Dsa[T][Kk].R[2];
+            *reinterpret_cast<uint32_t *>(At + 8 * LdS + 8) = Dsa[T][Kk].R[3];
+          }
       }
     }
     if constexpr (WithQuery) {
       __syncthreads(); // every warp's score gradients are in DsT
-      // Warp w: queries [16 w, 16 w + 16) of the tile by all 64 keys, as
-      // A fragments read transposed from DsT (keys by queries), a slice of
-      // 16 keys at a time (again for each chunk of columns: registers are
-      // what the head-128 kernel lacks, not shared-memory bandwidth).
+      // Warp w: queries [16 w, 16 w + 16) of the tile by all 64 MT keys,
+      // as A fragments read transposed from DsT (keys by queries), a
+      // slice of 16 keys at a time (again for each chunk of columns:
+      // registers are what the head-128 kernel lacks, not shared-memory
+      // bandwidth).
       const int Lane = threadIdx.x % 32, M = Lane / 8;
       const uint16_t *ARow =
           DsT + (8 * (M / 2) + Lane % 8) * LdS + 16 * L.Warp + 8 * (M % 2);
@@ -644,7 +700,7 @@ __global__ void __launch_bounds__(kMmaThreads)
         MmaC Dq[Chunk / 8];
         mmaZero(Dq);
 #pragma unroll
-        for (int Kk = 0; Kk < kMmaRows / 16; ++Kk) {
+        for (int Kk = 0; Kk < MT * kMmaRows / 16; ++Kk) {
           MmaA DsQ[1];
           ldmatrixX4<true>(DsQ[0].R, ARow + 16 * Kk * LdS);
           mmaAccumulate<D, 1, Chunk / 8>(Dq, DsQ, Ks, 16 * Kk, N0);
@@ -655,18 +711,22 @@ __global__ void __launch_bounds__(kMmaThreads)
           for (int E = 0; E < 4; E += 2) { // a row's two adjacent columns
             const int64_t I = I0 + L.row(E);
             if (I < S)
-              atomicAddPair(DQSum + (Bl.Bi * S + I) * Hl + Bl.Hh * D + N0 +
-                                L.col(N, E),
+              atomicAddPair(DQSum + (Block.Bi * S + I) * Hl + Block.Hh * D +
+                                N0 + L.col(N, E),
                             Dq[N].R[E], Dq[N].R[E + 1]);
           }
       }
     }
   };
   const int64_t Tiles = First < S ? (S - First + kMmaRows - 1) / kMmaRows : 0;
-  mmaStreamPairs<D>(Q, DY, Bl, S, Hl, First, Tiles, Smem, 2, LoadRows, Use);
+  mmaStreamPairs<D>(Q, DY, Block, S, Hl, First, Tiles, Smem, 2 * MT, LoadRows,
+                    Use);
   const float One[2] = {1.0f, 1.0f};
-  mmaStoreRows<D>(Dk, Bl, S, Hl, One, DK, StoreK);
-  mmaStoreRows<D>(Dv, Bl, S, Hl, One, DV, StoreV);
+#pragma unroll
+  for (int T = 0; T < MT; ++T) {
+    mmaStoreRows<D>(Dk[T], Bl[T], S, Hl, One, DK, StoreK);
+    mmaStoreRows<D>(Dv[T], Bl[T], S, Hl, One, DV, StoreV);
+  }
 }
 
 /// delta_i = dy_i . y_i per query row from the forward's stored output y
