@@ -112,14 +112,14 @@ __device__ inline MmaLane mmaLane() {
 
 /// Out[t] (the warp's 16 rows of X's t-th 64 rows, by NB x 8 columns) =
 /// X Y^T over D, against Y's rows [N0, N0 + 8 NB), both bf16 tiles, for
-/// the warp's MT row slices t >= First (those before are left alone).
+/// the warp's MT row slices t in [First, Last) (the others left alone).
 /// Each of Y's fragments is loaded once for all MT slices: with two, a
 /// warp's products read half as much shared memory per FLOP, as
 /// FlashAttention 2's forward pass (128 queries a block of 4 warps) does.
 template <int D, int NB, int MT>
 __device__ __forceinline__ void
 mmaRowsByRowsOf(MmaC (&Out)[MT][NB], const uint16_t *X, const uint16_t *Y,
-                int N0, int First = 0) {
+                int N0, int First = 0, int Last = MT) {
   constexpr int Ld = kMmaLd<D>;
   const int L = threadIdx.x % 32, M = L / 8, Warp = threadIdx.x / 32;
 #pragma unroll
@@ -139,7 +139,7 @@ mmaRowsByRowsOf(MmaC (&Out)[MT][NB], const uint16_t *X, const uint16_t *Y,
     MmaA A[MT];
 #pragma unroll
     for (int T = 0; T < MT; ++T)
-      if (T >= First)
+      if (T >= First && T < Last)
         ldmatrixX4<false>(A[T].R, ARow + T * kMmaRows * Ld + 16 * K);
 #pragma unroll
     for (int N = 0; N < NB; N += 2) {
@@ -147,7 +147,7 @@ mmaRowsByRowsOf(MmaC (&Out)[MT][NB], const uint16_t *X, const uint16_t *Y,
       ldmatrixX4<false>(B, BRow + N * 8 * Ld + 16 * K);
 #pragma unroll
       for (int T = 0; T < MT; ++T)
-        if (T >= First) {
+        if (T >= First && T < Last) {
           mmaBf16(Out[T][N], A[T], B[0], B[1]);
           mmaBf16(Out[T][N + 1], A[T], B[2], B[3]);
         }
@@ -169,12 +169,12 @@ mmaRowsByRows(MmaC (&Out)[NB], const uint16_t *X, const uint16_t *Y, int N0) {
 
 /// Acc[t] (the warp's t-th row slice by 8 NB columns from N0) += P[t] Y:
 /// P[t]'s KS slices of 16 columns (bf16 A fragments) by rows [K0, K0 +
-/// 16 KS) of the bf16 tile Y, for the slices t >= First; each of Y's
-/// fragments loaded once for all of them.
+/// 16 KS) of the bf16 tile Y, for the slices t in [First, Last); each of
+/// Y's fragments loaded once for all of them.
 template <int D, int KS, int NB, int MT>
 __device__ __forceinline__ void
 mmaAccumulateOf(MmaC (&Acc)[MT][NB], const MmaA (&P)[MT][KS], const uint16_t *Y,
-                int K0, int N0 = 0, int First = 0) {
+                int K0, int N0 = 0, int First = 0, int Last = MT) {
   static_assert(NB % 2 == 0, "columns go in pairs of n blocks");
   constexpr int Ld = kMmaLd<D>;
   const int L = threadIdx.x % 32, M = L / 8;
@@ -188,7 +188,7 @@ mmaAccumulateOf(MmaC (&Acc)[MT][NB], const MmaA (&P)[MT][KS], const uint16_t *Y,
       ldmatrixX4<true>(B, BRow + 16 * K * Ld + 8 * N);
 #pragma unroll
       for (int T = 0; T < MT; ++T)
-        if (T >= First) {
+        if (T >= First && T < Last) {
           mmaBf16(Acc[T][N], P[T][K], B[0], B[1]);
           mmaBf16(Acc[T][N + 1], P[T][K], B[2], B[3]);
         }
@@ -632,18 +632,26 @@ __global__ void __launch_bounds__(kMmaThreads)
     // Queries and (causal) R <= C + Diag[t] (mmaOffsetBound).
     int Keys[MT], Diag[MT];
     const int Queries = mmaOffsetBound(S - I0);
+    // Slices whose first key comes after the tile's last query (causal)
+    // see none of its queries: they skip it, as a block of their own
+    // would not have visited it (nor do their score gradients reach dq).
+    int Last = MT;
 #pragma unroll
     for (int T = 0; T < MT; ++T) {
       Keys[T] = mmaOffsetBound(S - Bl[T].Row0);
       Diag[T] = Causal ? mmaOffsetBound(I0 - Bl[T].Row0) : kMmaRows;
+      if (Causal && Last == MT && Bl[T].Row0 > I0 + kMmaRows - 1)
+        Last = T;
     }
     for (int C0 = 0; C0 < kMmaRows; C0 += Half) {
       MmaC St[MT][Half / 8], Dpt[MT][Half / 8]; // s^T, dp^T: keys by queries
-      mmaRowsByRowsOf<D, Half / 8, MT>(St, Ks, Qs, C0);
-      mmaRowsByRowsOf<D, Half / 8, MT>(Dpt, Vs, Dys, C0);
+      mmaRowsByRowsOf<D, Half / 8, MT>(St, Ks, Qs, C0, 0, Last);
+      mmaRowsByRowsOf<D, Half / 8, MT>(Dpt, Vs, Dys, C0, 0, Last);
       MmaA Pa[MT][Half / 16], Dsa[MT][Half / 16];
 #pragma unroll
       for (int T = 0; T < MT; ++T) {
+        if (T >= Last)
+          break;
 #pragma unroll
         for (int N = 0; N < Half / 8; ++N)
 #pragma unroll
@@ -666,13 +674,15 @@ __global__ void __launch_bounds__(kMmaThreads)
         mmaToA(St[T], Pa[T]);
         mmaToA(Dpt[T], Dsa[T]);
       }
-      mmaAccumulateOf<D, Half / 16, D / 8, MT>(Dv, Pa, Dys, C0);
-      mmaAccumulateOf<D, Half / 16, D / 8, MT>(Dk, Dsa, Qs, C0);
+      mmaAccumulateOf<D, Half / 16, D / 8, MT>(Dv, Pa, Dys, C0, 0, 0, Last);
+      mmaAccumulateOf<D, Half / 16, D / 8, MT>(Dk, Dsa, Qs, C0, 0, 0, Last);
       if constexpr (WithQuery) { // the A fragments' pairs: rows G, G + 8
 #pragma unroll
         for (int T = 0; T < MT; ++T)
 #pragma unroll
           for (int Kk = 0; Kk < Half / 16; ++Kk) {
+            if (T >= Last)
+              break;
             uint16_t *At =
                 DsT + (T * kMmaRows + L.row(0)) * LdS + C0 + 16 * Kk + 2 * L.T;
             *reinterpret_cast<uint32_t *>(At) = Dsa[T][Kk].R[0];
@@ -701,6 +711,8 @@ __global__ void __launch_bounds__(kMmaThreads)
         mmaZero(Dq);
 #pragma unroll
         for (int Kk = 0; Kk < MT * kMmaRows / 16; ++Kk) {
+          if (Kk >= Last * kMmaRows / 16) // (the slices that skipped it)
+            break;
           MmaA DsQ[1];
           ldmatrixX4<true>(DsQ[0].R, ARow + 16 * Kk * LdS);
           mmaAccumulate<D, 1, Chunk / 8>(Dq, DsQ, Ks, 16 * Kk, N0);
