@@ -22,6 +22,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -232,6 +233,18 @@ template <class Fn> void onMmaBlocks(int64_t Blocks, size_t Shared, Fn Body) {
   cudaStreamDestroy(St);
 }
 
+/// q, k, v and dy of \p N elements each: bf16 values drawn from the
+/// standard normal.
+using AttentionInputs = std::array<std::vector<uint16_t>, 4>;
+AttentionInputs randomAttentionInputs(std::mt19937 &Gen, int64_t N) {
+  std::normal_distribution<float> Normal(0.0f, 1.0f);
+  AttentionInputs In;
+  for (auto &X : In)
+    for (int64_t I = 0; I < N; ++I)
+      X.push_back(bits(Normal(Gen)));
+  return In;
+}
+
 TEST(MmaEmu, KeyGradPassGivesTheQueryGradientToo) {
   // dq summed with atomics in dk and dv's pass (flashKeyGradMmaKernel
   // with WithQuery) against dq's own kernel and a double-precision
@@ -244,11 +257,7 @@ TEST(MmaEmu, KeyGradPassGivesTheQueryGradientToo) {
   const int64_t Blocks = B * NH * ((S + kMmaRows - 1) / kMmaRows);
   const float Scale = 1.0f / std::sqrt(float(D));
   std::mt19937 Gen(7);
-  std::normal_distribution<float> Normal(0.0f, 1.0f);
-  std::vector<uint16_t> In[4]; // q, k, v, dy: bf16 values
-  for (auto &X : In)
-    for (int64_t I = 0; I < N; ++I)
-      X.push_back(bits(Normal(Gen)));
+  const AttentionInputs In = randomAttentionInputs(Gen, N);
   auto Value = [&](int T, int64_t I, int64_t H, int64_t E) {
     return double(megac_bf16_value(In[T][I * Hl + H * D + E]));
   };
@@ -367,14 +376,10 @@ TEST(MmaEmu, KeyGradPassGivesTheQueryGradientToo) {
 template <int D> void expectWideForwardLikeNarrow() {
   const int64_t B = 2, NH = 2, Hl = NH * D;
   std::mt19937 Gen(11);
-  std::normal_distribution<float> Normal(0.0f, 1.0f);
   const float Scale = 1.0f / std::sqrt(float(D));
   for (int64_t S : {int64_t(40), int64_t(150), int64_t(200)}) {
     const int64_t N = B * S * Hl, Rows = B * NH * S;
-    std::vector<uint16_t> In[4]; // q, k, v, dy
-    for (auto &X : In)
-      for (int64_t I = 0; I < N; ++I)
-        X.push_back(bits(Normal(Gen)));
+    const AttentionInputs In = randomAttentionInputs(Gen, N);
     struct Outputs {
       std::vector<float> Y, Stats, Delta;
       std::vector<uint16_t> Bits;
@@ -446,14 +451,10 @@ TEST(MmaEmu, WideForwardGivesTheNarrowOnesBits) {
 template <int D> void expectWideKeyGradLikeNarrow() {
   const int64_t B = 1, NH = 2, Hl = NH * D;
   std::mt19937 Gen(13);
-  std::normal_distribution<float> Normal(0.0f, 1.0f);
   const float Scale = 1.0f / std::sqrt(float(D));
   for (int64_t S : {int64_t(40), int64_t(150), int64_t(200)}) {
     const int64_t N = B * S * Hl, Rows = B * NH * S;
-    std::vector<uint16_t> In[4]; // q, k, v, dy
-    for (auto &X : In)
-      for (int64_t I = 0; I < N; ++I)
-        X.push_back(bits(Normal(Gen)));
+    const AttentionInputs In = randomAttentionInputs(Gen, N);
     const uint16_t *Q = In[0].data(), *K = In[1].data(), *V = In[2].data(),
                    *DY = In[3].data();
     struct Outputs {

@@ -2431,7 +2431,6 @@ private:
              int64_t B, int64_t S, int64_t Hl, int64_t NH, int Causal,
              int Which, const AttnDropout &Dr, bool Tc,
              const AttentionCopies &Copies, const AttnOut &O) {
-    const OutputStore Store = O.Store;
     float *Out = O.Out;
     const unsigned Blocks =
         unsigned(B * NH * ((S + kFlashRows - 1) / kFlashRows));
@@ -2489,7 +2488,6 @@ private:
                   Copies, O);
       return;
     }
-    const OutputStore Store = O.Store;
     float *Out = O.Out;
     using Sh = TcShared<D>;
     int *Inexact = Faults + kFaultNotBf16;

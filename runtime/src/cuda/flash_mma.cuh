@@ -378,6 +378,19 @@ __device__ __forceinline__ void mmaForEachScore(const FlashBlock &Bl,
     }
 }
 
+/// The block of 64 MT rows this block runs (its batch, head and first
+/// row), and in \p Bl each of its MT slices of 64 rows as a block of 64
+/// would see them.
+template <int MT>
+__device__ __forceinline__ FlashBlock mmaSlices(int64_t S, int64_t NH,
+                                                FlashBlock (&Bl)[MT]) {
+  const FlashBlock Block = flashBlock<kMmaRows * MT>(S, NH);
+#pragma unroll
+  for (int T = 0; T < MT; ++T)
+    Bl[T] = {Block.Bi, Block.Hh, Block.Row0 + T * kMmaRows};
+  return Block;
+}
+
 /// Key tiles a query block of \p Rows rows visits: up to its diagonal
 /// when causal.
 template <int Rows = kMmaRows>
@@ -408,14 +421,12 @@ __global__ void __launch_bounds__(kMmaThreads)
                           OutputStore Store) {
   MEGAC_DYNAMIC_SHARED(unsigned char, Smem);
   uint16_t *Qs = mmaTile<D>(Smem, 0); // MT tiles of 64 rows
-  const FlashBlock Block = flashBlock<kMmaRows * MT>(S, NH);
-  FlashBlock Bl[MT]; // each slice's rows, as a block of 64 would see them
+  FlashBlock Bl[MT];
+  const FlashBlock Block = mmaSlices(S, NH, Bl);
 #pragma unroll
-  for (int T = 0; T < MT; ++T) {
-    Bl[T] = {Block.Bi, Block.Hh, Block.Row0 + T * kMmaRows};
+  for (int T = 0; T < MT; ++T)
     mmaLoadTile<D>(Q, Block.Bi, Block.Hh, S, Hl, Bl[T].Row0,
                    mmaTile<D>(Smem, T)); // in the first group
-  }
   const MmaLane L = mmaLane();
 
   MmaC O[MT][D / 8];
@@ -595,11 +606,10 @@ __global__ void __launch_bounds__(kMmaThreads)
   // [64 MT keys][64 queries + 8]: rows 16-byte aligned for ldmatrix.
   constexpr int LdS = kMmaRows + 8;
   uint16_t *DsT = reinterpret_cast<uint16_t *>(Smem + Sh::keyGrad(MT));
-  const FlashBlock Block = flashBlock<kMmaRows * MT>(S, NH);
-  FlashBlock Bl[MT]; // each slice's keys, as a block of 64 would see them
+  FlashBlock Bl[MT];
+  const FlashBlock Block = mmaSlices(S, NH, Bl);
 #pragma unroll
   for (int T = 0; T < MT; ++T) {
-    Bl[T] = {Block.Bi, Block.Hh, Block.Row0 + T * kMmaRows};
     mmaLoadTile<D>(K, Block.Bi, Block.Hh, S, Hl, Bl[T].Row0,
                    mmaTile<D>(Smem, T));
     mmaLoadTile<D>(V, Block.Bi, Block.Hh, S, Hl, Bl[T].Row0,
