@@ -372,8 +372,9 @@ TEST(MmaEmu, KeyGradPassGivesTheQueryGradientToo) {
 /// bit for bit, causal or not, at lengths that leave the last block of
 /// 128 partly or wholly past S (a second slice with no rows at all); and
 /// the wide kernel the same with its copies landing late and its
-/// threads run in reverse.
-template <int D> void expectWideForwardLikeNarrow() {
+/// threads run in reverse. With \p Dropout (the kernel the backend runs
+/// at head sizes up to 64) also with a dropout mask.
+template <int D, bool Dropout> void expectWideForwardLikeNarrow() {
   const int64_t B = 2, NH = 2, Hl = NH * D;
   std::mt19937 Gen(11);
   const float Scale = 1.0f / std::sqrt(float(D));
@@ -388,7 +389,7 @@ template <int D> void expectWideForwardLikeNarrow() {
                Bits == O.Bits;
       }
     };
-    auto run = [&](int MT, int Causal) {
+    auto run = [&](int MT, int Causal, const AttnDropout &Dr) {
       const float Unset = std::nanf("");
       Outputs O{std::vector<float>(N, Unset),
                 std::vector<float>(2 * Rows, Unset),
@@ -401,43 +402,50 @@ template <int D> void expectWideForwardLikeNarrow() {
       const int64_t Blocks = B * NH * ((S + BlockRows - 1) / BlockRows);
       if (MT == 1)
         onMmaBlocks(Blocks, MmaShared<D>::Forward, [=] {
-          flashForwardMmaKernel<D>(Q, K, V, S, Hl, NH, Causal, Scale,
-                                   AttnDropout{}, Yp, Stp, DY, Dlp, Store);
+          flashForwardMmaKernel<D>(Q, K, V, S, Hl, NH, Causal, Scale, Dr, Yp,
+                                   Stp, DY, Dlp, Store);
         });
       else
         onMmaBlocks(Blocks, MmaShared<D>::WideForward, [=] {
-          flashForwardMmaKernel<D, 2, false>(Q, K, V, S, Hl, NH, Causal, Scale,
-                                             AttnDropout{}, Yp, Stp, DY, Dlp,
-                                             Store);
+          flashForwardMmaKernel<D, 2, Dropout>(
+              Q, K, V, S, Hl, NH, Causal, Scale, Dr, Yp, Stp, DY, Dlp, Store);
         });
       return O;
     };
-    for (int Causal : {1, 0}) {
-      const Outputs Narrow = run(1, Causal), Wide = run(2, Causal);
-      EXPECT_TRUE(Narrow == Wide)
-          << "D " << D << " S " << S << " causal " << Causal;
-      // Every output written (none left at its NaN fill, which would
-      // also have made the comparison above fail).
-      auto unset = [](const std::vector<float> &X) {
-        return std::count_if(X.begin(), X.end(),
-                             [](float F) { return std::isnan(F); });
-      };
-      EXPECT_EQ(unset(Wide.Y) + unset(Wide.Stats) + unset(Wide.Delta), 0);
-      emu_mma::copiesLandLate() = true;
-      megac_emu::threadsInReverse() = true;
-      const Outputs Shuffled = run(2, Causal);
-      emu_mma::copiesLandLate() = false;
-      megac_emu::threadsInReverse() = false;
-      EXPECT_TRUE(Wide == Shuffled)
-          << "D " << D << " S " << S << " causal " << Causal;
-    }
+    for (int Causal : {1, 0})
+      for (double Rate : {0.0, 0.25}) {
+        if (Rate > 0 && !Dropout)
+          continue;
+        AttnDropout Dr;
+        Dr.Rate = Rate;
+        Dr.Key = 5;
+        Dr.GlobalHeads = NH;
+        const std::string Case =
+            "D " + std::to_string(D) + " S " + std::to_string(S) + " causal " +
+            std::to_string(Causal) + " rate " + std::to_string(Rate);
+        const Outputs Narrow = run(1, Causal, Dr), Wide = run(2, Causal, Dr);
+        EXPECT_TRUE(Narrow == Wide) << Case;
+        // Every output written (none left at its NaN fill, which would
+        // also have made the comparison above fail).
+        auto unset = [](const std::vector<float> &X) {
+          return std::count_if(X.begin(), X.end(),
+                               [](float F) { return std::isnan(F); });
+        };
+        EXPECT_EQ(unset(Wide.Y) + unset(Wide.Stats) + unset(Wide.Delta), 0);
+        emu_mma::copiesLandLate() = true;
+        megac_emu::threadsInReverse() = true;
+        const Outputs Shuffled = run(2, Causal, Dr);
+        emu_mma::copiesLandLate() = false;
+        megac_emu::threadsInReverse() = false;
+        EXPECT_TRUE(Wide == Shuffled) << Case;
+      }
   }
 }
 
 TEST(MmaEmu, WideForwardGivesTheNarrowOnesBits) {
-  expectWideForwardLikeNarrow<32>();
-  expectWideForwardLikeNarrow<64>();
-  expectWideForwardLikeNarrow<128>();
+  expectWideForwardLikeNarrow<32, true>();
+  expectWideForwardLikeNarrow<64, true>();
+  expectWideForwardLikeNarrow<128, false>();
 }
 
 /// The key-gradient kernel with two key slices a warp (blocks of 128

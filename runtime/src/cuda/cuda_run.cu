@@ -444,7 +444,8 @@ public:
           "rest ran the forward again)");
     Count(WideForwards, MmaForwards,
           " register-resident attention forwards in blocks of 128 queries "
-          "(the rest 64: MEGAC_CUDA_WIDE_FORWARD=0, or dropout)");
+          "(the rest 64: MEGAC_CUDA_WIDE_FORWARD=0, or dropout at head size "
+          "128)");
     Count(WideKeyGrads, MmaKeyGrads,
           " register-resident attention key-gradient passes in blocks of 128 "
           "keys (the rest 64: head size 128, or MEGAC_CUDA_WIDE_KEY_GRAD=0)");
@@ -2548,7 +2549,8 @@ private:
     using Sh = MmaShared<D>;
     if (!MmaReady[tcSlot<D>()]) { // above the default 48 KiB per block
       setSharedLimit(flashForwardMmaKernel<D>, Sh::Forward);
-      setSharedLimit(flashForwardMmaKernel<D, 2, false>, Sh::WideForward);
+      setSharedLimit(flashForwardMmaKernel<D, 2, wideForwardDropout<D>()>,
+                     Sh::WideForward);
       setSharedLimit(flashQueryGradMmaKernel<D>, Sh::QueryGrad);
       setSharedLimit(flashKeyGradMmaKernel<D>, Sh::KeyGrad);
       setSharedLimit(flashKeyGradMmaKernel<D, true>, Sh::AllGrads);
@@ -3245,24 +3247,23 @@ private:
 
   /// The register-resident forward kernel over bf16 q, k and v: y (or
   /// its bits, as \p Store stores), and where given each row's statistics
-  /// and delta = dy . y. Blocks of 128 queries without dropout, unless
-  /// MEGAC_CUDA_WIDE_FORWARD=0 asked for 64 (wideForwardAsked); with
-  /// dropout, 64 (the mask's generator and two slices' scores need more
-  /// registers than a thread has at head size 128).
+  /// and delta = dy . y. Blocks of 128 queries unless
+  /// MEGAC_CUDA_WIDE_FORWARD=0 asked for 64 (wideForwardAsked), or the
+  /// attention has dropout at head size 128 (wideForwardDropout).
   template <int D>
   void forwardMma(const uint16_t *Q, const uint16_t *K, const uint16_t *V,
                   int64_t B, int64_t S, int64_t Hl, int64_t NH, int Causal,
                   float Scale, const AttnDropout &Dr, float *Y, float *Stats,
                   const uint16_t *DY, float *Delta, OutputStore Store) {
-    const bool Wide = WideForward && Dr.Rate == 0;
+    const bool Wide = WideForward && (Dr.Rate == 0 || wideForwardDropout<D>());
     ++MmaForwards;
     WideForwards += Wide;
     const int Rows = Wide ? 2 * kMmaRows : kMmaRows;
     const unsigned Blocks = unsigned(B * NH * ((S + Rows - 1) / Rows));
     if (Wide)
-      launchOn(Compute, flashForwardMmaKernel<D, 2, false>, Blocks, kMmaThreads,
-               MmaShared<D>::WideForward, Q, K, V, S, Hl, NH, Causal, Scale, Dr,
-               Y, Stats, DY, Delta, Store);
+      launchOn(Compute, flashForwardMmaKernel<D, 2, wideForwardDropout<D>()>,
+               Blocks, kMmaThreads, MmaShared<D>::WideForward, Q, K, V, S, Hl,
+               NH, Causal, Scale, Dr, Y, Stats, DY, Delta, Store);
     else
       launchOn(Compute, flashForwardMmaKernel<D>, Blocks, kMmaThreads,
                MmaShared<D>::Forward, Q, K, V, S, Hl, NH, Causal, Scale, Dr, Y,
@@ -3304,6 +3305,14 @@ private:
              static_cast<const float *>(Kp.Stats),
              static_cast<const float *>(Kp.Delta), DK, DV, StoreK, StoreV,
              DQSum);
+  }
+
+  /// Whether the forward kernel with two row slices a warp keeps the
+  /// dropout mask's generator: at head sizes up to 64 (245 registers at
+  /// 64); at 128 the two slices' scores and outputs leave it no room, and
+  /// attentions with dropout run blocks of 64 queries.
+  template <int D> static constexpr bool wideForwardDropout() {
+    return D <= 64;
   }
 
   template <int D> static constexpr int tcSlot() {

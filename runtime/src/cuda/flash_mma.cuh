@@ -409,9 +409,9 @@ __device__ inline int64_t mmaKeyTiles(const FlashBlock &Bl, int64_t S,
 /// for 32 queries (mmaRowsByRowsOf). Each row's arithmetic is the same
 /// whatever MT: a slice whose rows all come before a causal tile's keys
 /// skips it, as a block of its own would not have visited it. Without
-/// \p Dropout the kernel ignores Dr (it has no rate) and leaves out the
-/// mask's generator, whose registers the two slices' scores need at head
-/// size 128.
+/// \p Dropout the kernel ignores Dr (its caller sees it has no rate) and
+/// leaves out the mask's generator, whose registers the two slices'
+/// scores need at head size 128.
 template <int D, int MT = 1, bool Dropout = true>
 __global__ void __launch_bounds__(kMmaThreads)
     flashForwardMmaKernel(const uint16_t *Q, const uint16_t *K,
