@@ -2433,8 +2433,7 @@ private:
              int Which, const AttnDropout &Dr, bool Tc,
              const AttentionCopies &Copies, const AttnOut &O) {
     float *Out = O.Out;
-    const unsigned Blocks =
-        unsigned(B * NH * ((S + kFlashRows - 1) / kFlashRows));
+    const unsigned Blocks = headBlocks(B, NH, S, kFlashRows);
     // Buffers kept in bf16 alone (no fp32 pointer) reach only the
     // register-resident kernels (planMemory asks tensorCoreAttention).
     if ((!Tc || WmmaAttention) &&
@@ -3255,19 +3254,16 @@ private:
                   int64_t B, int64_t S, int64_t Hl, int64_t NH, int Causal,
                   float Scale, const AttnDropout &Dr, float *Y, float *Stats,
                   const uint16_t *DY, float *Delta, OutputStore Store) {
+    using Sh = MmaShared<D>;
     const bool Wide = WideForward && (Dr.Rate == 0 || wideForwardDropout<D>());
     ++MmaForwards;
     WideForwards += Wide;
-    const int Rows = Wide ? 2 * kMmaRows : kMmaRows;
-    const unsigned Blocks = unsigned(B * NH * ((S + Rows - 1) / Rows));
-    if (Wide)
-      launchOn(Compute, flashForwardMmaKernel<D, 2, wideForwardDropout<D>()>,
-               Blocks, kMmaThreads, MmaShared<D>::WideForward, Q, K, V, S, Hl,
-               NH, Causal, Scale, Dr, Y, Stats, DY, Delta, Store);
-    else
-      launchOn(Compute, flashForwardMmaKernel<D>, Blocks, kMmaThreads,
-               MmaShared<D>::Forward, Q, K, V, S, Hl, NH, Causal, Scale, Dr, Y,
-               Stats, DY, Delta, Store);
+    launchOn(Compute,
+             Wide ? flashForwardMmaKernel<D, 2, wideForwardDropout<D>()>
+                  : flashForwardMmaKernel<D>,
+             headBlocks(B, NH, S, Wide ? 2 * kMmaRows : kMmaRows), kMmaThreads,
+             Wide ? Sh::WideForward : Sh::Forward, Q, K, V, S, Hl, NH, Causal,
+             Scale, Dr, Y, Stats, DY, Delta, Store);
   }
 
   /// The register-resident key-gradient kernel over an attention's kept
@@ -3282,29 +3278,28 @@ private:
                   float *DK, float *DV, OutputStore StoreK, OutputStore StoreV,
                   float *DQSum) {
     using Sh = MmaShared<D>;
-    auto blocks = [&](int Rows) {
-      return unsigned(B * NH * ((S + Rows - 1) / Rows));
-    };
-    ++MmaKeyGrads;
-    if constexpr (D <= 64) {
+    auto Kernel = flashKeyGradMmaKernel<D, WithQuery>;
+    size_t Shared = WithQuery ? Sh::AllGrads : Sh::KeyGrad;
+    int64_t Rows = kMmaRows;
+    if constexpr (D <= 64) // (no wide instance at 128)
       if (WideKeyGrad) {
+        Kernel = flashKeyGradMmaKernel<D, WithQuery, 2>;
+        Shared = WithQuery ? Sh::WideAllGrads : Sh::WideKeyGrad;
+        Rows = 2 * kMmaRows;
         ++WideKeyGrads;
-        launchOn(Compute, flashKeyGradMmaKernel<D, WithQuery, 2>,
-                 blocks(2 * kMmaRows), kMmaThreads,
-                 WithQuery ? Sh::WideAllGrads : Sh::WideKeyGrad, Kp.Q16, Kp.K16,
-                 Kp.V16, Kp.DY16, S, Hl, NH, Causal, Scale, Dr,
-                 static_cast<const float *>(Kp.Stats),
-                 static_cast<const float *>(Kp.Delta), DK, DV, StoreK, StoreV,
-                 DQSum);
-        return;
       }
-    }
-    launchOn(Compute, flashKeyGradMmaKernel<D, WithQuery>, blocks(kMmaRows),
-             kMmaThreads, WithQuery ? Sh::AllGrads : Sh::KeyGrad, Kp.Q16,
-             Kp.K16, Kp.V16, Kp.DY16, S, Hl, NH, Causal, Scale, Dr,
+    ++MmaKeyGrads;
+    launchOn(Compute, Kernel, headBlocks(B, NH, S, Rows), kMmaThreads, Shared,
+             Kp.Q16, Kp.K16, Kp.V16, Kp.DY16, S, Hl, NH, Causal, Scale, Dr,
              static_cast<const float *>(Kp.Stats),
              static_cast<const float *>(Kp.Delta), DK, DV, StoreK, StoreV,
              DQSum);
+  }
+
+  /// Blocks of \p Rows rows over each of the B x NH heads' S rows, as
+  /// flashBlock counts them.
+  static unsigned headBlocks(int64_t B, int64_t NH, int64_t S, int64_t Rows) {
+    return unsigned(B * NH * ((S + Rows - 1) / Rows));
   }
 
   /// Whether the forward kernel with two row slices a warp keeps the
