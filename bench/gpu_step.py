@@ -208,52 +208,107 @@ MEGAC_RUNNERS = {
 }
 
 
-def megac_row(cfg, args, knobs):
-    """Seconds per step of megac's CUDA backend (run with the environment
-    \p knobs adds: MEGAC_CUDA_ATTENTION, MEGAC_CUDA_BF16_COPIES), or why
-    there is none; its time per op; and the host's milliseconds a step
-    issuing the instructions and then waiting for the device (megac-run's
-    log), which say whether CUDA graphs could pay."""
-    bindir = args.megac_bin
-    megac, run = os.path.join(bindir, "megac"), os.path.join(bindir, "megac-run")
-    if not (os.path.exists(megac) and os.path.exists(run)):
-        return None, f"no megac build at {bindir}", None, None
-    with tempfile.TemporaryDirectory() as tmp:
-        config = os.path.join(tmp, "c.json")
-        with open(config, "w") as f:
-            f.write('{"n_layer": %d, "n_embd": %d, "n_head": %d, "vocab_size": %d, '
-                    '"n_positions": %d}' % (cfg["n_layer"], cfg["n_embd"], cfg["n_head"],
-                                            VOCAB, args.seq))
-        model, plan = os.path.join(tmp, "m.mlir"), os.path.join(tmp, "p.mgc")
-        metrics = os.path.join(tmp, "m.jsonl")
-        subprocess.run([megac, "import", "--hf-config", config, "-o", model], check=True)
-        subprocess.run([megac, "compile", model, "--train", "--precision", "bf16",
-                        "--target", "cuda", "--batch", str(args.batch), "--seq",
-                        str(args.seq), "-o", plan, "--quiet"], check=True)
-        profile = os.path.join(tmp, "profile.json")
-        env = dict(os.environ, **knobs)
-        # Two runs: the step time from one without --profile (whose device
-        # events around every instruction cost host time), the time per op
-        # from one with it.
-        host = None
-        for extra in ([], ["--profile", profile, "-q"]):
-            out = subprocess.run([run, plan, "--backend", "cuda", "--steps",
-                                  str(args.steps + 3), "--metrics", metrics]
-                                 + extra, capture_output=True, text=True, env=env)
-            if out.returncode != 0:
-                return None, (out.stderr.strip().splitlines()[-1]
-                              if out.stderr else "failed"), None, None
-            if not extra:
-                import json
-                rates = [json.loads(line)["tokens_per_s"]
-                         for line in open(metrics)][3:]
-                found = re.search(r"host issued a step's instructions in "
-                                  r"([0-9.]+) ms, then waited ([0-9.]+) ms",
-                                  out.stdout + out.stderr)
-                host = (float(found.group(1)), float(found.group(2))) if found else None
+def compile_megac(cfg, args, tmp):
+    """megac's plan of one training step of \p cfg in \p tmp (every megac
+    runner of a model runs the same plan: the knobs are the runtime's)."""
+    megac = os.path.join(args.megac_bin, "megac")
+    config = os.path.join(tmp, "c.json")
+    with open(config, "w") as f:
+        f.write('{"n_layer": %d, "n_embd": %d, "n_head": %d, "vocab_size": %d, '
+                '"n_positions": %d}' % (cfg["n_layer"], cfg["n_embd"], cfg["n_head"],
+                                        VOCAB, args.seq))
+    model, plan = os.path.join(tmp, "m.mlir"), os.path.join(tmp, "p.mgc")
+    subprocess.run([megac, "import", "--hf-config", config, "-o", model], check=True)
+    subprocess.run([megac, "compile", model, "--train", "--precision", "bf16",
+                    "--target", "cuda", "--batch", str(args.batch), "--seq",
+                    str(args.seq), "-o", plan, "--quiet"], check=True)
+    return plan
+
+
+def megac_row(plan, args, knobs, profiled):
+    """Seconds per step of megac's CUDA backend on \p plan (run with the
+    environment \p knobs adds), or why there is none; its time per op
+    where \p profiled; and the host's milliseconds a step issuing the
+    instructions and then waiting for the device (megac-run's log), which
+    say whether CUDA graphs could pay."""
+    import json
+    run = os.path.join(args.megac_bin, "megac-run")
+    tmp = os.path.dirname(plan)
+    metrics = os.path.join(tmp, "m.jsonl")
+    profile = os.path.join(tmp, "profile.json")
+    env = dict(os.environ, **knobs)
+    # The step time from a run without --profile (whose device events
+    # around every instruction cost host time), the time per op from a
+    # second run with it.
+    host, rates = None, None
+    for extra in ([], ["--profile", profile, "-q"]) if profiled else ([],):
+        out = subprocess.run([run, plan, "--backend", "cuda", "--steps",
+                              str(args.steps + 3), "--metrics", metrics]
+                             + extra, capture_output=True, text=True, env=env)
+        if out.returncode != 0:
+            return None, (out.stderr.strip().splitlines()[-1]
+                          if out.stderr else "failed"), None, None
+        if not extra:
+            rates = [json.loads(line)["tokens_per_s"]
+                     for line in open(metrics)][3:]
+            found = re.search(r"host issued a step's instructions in "
+                              r"([0-9.]+) ms, then waited ([0-9.]+) ms",
+                              out.stdout + out.stderr)
+            host = (float(found.group(1)), float(found.group(2))) if found else None
+    ops = None
+    if profiled:
         with open(profile) as f:
             ops = json.load(f)["ops"]
-        return args.batch * args.seq / (sum(rates) / len(rates)), "", ops, host
+    return args.batch * args.seq / (sum(rates) / len(rates)), "", ops, host
+
+
+# The rows every model gets before any model gets another: the peers and
+# megac as it runs by default. The knobs' runners come after, so that a
+# run cut short by its time limit still has the comparison the issue asks
+# for on every model.
+CORE_RUNNERS = ("eager", "compile", "megac")
+
+
+def schedule(models, runners):
+    """(model, runner) pairs in the order they run: the core runners of
+    every model, then the others of every model, each in the order given."""
+    core = [r for r in runners if r in CORE_RUNNERS]
+    rest = [r for r in runners if r not in CORE_RUNNERS]
+    return ([(m, r) for m in models for r in core] +
+            [(m, r) for m in models for r in rest])
+
+
+class Budget:
+    """Seconds a run may take in all (None: no limit). A row starts only
+    where the time left exceeds what it is expected to take: the longest
+    the same runner took on a model so far, else the longest any runner of
+    its family (PyTorch's, or megac's) took, each scaled up by the models'
+    sizes (\p sizes: model -> parameters) where it ran on a smaller one. Rows
+    printed before a time limit are then whole, and the time goes to the
+    rows that fit."""
+
+    def __init__(self, seconds, sizes, clock=time.monotonic):
+        self.clock, self.start = clock, clock()
+        self.seconds, self.sizes = seconds, sizes
+        self.taken = {}  # (model, runner) -> seconds
+
+    def left(self):
+        return None if self.seconds is None else self.seconds - (self.clock() - self.start)
+
+    def expected(self, model, runner):
+        def scaled(pairs):
+            return [s * max(1.0, self.sizes[model] / self.sizes[m]) for (m, _), s in pairs]
+        same = scaled((k, s) for k, s in self.taken.items() if k[1] == runner)
+        family = scaled((k, s) for k, s in self.taken.items()
+                        if k[1].startswith("megac") == runner.startswith("megac"))
+        return max(same or family or [0.0])
+
+    def fits(self, model, runner):
+        left = self.left()
+        return left is None or left > self.expected(model, runner)
+
+    def record(self, model, runner, seconds):
+        self.taken[(model, runner)] = seconds
 
 
 # Ops whose time is bound by arithmetic (the rest by memory traffic).
@@ -340,19 +395,20 @@ def main():
     parser.add_argument("--seq", type=int, default=1024)
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--runners", default="eager,compile,megac",
-                        help="which rows to measure (eager, compile, megac, "
-                        "megac-wmma: megac with its earlier wmma attention "
-                        "kernels, megac-cudnn: megac with cuDNN's fused "
-                        "attention, megac-nocopy: megac without its bf16 "
-                        "operand copies, megac-fp32: megac with every buffer "
-                        "in fp32, megac-refwd: megac running the attention "
-                        "forward again in its gradient, megac-noepi: megac "
-                        "without cuBLASLt's bf16 epilogues, megac-sepdq: "
-                        "megac with dq from its own kernel, not atomics, "
-                        "megac-noparam: megac rounding its weights at each "
-                        "step's start, megac-tune: megac choosing each "
-                        "product's cuBLASLt algorithm by timing); "
-                        "the ceilings are measured always")
+                        help="which rows to measure, in this order (each "
+                        "model's eager, compile and megac rows before any "
+                        "model's other rows): eager, compile, "
+                        + ", ".join(MEGAC_RUNNERS) + " (the megac runners "
+                        "with a knob are described at the top of this "
+                        "file); the ceilings are measured always")
+    parser.add_argument("--profile-runners", default="megac",
+                        help="the megac runners that also run with "
+                        "megac-run --profile for the per-op tables (a "
+                        "second run each)")
+    parser.add_argument("--budget-s", type=float, default=None,
+                        help="seconds the whole run may take: a row that "
+                        "would not fit in the time left, judged by the "
+                        "rows before it, is left out and named at the end")
     parser.add_argument("--no-kernels", dest="kernels", action="store_false",
                         help="skip torch.profiler's kernel table of the "
                         "torch.compile rows (compared with megac's by kind)")
@@ -363,6 +419,15 @@ def main():
     if set(runners) - {"eager", "compile"} - set(MEGAC_RUNNERS):
         parser.error(f"--runners: {args.runners}: eager, compile, "
                      + ", ".join(MEGAC_RUNNERS))
+    profiled = set(args.profile_runners.split(",")) if args.profile_runners else set()
+    if profiled - set(MEGAC_RUNNERS):
+        parser.error(f"--profile-runners: {args.profile_runners}: "
+                     + ", ".join(MEGAC_RUNNERS))
+    models = args.models.split(",")
+    if set(models) - set(CONFIGS):
+        parser.error(f"--models: {args.models}: " + ", ".join(CONFIGS))
+    sizes = {name: parameter_count(CONFIGS[name]) for name in models}
+    budget = Budget(args.budget_s, sizes)
     import torch
     if not torch.cuda.is_available():
         sys.exit("gpu_step.py: no CUDA device")
@@ -372,44 +437,57 @@ def main():
     print(f"Measured {datetime.date.today()} on {device} (torch {torch.__version__}).")
     print(f"Command: python3 bench/gpu_step.py --models {args.models} --batch "
           f"{args.batch} --seq {args.seq} --steps {args.steps} --runners "
-          f"{args.runners}")
+          f"{args.runners} --profile-runners {args.profile_runners}"
+          + (f" --budget-s {args.budget_s:.0f}" if args.budget_s else ""))
     print(f"Ceilings in this run: bf16 GEMM 8192^3 {peak / 1e12:.0f} TFLOP/s, "
           f"device copy {bandwidth / 1e9:.0f} GB/s.\n")
     print("| model | params | runner | step ms | tokens/s | MFU (of the GEMM ceiling) |")
     print("|---|---:|---|---:|---:|---:|")
     tokens = args.batch * args.seq
-    profiles, hosts, kinds = [], [], []
-    for name in args.models.split(","):
-        cfg = CONFIGS[name]
-        n = parameter_count(cfg)
-        rows = []
-        compiled_kernels = None
-        for key, label, compiled in (("eager", "PyTorch eager", False),
-                                     ("compile", "torch.compile", True)):
-            if key in runners:
+    profiles, hosts, torch_kernels_of, megac_ops_of, skipped = [], [], {}, {}, []
+    with tempfile.TemporaryDirectory() as tmp:
+        plans = {}
+        for name, key in schedule(models, runners):
+            cfg, n = CONFIGS[name], sizes[name]
+            if not budget.fits(name, key):
+                skipped.append(f"{name} {key}")
+                continue
+            began = time.monotonic()
+            why, ops, host = "", None, None
+            if key in ("eager", "compile"):
                 sec, counted, kernels = torch_row(torch, name, cfg, args,
-                                                  compiled)
+                                                  key == "compile")
                 assert counted == n, f"{name}: {counted} parameters, not {n}"
-                rows.append((label, sec))
-                compiled_kernels = kernels or compiled_kernels
-        why = ""
-        for key, knobs in MEGAC_RUNNERS.items():
-            if key in runners:
-                sec, why, ops, host = megac_row(cfg, args, knobs)
-                rows.append((key, sec))
+                label = "PyTorch eager" if key == "eager" else "torch.compile"
+                if kernels:
+                    torch_kernels_of[name] = kernels
+            else:
+                label = key
+                if not (os.path.exists(os.path.join(args.megac_bin, "megac")) and
+                        os.path.exists(os.path.join(args.megac_bin, "megac-run"))):
+                    sec, why = None, f"no megac build at {args.megac_bin}"
+                else:
+                    if name not in plans:
+                        os.makedirs(os.path.join(tmp, name))
+                        plans[name] = compile_megac(cfg, args, os.path.join(tmp, name))
+                    sec, why, ops, host = megac_row(plans[name], args, MEGAC_RUNNERS[key],
+                                                    key in profiled)
                 if ops:
                     profiles.append((f"{name} ({key})", ops))
-                    if key == "megac" and compiled_kernels:
-                        kinds.append((name, compiled_kernels, ops))
+                    if key == "megac":
+                        megac_ops_of[name] = ops
                 if host:
                     hosts.append((f"{name} ({key})", host))
-        flops = tokens * (6 * n + 12 * cfg["n_layer"] * cfg["n_embd"] * args.seq)
-        for label, s in rows:
-            if s is None:
-                print(f"| {name} | {n / 1e6:.0f}M | {label} | - | - | - ({why}) |")
-                continue
-            print(f"| {name} | {n / 1e6:.0f}M | {label} | {s * 1e3:.1f} | "
-                  f"{tokens / s:.0f} | {flops / s / peak:.3f} |")
+            budget.record(name, key, time.monotonic() - began)
+            flops = tokens * (6 * n + 12 * cfg["n_layer"] * cfg["n_embd"] * args.seq)
+            if sec is None:
+                print(f"| {name} | {n / 1e6:.0f}M | {label} | - | - | - ({why}) |", flush=True)
+            else:
+                print(f"| {name} | {n / 1e6:.0f}M | {label} | {sec * 1e3:.1f} | "
+                      f"{tokens / sec:.0f} | {flops / sec / peak:.3f} |", flush=True)
+    if skipped:
+        print(f"\nNot run, for the time limit (--budget-s {args.budget_s:.0f}): "
+              + ", ".join(skipped) + ".")
     if hosts:
         print("\nmegac's host a step after the first (megac-run's log): "
               "issuing the instructions, then waiting for the device\n")
@@ -419,8 +497,9 @@ def main():
             print(f"| {name} | {issue:.2f} | {wait:.2f} |")
     for name, ops in profiles:
         kernel_table(name, ops, peak, bandwidth)
-    for name, torch_ms, ops in kinds:
-        category_table(name, torch_ms, ops, args.steps + 3)
+    for name in models:
+        if name in torch_kernels_of and name in megac_ops_of:
+            category_table(name, torch_kernels_of[name], megac_ops_of[name], args.steps + 3)
 
 
 if __name__ == "__main__":

@@ -1,22 +1,32 @@
 #!/usr/bin/env bash
 # On a GPU machine, after `bash scripts/gpu_bundle.sh install`: runs the
-# lit suite (and the GoogleTest unit tests) with the real CUDA backend (the one-rank CUDA tests switch from
-# the emulation to the GPU when lit finds one), then bench/gpu_step.py.
+# CUDA tests of the lit suite with the real CUDA backend (the one-rank CUDA
+# tests switch from the emulation to the GPU when lit finds one), compares
+# their results with the CPU's, then runs bench/gpu_step.py.
 #
 #   bash scripts/gpu_check.sh LOGDIR [MODELS] [RUNNERS]
-#     MODELS: 124M,350M,1.3B; RUNNERS: eager,compile,megac,megac-cudnn,megac-refwd,megac-noepi,megac-sepdq,megac-noparam,megac-tune,megac-narrow,megac-narrowkg,megac-wmma,megac-nocopy,megac-fp32
-#     (bench/gpu_step.py)
+#     MODELS: 350M,1.3B,124M; RUNNERS: eager,compile,megac, then megac's
+#     knobs' runners, most telling first (bench/gpu_step.py)
 #
-# Writes LOGDIR/{env,lit-cuda,lit-all,compare,bench}.log; each stage has a time
-# limit so that one stuck stage leaves the others' logs. STAGES=lit or
-# STAGES=bench runs only the tests (with the comparison) or only the
-# benchmark: the device tool allows 600 s a call, and all stages at their
-# default limits take longer.
+# Writes LOGDIR/{env,lit-cuda,lit-all,compare,bench}.log. The whole script
+# keeps to BUDGET seconds (default 540: a device call may take 600, and a
+# session's device time is 15 minutes, its machine's start included): each
+# stage gets what the stages before it left, and the benchmark leaves out
+# the rows that would not fit (gpu_step.py --budget-s), after running the
+# peers and megac on every model first. STAGES (default lit,bench) picks
+# stages: `lit` runs the CUDA tests and the comparison, `all` the whole lit
+# suite and the GoogleTest unit tests (already run by CI without a GPU),
+# `bench` the benchmark.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 LOGS="${1:?usage: gpu_check.sh LOGDIR [MODELS] [RUNNERS]}"
-MODELS="${2:-124M,350M,1.3B}"
-RUNNERS="${3:-eager,compile,megac,megac-cudnn,megac-refwd,megac-noepi,megac-sepdq,megac-noparam,megac-tune,megac-narrow,megac-narrowkg,megac-wmma,megac-nocopy,megac-fp32}"
+MODELS="${2:-350M,1.3B,124M}"
+RUNNERS="${3:-eager,compile,megac,megac-cudnn,megac-narrowkg,megac-tune,megac-noepi,megac-sepdq,megac-narrow,megac-refwd,megac-noparam,megac-wmma,megac-nocopy,megac-fp32}"
+BUDGET="${BUDGET:-540}"
+# Seconds left of BUDGET, less MARGIN (default 0), at least 1.
+left() { local l=$((BUDGET - SECONDS - ${1:-0})); ((l > 0)) && echo "$l" || echo 1; }
+# The smaller of a stage's own limit and the time left.
+limit() { local l; l=$(left "${2:-0}"); ((l < $1)) && echo "$l" || echo "$1"; }
 mkdir -p "$LOGS"
 cd "$ROOT"
 
@@ -53,11 +63,15 @@ LIT=(/usr/lib/llvm-22/bin/lit)
 STAGES="${STAGES:-lit,bench}"
 if [[ ",$STAGES," == *,lit,* ]]; then
 echo "=== lit: the CUDA tests"
-timeout "${CUDA_LIT_LIMIT:-150}" "$PY" "${LIT[@]}" -v build/test \
+timeout "$(limit "${CUDA_LIT_LIMIT:-150}" 240)" "$PY" "${LIT[@]}" -v -j "$(nproc)" build/test \
   --filter 'cuda|profile' 2>&1 | tee "$LOGS/lit-cuda.log" | tail -40
+fi
+if [[ ",$STAGES," == *,all,* ]]; then
 echo "=== lit: the whole suite"
-timeout "${ALL_LIT_LIMIT:-200}" "$PY" "${LIT[@]}" -sv -j "$(nproc)" build/test build/test/Unit \
+timeout "$(limit "${ALL_LIT_LIMIT:-200}" 240)" "$PY" "${LIT[@]}" -sv -j "$(nproc)" build/test build/test/Unit \
   2>&1 | tee "$LOGS/lit-all.log" | grep -E "^(FAIL|UNSUPPORTED|  )|Passed|Failed|Unsupported" | tail -40
+fi
+if [[ ",$STAGES," == *,lit,* ]]; then
 # Tensors compared by absolute error (reference norm under the floor: the
 # key biases, whose gradient is rounding noise) are left out of "worst".
 echo "=== GPU against CPU: worst relative error per comparison the CUDA tests made"
@@ -90,7 +104,11 @@ for test, a, b, opts in pairs:
 PYEOF
 fi
 if [[ ",$STAGES," == *,bench,* ]]; then
-echo "=== bench/gpu_step.py --models $MODELS --runners $RUNNERS"
-PYTHONUNBUFFERED=1 timeout "${BENCH_LIMIT:-300}" "$PY" bench/gpu_step.py --models "$MODELS" \
-  --runners "$RUNNERS" 2>&1 | tee "$LOGS/bench.log"
+BENCH_S=$(limit "${BENCH_LIMIT:-600}" 5)
+echo "=== bench/gpu_step.py --models $MODELS --runners $RUNNERS (${BENCH_S} s)"
+# The benchmark stops starting rows 20 s before its limit; the limit stops
+# a row that runs longer than the ones before it said it would.
+PYTHONUNBUFFERED=1 timeout "$BENCH_S" "$PY" bench/gpu_step.py --models "$MODELS" \
+  --runners "$RUNNERS" --budget-s "$((BENCH_S > 40 ? BENCH_S - 20 : BENCH_S))" 2>&1 |
+  tee "$LOGS/bench.log"
 fi
