@@ -15,7 +15,7 @@ using namespace megac::plan;
 
 namespace {
 
-constexpr uint64_t kAlign = 64;
+constexpr uint64_t kAlign = kArenaAlign;
 
 uint64_t bufferBytes(const Buffer &B) {
   uint64_t N = 1;

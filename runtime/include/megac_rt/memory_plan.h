@@ -28,6 +28,11 @@ enum class MemoryKind : uint8_t {
   Workspace,  // everything else: activation gradients, temporaries
 };
 
+/// Every arena offset (buffers, slots, bf16 copies) is a multiple of this;
+/// with the arena itself from cudaMalloc (256-byte aligned), so is every
+/// buffer's address, which the CUDA backend tells cuBLASLt.
+constexpr uint64_t kArenaAlign = 64;
+
 struct MemoryPlan {
   /// Byte offset of each buffer in the arena; -1 for parameters.
   std::vector<int64_t> offset;

@@ -1039,7 +1039,10 @@ private:
   /// algorithm the heuristic chose (none: Ok false), made once per shape.
   struct LtPlan {
     bool Ok = false;
+    uint32_t Epilogue = CUBLASLT_EPILOGUE_DEFAULT;
     cublasLtMatmulDesc_t Desc = nullptr;
+    /// The epilogue's pointers as ltPointer last set them.
+    const void *Bias = nullptr, *Aux = nullptr;
     cublasLtMatrixLayout_t A = nullptr, B = nullptr, D = nullptr;
     cublasLtMatmulAlgo_t Algo{};
     size_t Workspace = 0;
@@ -1060,6 +1063,21 @@ private:
   static bool ltAux(uint32_t Epi) {
     return Epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ||
            Epi == CUBLASLT_EPILOGUE_DGELU;
+  }
+  /// Whether epilogue \p Epi reads a bias or writes a bias gradient.
+  static bool ltBias(uint32_t Epi) {
+    return Epi == CUBLASLT_EPILOGUE_BIAS || Epi == CUBLASLT_EPILOGUE_GELU_BIAS ||
+           Epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ||
+           Epi == CUBLASLT_EPILOGUE_BGRADA || Epi == CUBLASLT_EPILOGUE_BGRADB;
+  }
+  /// The alignment every pointer this backend gives cuBLASLt has, and
+  /// tells it: the arena's buffers and copies (kArenaAlign), cudaMalloc's
+  /// memory and the scratch parts (256). cuBLASLt assumes 256 unless told,
+  /// and refuses a less aligned pointer at the launch of an algorithm that
+  /// assumed it.
+  static constexpr uint32_t kLtAlign = uint32_t(kArenaAlign);
+  static bool ltAligned(const void *P) {
+    return reinterpret_cast<uintptr_t>(P) % kLtAlign == 0;
   }
   /// The plan of row-major y[M,N] = x[M,K] w with epilogue \p Epi, bf16
   /// (\p Bf16) or fp32 operands and a bf16 (\p Out16) or fp32 y, as
@@ -1083,6 +1101,7 @@ private:
                           Bf16, Out16, int64_t(Epi)}];
     if (Pl.Desc)
       return Pl;
+    Pl.Epilogue = Epi;
     const cudaDataType_t In = Bf16 ? CUDA_R_16BF : CUDA_R_32F;
     const cudaDataType_t Out = Out16 ? CUDA_R_16BF : CUDA_R_32F;
     const int32_t OpA = TA, OpB = TB;
@@ -1120,6 +1139,29 @@ private:
               Pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &MaxWorkspace,
               sizeof MaxWorkspace),
           "cublasLtMatmulPreferenceSetAttribute");
+    // Split k only with fp32 partial sums reduced in a separate step: not
+    // in the output's type (a bf16 result is the fp32 sum rounded once, as
+    // cuBLAS's products with reduced-precision reductions disallowed), nor
+    // in place with atomics (in no fixed order: the runs' bits would vary).
+    const uint32_t Reductions = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+    check(cublasLtMatmulPreferenceSetAttribute(
+              Pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &Reductions,
+              sizeof Reductions),
+          "cublasLtMatmulPreferenceSetAttribute");
+    for (auto Attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+      check(cublasLtMatmulPreferenceSetAttribute(Pref, Attr, &kLtAlign,
+                                                 sizeof kLtAlign),
+            "cublasLtMatmulPreferenceSetAttribute");
+    // The heuristic reads the epilogue's pointers for their alignment
+    // alone: stand-ins of the alignment the real ones will have.
+    const void *Stand = reinterpret_cast<const void *>(uintptr_t(kLtAlign));
+    if (ltBias(Epi))
+      ltPointer(Pl, CUBLASLT_MATMUL_DESC_BIAS_POINTER, Stand);
+    if (ltAux(Epi))
+      ltPointer(Pl, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, Stand);
     std::vector<cublasLtMatmulHeuristicResult_t> Found(
         TuneGemms ? kGemmCandidates : 1);
     int Count = 0;
@@ -1144,6 +1186,7 @@ private:
                  const void *Ptr) {
     check(cublasLtMatmulDescSetAttribute(Pl.Desc, Attr, &Ptr, sizeof Ptr),
           "cublasLtMatmulDescSetAttribute");
+    (Attr == CUBLASLT_MATMUL_DESC_BIAS_POINTER ? Pl.Bias : Pl.Aux) = Ptr;
   }
   /// Runs \p Pl (ltPlan) on operands \p W and \p X into \p D, adding \p C
   /// (where not null: a residual of D's layout) with beta = 1. False where
@@ -1154,6 +1197,18 @@ private:
   /// GPU before one runs them).
   bool ltMatmul(LtPlan &Pl, const void *W, const void *X, const void *C,
                 void *D) {
+    // A pointer less aligned than the plan told cuBLASLt (none is, by
+    // kLtAlign's account): this call falls back, the plan stays.
+    if (!ltAligned(W) || !ltAligned(X) || !ltAligned(C) || !ltAligned(D) ||
+        (ltBias(Pl.Epilogue) && !ltAligned(Pl.Bias)) ||
+        (ltAux(Pl.Epilogue) && !ltAligned(Pl.Aux))) {
+      if (!LtUnaligned++)
+        std::fprintf(stderr, "megac-run: warning: a cuBLASLt product's "
+                             "operand is not %u-byte aligned; such products "
+                             "run as a plain product and megac's kernels\n",
+                     unsigned(kLtAlign));
+      return false;
+    }
     if (!Pl.Candidates.empty() && C != D) // (a sum in place: not repeatable)
       tuneLt(Pl, W, X, C, D);
     void *Ws = Pl.Workspace ? BlasWorkspace.Ptr : nullptr;
@@ -1242,14 +1297,14 @@ private:
   /// tensor cores as bf16; fp32 products are full fp32 (no TF32), as the
   /// cuBLAS ones.
   /// False where cuBLASLt has no algorithm for the shape (or the bias is
-  /// not 16-byte aligned): the caller then runs the product and the
+  /// not kLtAlign-aligned): the caller then runs the product and the
   /// epilogue kernel itself.
   bool linearEpilogue(const float *X, int64_t M, int64_t K, const float *W,
                       int64_t N, bool Transposed, const float *Bias, bool Bf16,
                       float *Y, const uint16_t *CopyX, const uint16_t *CopyW,
                       const float *Residual) {
     if (M == 0 || N == 0 || K == 0 ||
-        reinterpret_cast<uintptr_t>(Bias) % 16 != 0)
+        !ltAligned(Bias))
       return false;
     LtPlan &Pl =
         ltPlan(M, K, N, Transposed, Bf16, false, CUBLASLT_EPILOGUE_BIAS);
@@ -1431,7 +1486,7 @@ private:
     const uint32_t X = In.inputs()->Get(0), Dy = In.inputs()->Get(1);
     float *Bias = f(In.outputs()->Get(1));
     if (!bf16Operands(In) || EpiloguesOff ||
-        reinterpret_cast<uintptr_t>(Bias) % 16 != 0)
+        !ltAligned(Bias))
       return false;
     LtPlan &Pl =
         ltColPlan(CUBLAS_OP_N, CUBLAS_OP_T, T ? K : N, T ? N : K, Rows,
@@ -3345,7 +3400,7 @@ private:
   /// whose bias gradient came from cuBLASLt's BGRAD epilogue.
   uint64_t BiasGradGroups = 0, BiasGradEpilogues = 0;
   /// cuBLASLt products refused as they launched (ltMatmul).
-  uint64_t LtRefused = 0;
+  uint64_t LtRefused = 0, LtUnaligned = 0;
   /// MEGAC_CUDA_GEMM_TUNE=1 (tuneLt): product shapes timed, those that
   /// chose another algorithm than the heuristic's first, and the
   /// milliseconds a call that saved them, summed over the shapes.

@@ -790,7 +790,10 @@ struct cublasLtMatrixLayoutOpaque {
   uint64_t Rows, Cols;
   int64_t Ld;
 };
-struct cublasLtMatmulPreferenceOpaque {};
+struct cublasLtMatmulPreferenceOpaque {
+  /// Bytes A, B, C and D are aligned to at least (cuBLASLt's default 256).
+  uint32_t MinAlign[4] = {256, 256, 256, 256};
+};
 
 cublasStatus_t cublasLtCreate(cublasLtHandle_t *H) {
   *H = new cublasLtContext;
@@ -874,16 +877,54 @@ cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t P) {
   return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t
-cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t,
+cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t P,
                                      cublasLtMatmulPreferenceAttributes_t A,
-                                     const void *, size_t Bytes) {
-  return A == CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES &&
-                 Bytes == sizeof(uint64_t)
-             ? CUBLAS_STATUS_SUCCESS
-             : CUBLAS_STATUS_INVALID_VALUE;
+                                     const void *Value, size_t Bytes) {
+  switch (A) {
+  case CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES:
+    return Bytes == sizeof(uint64_t) ? CUBLAS_STATUS_SUCCESS
+                                     : CUBLAS_STATUS_INVALID_VALUE;
+  case CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK: {
+    // The emulation never splits k (scheme NONE, which every mask allows).
+    uint32_t Mask;
+    if (Bytes != sizeof Mask)
+      return CUBLAS_STATUS_INVALID_VALUE;
+    std::memcpy(&Mask, Value, sizeof Mask);
+    return Mask & ~uint32_t(CUBLASLT_REDUCTION_SCHEME_MASK)
+               ? CUBLAS_STATUS_INVALID_VALUE
+               : CUBLAS_STATUS_SUCCESS;
+  }
+  case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES:
+  case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES:
+  case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES:
+  case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES: {
+    uint32_t Align;
+    if (Bytes != sizeof Align)
+      return CUBLAS_STATUS_INVALID_VALUE;
+    std::memcpy(&Align, Value, sizeof Align);
+    if (Align == 0 || (Align & (Align - 1)))
+      return CUBLAS_STATUS_INVALID_VALUE;
+    P->MinAlign[A - CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES] = Align;
+    return CUBLAS_STATUS_SUCCESS;
+  }
+  }
+  return CUBLAS_STATUS_INVALID_VALUE;
 }
 
 namespace {
+/// The largest power of two up to 256 that divides \p P's address (256
+/// for null), as cuBLASLt reads a pointer's alignment.
+uint64_t ltAlignment(const void *P) {
+  const auto A = reinterpret_cast<uintptr_t>(P);
+  return A ? std::min<uint64_t>(256, A & (~A + 1)) : 256;
+}
+/// What an emulated algorithm assumes (in cublasLtMatmulAlgo_t's data):
+/// the alignments of A, B, C, D, the bias and the auxiliary matrix, and a
+/// mark that the heuristic made it.
+enum : size_t { kAlgoAlignA = 0, kAlgoAlignBias = 4, kAlgoAlignAux = 5,
+                kAlgoMark = 7 };
+constexpr uint64_t kAlgoMade = 0x6d65676163; // "megac"
+
 /// The product's M, N and K from the layouts, or false when they do not
 /// fit together.
 bool ltShape(const cublasLtMatmulDescOpaque &D,
@@ -962,7 +1003,7 @@ void ltStore(void *P, cudaDataType_t T, size_t I, float V) {
 cublasStatus_t cublasLtMatmulAlgoGetHeuristic(
     cublasLtHandle_t, cublasLtMatmulDesc_t D, cublasLtMatrixLayout_t A,
     cublasLtMatrixLayout_t B, cublasLtMatrixLayout_t, cublasLtMatrixLayout_t Dl,
-    cublasLtMatmulPreference_t, int Requested,
+    cublasLtMatmulPreference_t P, int Requested,
     cublasLtMatmulHeuristicResult_t *Results, int *Returned) {
   int M, N, K;
   *Returned = 0;
@@ -985,6 +1026,12 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(
   for (int K = 0; K < *Returned; ++K) {
     Results[K] = {};
     Results[K].state = CUBLAS_STATUS_SUCCESS;
+    uint64_t *Assumed = Results[K].algo.data;
+    for (size_t M = 0; M < 4; ++M)
+      Assumed[kAlgoAlignA + M] = P->MinAlign[M];
+    Assumed[kAlgoAlignBias] = ltAlignment(D->Bias);
+    Assumed[kAlgoAlignAux] = ltAlignment(D->Aux);
+    Assumed[kAlgoMark] = kAlgoMade;
   }
   return CUBLAS_STATUS_SUCCESS;
 }
@@ -995,7 +1042,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t Desc,
                               cublasLtMatrixLayout_t Bl, const void *Beta,
                               const void *C, cublasLtMatrixLayout_t Cl, void *D,
                               cublasLtMatrixLayout_t Dl,
-                              const cublasLtMatmulAlgo_t *, void *, size_t,
+                              const cublasLtMatmulAlgo_t *Algo, void *, size_t,
                               cudaStream_t Stream) {
   int M, N, K;
   // C of D's layout (in place, or the residual the backend adds).
@@ -1018,6 +1065,18 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t Desc,
   if (((E.Bias || E.BGradA || E.BGradB) && !Op.Bias) ||
       (E.Aux && (!Op.Aux || Op.AuxLd < int64_t(M) || Op.AuxLd % 8)))
     return CUBLAS_STATUS_INVALID_VALUE;
+  // A pointer less aligned than the algorithm assumed: refused, as
+  // cuBLASLt refuses it (or, for an epilogue's pointer, may fault).
+  if (Algo && Algo->data[kAlgoMark] == kAlgoMade) {
+    const void *Operands[4] = {A, B, C, D};
+    for (size_t M = 0; M < 4; ++M)
+      if (ltAlignment(Operands[M]) < Algo->data[kAlgoAlignA + M])
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (((E.Bias || E.BGradA || E.BGradB) &&
+         ltAlignment(Op.Bias) < Algo->data[kAlgoAlignBias]) ||
+        (E.Aux && ltAlignment(Op.Aux) < Algo->data[kAlgoAlignAux]))
+      return CUBLAS_STATUS_NOT_SUPPORTED;
+  }
   const float Alf = *static_cast<const float *>(Alpha),
               Bet = *static_cast<const float *>(Beta);
   megac_emu::submit(Stream, [=] {

@@ -217,7 +217,19 @@ enum cublasLtEpilogue_t {
   CUBLASLT_EPILOGUE_BGRADB = 512
 };
 enum cublasLtMatmulPreferenceAttributes_t {
-  CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1
+  CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1,
+  CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK = 3,
+  CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES = 5,
+  CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES = 6,
+  CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES = 7,
+  CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES = 8
+};
+enum cublasLtReductionScheme_t {
+  CUBLASLT_REDUCTION_SCHEME_NONE = 0,
+  CUBLASLT_REDUCTION_SCHEME_INPLACE = 1,
+  CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE = 2,
+  CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE = 4,
+  CUBLASLT_REDUCTION_SCHEME_MASK = 7
 };
 
 cublasStatus_t cublasLtCreate(cublasLtHandle_t *H);
@@ -239,7 +251,13 @@ cublasStatus_t
 cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t P,
                                      cublasLtMatmulPreferenceAttributes_t A,
                                      const void *Value, size_t Bytes);
-/// One algorithm for any valid problem (the emulation has one).
+/// Up to three algorithms for any valid problem (all computing alike).
+/// As cuBLASLt, each assumes the alignment the preference gives for A, B,
+/// C and D (256 bytes unless set) and, for the epilogue's bias and
+/// auxiliary matrix, the alignment of the pointers the descriptor has at
+/// the query (a null pointer counts as 256-byte aligned); cublasLtMatmul
+/// refuses (CUBLAS_STATUS_NOT_SUPPORTED) pointers less aligned than its
+/// algorithm assumed. (A null algorithm is not checked.)
 cublasStatus_t cublasLtMatmulAlgoGetHeuristic(
     cublasLtHandle_t H, cublasLtMatmulDesc_t D, cublasLtMatrixLayout_t A,
     cublasLtMatrixLayout_t B, cublasLtMatrixLayout_t C,
