@@ -774,7 +774,8 @@ std::unique_ptr<DeviceRun> openCudaRun(DeviceHost &Host) {
   auto Fn = reinterpret_cast<Create>(::dlsym(Handle, "megacCreateCudaRun"));
   if (!Fn)
     throw RunError(Lib + " has no megacCreateCudaRun");
-  // One device per rank: the launcher's local rank.
+  // One device per rank: the launcher's local rank (the plugin takes the
+  // only device visible where CUDA_VISIBLE_DEVICES leaves one).
   int Device = 0;
   for (const char *Var : {"OMPI_COMM_WORLD_LOCAL_RANK", "LOCAL_RANK",
                           "SLURM_LOCALID"})
@@ -1277,7 +1278,8 @@ int runMain(int Argc, char **Argv) {
       "Each process executes its own rank's instruction stream, with the "
       "CPU's fp32 kernels (--backend cpu, exchanging tensors through MPI) "
       "or on one GPU (--backend cuda: the device of the launcher's local "
-      "rank, OMPI_COMM_WORLD_LOCAL_RANK, LOCAL_RANK or SLURM_LOCALID; "
+      "rank, OMPI_COMM_WORLD_LOCAL_RANK, LOCAL_RANK or SLURM_LOCALID, or "
+      "the only one CUDA_VISIBLE_DEVICES leaves it; "
       "cuBLASLt products, bf16 plans on the tensor cores, the plan's "
       "generated kernels, NCCL collectives whose ids travel over MPI). "
       "Start one process per rank of the plan's grid:\n"

@@ -695,6 +695,10 @@ private:
   }
 
   ncclComm_t comm(const Instr &In) const {
+    // After the watchdog's abort the communicators are gone: no NCCL call
+    // may use them (it ends the process a moment later).
+    if (Aborted.load())
+      throw std::runtime_error("the collectives were aborted");
     if (In.axis() < 0 || size_t(In.axis()) >= Comms.size() ||
         !Comms[size_t(In.axis())])
       throw std::runtime_error("collective on an axis without a "
@@ -3581,7 +3585,13 @@ extern "C" megac_rt::DeviceRun *megacCreateCudaRun(const Program *P,
   // others waiting in NCCL.
   std::string Why;
   int Count = 0;
-  if (cudaGetDeviceCount(&Count) != cudaSuccess || Count == 0)
+  const bool Counted = cudaGetDeviceCount(&Count) == cudaSuccess;
+  // A launcher that gives each process a device of its own (Slurm's
+  // --gpus-per-task=1, or a CUDA_VISIBLE_DEVICES per rank) leaves it one
+  // visible: that one, whatever the local rank.
+  if (Counted && Count == 1 && std::getenv("CUDA_VISIBLE_DEVICES"))
+    Device = 0;
+  if (!Counted || Count == 0)
     Why = "no CUDA device is visible to this process";
   else if (Device < 0 || Device >= Count)
     Why = "device " + std::to_string(Device) + " does not exist (" +

@@ -430,8 +430,13 @@ const char *cudaGetErrorString(cudaError_t E) {
 }
 cudaError_t cudaGetDeviceCount(int *Count) {
   // Each rank of a node picks the device of its local rank: the host has
-  // as many emulated devices as any launch here uses.
+  // as many emulated devices as any launch here uses, unless
+  // CUDA_VISIBLE_DEVICES lists some (as CUDA counts them: its entries).
   *Count = 64;
+  if (const char *Visible = std::getenv("CUDA_VISIBLE_DEVICES")) {
+    const std::string List = Visible;
+    *Count = List.empty() ? 0 : int(std::count(List.begin(), List.end(), ',')) + 1;
+  }
   return cudaSuccess;
 }
 cudaError_t cudaSetDevice(int) { return cudaSuccess; }
