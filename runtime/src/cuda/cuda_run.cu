@@ -321,6 +321,11 @@ public:
       check(cudaMemsetAsync(MomentM[I], 0, B, Compute), "cudaMemsetAsync");
       check(cudaMemsetAsync(MomentV[I], 0, B, Compute), "cudaMemsetAsync");
     }
+    // The plan's kernels now rather than at their first launch: loading a
+    // module may synchronize the context, which mid-step would wait behind
+    // collectives that wait for peers.
+    for (uint32_t K = 0; P.kernels() && K < P.kernels()->size(); ++K)
+      kernel(K);
   }
 
   ~CudaRun() override {
