@@ -2207,8 +2207,9 @@ private:
   }
   cudaEvent_t freeEvent() {
     if (FreeEvents.empty()) {
-      cudaEvent_t E;
-      check(cudaEventCreate(&E), "cudaEventCreate");
+      cudaEvent_t E; // (ordering alone: no timestamps to take)
+      check(cudaEventCreateWithFlags(&E, cudaEventDisableTiming),
+            "cudaEventCreateWithFlags");
       AllEvents.push_back(E);
       return E;
     }
@@ -2350,7 +2351,8 @@ private:
     // (One event serves every hand-over: a wait holds the state the event
     // had when it was issued.)
     if (!Ready)
-      check(cudaEventCreate(&Ready), "cudaEventCreate");
+      check(cudaEventCreateWithFlags(&Ready, cudaEventDisableTiming),
+            "cudaEventCreateWithFlags");
     check(cudaEventRecord(Ready, Compute), "cudaEventRecord");
     check(cudaStreamWaitEvent(Comm, Ready, 0), "cudaStreamWaitEvent");
     if (Profiling)

@@ -486,9 +486,15 @@ struct CUevent_st {
   // Records issued and records that ran: a wait is for the records issued
   // before it, as CUDA's waits for the latest record at the time.
   uint64_t Recorded = 0, Completed = 0;
+  bool Timed = true;
 };
 cudaError_t cudaEventCreate(cudaEvent_t *E) {
   *E = new CUevent_st;
+  return cudaSuccess;
+}
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *E, unsigned Flags) {
+  *E = new CUevent_st;
+  (*E)->Timed = !(Flags & cudaEventDisableTiming);
   return cudaSuccess;
 }
 cudaError_t cudaEventDestroy(cudaEvent_t E) {
@@ -575,6 +581,8 @@ cudaError_t cudaMemsetAsync(void *Ptr, int Value, size_t Bytes,
 }
 cudaError_t cudaEventElapsedTime(float *Ms, cudaEvent_t Start,
                                  cudaEvent_t End) {
+  if (!Start->Timed || !End->Timed)
+    return cudaErrorInvalidResourceHandle;
   *Ms = std::chrono::duration<float, std::milli>(End->At - Start->At).count();
   return cudaSuccess;
 }

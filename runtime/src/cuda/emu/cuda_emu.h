@@ -30,7 +30,11 @@
 
 //===-- Runtime API ----------------------------------------------------===//
 
-enum cudaError_t { cudaSuccess = 0, cudaErrorMemoryAllocation = 2 };
+enum cudaError_t {
+  cudaSuccess = 0,
+  cudaErrorMemoryAllocation = 2,
+  cudaErrorInvalidResourceHandle = 400
+};
 enum cudaMemcpyKind {
   cudaMemcpyHostToDevice,
   cudaMemcpyDeviceToHost,
@@ -84,6 +88,9 @@ cudaError_t cudaFuncSetAttribute(Kernel *, cudaFuncAttribute, int) {
   return cudaSuccess;
 }
 cudaError_t cudaEventCreate(cudaEvent_t *E);
+/// An event for ordering alone: cudaEventElapsedTime refuses it, as CUDA.
+constexpr unsigned cudaEventDisableTiming = 2;
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *E, unsigned Flags);
 cudaError_t cudaEventDestroy(cudaEvent_t E);
 cudaError_t cudaEventRecord(cudaEvent_t E, cudaStream_t Stream = nullptr);
 cudaError_t cudaEventElapsedTime(float *Ms, cudaEvent_t Start, cudaEvent_t End);
