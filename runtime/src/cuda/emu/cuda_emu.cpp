@@ -828,6 +828,15 @@ cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t D) {
   delete D;
   return CUBLAS_STATUS_SUCCESS;
 }
+/// An attribute's value as cuBLASLt takes it: \p Bytes must be the size of
+/// \p Out's type.
+template <class T>
+static bool attributeValue(const void *Value, size_t Bytes, T &Out) {
+  if (Bytes != sizeof Out)
+    return false;
+  std::memcpy(&Out, Value, sizeof Out);
+  return true;
+}
 cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t D,
                                               cublasLtMatmulDescAttributes_t A,
                                               const void *Value, size_t Bytes) {
@@ -837,35 +846,29 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t D,
   case CUBLASLT_MATMUL_DESC_TRANSA:
   case CUBLASLT_MATMUL_DESC_TRANSB: {
     int32_t Op;
-    if (Bytes != sizeof Op)
+    if (!attributeValue(Value, Bytes, Op))
       return CUBLAS_STATUS_INVALID_VALUE;
-    std::memcpy(&Op, Value, sizeof Op);
     (A == CUBLASLT_MATMUL_DESC_TRANSA ? D->TransA : D->TransB) =
         cublasOperation_t(Op);
     return CUBLAS_STATUS_SUCCESS;
   }
   case CUBLASLT_MATMUL_DESC_EPILOGUE: {
     uint32_t E;
-    if (Bytes != sizeof E)
+    if (!attributeValue(Value, Bytes, E))
       return CUBLAS_STATUS_INVALID_VALUE;
-    std::memcpy(&E, Value, sizeof E);
     D->Epilogue = cublasLtEpilogue_t(E);
     return CUBLAS_STATUS_SUCCESS;
   }
   case CUBLASLT_MATMUL_DESC_BIAS_POINTER:
   case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER:
-    if (Bytes != sizeof(void *))
-      return CUBLAS_STATUS_INVALID_VALUE;
-    if (A == CUBLASLT_MATMUL_DESC_BIAS_POINTER)
-      std::memcpy(&D->Bias, Value, sizeof(void *));
-    else
-      std::memcpy(&D->Aux, Value, sizeof(void *));
-    return CUBLAS_STATUS_SUCCESS;
+    return (A == CUBLASLT_MATMUL_DESC_BIAS_POINTER
+                ? attributeValue(Value, Bytes, D->Bias)
+                : attributeValue(Value, Bytes, D->Aux))
+               ? CUBLAS_STATUS_SUCCESS
+               : CUBLAS_STATUS_INVALID_VALUE;
   case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD:
-    if (Bytes != sizeof(int64_t))
-      return CUBLAS_STATUS_INVALID_VALUE;
-    std::memcpy(&D->AuxLd, Value, sizeof(int64_t));
-    return CUBLAS_STATUS_SUCCESS;
+    return attributeValue(Value, Bytes, D->AuxLd) ? CUBLAS_STATUS_SUCCESS
+                                                  : CUBLAS_STATUS_INVALID_VALUE;
   }
   return CUBLAS_STATUS_INVALID_VALUE;
 }
@@ -900,9 +903,8 @@ cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t P,
   case CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK: {
     // The emulation never splits k (scheme NONE, which every mask allows).
     uint32_t Mask;
-    if (Bytes != sizeof Mask)
+    if (!attributeValue(Value, Bytes, Mask))
       return CUBLAS_STATUS_INVALID_VALUE;
-    std::memcpy(&Mask, Value, sizeof Mask);
     return Mask & ~uint32_t(CUBLASLT_REDUCTION_SCHEME_MASK)
                ? CUBLAS_STATUS_INVALID_VALUE
                : CUBLAS_STATUS_SUCCESS;
@@ -912,9 +914,8 @@ cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t P,
   case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES:
   case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES: {
     uint32_t Align;
-    if (Bytes != sizeof Align)
+    if (!attributeValue(Value, Bytes, Align))
       return CUBLAS_STATUS_INVALID_VALUE;
-    std::memcpy(&Align, Value, sizeof Align);
     if (Align == 0 || (Align & (Align - 1)))
       return CUBLAS_STATUS_INVALID_VALUE;
     P->MinAlign[A - CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES] = Align;
