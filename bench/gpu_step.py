@@ -50,6 +50,7 @@ count them.
 """
 import argparse
 import datetime
+import json
 import math
 import os
 import re
@@ -231,7 +232,6 @@ def megac_row(plan, args, knobs, profiled):
     where \p profiled; and the host's milliseconds a step issuing the
     instructions and then waiting for the device (megac-run's log), which
     say whether CUDA graphs could pay."""
-    import json
     run = os.path.join(args.megac_bin, "megac-run")
     tmp = os.path.dirname(plan)
     metrics = os.path.join(tmp, "m.jsonl")

@@ -23,9 +23,9 @@ LOGS="${1:?usage: gpu_check.sh LOGDIR [MODELS] [RUNNERS]}"
 MODELS="${2:-350M,1.3B,124M}"
 RUNNERS="${3:-eager,compile,megac,megac-cudnn,megac-narrowkg,megac-tune,megac-noepi,megac-sepdq,megac-narrow,megac-refwd,megac-noparam,megac-wmma,megac-nocopy,megac-fp32}"
 BUDGET="${BUDGET:-540}"
-# Seconds left of BUDGET, less MARGIN (default 0), at least 1.
+# Seconds left of BUDGET, less the seconds $1 keeps back (default 0), at least 1.
 left() { local l=$((BUDGET - SECONDS - ${1:-0})); ((l > 0)) && echo "$l" || echo 1; }
-# The smaller of a stage's own limit and the time left.
+# The smaller of a stage's own limit $1 and the time left, less $2 kept back.
 limit() { local l; l=$(left "${2:-0}"); ((l < $1)) && echo "$l" || echo "$1"; }
 mkdir -p "$LOGS"
 cd "$ROOT"
@@ -65,13 +65,6 @@ if [[ ",$STAGES," == *,lit,* ]]; then
 echo "=== lit: the CUDA tests"
 timeout "$(limit "${CUDA_LIT_LIMIT:-150}" 240)" "$PY" "${LIT[@]}" -v -j "$(nproc)" build/test \
   --filter 'cuda|profile' 2>&1 | tee "$LOGS/lit-cuda.log" | tail -40
-fi
-if [[ ",$STAGES," == *,all,* ]]; then
-echo "=== lit: the whole suite"
-timeout "$(limit "${ALL_LIT_LIMIT:-200}" 240)" "$PY" "${LIT[@]}" -sv -j "$(nproc)" build/test build/test/Unit \
-  2>&1 | tee "$LOGS/lit-all.log" | grep -E "^(FAIL|UNSUPPORTED|  )|Passed|Failed|Unsupported" | tail -40
-fi
-if [[ ",$STAGES," == *,lit,* ]]; then
 # Tensors compared by absolute error (reference norm under the floor: the
 # key biases, whose gradient is rounding noise) are left out of "worst".
 echo "=== GPU against CPU: worst relative error per comparison the CUDA tests made"
@@ -102,6 +95,11 @@ for test, a, b, opts in pairs:
     worst = max(rel, key=lambda l: float(l.split()[-1]), default="(none)")
     print(f"{test}: {a} vs {b}: {len(rel)} tensors, worst {worst}")
 PYEOF
+fi
+if [[ ",$STAGES," == *,all,* ]]; then
+echo "=== lit: the whole suite"
+timeout "$(limit "${ALL_LIT_LIMIT:-200}" 240)" "$PY" "${LIT[@]}" -sv -j "$(nproc)" build/test build/test/Unit \
+  2>&1 | tee "$LOGS/lit-all.log" | grep -E "^(FAIL|UNSUPPORTED|  )|Passed|Failed|Unsupported" | tail -40
 fi
 if [[ ",$STAGES," == *,bench,* ]]; then
 BENCH_S=$(limit "${BENCH_LIMIT:-600}" 5)

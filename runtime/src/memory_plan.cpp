@@ -15,8 +15,6 @@ using namespace megac::plan;
 
 namespace {
 
-constexpr uint64_t kAlign = kArenaAlign;
-
 uint64_t bufferBytes(const Buffer &B) {
   uint64_t N = 1;
   if (B.shape())
@@ -26,7 +24,8 @@ uint64_t bufferBytes(const Buffer &B) {
 }
 
 uint64_t aligned(uint64_t Bytes) {
-  return (std::max<uint64_t>(Bytes, 1) + kAlign - 1) / kAlign * kAlign;
+  return (std::max<uint64_t>(Bytes, 1) + kArenaAlign - 1) / kArenaAlign *
+         kArenaAlign;
 }
 
 /// A buffer to place: its size and lifetime [First, Last] in instructions.

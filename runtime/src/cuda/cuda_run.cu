@@ -1305,15 +1305,14 @@ private:
   /// GeLU epilogue computes. Operands of bf16 values (\p Bf16) go to the
   /// tensor cores as bf16; fp32 products are full fp32 (no TF32), as the
   /// cuBLAS ones.
-  /// False where cuBLASLt has no algorithm for the shape (or the bias is
-  /// not kLtAlign-aligned): the caller then runs the product and the
-  /// epilogue kernel itself.
+  /// False where cuBLASLt has no algorithm for the shape (or a pointer is
+  /// not kLtAlign-aligned: ltMatmul): the caller then runs the product and
+  /// the epilogue kernel itself.
   bool linearEpilogue(const float *X, int64_t M, int64_t K, const float *W,
                       int64_t N, bool Transposed, const float *Bias, bool Bf16,
                       float *Y, const uint16_t *CopyX, const uint16_t *CopyW,
                       const float *Residual) {
-    if (M == 0 || N == 0 || K == 0 ||
-        !ltAligned(Bias))
+    if (M == 0 || N == 0 || K == 0)
       return false;
     LtPlan &Pl =
         ltPlan(M, K, N, Transposed, Bf16, false, CUBLASLT_EPILOGUE_BIAS);
@@ -1494,8 +1493,7 @@ private:
                           int64_t K, int64_t N, bool T) {
     const uint32_t X = In.inputs()->Get(0), Dy = In.inputs()->Get(1);
     float *Bias = f(In.outputs()->Get(1));
-    if (!bf16Operands(In) || EpiloguesOff ||
-        !ltAligned(Bias))
+    if (!bf16Operands(In) || EpiloguesOff)
       return false;
     LtPlan &Pl =
         ltColPlan(CUBLAS_OP_N, CUBLAS_OP_T, T ? K : N, T ? N : K, Rows,
