@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Configures and builds megac (compiler, runtime, tests) into build/.
+# Configures and builds megac (compiler, runtime, tests) into build/
+# ($MEGAC_BUILD_DIR). Arguments go to CMake's first configure of that
+# directory (scripts/sanitize.sh passes its sanitizer flags so).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${MEGAC_BUILD_DIR:-$ROOT/build}"
@@ -10,6 +12,6 @@ LAUNCHER=()
 command -v ccache >/dev/null && LAUNCHER=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 
 if [[ ! -f "$BUILD/build.ninja" ]]; then
-  cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release "${LAUNCHER[@]}"
+  cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release "${LAUNCHER[@]}" "$@"
 fi
 ninja -C "$BUILD" -j "$JOBS"

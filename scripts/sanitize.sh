@@ -9,25 +9,17 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${MEGAC_ASAN_BUILD_DIR:-$ROOT/build-asan}"
-JOBS="${MEGAC_JOBS:-$(nproc)}"
-
-export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/megac-ccache}"
-LAUNCHER=()
-command -v ccache >/dev/null && LAUNCHER=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 
 SAN="-fsanitize=address,undefined"
-if [[ ! -f "$BUILD/build.ninja" ]]; then
-  # -O1: instrumented code at -O3 takes far longer to build, for little.
-  # vptr is left out: LLVM and MLIR are built without RTTI.
-  # --as-needed: without it the instrumented compiler records libcuda.so.1,
-  # which a machine without a driver lacks.
-  cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Debug "${LAUNCHER[@]}" \
-    "-DCMAKE_CXX_FLAGS=-O1 -g1 $SAN -fno-sanitize=vptr -fno-omit-frame-pointer" \
-    "-DCMAKE_C_FLAGS=-O1 $SAN" \
-    "-DCMAKE_EXE_LINKER_FLAGS=$SAN -Wl,--as-needed" \
-    "-DCMAKE_SHARED_LINKER_FLAGS=$SAN -Wl,--as-needed"
-fi
-ninja -C "$BUILD" -j "$JOBS"
+# -O1: instrumented code at -O3 takes far longer to build, for little.
+# vptr is left out: LLVM and MLIR are built without RTTI.
+# --as-needed: without it the instrumented compiler records libcuda.so.1,
+# which a machine without a driver lacks.
+MEGAC_BUILD_DIR="$BUILD" bash "$ROOT/scripts/build.sh" -DCMAKE_BUILD_TYPE=Debug \
+  "-DCMAKE_CXX_FLAGS=-O1 -g1 $SAN -fno-sanitize=vptr -fno-omit-frame-pointer" \
+  "-DCMAKE_C_FLAGS=-O1 $SAN" \
+  "-DCMAKE_EXE_LINKER_FLAGS=$SAN -Wl,--as-needed" \
+  "-DCMAKE_SHARED_LINKER_FLAGS=$SAN -Wl,--as-needed"
 
 # allow_user_poisoning=0: LLVM's BumpPtrAllocator poisons the rest of its
 # slabs when compiled with ASan (our code, inlining it), while Debian's
