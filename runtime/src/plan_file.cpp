@@ -25,6 +25,7 @@
 #include <fstream>
 #include <sstream>
 #include <unordered_map>
+#include <unordered_set>
 
 using namespace megac::plan;
 
@@ -1991,6 +1992,23 @@ std::string bufStr(const RankProgram &R, uint32_t B) {
   return shapeStr(toShape(Buf->shape())) + " " + dtypeStr(Buf->dtype());
 }
 
+/// How many instruction tables the plan holds: the compiler writes an
+/// instruction once and every rank whose stream has it refers to that copy.
+size_t distinctInstrCount(const Program &P) {
+  std::unordered_set<const Instr *> Seen;
+  for (const RankProgram *R : *P.ranks())
+    if (R->instrs())
+      Seen.insert(R->instrs()->begin(), R->instrs()->end());
+  return Seen.size();
+}
+
+size_t instrCount(const Program &P) {
+  size_t N = 0;
+  for (const RankProgram *R : *P.ranks())
+    N += R->instrs() ? R->instrs()->size() : 0;
+  return N;
+}
+
 void dumpRankText(std::ostringstream &OS, const Program &P,
                   const RankProgram &R) {
   std::string Coords = coordsStr(P, R);
@@ -2120,6 +2138,9 @@ std::string dumpPlanText(const LoadedPlan &plan, int rank) {
     if (P.micro_batches() > 1)
       OS << " in " << P.micro_batches() << " micro-batches";
     OS << "\n";
+    OS << "instructions: " << instrCount(P) << " in " << P.ranks()->size()
+       << (P.ranks()->size() == 1 ? " rank's stream, " : " ranks' streams, ")
+       << distinctInstrCount(P) << " distinct\n";
     if (const TrainConfig *T = P.train())
       OS << "train: lr " << fmtDouble(T->max_lr()) << " -> "
          << fmtDouble(T->min_lr()) << ", warmup " << T->warmup_steps()
@@ -2308,6 +2329,8 @@ std::string dumpPlanJson(const LoadedPlan &plan, int rank) {
     J["model"] = str(P.model_name());
     J["model_hash"] = P.model_hash();
     J["world_size"] = P.world_size();
+    J["instructions"] = instrCount(P);
+    J["distinct_instructions"] = distinctInstrCount(P);
     json Axes = json::array();
     if (P.axes())
       for (const Axis *A : *P.axes()) {

@@ -9,6 +9,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "megac/Target/Plan/PlanEmitter.h"
+#include "SharedTables.h"
 
 #include "ElementwiseSource.inc"
 
@@ -104,9 +105,9 @@ struct KernelTable {
 
 class RankEmitter {
 public:
-  RankEmitter(fb::FlatBufferBuilder &fbb, const Grid &grid, int64_t rank,
+  RankEmitter(SharedTables &tables, const Grid &grid, int64_t rank,
               int64_t microBatches)
-      : fbb(fbb), grid(grid), rank(rank), microBatches(microBatches),
+      : tables(tables), fbb(tables.builder()), grid(grid), rank(rank), microBatches(microBatches),
         coords(toVector(grid.coords(rank))) {}
 
   FailureOr<fb::Offset<mp::RankProgram>> emit(func::FuncOp func) {
@@ -139,10 +140,8 @@ public:
       if (forwardOps.contains(&op))
         forwardEnd = static_cast<int32_t>(instrs.size());
     }
-    return mp::CreateRankProgramDirect(fbb, rank, &coords, &bufferOffsets,
-                                       &params, &inputs, &outputs, &instrs,
-                                       training ? forwardEnd : -1,
-                                       microBatches > 1 ? accumulateEnd : -1);
+    return finishRank(training ? forwardEnd : -1,
+                      microBatches > 1 ? accumulateEnd : -1, {}, {});
   }
 
   /// What a pipeline needs to know beyond the grid.
@@ -251,9 +250,16 @@ private:
       uint32_t begin = instrs.size();
       if (failed(emitItems(items)))
         return failure();
-      segments.push_back(mp::CreateSegment(fbb, begin, instrs.size(),
-                                           static_cast<uint32_t>(stage),
-                                           isBackward));
+      uint32_t end = instrs.size();
+      auto key = TableKey(TableKey::Kind::Segment)
+                     .scalar(begin)
+                     .scalar(end)
+                     .scalar(stage)
+                     .scalar(isBackward);
+      segments.push_back(tables.get<mp::Segment>(key, [&] {
+        return mp::CreateSegment(fbb, begin, end, static_cast<uint32_t>(stage),
+                                 isBackward);
+      }));
       return success();
     };
     for (int64_t j = 0; j < chunks; ++j)
@@ -272,12 +278,71 @@ private:
       uint32_t segment = task.backward
                              ? static_cast<uint32_t>(2 * chunks - 1 - task.chunk)
                              : static_cast<uint32_t>(task.chunk);
-      tasks.push_back(mp::CreateTask(fbb, segment,
-                                     static_cast<uint32_t>(task.microBatch)));
+      auto micro = static_cast<uint32_t>(task.microBatch);
+      auto key = TableKey(TableKey::Kind::Task).scalar(segment).scalar(micro);
+      tasks.push_back(tables.get<mp::Task>(
+          key, [&] { return mp::CreateTask(fbb, segment, micro); }));
     }
-    return mp::CreateRankProgramDirect(
-        fbb, rank, &coords, &bufferOffsets, &params, &inputs, &outputs,
-        &instrs, /*forward_end=*/-1, accumulateEnd, &segments, &tasks);
+    return finishRank(/*forwardEnd=*/-1, accumulateEnd, segments, tasks);
+  }
+
+  /// The rank's table: its coordinates, and the lists it may share with
+  /// other ranks (empty segments and tasks: no pipeline).
+  fb::Offset<mp::RankProgram>
+  finishRank(int32_t forwardEnd, int32_t accumulateEnd,
+             const std::vector<fb::Offset<mp::Segment>> &segments,
+             const std::vector<fb::Offset<mp::Task>> &tasks) {
+    auto coordsVector = fbb.CreateVector(coords);
+    auto bufferVector = tables.vector(bufferOffsets);
+    auto paramVector = tables.vector(params);
+    auto inputVector = tables.vector(inputs);
+    auto outputVector = tables.vector(outputs);
+    auto instrVector = tables.vector(instrs);
+    auto segmentVector = segments.empty() ? 0 : tables.vector(segments);
+    auto taskVector = tasks.empty() ? 0 : tables.vector(tasks);
+    return mp::CreateRankProgram(fbb, rank, coordsVector, bufferVector,
+                                 paramVector, inputVector, outputVector,
+                                 instrVector, forwardEnd, accumulateEnd,
+                                 segmentVector, taskVector);
+  }
+
+  /// Appends an instruction; the ranks that have the same one share its
+  /// table. \p paramName and \p paramOffset: AdamW only.
+  void addInstr(mp::OpCode code, const std::vector<uint32_t> &in,
+                const std::vector<uint32_t> &out,
+                const std::vector<int64_t> &ints,
+                const std::vector<double> &floats, int32_t axis,
+                const std::string &loc, bool isGenerationOnly, bool rounds,
+                const std::string &paramName = "",
+                const std::vector<int64_t> &paramOffset = {}) {
+    auto key = TableKey(TableKey::Kind::Instr)
+                   .scalar(code)
+                   .list(in)
+                   .list(out)
+                   .list(ints)
+                   .list(floats)
+                   .scalar(axis)
+                   .text(loc)
+                   .text(paramName)
+                   .list(paramOffset)
+                   .scalar(isGenerationOnly)
+                   .scalar(rounds);
+    instrs.push_back(tables.get<mp::Instr>(key, [&] {
+      auto inVector = fbb.CreateVector(in);
+      auto outVector = fbb.CreateVector(out);
+      auto intVector = fbb.CreateVector(ints);
+      auto floatVector = fbb.CreateVector(floats);
+      auto locString = fbb.CreateSharedString(loc);
+      fb::Offset<fb::String> nameString;
+      fb::Offset<fb::Vector<int64_t>> offsetVector;
+      if (!paramName.empty()) {
+        nameString = fbb.CreateSharedString(paramName);
+        offsetVector = fbb.CreateVector(paramOffset);
+      }
+      return mp::CreateInstr(fbb, code, inVector, outVector, intVector,
+                             floatVector, axis, locString, nameString,
+                             offsetVector, isGenerationOnly, rounds);
+    }));
   }
 
   LogicalResult emitItems(ArrayRef<Item> items) {
@@ -302,10 +367,9 @@ private:
       std::vector<double> floats;
       std::string loc = locationString(item.op);
       Operation *def = value.getDefiningOp();
-      instrs.push_back(mp::CreateInstrDirect(
-          fbb, send ? mp::OpCode_Send : mp::OpCode_Recv, &in, &out, &ints,
-          &floats, -1, loc.c_str(), nullptr, nullptr,
-          def && generationOnly.contains(def)));
+      addInstr(send ? mp::OpCode_Send : mp::OpCode_Recv, in, out, ints,
+               floats, -1, loc, def && generationOnly.contains(def),
+               /*rounds=*/false);
     }
     return success();
   }
@@ -319,8 +383,11 @@ private:
           i, MegacDialect::kResultNameAttrName);
       std::string text =
           name ? name.getValue().str() : "output" + std::to_string(i);
-      outputs.push_back(
-          mp::CreateOutputDirect(fbb, text.c_str(), buffers.lookup(value)));
+      uint32_t buffer = buffers.lookup(value);
+      auto key = TableKey(TableKey::Kind::Output).text(text).scalar(buffer);
+      outputs.push_back(tables.get<mp::Output>(key, [&] {
+        return mp::CreateOutputDirect(fbb, text.c_str(), buffer);
+      }));
     }
   }
 
@@ -364,9 +431,8 @@ private:
     std::vector<int64_t> ints = {kernel};
     std::vector<double> floats;
     std::string loc = locationString(root);
-    instrs.push_back(mp::CreateInstrDirect(
-        fbb, mp::OpCode_Fused, &in, &out, &ints, &floats, -1, loc.c_str(),
-        nullptr, nullptr, generationOnly.contains(root)));
+    addInstr(mp::OpCode_Fused, in, out, ints, floats, -1, loc,
+             generationOnly.contains(root), /*rounds=*/false);
     return success();
   }
 
@@ -593,11 +659,9 @@ private:
     std::vector<int64_t> ints = {g.linear.getTransposeWeight() ? 1 : 0};
     std::vector<double> floats;
     std::string loc = locationString(g.linear);
-    instrs.push_back(mp::CreateInstrDirect(
-        fbb, mp::OpCode_LinearGeluGrad, &in, &out, &ints, &floats, -1,
-        loc.c_str(), nullptr, nullptr,
-        generationOnly.contains(g.result().getDefiningOp()),
-        static_cast<bool>(g.round)));
+    addInstr(mp::OpCode_LinearGeluGrad, in, out, ints, floats, -1, loc,
+             generationOnly.contains(g.result().getDefiningOp()),
+             static_cast<bool>(g.round));
     return success();
   }
 
@@ -624,10 +688,8 @@ private:
                                  g.gelu ? 1 : 0};
     std::vector<double> floats;
     std::string loc = locationString(g.linear);
-    instrs.push_back(mp::CreateInstrDirect(
-        fbb, mp::OpCode_LinearBias, &in, &out, &ints, &floats, -1, loc.c_str(),
-        nullptr, nullptr, generationOnly.contains(g.result().getDefiningOp()),
-        g.rounded()));
+    addInstr(mp::OpCode_LinearBias, in, out, ints, floats, -1, loc,
+             generationOnly.contains(g.result().getDefiningOp()), g.rounded());
     return success();
   }
 
@@ -840,8 +902,11 @@ private:
              << type.getElementType() << " (the CPU backend runs f32 and i32)";
     std::vector<int64_t> shape = toVector(type.getShape());
     buffers[value] = bufferOffsets.size();
-    bufferOffsets.push_back(
-        mp::CreateBufferDirect(fbb, dtype, &shape, name.str().c_str()));
+    auto key = TableKey(TableKey::Kind::Buffer).scalar(dtype).list(shape).text(
+        name);
+    bufferOffsets.push_back(tables.get<mp::Buffer>(key, [&] {
+      return mp::CreateBufferDirect(fbb, dtype, &shape, name.str().c_str());
+    }));
     return success();
   }
 
@@ -855,9 +920,15 @@ private:
           grid.axisIndex(getShardingOrReplicated(arg).getDimAxis(0));
       int64_t rows = cast<RankedTensorType>(arg.getType()).getDimSize(0);
       int64_t batchOffset = axisIndex < 0 ? 0 : coords[axisIndex] * rows;
-      inputs.push_back(mp::CreateInputDirect(
-          fbb, kind.getValue().str().c_str(), buffer,
-          kind.getValue().str().c_str(), batchOffset));
+      std::string text = kind.getValue().str();
+      auto key = TableKey(TableKey::Kind::Input)
+                     .text(text)
+                     .scalar(buffer)
+                     .scalar(batchOffset);
+      inputs.push_back(tables.get<mp::Input>(key, [&] {
+        return mp::CreateInputDirect(fbb, text.c_str(), buffer, text.c_str(),
+                                     batchOffset);
+      }));
       return success();
     }
     auto spec =
@@ -889,9 +960,20 @@ private:
     std::vector<int64_t> hfOffset(type.getRank(), 0);
     if (auto attr = spec.getAs<DenseI64ArrayAttr>("hf_offset"))
       hfOffset = toVector(attr.asArrayRef());
-    params.push_back(mp::CreateParamDirect(fbb, name.c_str(), buffer,
-                                           &globalShape, &offset, kind, stddev,
-                                           hfName.c_str(), &hfOffset));
+    auto key = TableKey(TableKey::Kind::Param)
+                   .text(name)
+                   .scalar(buffer)
+                   .list(globalShape)
+                   .list(offset)
+                   .scalar(kind)
+                   .scalar(stddev)
+                   .text(hfName)
+                   .list(hfOffset);
+    params.push_back(tables.get<mp::Param>(key, [&] {
+      return mp::CreateParamDirect(fbb, name.c_str(), buffer, &globalShape,
+                                   &offset, kind, stddev, hfName.c_str(),
+                                   &hfOffset);
+    }));
     return success();
   }
 
@@ -1107,11 +1189,8 @@ private:
     if (failed(result))
       return failure();
     std::string loc = locationString(op);
-    instrs.push_back(mp::CreateInstrDirect(
-        fbb, code, &in, &out, &ints, &floats, axis, loc.c_str(),
-        paramName.empty() ? nullptr : paramName.c_str(),
-        paramName.empty() ? nullptr : &paramOffset, generationOnly.contains(op),
-        roundingOutput));
+    addInstr(code, in, out, ints, floats, axis, loc, generationOnly.contains(op),
+             roundingOutput, paramName, paramOffset);
     return success();
   }
 
@@ -1131,6 +1210,7 @@ private:
   /// The "which" of the attention gradient being added where an "a" group
   /// sets it (3: dk and dv, 4: dq, dk and dv); -1 otherwise.
   int64_t attentionWhich = -1;
+  SharedTables &tables;
   fb::FlatBufferBuilder &fbb;
   const Grid &grid;
   uint32_t rank;
@@ -1354,8 +1434,9 @@ FailureOr<std::vector<uint8_t>> emitPlan(ModuleOp module,
     return module.emitError("unknown target '")
            << options.target << "' (expected cpu or cuda)";
   KernelTable kernels;
+  SharedTables tables(fbb);
   for (int64_t rank = 0; rank < grid.numRanks(); ++rank) {
-    RankEmitter emitter(fbb, grid, rank, microBatches);
+    RankEmitter emitter(tables, grid, rank, microBatches);
     if (chunks > 1)
       emitter.setPipeline(&pipeline);
     if (cuda)
