@@ -68,7 +68,7 @@ CONFIGS = {
 VOCAB = 50304  # GPT-2's 50257 rounded up to a multiple of 64, as nanoGPT
 
 
-def build_model(torch, cfg, seq):
+def build_model(torch, cfg, seq, vocab=VOCAB):
     nn = torch.nn
     F = torch.nn.functional
 
@@ -96,7 +96,7 @@ def build_model(torch, cfg, seq):
         def __init__(self):
             super().__init__()
             h = cfg["n_embd"]
-            self.wte = nn.Embedding(VOCAB, h)
+            self.wte = nn.Embedding(vocab, h)
             self.wpe = nn.Embedding(seq, h)
             self.blocks = nn.ModuleList(Block(h, cfg["n_head"]) for _ in range(cfg["n_layer"]))
             self.ln_f = nn.LayerNorm(h)
@@ -107,7 +107,7 @@ def build_model(torch, cfg, seq):
             for block in self.blocks:
                 x = block(x)
             logits = self.ln_f(x) @ self.wte.weight.t()  # tied output layer
-            return F.cross_entropy(logits.float().view(-1, VOCAB), labels.view(-1))
+            return F.cross_entropy(logits.float().view(-1, vocab), labels.view(-1))
 
     return GPT()
 

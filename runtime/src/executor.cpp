@@ -669,16 +669,21 @@ void Executor::exec(uint32_t Idx, const Instr &In, Collectives &C,
     return;
   case op::AttentionGrad: {
     kernels::AttentionDropout Drop;
-    // which = 3 (format 11) or 4 (format 12): one output per step, each
-    // as its own step computes it.
+    // which = 3 (format 11) or 4 (format 12): one output per step, all
+    // from one pass (each with the bits its own step would give it).
     const AttentionGradSteps Steps = attentionGradSteps(Int(2));
-    for (int K = 0; K < Steps.Count && A.numel(); ++K) {
-      Tensor &Out = K == 0 ? Y : Bufs[In.outputs()->Get(K)];
-      kernels::attentionGrad(A.f.data(), X(1).f.data(), X(2).f.data(),
-                             X(3).f.data(), A.shape[0], A.shape[1], A.shape[2],
-                             Int(0), Int(1) != 0, Steps.First + K, Out.f.data(),
-                             attentionDropout(In, 3, Drop));
+    if (!A.numel())
+      return;
+    kernels::AttentionGradOutputs Outs;
+    for (int K = 0; K < Steps.Count; ++K) {
+      float *Out = (K == 0 ? Y : Bufs[In.outputs()->Get(K)]).f.data();
+      const int Which = Steps.First + K;
+      (Which == 0 ? Outs.DQ : Which == 1 ? Outs.DK : Outs.DV) = Out;
     }
+    kernels::attentionGrads(A.f.data(), X(1).f.data(), X(2).f.data(),
+                            X(3).f.data(), A.shape[0], A.shape[1], A.shape[2],
+                            Int(0), Int(1) != 0, Outs,
+                            attentionDropout(In, 3, Drop));
     return;
   }
   case op::SoftmaxGrad:

@@ -21,6 +21,18 @@
 #include <limits>
 #include <string>
 
+// Elementwise loops that compute much per element (GeLU's exponential and
+// division) are compiled once more for each wider vector unit, and the
+// loader picks the widest the CPU has. Their bits are the same in every
+// version: this file is compiled with -ffp-contract=off (no fused
+// multiply-adds), so each one does the same IEEE operations.
+#if defined(__x86_64__) && defined(__GNUC__)
+#define MEGAC_VECTOR_CLONES                                                    \
+  __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define MEGAC_VECTOR_CLONES
+#endif
+
 namespace megac_rt {
 namespace kernels {
 
@@ -59,7 +71,7 @@ void mul(const float *A, int64_t NA, const float *B, int64_t NB, float *Y) {
       Y[I + J] = A[I + J] * B[J];
 }
 
-void gelu(const float *X, int64_t N, float *Y) {
+MEGAC_VECTOR_CLONES void gelu(const float *X, int64_t N, float *Y) {
   for (int64_t I = 0; I < N; ++I)
     Y[I] = geluOf(X[I]);
 }
@@ -84,15 +96,17 @@ void layerNorm(const float *X, int64_t Rows, int64_t H, const float *Gamma,
 namespace {
 /// Y[0..N) = softmax(X[0..N)), max-subtracted and summed in double; X may
 /// alias Y. Shared by the softmax op and attention's score rows.
-void softmaxRow(const float *X, int64_t N, float *Y) {
+MEGAC_VECTOR_CLONES void softmaxRow(const float *X, int64_t N, float *Y) {
   float Max = -std::numeric_limits<float>::infinity();
   for (int64_t I = 0; I < N; ++I)
     Max = std::max(Max, X[I]);
+  // The exponentials vectorize (megac_exp is plain float arithmetic); the
+  // sum, in double and in order, is a loop of its own.
+  for (int64_t I = 0; I < N; ++I)
+    Y[I] = megac_exp(X[I] - Max);
   double Sum = 0;
-  for (int64_t I = 0; I < N; ++I) {
-    Y[I] = std::exp(X[I] - Max);
+  for (int64_t I = 0; I < N; ++I)
     Sum += Y[I];
-  }
   float Inv = float(1.0 / Sum);
   for (int64_t I = 0; I < N; ++I)
     Y[I] *= Inv;
@@ -160,6 +174,15 @@ void applyAttentionMask(const AttentionDropout *Drop, int64_t Bi, int64_t H,
     M[I] = dropoutUniform(Drop->Key, Base + uint64_t(I)) >= Drop->Rate
                ? float(double(M[I]) * Scale)
                : 0.0f;
+}
+/// One row of the scores' gradient, in place: d = p * (d - sum(p * d)),
+/// the sum in double and in order, the rest elementwise (vectorized).
+MEGAC_VECTOR_CLONES void scoreGradRow(const float *P, int64_t S, float *D) {
+  double Dot = 0;
+  for (int64_t J = 0; J < S; ++J)
+    Dot += double(P[J]) * D[J];
+  for (int64_t J = 0; J < S; ++J)
+    D[J] = float(double(P[J]) * (double(D[J]) - Dot));
 }
 } // namespace
 
@@ -331,7 +354,8 @@ void linearWeightGrad(const float *X, int64_t M, int64_t K, const float *DY,
                 int(M), 1.0f, DY, int(N), X, int(K), Beta, DW, int(K));
 }
 
-void geluGrad(const float *X, const float *DY, int64_t N, float *DX) {
+MEGAC_VECTOR_CLONES void geluGrad(const float *X, const float *DY, int64_t N,
+                                  float *DX) {
   for (int64_t I = 0; I < N; ++I)
     DX[I] = geluGradOf(X[I], DY[I]);
 }
@@ -438,50 +462,61 @@ void layerNormGainGrad(const float *X, const float *DY, int64_t Rows, int64_t H,
     DGamma[J] = float(Acc[size_t(J)]);
 }
 
-void attentionGrad(const float *Q, const float *K, const float *V,
-                   const float *DY, int64_t B, int64_t S, int64_t Hl,
-                   int64_t Heads, bool Causal, int Which, float *DX,
-                   const AttentionDropout *Drop) {
+void attentionGrads(const float *Q, const float *K, const float *V,
+                    const float *DY, int64_t B, int64_t S, int64_t Hl,
+                    int64_t Heads, bool Causal, const AttentionGradOutputs &Out,
+                    const AttentionDropout *Drop) {
   const int64_t Hd = Hl / Heads;
   const float Scale = float(1.0 / std::sqrt(double(Hd)));
+  const bool Dropping = Drop && Drop->Rate > 0;
   std::vector<float> Prob(size_t(S * S)), DP(size_t(S * S));
+  std::vector<float> Dropped(Out.DV && Dropping ? size_t(S * S) : 0);
   for (int64_t Bi = 0; Bi < B; ++Bi)
     for (int64_t H = 0; H < Heads; ++H) {
       const int64_t Base = Bi * S * Hl + H * Hd;
-      // The probabilities exactly as the forward kernel computes them.
+      // The probabilities exactly as the forward kernel computes them,
+      // once for all three gradients.
       attentionProbabilities(Q + Base, K + Base, S, Hl, Hd, Scale, Causal,
                              Prob.data());
-      if (Which == 2) { // dV = P'^T dY, P' the dropped-out probabilities
-        applyAttentionMask(Drop, Bi, H, S, Prob.data());
+      if (Out.DV) { // dV = P'^T dY, P' the dropped-out probabilities
+        const float *PD = Prob.data();
+        if (Dropping) {
+          std::copy(Prob.begin(), Prob.end(), Dropped.begin());
+          applyAttentionMask(Drop, Bi, H, S, Dropped.data());
+          PD = Dropped.data();
+        }
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(S), int(Hd),
-                    int(S), 1.0f, Prob.data(), int(S), DY + Base, int(Hl),
-                    0.0f, DX + Base, int(Hl));
-        continue;
+                    int(S), 1.0f, PD, int(S), DY + Base, int(Hl), 0.0f,
+                    Out.DV + Base, int(Hl));
       }
+      if (!Out.DQ && !Out.DK)
+        continue;
       // dP' = dY V^T and dP = dP' times the mask (dropout's gradient), then
       // dScores = P * (dP - rowsum(P * dP)).
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(S), int(S),
                   int(Hd), 1.0f, DY + Base, int(Hl), V + Base, int(Hl), 0.0f,
                   DP.data(), int(S));
       applyAttentionMask(Drop, Bi, H, S, DP.data());
-      for (int64_t I = 0; I < S; ++I) {
-        const float *P = Prob.data() + I * S;
-        float *D = DP.data() + I * S;
-        double Dot = 0;
-        for (int64_t J = 0; J < S; ++J)
-          Dot += double(P[J]) * D[J];
-        for (int64_t J = 0; J < S; ++J)
-          D[J] = float(double(P[J]) * (double(D[J]) - Dot));
-      }
-      if (Which == 0) // dQ = scale * dScores K
+      for (int64_t I = 0; I < S; ++I)
+        scoreGradRow(Prob.data() + I * S, S, DP.data() + I * S);
+      if (Out.DQ) // dQ = scale * dScores K
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(S),
                     int(Hd), int(S), Scale, DP.data(), int(S), K + Base,
-                    int(Hl), 0.0f, DX + Base, int(Hl));
-      else // dK = scale * dScores^T Q
+                    int(Hl), 0.0f, Out.DQ + Base, int(Hl));
+      if (Out.DK) // dK = scale * dScores^T Q
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(S), int(Hd),
                     int(S), Scale, DP.data(), int(S), Q + Base, int(Hl), 0.0f,
-                    DX + Base, int(Hl));
+                    Out.DK + Base, int(Hl));
     }
+}
+
+void attentionGrad(const float *Q, const float *K, const float *V,
+                   const float *DY, int64_t B, int64_t S, int64_t Hl,
+                   int64_t Heads, bool Causal, int Which, float *DX,
+                   const AttentionDropout *Drop) {
+  AttentionGradOutputs Out;
+  (Which == 0 ? Out.DQ : Which == 1 ? Out.DK : Out.DV) = DX;
+  attentionGrads(Q, K, V, DY, B, S, Hl, Heads, Causal, Out, Drop);
 }
 
 void softmaxGrad(const float *Y, const float *DY, int64_t Rows, int64_t Cols,

@@ -14,6 +14,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "cuda/elementwise.cuh"
+
 namespace megac_rt {
 namespace kernels {
 
@@ -29,21 +31,10 @@ void matmul(const float *A, const float *B, int64_t Batch, int64_t M,
 void add(const float *A, int64_t NA, const float *B, int64_t NB, float *Y);
 void mul(const float *A, int64_t NA, const float *B, int64_t NB, float *Y);
 
-/// tanh-approximated GeLU, as GPT-2 uses, of one value. The CUDA kernels
-/// megac generates use the same formula (PlanEmitter.cpp).
-inline float geluOf(float V) {
-  const float C = 0.7978845608028654f; // sqrt(2/pi)
-  return 0.5f * V * (1.0f + std::tanh(C * (V + 0.044715f * V * V * V)));
-}
-/// dy * gelu'(x), in double.
-inline float geluGradOf(float X, float DY) {
-  const double C = 0.7978845608028654, A = 0.044715;
-  const double V = X;
-  const double T = std::tanh(C * (V + A * V * V * V));
-  const double D =
-      0.5 * (1.0 + T) + 0.5 * V * (1.0 - T * T) * C * (1.0 + 3.0 * A * V * V);
-  return float(double(DY) * D);
-}
+/// tanh-approximated GeLU, as GPT-2 uses, of one value, and dy times its
+/// derivative: the formulas of the CUDA kernels, from their one source.
+inline float geluOf(float V) { return megac_gelu(V); }
+inline float geluGradOf(float X, float DY) { return megac_gelu_grad(X, DY); }
 
 /// tanh-approximated GeLU, as GPT-2 uses.
 void gelu(const float *X, int64_t N, float *Y);
@@ -153,6 +144,20 @@ void normalize(const float *X, int64_t Rows, int64_t H, double Eps, float *Y);
 /// bit, without storing either.
 void layerNormGainGrad(const float *X, const float *DY, int64_t Rows, int64_t H,
                        double Eps, float *DGamma);
+
+/// Where attentionGrads writes each gradient; null: not wanted.
+struct AttentionGradOutputs {
+  float *DQ = nullptr, *DK = nullptr, *DV = nullptr;
+};
+
+/// Gradients of attention() with respect to q, k and v (those \p Out asks
+/// for), recomputing the probabilities once per head for all of them; dy
+/// and the results are (B,S,Hl). Each gradient has the same bits as
+/// attentionGrad() gives it alone.
+void attentionGrads(const float *Q, const float *K, const float *V,
+                    const float *DY, int64_t B, int64_t S, int64_t Hl,
+                    int64_t Heads, bool Causal, const AttentionGradOutputs &Out,
+                    const AttentionDropout *Drop = nullptr);
 
 /// Gradient of attention() with respect to q (\p Which 0), k (1) or v (2),
 /// recomputing the probabilities; dy and the result are (B,S,Hl).

@@ -212,6 +212,40 @@ TEST(Grad, AttentionWithProbabilityDropout) {
       EXPECT_NEAR(Yb[I * Hd + C], Whole[(1 * S + I) * Hl + Hd + C], 1e-6);
 }
 
+/// The three gradients from one pass (what an "a" group's instruction
+/// runs) are, bit for bit, the gradients each step computes alone, with
+/// and without dropout, causal or not; and a pass asked for some of them
+/// writes only those.
+TEST(Grad, AttentionGradsInOnePassEqualEachAlone) {
+  const int64_t B = 2, S = 5, Hl = 8, Heads = 2, N = B * S * Hl;
+  auto Q = rnd(N, 40), K = rnd(N, 41), V = rnd(N, 42), DY = rnd(N, 43);
+  AttentionDropout Drop;
+  Drop.Rate = 0.25;
+  Drop.Key = 12345;
+  Drop.GlobalHeads = Heads;
+  for (const AttentionDropout *D : {static_cast<AttentionDropout *>(nullptr),
+                                    &Drop})
+    for (bool Causal : {true, false}) {
+      std::vector<std::vector<float>> Alone(3, std::vector<float>(N));
+      for (int Which = 0; Which < 3; ++Which)
+        attentionGrad(Q.data(), K.data(), V.data(), DY.data(), B, S, Hl, Heads,
+                      Causal, Which, Alone[Which].data(), D);
+      std::vector<float> DQ(N), DK(N), DV(N);
+      attentionGrads(Q.data(), K.data(), V.data(), DY.data(), B, S, Hl, Heads,
+                     Causal, {DQ.data(), DK.data(), DV.data()}, D);
+      EXPECT_EQ(DQ, Alone[0]);
+      EXPECT_EQ(DK, Alone[1]);
+      EXPECT_EQ(DV, Alone[2]);
+      std::vector<float> KeyOnly(N);
+      AttentionGradOutputs Some;
+      Some.DK = KeyOnly.data();
+      attentionGrads(Q.data(), K.data(), V.data(), DY.data(), B, S, Hl, Heads,
+                     Causal, Some, D);
+      EXPECT_EQ(KeyOnly, Alone[1]);
+      EXPECT_NE(Alone[0], Alone[1]); // the comparisons above can fail
+    }
+}
+
 TEST(Grad, Softmax) {
   const int64_t R = 3, C = 7;
   auto X = rnd(R * C, 14, 2.0f), DY = rnd(R * C, 15);

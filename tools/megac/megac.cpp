@@ -397,7 +397,8 @@ int runCompile(int argc, char **argv) {
                              cl::cat(category));
   static cl::opt<std::string> target(
       "target",
-      cl::desc("cpu, or cuda: elementwise chains and GEMM epilogues fused "
+      cl::desc("cpu (an attention's three gradient steps one instruction), "
+               "or cuda: elementwise chains and GEMM epilogues fused "
                "(megac-fuse-elementwise), the chains as generated CUDA "
                "kernels compiled with NVRTC for sm_80 and sm_90 and embedded "
                "in the plan (the CPU backend runs them too); compiled "
@@ -584,7 +585,7 @@ int runCompile(int argc, char **argv) {
   if (target != "cpu" && target != "cuda")
     return fail("--target must be cpu or cuda, got '" + target.getValue() +
                 "'");
-  options.fuse = target == "cuda";
+  options.fusionGroups = target == "cuda" ? "abdegnrtw" : "a";
   // Pipeline parallelism: a pp axis splits the layers into stages.
   const int64_t pp = meshAxisSize(mesh, "pp");
   if (virtualStages < 0)

@@ -721,12 +721,12 @@ private:
         accumulating = false;
         return result;
       }
-      // A GPU target's fusion groups are one instruction each, emitted
-      // where the group's result is made.
+      // Fusion groups are one instruction each, emitted where the group's
+      // result is made (a CPU plan has "a" groups only; an elementwise
+      // chain becomes a generated kernel, in a CUDA plan alone).
       if (auto group =
-              op.getAttrOfType<StringAttr>(MegacDialect::kFusionAttrName);
-          group && kernelTable) {
-        if (group.getValue().starts_with("e")) {
+              op.getAttrOfType<StringAttr>(MegacDialect::kFusionAttrName)) {
+        if (group.getValue().starts_with("e") && kernelTable) {
           if (!isGroupRoot(op, group))
             return success();
           return emitFused(&op, group);

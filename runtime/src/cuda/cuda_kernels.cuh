@@ -15,6 +15,7 @@
 #define MEGAC_RT_CUDA_KERNELS_CUH
 
 #include "cuda_api.h"
+#include "elementwise.cuh"
 
 #include <cstdint>
 #include <vector>
@@ -90,8 +91,8 @@ __device__ inline double dropoutScaleDev(uint64_t Key, uint64_t G,
 }
 
 //===-- Elementwise -------------------------------------------------------===//
-
-#include "elementwise.cuh"
+// (megac_gelu and the others: elementwise.cuh, included above, outside the
+// namespace, as the CPU kernels include it.)
 
 __global__ void fillKernel(float *Y, int64_t N, float V) {
   MEGAC_GRID_LOOP(I, N) Y[I] = V;

@@ -71,10 +71,24 @@ bool roundsAsItWrites(Operation *op) {
              AttentionGradOp, CrossEntropyGradOp, EmbeddingOp>(op);
 }
 
+/// The letters of the kinds of group the pass can form.
+constexpr llvm::StringLiteral kGroupKinds = "abdegnrtw";
+
 struct FuseElementwisePass
     : public megac::impl::FuseElementwisePassBase<FuseElementwisePass> {
+  using FuseElementwisePassBase::FuseElementwisePassBase;
+
   void runOnOperation() override {
     MLIRContext *ctx = &getContext();
+    for (char kind : groups)
+      if (!kGroupKinds.contains(kind)) {
+        getOperation().emitError("megac-fuse-elementwise: '")
+            << kind << "' in groups=" << groups
+            << " names no kind of group (expected letters of " << kGroupKinds
+            << ")";
+        return signalPassFailure();
+      }
+    auto forms = [&](char kind) { return StringRef(groups).contains(kind); };
     // Groups of each kind are numbered in program order: "g0", "g1", ...
     llvm::StringMap<int64_t> counts;
     auto nameOf = [&](StringRef kind) {
@@ -110,7 +124,7 @@ struct FuseElementwisePass
         std::string group;
         // Takes the group a matcher found, if any, as a group of \p kind.
         auto take = [&](const auto &found, StringRef kind) {
-          if (!found)
+          if (!found || !forms(kind.front()))
             return false;
           members = found->ops();
           group = nameOf(kind);
@@ -139,7 +153,7 @@ struct FuseElementwisePass
       // chain starting with the rounding would read the fp32 product.
       for (Operation &op : body) {
         auto round = dyn_cast<RoundBf16Op>(op);
-        if (!round || op.hasAttr(MegacDialect::kFusionAttrName))
+        if (!forms('r') || !round || op.hasAttr(MegacDialect::kFusionAttrName))
           continue;
         Operation *def = round.getInput().getDefiningOp();
         if (!def || def->getNumResults() != 1 || !roundsAsItWrites(def) ||
@@ -156,8 +170,8 @@ struct FuseElementwisePass
       llvm::DenseMap<int64_t, int64_t> size, inputs;
       int64_t next = 0;
       for (Operation &op : body) {
-        if (!isElementwise(&op) || op.hasAttr(MegacDialect::kFusionAttrName) ||
-            !fitsOneKernel(&op))
+        if (!forms('e') || !isElementwise(&op) ||
+            op.hasAttr(MegacDialect::kFusionAttrName) || !fitsOneKernel(&op))
           continue;
         int64_t chain = -1;
         Value through;

@@ -54,9 +54,11 @@ void buildPartitionPipeline(OpPassManager &pm, const PartitionOptions &options) 
   if (options.bucketBytes > 0)
     pm.addPass(createBucketAllReducesPass(
         BucketAllReducesPassOptions{options.bucketBytes}));
-  // A GPU target runs elementwise chains and GEMM epilogues as one kernel.
-  if (options.fuse)
-    pm.addPass(createFuseElementwisePass());
+  // A GPU target runs elementwise chains and GEMM epilogues as one kernel;
+  // the CPU takes an attention's gradient steps in one pass.
+  if (!options.fusionGroups.empty())
+    pm.addPass(createFuseElementwisePass(
+        FuseElementwisePassOptions{options.fusionGroups}));
 }
 
 namespace {

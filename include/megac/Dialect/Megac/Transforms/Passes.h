@@ -46,8 +46,10 @@ struct PartitionOptions {
   /// Pipeline parallelism (a pp axis in the grid): model chunks per
   /// pipeline rank (interleaved schedules).
   int64_t virtualStages = 1;
-  /// Mark kernel groups for a GPU target (megac-fuse-elementwise).
-  bool fuse = false;
+  /// The kinds of kernel group to mark (megac-fuse-elementwise's
+  /// `groups`): all of them for a GPU target, "a" for the CPU; empty:
+  /// none.
+  std::string fusionGroups;
 };
 
 /// set-mesh, specialize-shapes, [autodiff, apply-optimizer,]

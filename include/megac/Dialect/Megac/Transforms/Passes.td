@@ -263,7 +263,18 @@ def FuseElementwisePass : Pass<"megac-fuse-elementwise", "mlir::ModuleOp"> {
     A group of one op is left alone. Attention, LayerNorm, softmax and
     AdamW are fused kernels already. Only marks; the CUDA plan emitter
     turns each group into a kernel.
+
+    `groups` lists the kinds of group to form, by their letters (default:
+    all). A CPU target forms only "a": the CPU backend's attention
+    gradient recomputes the probabilities once for all the steps of a
+    group, and runs the others op by op anyway.
+
+    Errors: a letter in `groups` that names no kind of group.
   }];
+  let options = [
+    Option<"groups", "groups", "std::string", /*default=*/"\"abdegnrtw\"",
+           "Kinds of group to form, by letter (a, b, d, e, g, n, r, t, w)">,
+  ];
 }
 
 def AssignStagesPass : Pass<"megac-assign-stages", "mlir::ModuleOp"> {
