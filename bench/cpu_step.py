@@ -21,7 +21,7 @@ PyPI are large (about 3 GB with the CUDA libraries they pull in):
 
   python3 -m venv /tmp/torch-venv && /tmp/torch-venv/bin/pip install torch numpy
   /tmp/torch-venv/bin/python bench/cpu_step.py [--models demo,small]
-      [--threads 1,2] [--steps 10] [--compile]
+      [--threads 1,2] [--steps 10] [--compile] [--megac-run-before PATH]
 """
 import argparse
 import datetime
@@ -83,7 +83,7 @@ def torch_tokens_per_s(torch, model, threads, steps, compiled):
     return batch * seq * steps / (time.perf_counter() - start)
 
 
-def megac_tokens_per_s(bin_dir, tmp, model, ranks, steps):
+def megac_tokens_per_s(bin_dir, tmp, model, ranks, steps, runner=None):
     layers, hidden, heads, vocab, batch, seq = MODELS[model]
     config = os.path.join(tmp, f"{model}.json")
     with open(config, "w") as f:
@@ -104,7 +104,7 @@ def megac_tokens_per_s(bin_dir, tmp, model, ranks, steps):
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1",
                OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                OMPI_MCA_btl="self,vader")
-    run = [os.path.join(bin_dir, "megac-run"), plan, "--steps",
+    run = [runner or os.path.join(bin_dir, "megac-run"), plan, "--steps",
            str(steps + 3), "--data", data, "--metrics", metrics, "-q"]
     if ranks > 1:
         run = [shutil.which("mpirun") or "mpirun", "--oversubscribe", "-np",
@@ -123,6 +123,9 @@ def main():
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--compile", action="store_true",
                         help="also time torch.compile (inductor)")
+    parser.add_argument("--megac-run-before", metavar="PATH",
+                        help="also time this megac-run (an earlier build's, "
+                        "on the same plan), for a before-and-after in one run")
     parser.add_argument("--megac-bin", default=os.path.join(
         os.path.dirname(os.path.abspath(__file__)), "..", "build", "bin"))
     args = parser.parse_args()
@@ -151,7 +154,13 @@ def main():
                 if args.compile:
                     rows.append(("torch.compile", lambda: torch_tokens_per_s(
                         torch, model, t, args.steps, True)))
-                rows.append((f"megac ({t} rank{'s' if t > 1 else ''})",
+                ranks = f"{t} rank{'s' if t > 1 else ''}"
+                if args.megac_run_before:
+                    rows.append((f"megac, earlier megac-run ({ranks})",
+                                 lambda: megac_tokens_per_s(
+                                     args.megac_bin, tmp, model, t, args.steps,
+                                     args.megac_run_before)))
+                rows.append((f"megac ({ranks})",
                              lambda: megac_tokens_per_s(
                                  args.megac_bin, tmp, model, t, args.steps)))
                 measured = []
@@ -164,7 +173,7 @@ def main():
                 megac = measured[-1][1]
                 for name, rate in measured:
                     ratio = (f"{megac / rate:.2f}" if megac and rate
-                             and not name.startswith("megac") else "")
+                             and name != measured[-1][0] else "")
                     shown = f"{rate:.0f}" if rate else "failed"
                     print(f"| {model} | {shape} | {t} | {name} | {shown} "
                           f"| {ratio} |", flush=True)

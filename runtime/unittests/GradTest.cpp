@@ -16,6 +16,7 @@
 
 #include "error.h"
 #include "kernels.h"
+#include "rng.h"
 
 #include <gtest/gtest.h>
 
@@ -244,6 +245,101 @@ TEST(Grad, AttentionGradsInOnePassEqualEachAlone) {
       EXPECT_EQ(KeyOnly, Alone[1]);
       EXPECT_NE(Alone[0], Alone[1]); // the comparisons above can fail
     }
+}
+
+/// At a sequence long enough for several query blocks (150: blocks of 64,
+/// the last one partial), the blocked causal kernels match attention and
+/// its gradients written out naively in double, with and without dropout.
+TEST(Grad, CausalAttentionAcrossQueryBlocksMatchesNaive) {
+  const int64_t B = 1, S = 150, Hl = 16, Heads = 2, Hd = Hl / Heads;
+  const int64_t N = B * S * Hl;
+  auto Q = rnd(N, 50), K = rnd(N, 51), V = rnd(N, 52), DY = rnd(N, 53);
+  AttentionDropout Drop;
+  Drop.Rate = 0.2;
+  Drop.Key = 99;
+  Drop.GlobalHeads = Heads;
+  for (const AttentionDropout *D : {static_cast<AttentionDropout *>(nullptr),
+                                    &Drop}) {
+    std::vector<float> Y(N), DQ(N), DK(N), DV(N);
+    attention(Q.data(), K.data(), V.data(), B, S, Hl, Heads, true, Y.data(), D);
+    attentionGrads(Q.data(), K.data(), V.data(), DY.data(), B, S, Hl, Heads,
+                   true, {DQ.data(), DK.data(), DV.data()}, D);
+    std::vector<double> RY(N), RQ(N), RK(N), RV(N);
+    const double Scale = 1.0 / std::sqrt(double(Hd));
+    for (int64_t H = 0; H < Heads; ++H) {
+      auto at = [&](const std::vector<float> &T, int64_t I, int64_t C) {
+        return double(T[I * Hl + H * Hd + C]);
+      };
+      // P (masked softmax), the kept mask M (1 / (1 - rate) or 0).
+      std::vector<double> P(S * S, 0.0), M(S * S, 1.0), DS(S * S, 0.0);
+      for (int64_t I = 0; I < S; ++I) {
+        double Max = -1e300;
+        std::vector<double> Row(I + 1);
+        for (int64_t J = 0; J <= I; ++J) {
+          double Dot = 0;
+          for (int64_t C = 0; C < Hd; ++C)
+            Dot += at(Q, I, C) * at(K, J, C);
+          Row[J] = Dot * Scale;
+          Max = std::max(Max, Row[J]);
+        }
+        double Sum = 0;
+        for (int64_t J = 0; J <= I; ++J)
+          Sum += (Row[J] = std::exp(Row[J] - Max));
+        for (int64_t J = 0; J <= I; ++J)
+          P[I * S + J] = Row[J] / Sum;
+      }
+      if (D) // the mask of probability (0, H, i, j), as kernels.h defines it
+        for (int64_t I = 0; I < S * S; ++I)
+          M[I] = dropoutUniform(D->Key, uint64_t(H * S * S + I)) >= D->Rate
+                     ? 1.0 / (1.0 - D->Rate)
+                     : 0.0;
+      for (int64_t I = 0; I < S; ++I)
+        for (int64_t C = 0; C < Hd; ++C) {
+          double Acc = 0;
+          for (int64_t J = 0; J <= I; ++J)
+            Acc += P[I * S + J] * M[I * S + J] * at(V, J, C);
+          RY[I * Hl + H * Hd + C] = Acc;
+        }
+      for (int64_t I = 0; I < S; ++I) {
+        std::vector<double> DPr(I + 1);
+        double Dot = 0;
+        for (int64_t J = 0; J <= I; ++J) {
+          double A = 0;
+          for (int64_t C = 0; C < Hd; ++C)
+            A += at(DY, I, C) * at(V, J, C);
+          DPr[J] = A * M[I * S + J];
+          Dot += P[I * S + J] * DPr[J];
+        }
+        for (int64_t J = 0; J <= I; ++J)
+          DS[I * S + J] = P[I * S + J] * (DPr[J] - Dot);
+      }
+      for (int64_t I = 0; I < S; ++I)
+        for (int64_t C = 0; C < Hd; ++C) {
+          double Aq = 0, Ak = 0, Av = 0;
+          for (int64_t J = 0; J < S; ++J) {
+            Aq += DS[I * S + J] * at(K, J, C);
+            Ak += DS[J * S + I] * at(Q, J, C);
+            Av += P[J * S + I] * M[J * S + I] * at(DY, J, C);
+          }
+          RQ[I * Hl + H * Hd + C] = Aq * Scale;
+          RK[I * Hl + H * Hd + C] = Ak * Scale;
+          RV[I * Hl + H * Hd + C] = Av;
+        }
+    }
+    auto expectClose = [&](const char *Name, const std::vector<float> &Got,
+                           const std::vector<double> &Want) {
+      double Err = 0, Norm = 0;
+      for (int64_t I = 0; I < N; ++I) {
+        Err = std::max(Err, std::fabs(Got[I] - Want[I]));
+        Norm = std::max(Norm, std::fabs(Want[I]));
+      }
+      EXPECT_LT(Err, 1e-5 * Norm) << Name << (D ? " with dropout" : "");
+    };
+    expectClose("y", Y, RY);
+    expectClose("dq", DQ, RQ);
+    expectClose("dk", DK, RK);
+    expectClose("dv", DV, RV);
+  }
 }
 
 TEST(Grad, Softmax) {
