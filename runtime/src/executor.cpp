@@ -776,6 +776,9 @@ void Executor::exec(uint32_t Idx, const Instr &In, Collectives &C,
   }
   case op::Fill:
     return; // handled above
+  case op::Send:
+  case op::Recv:
+    break; // the run loop hands transfers to transfer(), never here
   case op::Assign:
     std::memcpy(Y.f.data(), A.f.data(), Y.bytes());
     return;
