@@ -167,6 +167,17 @@ TEST(Grad, AttentionQKVCausalAndNot) {
     }
 }
 
+/// Dropout of the attention probabilities of a rank that holds all
+/// \p Heads heads and the whole batch.
+AttentionDropout probabilityDropout(double Rate, uint64_t Key, int64_t Heads) {
+  AttentionDropout Drop;
+  Drop.Rate = Rate;
+  Drop.Key = Key;
+  Drop.GlobalHeads = Heads;
+  return Drop;
+}
+const AttentionDropout *noDropout() { return nullptr; }
+
 /// Attention with probability dropout: the gradients (the same mask drawn
 /// again) match finite differences of the forward with that mask, the mask
 /// is active, and a rank holding heads [1, 2) of the batch row 1 (a tp and
@@ -174,10 +185,8 @@ TEST(Grad, AttentionQKVCausalAndNot) {
 TEST(Grad, AttentionWithProbabilityDropout) {
   const int64_t B = 2, S = 4, Hl = 6, Heads = 2, N = B * S * Hl;
   auto Q = rnd(N, 30), K = rnd(N, 31), V = rnd(N, 32), DY = rnd(N, 33);
-  AttentionDropout Drop;
-  Drop.Rate = 0.3;
-  Drop.Key = 0x9e3779b97f4a7c15ull;
-  Drop.GlobalHeads = Heads;
+  const AttentionDropout Drop =
+      probabilityDropout(0.3, 0x9e3779b97f4a7c15ull, Heads);
   for (int Which = 0; Which < 3; ++Which) {
     LossFn L =
         attentionLoss(Q, K, V, DY, B, S, Hl, Heads, true, Which, &Drop);
@@ -220,12 +229,8 @@ TEST(Grad, AttentionWithProbabilityDropout) {
 TEST(Grad, AttentionGradsInOnePassEqualEachAlone) {
   const int64_t B = 2, S = 5, Hl = 8, Heads = 2, N = B * S * Hl;
   auto Q = rnd(N, 40), K = rnd(N, 41), V = rnd(N, 42), DY = rnd(N, 43);
-  AttentionDropout Drop;
-  Drop.Rate = 0.25;
-  Drop.Key = 12345;
-  Drop.GlobalHeads = Heads;
-  for (const AttentionDropout *D : {static_cast<AttentionDropout *>(nullptr),
-                                    &Drop})
+  const AttentionDropout Drop = probabilityDropout(0.25, 12345, Heads);
+  for (const AttentionDropout *D : {noDropout(), &Drop})
     for (bool Causal : {true, false}) {
       std::vector<std::vector<float>> Alone(3, std::vector<float>(N));
       for (int Which = 0; Which < 3; ++Which)
@@ -254,12 +259,8 @@ TEST(Grad, CausalAttentionAcrossQueryBlocksMatchesNaive) {
   const int64_t B = 1, S = 150, Hl = 16, Heads = 2, Hd = Hl / Heads;
   const int64_t N = B * S * Hl;
   auto Q = rnd(N, 50), K = rnd(N, 51), V = rnd(N, 52), DY = rnd(N, 53);
-  AttentionDropout Drop;
-  Drop.Rate = 0.2;
-  Drop.Key = 99;
-  Drop.GlobalHeads = Heads;
-  for (const AttentionDropout *D : {static_cast<AttentionDropout *>(nullptr),
-                                    &Drop}) {
+  const AttentionDropout Drop = probabilityDropout(0.2, 99, Heads);
+  for (const AttentionDropout *D : {noDropout(), &Drop}) {
     std::vector<float> Y(N), DQ(N), DK(N), DV(N);
     attention(Q.data(), K.data(), V.data(), B, S, Hl, Heads, true, Y.data(), D);
     attentionGrads(Q.data(), K.data(), V.data(), DY.data(), B, S, Hl, Heads,
