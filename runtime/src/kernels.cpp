@@ -76,18 +76,73 @@ MEGAC_VECTOR_CLONES void gelu(const float *X, int64_t N, float *Y) {
     Y[I] = geluOf(X[I]);
 }
 
-void layerNorm(const float *X, int64_t Rows, int64_t H, const float *Gamma,
-               const float *Beta, double Eps, float *Y) {
+namespace {
+/// Row sums in double, in kLanes lanes: lane k adds the terms i = k mod
+/// kLanes in order, and the lanes are added in order at the end. The
+/// lanes vectorize, and every vector width does the same operations, so
+/// the sum has the same bits on every CPU.
+/// (Always inlined: in the AVX-512 and AVX2 versions of their callers the
+/// lanes take those units' wider vectors.)
+constexpr int64_t kLanes = 8;
+#define MEGAC_ALWAYS_INLINE inline __attribute__((always_inline))
+/// The sums of two terms over [0, N), in one pass.
+template <class TermA, class TermB>
+MEGAC_ALWAYS_INLINE void sumInLanes(int64_t N, TermA A, TermB B, double &SumA,
+                                    double &SumB) {
+  double AccA[kLanes] = {}, AccB[kLanes] = {};
+  int64_t I = 0;
+  for (; I + kLanes <= N; I += kLanes)
+    for (int64_t K = 0; K < kLanes; ++K) {
+      AccA[K] += A(I + K);
+      AccB[K] += B(I + K);
+    }
+  for (; I < N; ++I) {
+    AccA[I % kLanes] += A(I);
+    AccB[I % kLanes] += B(I);
+  }
+  SumA = SumB = 0;
+  for (int64_t K = 0; K < kLanes; ++K) {
+    SumA += AccA[K];
+    SumB += AccB[K];
+  }
+}
+template <class Term>
+MEGAC_ALWAYS_INLINE double sumInLanes(int64_t N, Term T) {
+  double Acc[kLanes] = {};
+  int64_t I = 0;
+  for (; I + kLanes <= N; I += kLanes)
+    for (int64_t K = 0; K < kLanes; ++K)
+      Acc[K] += T(I + K);
+  for (; I < N; ++I)
+    Acc[I % kLanes] += T(I);
+  double Sum = 0;
+  for (int64_t K = 0; K < kLanes; ++K)
+    Sum += Acc[K];
+  return Sum;
+}
+
+/// A LayerNorm row's mean and 1 / sqrt(biased variance + eps), in double.
+/// Shared by the forward kernel, normalize and the gradients, so that all
+/// of them see the same statistics.
+MEGAC_ALWAYS_INLINE void rowStats(const float *X, int64_t H, double Eps,
+                                  double &Mean, double &Inv) {
+  Mean = sumInLanes(H, [&](int64_t I) { return double(X[I]); }) / double(H);
+  const double Var = sumInLanes(H, [&](int64_t I) {
+                       const double D = X[I] - Mean;
+                       return D * D;
+                     }) /
+                     double(H);
+  Inv = 1.0 / std::sqrt(Var + Eps);
+}
+} // namespace
+
+MEGAC_VECTOR_CLONES void layerNorm(const float *X, int64_t Rows, int64_t H,
+                                   const float *Gamma, const float *Beta,
+                                   double Eps, float *Y) {
   for (int64_t R = 0; R < Rows; ++R) {
     const float *Xr = X + R * H;
-    double Mean = 0, Var = 0;
-    for (int64_t I = 0; I < H; ++I)
-      Mean += Xr[I];
-    Mean /= double(H);
-    for (int64_t I = 0; I < H; ++I)
-      Var += (Xr[I] - Mean) * (Xr[I] - Mean);
-    Var /= double(H);
-    double Inv = 1.0 / std::sqrt(Var + Eps);
+    double Mean, Inv;
+    rowStats(Xr, H, Eps, Mean, Inv);
     for (int64_t I = 0; I < H; ++I)
       Y[R * H + I] = float((Xr[I] - Mean) * Inv) * Gamma[I] + Beta[I];
   }
@@ -447,37 +502,22 @@ void fusedElementwise(const std::vector<FusedStep> &Steps,
   }
 }
 
-namespace {
-/// Mean and 1/sqrt(var + eps) of one row, as layerNorm computes them.
-void rowStats(const float *X, int64_t H, double Eps, double &Mean,
-              double &Inv) {
-  Mean = 0;
-  double Var = 0;
-  for (int64_t I = 0; I < H; ++I)
-    Mean += X[I];
-  Mean /= double(H);
-  for (int64_t I = 0; I < H; ++I)
-    Var += (X[I] - Mean) * (X[I] - Mean);
-  Var /= double(H);
-  Inv = 1.0 / std::sqrt(Var + Eps);
-}
-} // namespace
-
-void layerNormGrad(const float *X, int64_t Rows, int64_t H,
-                   const float *Gamma, const float *DY, double Eps,
-                   float *DX) {
+MEGAC_VECTOR_CLONES void layerNormGrad(const float *X, int64_t Rows, int64_t H,
+                                       const float *Gamma, const float *DY,
+                                       double Eps, float *DX) {
   if (H == 0)
     return;
   for (int64_t R = 0; R < Rows; ++R) {
     const float *Xr = X + R * H, *Dr = DY + R * H;
     double Mean, Inv;
     rowStats(Xr, H, Eps, Mean, Inv);
-    double SumG = 0, SumGX = 0;
-    for (int64_t I = 0; I < H; ++I) {
-      double G = double(Dr[I]) * Gamma[I];
-      SumG += G;
-      SumGX += G * (Xr[I] - Mean) * Inv;
-    }
+    double SumG, SumGX;
+    sumInLanes(
+        H, [&](int64_t I) { return double(Dr[I]) * Gamma[I]; },
+        [&](int64_t I) {
+          return double(Dr[I]) * Gamma[I] * (Xr[I] - Mean) * Inv;
+        },
+        SumG, SumGX);
     SumG /= double(H);
     SumGX /= double(H);
     for (int64_t I = 0; I < H; ++I) {
@@ -488,8 +528,8 @@ void layerNormGrad(const float *X, int64_t Rows, int64_t H,
   }
 }
 
-void normalize(const float *X, int64_t Rows, int64_t H, double Eps,
-               float *Y) {
+MEGAC_VECTOR_CLONES void normalize(const float *X, int64_t Rows, int64_t H,
+                                   double Eps, float *Y) {
   if (H == 0)
     return;
   for (int64_t R = 0; R < Rows; ++R) {
@@ -500,8 +540,9 @@ void normalize(const float *X, int64_t Rows, int64_t H, double Eps,
   }
 }
 
-void layerNormGainGrad(const float *X, const float *DY, int64_t Rows, int64_t H,
-                       double Eps, float *DGamma) {
+MEGAC_VECTOR_CLONES void layerNormGainGrad(const float *X, const float *DY,
+                                           int64_t Rows, int64_t H, double Eps,
+                                           float *DGamma) {
   std::vector<double> Acc(size_t(H), 0.0);
   for (int64_t R = 0; R < Rows; ++R) {
     double Mean, Inv;
