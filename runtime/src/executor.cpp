@@ -675,11 +675,9 @@ void Executor::exec(uint32_t Idx, const Instr &In, Collectives &C,
     if (!A.numel())
       return;
     kernels::AttentionGradOutputs Outs;
-    for (int K = 0; K < Steps.Count; ++K) {
-      float *Out = (K == 0 ? Y : Bufs[In.outputs()->Get(K)]).f.data();
-      const int Which = Steps.First + K;
-      (Which == 0 ? Outs.DQ : Which == 1 ? Outs.DK : Outs.DV) = Out;
-    }
+    for (int K = 0; K < Steps.Count; ++K)
+      Outs.ofStep(Steps.First + K) =
+          (K == 0 ? Y : Bufs[In.outputs()->Get(K)]).f.data();
     kernels::attentionGrads(A.f.data(), X(1).f.data(), X(2).f.data(),
                             X(3).f.data(), A.shape[0], A.shape[1], A.shape[2],
                             Int(0), Int(1) != 0, Outs,

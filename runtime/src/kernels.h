@@ -148,6 +148,8 @@ void layerNormGainGrad(const float *X, const float *DY, int64_t Rows, int64_t H,
 /// Where attentionGrads writes each gradient; null: not wanted.
 struct AttentionGradOutputs {
   float *DQ = nullptr, *DK = nullptr, *DV = nullptr;
+  /// The output of gradient step \p Which (0 q, 1 k, 2 v).
+  float *&ofStep(int Which) { return Which == 0 ? DQ : Which == 1 ? DK : DV; }
 };
 
 /// Gradients of attention() with respect to q, k and v (those \p Out asks

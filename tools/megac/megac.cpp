@@ -585,7 +585,7 @@ int runCompile(int argc, char **argv) {
   if (target != "cpu" && target != "cuda")
     return fail("--target must be cpu or cuda, got '" + target.getValue() +
                 "'");
-  options.fusionGroups = target == "cuda" ? "abdegnrtw" : "a";
+  options.fusionGroups = target == "cuda" ? megac::kAllFusionGroups.str() : "a";
   // Pipeline parallelism: a pp axis splits the layers into stages.
   const int64_t pp = meshAxisSize(mesh, "pp");
   if (virtualStages < 0)

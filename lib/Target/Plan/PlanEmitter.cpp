@@ -107,8 +107,8 @@ class RankEmitter {
 public:
   RankEmitter(SharedTables &tables, const Grid &grid, int64_t rank,
               int64_t microBatches)
-      : tables(tables), fbb(tables.builder()), grid(grid), rank(rank), microBatches(microBatches),
-        coords(toVector(grid.coords(rank))) {}
+      : tables(tables), fbb(tables.builder()), grid(grid), rank(rank),
+        microBatches(microBatches), coords(toVector(grid.coords(rank))) {}
 
   FailureOr<fb::Offset<mp::RankProgram>> emit(func::FuncOp func) {
     if (pipeline)

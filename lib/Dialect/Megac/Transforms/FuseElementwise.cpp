@@ -71,9 +71,6 @@ bool roundsAsItWrites(Operation *op) {
              AttentionGradOp, CrossEntropyGradOp, EmbeddingOp>(op);
 }
 
-/// The letters of the kinds of group the pass can form.
-constexpr llvm::StringLiteral kGroupKinds = "abdegnrtw";
-
 struct FuseElementwisePass
     : public megac::impl::FuseElementwisePassBase<FuseElementwisePass> {
   using FuseElementwisePassBase::FuseElementwisePassBase;
@@ -81,10 +78,10 @@ struct FuseElementwisePass
   void runOnOperation() override {
     MLIRContext *ctx = &getContext();
     for (char kind : groups)
-      if (!kGroupKinds.contains(kind)) {
+      if (!kAllFusionGroups.contains(kind)) {
         getOperation().emitError("megac-fuse-elementwise: '")
             << kind << "' in groups=" << groups
-            << " names no kind of group (expected letters of " << kGroupKinds
+            << " names no kind of group (expected letters of " << kAllFusionGroups
             << ")";
         return signalPassFailure();
       }

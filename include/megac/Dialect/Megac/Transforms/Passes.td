@@ -272,7 +272,8 @@ def FuseElementwisePass : Pass<"megac-fuse-elementwise", "mlir::ModuleOp"> {
     Errors: a letter in `groups` that names no kind of group.
   }];
   let options = [
-    Option<"groups", "groups", "std::string", /*default=*/"\"abdegnrtw\"",
+    Option<"groups", "groups", "std::string",
+           /*default=*/"megac::kAllFusionGroups.str()",
            "Kinds of group to form, by letter (a, b, d, e, g, n, r, t, w)">,
   ];
 }
