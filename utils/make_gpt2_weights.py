@@ -27,6 +27,8 @@ def main():
     p.add_argument("--n-head", type=int, default=4)
     p.add_argument("--vocab", type=int, default=128)
     p.add_argument("--n-positions", type=int, default=64)
+    p.add_argument("--n-inner", type=int, default=0,
+                   help="the MLP's width (default: 4 x n-embd, as HF's n_inner: null)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--std", type=float, default=0.02)
     p.add_argument("--prefix", default="",
@@ -38,6 +40,7 @@ def main():
 
     rng = np.random.default_rng(a.seed)
     H, V, P = a.n_embd, a.vocab, a.n_positions
+    F = a.n_inner or 4 * H
 
     def normal(*shape, std=a.std):
         return (rng.standard_normal(shape) * std).astype(np.float32)
@@ -54,9 +57,9 @@ def main():
         t[q + "attn.c_proj.bias"] = normal(H, std=0.05)
         t[q + "ln_2.weight"] = 1 + normal(H, std=0.1)
         t[q + "ln_2.bias"] = normal(H, std=0.05)
-        t[q + "mlp.c_fc.weight"] = normal(H, 4 * H)
-        t[q + "mlp.c_fc.bias"] = normal(4 * H, std=0.05)
-        t[q + "mlp.c_proj.weight"] = normal(4 * H, H)
+        t[q + "mlp.c_fc.weight"] = normal(H, F)
+        t[q + "mlp.c_fc.bias"] = normal(F, std=0.05)
+        t[q + "mlp.c_proj.weight"] = normal(F, H)
         t[q + "mlp.c_proj.bias"] = normal(H, std=0.05)
     t["ln_f.weight"] = 1 + normal(H, std=0.1)
     t["ln_f.bias"] = normal(H, std=0.05)

@@ -66,6 +66,56 @@ llvm::Expected<GPT2Config> parseGPT2Config(llvm::StringRef text) {
   if (auto err = getInt({"n_positions", "max_position_embeddings"},
                         config.maxPositions))
     return std::move(err);
+  // n_inner is null in HF's own GPT-2 configs (4 x n_embd).
+  for (llvm::StringRef name : {"n_inner", "intermediate_size"}) {
+    const llvm::json::Value *value = object->get(name);
+    if (!value || value->getAsNull())
+      continue;
+    std::optional<int64_t> number = value->getAsInteger();
+    if (!number || *number <= 0)
+      return fail("'" + name + "' must be a positive integer or null");
+    config.inner = *number;
+    break;
+  }
+  // What megac's GPT-2 block computes; a config asking for something else
+  // would otherwise import as a different model without a word.
+  if (const llvm::json::Value *value = object->get("activation_function")) {
+    std::optional<llvm::StringRef> act = value->getAsString();
+    // HF's gelu_new, gelu_pytorch_tanh and gelu_fast are all
+    // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), megac's megac.gelu.
+    if (!act || !llvm::is_contained(llvm::ArrayRef<llvm::StringRef>{
+                                        "gelu_new", "gelu_pytorch_tanh",
+                                        "gelu_fast"},
+                                    *act))
+      return fail("'activation_function' " +
+                  (act ? "'" + act->str() + "'" : std::string("(not a string)")) +
+                  " is not supported: megac's GPT-2 uses GeLU's tanh form "
+                  "(gelu_new, gelu_pytorch_tanh or gelu_fast)");
+  }
+  auto requireFlag = [&](llvm::StringRef name, bool wanted,
+                         llvm::StringRef why) -> llvm::Error {
+    const llvm::json::Value *value = object->get(name);
+    if (!value)
+      return llvm::Error::success();
+    std::optional<bool> flag = value->getAsBoolean();
+    if (!flag)
+      return fail("'" + name + "' must be true or false");
+    if (*flag != wanted)
+      return fail("'" + name + "': " + (wanted ? "false" : "true") +
+                  " is not supported (" + why + ")");
+    return llvm::Error::success();
+  };
+  if (auto err = requireFlag("scale_attn_weights", true,
+                             "megac's attention scales its scores by "
+                             "1/sqrt(head size)"))
+    return std::move(err);
+  if (auto err = requireFlag("scale_attn_by_inverse_layer_idx", false,
+                             "megac's attention does not scale its scores "
+                             "by layer"))
+    return std::move(err);
+  if (auto err = requireFlag("add_cross_attention", false,
+                             "megac builds decoder-only models"))
+    return std::move(err);
   if (const llvm::json::Value *eps = object->get("layer_norm_epsilon")) {
     std::optional<double> value = eps->getAsNumber();
     if (!value || !(*value > 0))
@@ -178,6 +228,7 @@ DictionaryAttr ModelBuilder::paramAttrs(const ParamSpec &spec) {
 
 OwningOpRef<ModuleOp> ModelBuilder::build() {
   const int64_t H = config.hidden, V = config.vocabSize, L = config.numLayers;
+  const int64_t F = mlpWidth(config);
   const int64_t D = ShapedType::kDynamic;
   const double std = config.initStd;
   // Megatron scales the init of the projections that write into the residual
@@ -216,9 +267,9 @@ OwningOpRef<ModuleOp> ModelBuilder::build() {
     layer.projb = param({p + "attn.c_proj.bias", {H}, "zeros", 0, {""}});
     layer.ln2w = param({p + "ln_2.weight", {H}, "ones", 0, {""}});
     layer.ln2b = param({p + "ln_2.bias", {H}, "zeros", 0, {""}});
-    layer.fc = param({p + "mlp.c_fc.weight", {H, 4 * H}, "normal", std, {"", "tp"}});
-    layer.fcb = param({p + "mlp.c_fc.bias", {4 * H}, "zeros", 0, {"tp"}});
-    layer.out = param({p + "mlp.c_proj.weight", {4 * H, H}, "normal", outStd, {"tp", ""}});
+    layer.fc = param({p + "mlp.c_fc.weight", {H, F}, "normal", std, {"", "tp"}});
+    layer.fcb = param({p + "mlp.c_fc.bias", {F}, "zeros", 0, {"tp"}});
+    layer.out = param({p + "mlp.c_proj.weight", {F, H}, "normal", outStd, {"tp", ""}});
     layer.outb = param({p + "mlp.c_proj.bias", {H}, "zeros", 0, {""}});
     layers.push_back(layer);
   }

@@ -25,6 +25,8 @@ struct GPT2Config {
   int64_t numHeads = 0;
   int64_t vocabSize = 0;
   int64_t maxPositions = 0;
+  /// The MLP's inner width (n_inner); 0 means HF's default, 4 x hidden.
+  int64_t inner = 0;
   double layerNormEpsilon = 1e-5;
   double initStd = 0.02;
   bool tieEmbeddings = true;
@@ -41,12 +43,21 @@ struct GPT2Config {
 
 /// Parses a HuggingFace GPT-2 config (also accepts the generic names
 /// num_hidden_layers, hidden_size, num_attention_heads,
-/// max_position_embeddings). Errors name the offending key.
+/// max_position_embeddings, intermediate_size). Errors name the offending
+/// key. Keys that would change the model into one megac does not build
+/// (another activation_function than GeLU's tanh form, unscaled or
+/// layer-scaled attention scores, cross-attention) are errors, not ignored.
 llvm::Expected<GPT2Config> parseGPT2Config(llvm::StringRef json);
 
 /// The small model the README's demo and the tests use: 4 layers, hidden
 /// 128, 4 heads, vocabulary 512, 128 positions.
 GPT2Config getTinyGPT2Config();
+
+/// The MLP's inner width: n_inner, or 4 x hidden where the config leaves it
+/// out (or null), as HF's GPT-2 does.
+inline int64_t mlpWidth(const GPT2Config &config) {
+  return config.inner > 0 ? config.inner : 4 * config.hidden;
+}
 
 /// Builds the model; batch and sequence dimensions are dynamic.
 mlir::OwningOpRef<mlir::ModuleOp> buildGPT2Module(mlir::MLIRContext *ctx,
