@@ -286,15 +286,23 @@ private:
 /// the LLVM libraries megac links register hundreds of code-generation
 /// flags (--x86-..., --amdgpu-...) that mean nothing here. Hidden options
 /// still parse, and --help-hidden lists them.
+///
+/// MLIR's own options go to a category of their own, which --help lists
+/// after the subcommand's (categories print in the order of their names),
+/// so that a user reads megac's options first.
 void hideForeignOptions() {
+  static cl::OptionCategory mlirCategory(
+      "megac: MLIR's options (IR printing, pass timing and statistics, "
+      "crash reproducers)");
   for (auto &entry : cl::getRegisteredOptions()) {
     cl::Option *option = entry.second;
     StringRef name = option->ArgStr;
     bool ours = false;
     for (cl::OptionCategory *cat : option->Categories)
       ours |= cat->getName().starts_with("megac ");
-    if (!ours && !name.starts_with("mlir-") && name != "help" &&
-        name != "version")
+    if (name.starts_with("mlir-"))
+      option->addCategory(mlirCategory);
+    else if (!ours && name != "help" && name != "version")
       option->setHiddenFlag(cl::Hidden);
   }
 }
