@@ -88,6 +88,20 @@ bool parsePipelineSchedule(llvm::StringRef Text, PipelineSchedule &S,
     Line = Line.trim();
     if (Line.empty() || Line.starts_with("#"))
       continue;
+    // `megac schedule --print` labels each line "rank N:"; the label must
+    // name the line's own rank.
+    if (Line.consume_front("rank ")) {
+      auto [Label, Rest] = Line.split(':');
+      int64_t Labelled = -1;
+      if (Label.trim().getAsInteger(10, Labelled) ||
+          Labelled != int64_t(S.ranks.size())) {
+        Error = "line " + std::to_string(S.ranks.size() + 1) +
+                " is rank " + std::to_string(S.ranks.size()) +
+                "'s but is labelled 'rank " + Label.trim().str() + "'";
+        return false;
+      }
+      Line = Rest;
+    }
     std::vector<PipelineTask> Tasks;
     llvm::SmallVector<llvm::StringRef> Words;
     Line.split(Words, ' ', -1, /*KeepEmpty=*/false);

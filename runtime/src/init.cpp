@@ -59,6 +59,17 @@ void loadParamSlice(const SafetensorsFile &File, const std::string &Name,
   if (!T)
     throw RunError(Path + ": tensor \"" + HfName + "\" (for parameter " +
                    Name + ") not found (also tried \"" + Alt + "\")");
+  // A parameter that is the file's tensor itself must have its shape:
+  // taking a corner of a larger tensor would load another model's weights
+  // without a word. Only a parameter declared as a slice of a tensor of
+  // another name (GPT-2's fused c_attn split into q, k and v) reads part
+  // of it.
+  if (HfName == Name && T->shape != Global)
+    throw RunError(Path + ": tensor \"" + T->name + "\" has shape " +
+                   listStr(T->shape) + " but parameter " + Name + " is " +
+                   listStr(Global) +
+                   ": the weights are another model's (compare the "
+                   "config's layers, hidden size, vocabulary and positions)");
   bool ShapeOk = T->shape.size() == Global.size();
   for (size_t D = 0; ShapeOk && D < Global.size(); ++D)
     ShapeOk = HfOffset[D] + Global[D] <= T->shape[D];

@@ -33,6 +33,7 @@
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Support/FileUtilities.h"
 #include "llvm/ADT/StringExtras.h"
+#include "llvm/ADT/StringSet.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -64,6 +65,14 @@ OwningOpRef<ModuleOp> loadModel(MLIRContext &ctx, llvm::StringRef path,
   auto file = openInputFile(path, &error);
   if (!file) {
     fail(error);
+    return nullptr;
+  }
+  // A plan (FlatBuffers, identifier "MGCP" at byte 4) given where a model
+  // belongs would otherwise meet the MLIR parser's "unexpected character".
+  if (file->getBuffer().size() >= 8 &&
+      file->getBuffer().substr(4, 4) == "MGCP") {
+    fail(path + " is a megac plan, not a model: this command takes a model "
+                "in the megac dialect (.mlir); `megac inspect` prints a plan");
     return nullptr;
   }
   if (hash)
@@ -367,6 +376,41 @@ int64_t meshAxisSize(StringRef mesh, StringRef name) {
   return 1;
 }
 
+/// Warns about each axis of \p mesh (but pp, which splits layers) that no
+/// sharding in the model names: its ranks would all do the same work, which
+/// is most often a misspelt axis (--mesh TP=2).
+void warnUnusedAxes(ModuleOp module, StringRef mesh) {
+  llvm::StringSet<> named;
+  module->walk([&](Operation *op) {
+    op->getAttrDictionary().walk([&](megac::ShardingAttr sharding) {
+      for (StringAttr axis : sharding.getDims())
+        if (!axis.getValue().empty()) // "" marks a whole dimension
+          named.insert(axis.getValue());
+      for (StringAttr axis : sharding.getPartial())
+        named.insert(axis.getValue());
+    });
+  });
+  SmallVector<StringRef> parts;
+  mesh.split(parts, ',', -1, /*KeepEmpty=*/false);
+  for (StringRef part : parts) {
+    auto [axis, size] = part.split('=');
+    axis = axis.trim();
+    int64_t value = 1;
+    if (axis == "pp" || size.trim().getAsInteger(10, value) || value <= 1 ||
+        named.contains(axis))
+      continue;
+    SmallVector<StringRef> known(named.keys());
+    llvm::sort(known);
+    llvm::errs() << "megac: warning: no sharding in the model names grid "
+                    "axis '"
+                 << axis << "', so its " << value
+                 << " ranks will repeat the same work (the model's axes: "
+                 << (known.empty() ? std::string("none")
+                                   : llvm::join(known, ", "))
+                 << ")\n";
+  }
+}
+
 //===----------------------------------------------------------------------===//
 // megac compile
 //===----------------------------------------------------------------------===//
@@ -389,7 +433,8 @@ int runCompile(int argc, char **argv) {
       "batch", cl::desc("Batch size (default: the model's, or 4)"),
       cl::init(0), cl::cat(category));
   static cl::opt<int64_t> seq(
-      "seq", cl::desc("Sequence length (default: the model's, or 64)"),
+      "seq", cl::desc("Sequence length (default: the model's, or 64, or "
+                      "the position table's length if shorter)"),
       cl::init(0), cl::cat(category));
   static cl::opt<uint64_t> seed(
       "seed", cl::desc("Seed for parameter init and the default input batch"),
@@ -530,6 +575,11 @@ int runCompile(int argc, char **argv) {
       "  mpirun -np 4 megac-run train.mgc --steps 100 --data tokens.bin\n");
 
   auto start = std::chrono::steady_clock::now();
+  // 0 is the options' "not given"; given, a size must be positive.
+  for (cl::opt<int64_t> *size : {&batch, &seq})
+    if (size->getNumOccurrences() && *size <= 0)
+      return fail("--" + size->ArgStr.str() + " must be positive, got " +
+                  std::to_string(size->getValue()));
   DialectRegistry registry;
   megac::registerAllDialects(registry);
   MLIRContext ctx(registry);
@@ -542,11 +592,15 @@ int runCompile(int argc, char **argv) {
   if (!module)
     return 1;
 
+  warnUnusedAxes(*module, mesh);
+
   PassManager pm(&ctx);
   if (failed(applyPassManagerCLOptions(pm)))
     return 1;
   pm.enableVerifier(true);
   if (!dumpIR.empty()) {
+    if (llvm::sys::fs::exists(dumpIR) && !llvm::sys::fs::is_directory(dumpIR))
+      return fail("--dump-ir " + dumpIR + " is a file; it takes a directory");
     if (std::error_code ec = llvm::sys::fs::create_directories(dumpIR))
       return fail("cannot create " + dumpIR + ": " + ec.message());
     auto instrumentation = std::make_unique<DumpIRInstrumentation>(dumpIR);
@@ -719,12 +773,35 @@ int runCompile(int argc, char **argv) {
     double ms = std::chrono::duration<double, std::milli>(
                     std::chrono::steady_clock::now() - start)
                     .count();
+    // The plan's batch is one rank's micro-batch; the user gave the
+    // global batch.
+    const int64_t micro = std::max<int64_t>(1, program->micro_batches());
+    const int64_t perRank = int64_t(program->batch()) * micro;
+    const int64_t global =
+        program->global_batch() > 0 ? program->global_batch() : perRank;
+    std::string batchText = std::to_string(global);
+    llvm::SmallVector<std::string> split;
+    if (perRank != global)
+      split.push_back(std::to_string(perRank) + " a data-parallel rank");
+    if (micro > 1)
+      split.push_back(std::to_string(micro) + " micro-batches of " +
+                      std::to_string(program->batch()));
+    if (!split.empty())
+      batchText += " (" + llvm::join(split, ", ") + ")";
+    size_t fewest = rank0->instrs()->size(), most = fewest;
+    for (const auto *rank : *program->ranks()) {
+      fewest = std::min<size_t>(fewest, rank->instrs()->size());
+      most = std::max<size_t>(most, rank->instrs()->size());
+    }
+    std::string instrText =
+        fewest == most ? std::to_string(most)
+                       : std::to_string(fewest) + " to " + std::to_string(most);
     llvm::errs() << llvm::formatv(
         "megac: compiled {0} for grid {1} ({2} rank{10}), batch {3} x seq {4}: "
-        "{5} instructions per rank ({6} collectives), plan {7} KiB -> {8} "
-        "[{9:F1} ms]\n",
+        "{5} instructions per rank ({6} collectives), plan {7} KiB "
+        "-> {8} [{9:F1} ms]\n",
         input, grid.empty() ? "single" : grid, program->world_size(),
-        program->batch(), program->seq(), rank0->instrs()->size(), collectives,
+        batchText, program->seq(), instrText, collectives,
         (plan->size() + 1023) / 1024, output, ms,
         program->world_size() == 1 ? "" : "s");
 #ifdef MEGAC_HAVE_NVRTC
@@ -881,9 +958,11 @@ int runInspect(int argc, char **argv) {
 // megac schedule
 //===----------------------------------------------------------------------===//
 
-/// Prints the cost-balanced stage partition of a model's blocks.
+/// Prints the cost-balanced stage partition of a model's blocks, each line
+/// after \p prefix.
 LogicalResult printPartition(llvm::StringRef path, int64_t stages,
-                             int64_t batch, int64_t seq) {
+                             int64_t batch, int64_t seq,
+                             llvm::StringRef prefix) {
   DialectRegistry registry;
   megac::registerAllDialects(registry);
   MLIRContext ctx(registry);
@@ -916,13 +995,14 @@ LogicalResult printPartition(llvm::StringRef path, int64_t stages,
   for (int64_t k = 0; k < stages; ++k) {
     int64_t from = partition->firstBlock[k];
     int64_t to = k + 1 < stages ? partition->firstBlock[k + 1] : blocks;
-    llvm::outs() << llvm::formatv(
+    llvm::outs() << prefix << llvm::formatv(
         "stage {0}: blocks {1}..{2}{3}{4}, {5:F2} GFLOP per step\n", k, from,
         to - 1, k == 0 ? " + embedding" : "",
         k + 1 == stages ? " + head and loss" : "",
         partition->stageCost[k] / 1e9);
   }
-  llvm::outs() << llvm::formatv("partition: max/mean stage cost {0:F4}\n",
+  llvm::outs() << prefix
+               << llvm::formatv("partition: max/mean stage cost {0:F4}\n",
                                 partition->maxOverMean());
   return success();
 }
@@ -985,10 +1065,13 @@ int runSchedule(int argc, char **argv) {
         llvm::outs() << " " << megac::formatTask(t);
       llvm::outs() << "\n";
     }
+  // With --print the other lines are comments, so that the output reads
+  // back with --check or megac compile --pipeline-schedule.
+  llvm::StringRef prefix = print ? "# " : "";
   if (!model.empty() &&
-      failed(printPartition(model, schedule.stages, batch, seq)))
+      failed(printPartition(model, schedule.stages, batch, seq, prefix)))
     return 1;
-  llvm::outs() << llvm::formatv(
+  llvm::outs() << prefix << llvm::formatv(
       "{0} stages, {1} micro-batches, {2} chunk(s) per rank: step {3:F2} "
       "forward-times, bubble {4:F4} of the step ({5:F4} of the compute)\n",
       schedule.stages, schedule.microBatches, schedule.virtualStages,

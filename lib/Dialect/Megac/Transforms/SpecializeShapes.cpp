@@ -9,6 +9,8 @@
 
 #include "megac/Dialect/Megac/Transforms/Passes.h"
 
+#include "megac/Dialect/Megac/IR/MegacOps.h"
+
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/Interfaces/InferTypeOpInterface.h"
@@ -43,6 +45,14 @@ struct SpecializeShapesPass
     if (microBatches < 1)
       return func.emitError("the number of micro-batches must be positive");
     Block &body = func.getBody().front();
+    // Without a length given or in the model, a model whose position table
+    // is shorter than the default sequence takes the whole table.
+    int64_t defaultSeq = kDefaultSeq;
+    for (auto positions : body.getOps<PositionEmbeddingOp>())
+      if (auto table =
+              dyn_cast<RankedTensorType>(positions.getTable().getType()))
+        if (!table.isDynamicDim(0))
+          defaultSeq = std::min(defaultSeq, table.getDimSize(0));
     for (BlockArgument arg : body.getArguments()) {
       auto type = cast<RankedTensorType>(arg.getType());
       if (func.getArgAttr(arg.getArgNumber(), MegacDialect::kInputAttrName)) {
@@ -53,7 +63,7 @@ struct SpecializeShapesPass
                  << static_cast<int64_t>(microBatches) << " micro-batches";
         SmallVector<int64_t> shape = {
             rows / microBatches,
-            chooseSize(seq, type.getDimSize(1), kDefaultSeq)};
+            chooseSize(seq, type.getDimSize(1), defaultSeq)};
         arg.setType(RankedTensorType::get(shape, type.getElementType()));
       } else if (!type.hasStaticShape()) {
         return func.emitError("argument ")

@@ -30,3 +30,19 @@ func.func @static(%wte: tensor<512x32xf32>, %ids: tensor<3x8xi32> {megac.input =
   %0 = megac.embedding %wte, %ids : (tensor<512x32xf32>, tensor<3x8xi32>) -> tensor<3x8x32xf32>
   return %0 : tensor<3x8x32xf32>
 }
+
+// -----
+
+// Tests that, with no length given, a position table shorter than the
+// default 64 sets the sequence length (the whole table).
+// CHECK-LABEL: func.func @short_table
+// CHECK-SAME: tensor<2x16xi32>
+// DEFAULT-LABEL: func.func @short_table
+// DEFAULT-SAME: tensor<4x32xi32> {megac.input = "tokens"}) -> tensor<4x32x32xf32>
+func.func @short_table(%wte: tensor<512x32xf32>, %wpe: tensor<32x32xf32>,
+                       %ids: tensor<?x?xi32> {megac.input = "tokens"}) -> tensor<?x?x32xf32> {
+  %0 = megac.embedding %wte, %ids : (tensor<512x32xf32>, tensor<?x?xi32>) -> tensor<?x?x32xf32>
+  %1 = megac.position_embedding %wpe, %ids : (tensor<32x32xf32>, tensor<?x?xi32>) -> tensor<?x32xf32>
+  %2 = megac.add %0, %1 : (tensor<?x?x32xf32>, tensor<?x32xf32>) -> tensor<?x?x32xf32>
+  return %2 : tensor<?x?x32xf32>
+}

@@ -26,6 +26,9 @@ def SetMeshPass : Pass<"megac-set-mesh", "mlir::ModuleOp"> {
 }
 
 def SpecializeShapesPass : Pass<"megac-specialize-shapes", "mlir::ModuleOp"> {
+  // Every megac pass may build megac attributes (shardings) or ops,
+  // whether or not the input already loaded the dialect.
+  let dependentDialects = ["::megac::MegacDialect"];
   let summary = "Fix batch and sequence length and infer every static shape";
   let description = [{
     Data inputs (`megac.input`) are `[batch, seq]` token tensors. This pass
@@ -39,13 +42,15 @@ def SpecializeShapesPass : Pass<"megac-specialize-shapes", "mlir::ModuleOp"> {
     Option<"batch", "batch", "int64_t", /*default=*/"0",
            "Batch size (0: keep the model's, or 4 if it is dynamic)">,
     Option<"seq", "seq", "int64_t", /*default=*/"0",
-           "Sequence length (0: keep the model's, or 64 if it is dynamic)">,
+           "Sequence length (0: keep the model's, or if it is dynamic 64 "
+           "or the position table's length, whichever is smaller)">,
     Option<"microBatches", "micro-batches", "int64_t", /*default=*/"1",
            "Micro-batches per step: the IR describes one, batch / this rows">,
   ];
 }
 
 def PropagateShardingPass : Pass<"megac-propagate-sharding", "mlir::ModuleOp"> {
+  let dependentDialects = ["::megac::MegacDialect"];
   let summary = "Derive the sharding of every value from parameter annotations";
   let description = [{
     Walks each function in program order. Parameters take their
@@ -67,6 +72,7 @@ def PropagateShardingPass : Pass<"megac-propagate-sharding", "mlir::ModuleOp"> {
 
 def SplitCrossEntropyPass
     : Pass<"megac-split-cross-entropy", "mlir::ModuleOp"> {
+  let dependentDialects = ["::megac::MegacDialect"];
   let summary = "Vocabulary-parallel cross-entropy for split logits";
   let description = [{
     Runs after sharding propagation. Where the logits of `megac.cross_entropy`
@@ -86,6 +92,7 @@ def SplitCrossEntropyPass
 }
 
 def InsertCollectivesPass : Pass<"megac-insert-collectives", "mlir::ModuleOp"> {
+  let dependentDialects = ["::megac::MegacDialect"];
   let summary = "Insert the collectives that reconcile shardings";
   let description = [{
     Where a value's sharding differs from what its user requires, inserts
@@ -109,6 +116,7 @@ def InsertCollectivesPass : Pass<"megac-insert-collectives", "mlir::ModuleOp"> {
 }
 
 def LocalizeShapesPass : Pass<"megac-localize-shapes", "mlir::ModuleOp"> {
+  let dependentDialects = ["::megac::MegacDialect"];
   let summary = "Rewrite global shapes into per-rank shapes";
   let description = [{
     Divides every split dimension by its axis size, in function signatures
@@ -119,6 +127,7 @@ def LocalizeShapesPass : Pass<"megac-localize-shapes", "mlir::ModuleOp"> {
 }
 
 def BucketAllReducesPass : Pass<"megac-bucket-all-reduces", "mlir::ModuleOp"> {
+  let dependentDialects = ["::megac::MegacDialect"];
   let summary = "Fuse the gradient all-reduces of one axis into buckets";
   let description = [{
     Runs on per-rank IR (after megac-localize-shapes, so sizes are real
@@ -141,6 +150,7 @@ def BucketAllReducesPass : Pass<"megac-bucket-all-reduces", "mlir::ModuleOp"> {
 
 def SequenceParallelPass
     : Pass<"megac-sequence-parallel", "mlir::ModuleOp"> {
+  let dependentDialects = ["::megac::MegacDialect"];
   let summary = "Split the residual stream on the sequence over tp";
   let description = [{
     Megatron's sequence parallelism. Pins to `[_, axis, _]` (or `[dp,
@@ -165,6 +175,7 @@ def SequenceParallelPass
 }
 
 def AutodiffPass : Pass<"megac-autodiff", "mlir::ModuleOp"> {
+  let dependentDialects = ["::megac::MegacDialect"];
   let summary = "Append the backward pass: gradients of the loss";
   let description = [{
     Reverse-mode differentiation of the model function on global shapes.
@@ -183,6 +194,7 @@ def AutodiffPass : Pass<"megac-autodiff", "mlir::ModuleOp"> {
 
 def AccumulateMicroBatchesPass
     : Pass<"megac-accumulate-micro-batches", "mlir::ModuleOp"> {
+  let dependentDialects = ["::megac::MegacDialect"];
   let summary = "Gradient accumulation: sum the loss and gradients over micro-batches";
   let description = [{
     Runs after megac-autodiff on a function that describes one micro-batch.
@@ -208,6 +220,7 @@ def AccumulateMicroBatchesPass
 }
 
 def FuseElementwisePass : Pass<"megac-fuse-elementwise", "mlir::ModuleOp"> {
+  let dependentDialects = ["::megac::MegacDialect"];
   let summary = "Group elementwise chains and GEMM epilogues into kernels";
   let description = [{
     Runs on per-rank IR for a GPU target, where every op that is not fused
@@ -279,6 +292,7 @@ def FuseElementwisePass : Pass<"megac-fuse-elementwise", "mlir::ModuleOp"> {
 }
 
 def AssignStagesPass : Pass<"megac-assign-stages", "mlir::ModuleOp"> {
+  let dependentDialects = ["::megac::MegacDialect"];
   let summary = "Place the forward pass on pipeline stages by cost";
   let description = [{
     With a `pp` axis in the grid, splits the model's transformer blocks
@@ -302,6 +316,7 @@ def AssignStagesPass : Pass<"megac-assign-stages", "mlir::ModuleOp"> {
 }
 
 def PipelineStagesPass : Pass<"megac-pipeline-stages", "mlir::ModuleOp"> {
+  let dependentDialects = ["::megac::MegacDialect"];
   let summary = "Place every op on a stage and insert the stage transfers";
   let description = [{
     Runs on per-rank IR (after megac-localize-shapes) of a module whose
@@ -323,6 +338,7 @@ def PipelineStagesPass : Pass<"megac-pipeline-stages", "mlir::ModuleOp"> {
 }
 
 def MixedPrecisionPass : Pass<"megac-mixed-precision", "mlir::ModuleOp"> {
+  let dependentDialects = ["::megac::MegacDialect"];
   let summary = "bf16 compute with fp32 master weights, by rounding";
   let description = [{
     Makes the program compute what a bf16 mixed-precision program does, on
@@ -341,6 +357,7 @@ def MixedPrecisionPass : Pass<"megac-mixed-precision", "mlir::ModuleOp"> {
 }
 
 def RoundAfterEpiloguePass : Pass<"megac-round-after-epilogue", "mlir::ModuleOp"> {
+  let dependentDialects = ["::megac::MegacDialect"];
   let summary = "bf16: a product's (or norm gradient's) epilogue before its rounding";
   let description = [{
     Runs on a bf16 program after megac-insert-collectives. Where a product
@@ -371,6 +388,7 @@ def RoundAfterEpiloguePass : Pass<"megac-round-after-epilogue", "mlir::ModuleOp"
 }
 
 def RecomputePass : Pass<"megac-recompute", "mlir::ModuleOp"> {
+  let dependentDialects = ["::megac::MegacDialect"];
   let summary = "Activation recomputation: keep less, compute the forward twice";
   let description = [{
     Runs right after megac-autodiff. With `mode=full` only each
@@ -396,6 +414,7 @@ def RecomputePass : Pass<"megac-recompute", "mlir::ModuleOp"> {
 }
 
 def ApplyOptimizerPass : Pass<"megac-apply-optimizer", "mlir::ModuleOp"> {
+  let dependentDialects = ["::megac::MegacDialect"];
   let summary = "Turn gradient results into in-place AdamW updates";
   let description = [{
     Consumes the `grad:<parameter>` results of megac-autodiff: optionally
@@ -438,6 +457,7 @@ def ApplyOptimizerPass : Pass<"megac-apply-optimizer", "mlir::ModuleOp"> {
 }
 
 def DisableDropoutPass : Pass<"megac-disable-dropout", "mlir::ModuleOp"> {
+  let dependentDialects = ["::megac::MegacDialect"];
   let summary = "Remove dropout (inference)";
   let description = [{
     Replaces every megac.dropout by its input and turns attention's
