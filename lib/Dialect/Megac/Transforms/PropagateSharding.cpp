@@ -37,7 +37,23 @@ std::string describeArgument(func::FuncOp func, unsigned index) {
           index, MegacDialect::kParamAttrName))
     if (auto name = spec.getAs<StringAttr>("name"))
       return "parameter '" + name.getValue().str() + "'";
+  if (auto kind = func.getArgAttrOfType<StringAttr>(
+          index, MegacDialect::kInputAttrName))
+    return "input '" + kind.getValue().str() + "'";
   return "argument " + std::to_string(index);
+}
+
+/// What to do about a dimension that a grid axis does not divide.
+std::string divisibilityHint(func::FuncOp func, unsigned index, int64_t dim,
+                             int64_t size) {
+  if (func.getArgAttr(index, MegacDialect::kInputAttrName) && dim == 0)
+    return " (the batch: give --batch a multiple of " + std::to_string(size) +
+           ")";
+  if (func.getArgAttr(index, MegacDialect::kParamAttrName))
+    return " (megac does not pad parameters: the model needs a size there "
+           "that the axis divides; GPT-2's vocabulary of 50257, say, is "
+           "padded to 50304 in the config, as Megatron and nanoGPT do)";
+  return "";
 }
 
 /// A parameter, or its bf16 compute copy.
@@ -75,7 +91,8 @@ public:
                << "dimension " << d << " (size " << type.getDimSize(d)
                << ") of " << describeArgument(func, arg.getArgNumber())
                << " is not divisible by grid axis '" << axis << "' (size "
-               << size << ")";
+               << size << ")"
+               << divisibilityHint(func, arg.getArgNumber(), d, size);
       dims.push_back(StringAttr::get(ctx, axis));
     }
     setSharding(arg, ShardingAttr::get(ctx, dims, {}));
