@@ -471,22 +471,23 @@ int runCompile(int argc, char **argv) {
                "parameter's gradient as grad:<name> (to inspect or check "
                "them)"),
       cl::cat(trainCategory));
-  static cl::opt<double> lr("lr", cl::desc("Peak learning rate"),
+  static cl::opt<double> lr("lr", cl::desc("Peak learning rate (default 6e-4)"),
                             cl::init(6e-4), cl::cat(trainCategory));
   static cl::opt<double> minLr(
-      "min-lr", cl::desc("Learning rate at the end of the cosine decay"),
+      "min-lr", cl::desc("Learning rate at the end of the cosine decay (default "
+                             "6e-5)"),
       cl::init(6e-5), cl::cat(trainCategory));
   static cl::opt<int64_t> warmup("warmup-steps",
-                                 cl::desc("Linear warm-up steps"),
+                                 cl::desc("Linear warm-up steps (default 10)"),
                                  cl::init(10), cl::cat(trainCategory));
   static cl::opt<int64_t> totalSteps(
-      "total-steps", cl::desc("Step at which the cosine decay ends"),
+      "total-steps", cl::desc("Step at which the cosine decay ends (default 1000)"),
       cl::init(1000), cl::cat(trainCategory));
   static cl::opt<double> weightDecay(
-      "weight-decay", cl::desc("AdamW weight decay (matrices only)"),
+      "weight-decay", cl::desc("AdamW weight decay, matrices only (default 0.1)"),
       cl::init(0.1), cl::cat(trainCategory));
   static cl::opt<double> maxGradNorm(
-      "max-grad-norm", cl::desc("Global gradient-norm clipping (0: off)"),
+      "max-grad-norm", cl::desc("Global gradient-norm clipping (0: off; default 1)"),
       cl::init(1.0), cl::cat(trainCategory));
   static cl::opt<int64_t> zero(
       "zero",
@@ -535,7 +536,7 @@ int runCompile(int argc, char **argv) {
       "bucket-mb",
       cl::desc("Fuse gradient all-reduces into buckets of this many MiB "
                "(one collective per bucket, as PyTorch DDP; 0: one per "
-               "gradient)"),
+               "gradient; default 25)"),
       cl::init(25.0), cl::cat(trainCategory));
   static cl::OptionCategory pipelineCategory(
       "megac compile pipeline options (a pp axis in --mesh, with --train)");
@@ -555,9 +556,9 @@ int runCompile(int argc, char **argv) {
                "tasks F<micro-batch>[.<chunk>] and B... in order (as megac "
                "schedule --print writes them); checked for deadlocks"),
       cl::value_desc("file"), cl::cat(pipelineCategory));
-  static cl::opt<double> beta1("beta1", cl::desc("AdamW beta1"), cl::init(0.9),
+  static cl::opt<double> beta1("beta1", cl::desc("AdamW beta1 (default 0.9)"), cl::init(0.9),
                                cl::cat(trainCategory));
-  static cl::opt<double> beta2("beta2", cl::desc("AdamW beta2"),
+  static cl::opt<double> beta2("beta2", cl::desc("AdamW beta2 (default 0.95)"),
                                cl::init(0.95), cl::cat(trainCategory));
   registerMLIRContextCLOptions();
   registerPassManagerCLOptions();
@@ -615,6 +616,21 @@ int runCompile(int argc, char **argv) {
   options.gradients = gradients;
   if (train && gradients)
     return fail("--train and --gradients exclude each other");
+  // Options that a plan without their part would silently ignore.
+  if (!train)
+    for (cl::Option *option :
+         std::initializer_list<cl::Option *>{&lr, &minLr, &warmup, &totalSteps,
+                                             &weightDecay, &maxGradNorm, &zero,
+                                             &beta1, &beta2})
+      if (option->getNumOccurrences())
+        llvm::errs() << "megac: warning: --" << option->ArgStr
+                     << " has no effect without --train\n";
+  if (meshAxisSize(mesh, "pp") <= 1)
+    for (cl::Option *option : std::initializer_list<cl::Option *>{
+             &pipelineSchedule, &virtualStages, &scheduleFile})
+      if (option->getNumOccurrences())
+        llvm::errs() << "megac: warning: --" << option->ArgStr
+                     << " has no effect without a pp axis in --mesh\n";
   options.optimizer.lr = lr;
   options.optimizer.minLr = minLr;
   options.optimizer.warmupSteps = warmup;
@@ -866,8 +882,8 @@ int runImport(int argc, char **argv) {
     parsed = *result;
   }
   parsed.tensorParallel = !noTP;
-  if (dropout >= 0.0) {
-    if (dropout >= 1.0)
+  if (dropout.getNumOccurrences()) {
+    if (!(dropout >= 0.0 && dropout < 1.0))
       return fail("--dropout must lie in [0, 1)");
     parsed.embeddingDropout = parsed.residualDropout =
         parsed.attentionDropout = dropout;
@@ -945,6 +961,10 @@ int runInspect(int argc, char **argv) {
                                   spans.size(), trace, end / 1e3);
     return 0;
   }
+  if (rank.getNumOccurrences() && rank < 0)
+    return fail(llvm::formatv("--rank must be a rank of the plan (0 to {0}), "
+                              "got {1}",
+                              plan.program->world_size() - 1, rank));
   if (rank >= 0 && static_cast<uint32_t>(rank) >= plan.program->world_size())
     return fail(llvm::formatv("--rank {0} is out of range: the plan has {1} "
                               "ranks",
