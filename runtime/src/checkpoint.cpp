@@ -238,8 +238,11 @@ CheckpointMeta readCheckpointMeta(const std::string &DirIn, const Program &P,
                                   std::string &StepDir) {
   const std::string Dir = stripSlashes(DirIn);
   struct stat St;
-  if (::stat(Dir.c_str(), &St) != 0 || !S_ISDIR(St.st_mode))
+  if (::stat(Dir.c_str(), &St) != 0)
     throw RunError(Dir + ": checkpoint directory does not exist");
+  if (!S_ISDIR(St.st_mode))
+    throw RunError(Dir + ": not a directory (a checkpoint is the directory "
+                         "--save-checkpoint wrote)");
   bool Missing;
   std::vector<uint8_t> Latest = readWhole(join(Dir, "latest"), Missing);
   if (!Missing) {
@@ -297,7 +300,9 @@ CheckpointMeta readCheckpointMeta(const std::string &DirIn, const Program &P,
     throw RunError(MetaPath + ": checkpoint was saved by " +
                    std::to_string(M.worldSize) + " ranks but the plan has " +
                    std::to_string(P.world_size()) +
-                   " (use utils/merge_checkpoint.py to compare across grids)");
+                   ": a checkpoint resumes only on the grid that saved it "
+                   "(utils/merge_checkpoint.py merges one into a single file "
+                   "to compare runs across grids)");
   if (M.grid != gridString(P))
     throw RunError(MetaPath + ": checkpoint grid " + M.grid +
                    " does not match the plan's grid " + gridString(P));

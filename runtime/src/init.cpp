@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cerrno>
 #include <cstring>
 #include <fstream>
 
@@ -147,7 +148,7 @@ std::vector<int32_t> readTokens(const std::string &Path, size_t Count,
                                 int64_t Vocab, bool All) {
   std::ifstream F(Path, std::ios::binary | std::ios::ate);
   if (!F)
-    throw RunError(Path + ": cannot open token file");
+    throw RunError(Path + ": cannot open token file: " + std::strerror(errno));
   const uint64_t Size = uint64_t(F.tellg());
   F.seekg(0);
   uint64_t Start = 0, Available = Size / 2;
@@ -173,6 +174,10 @@ std::vector<int32_t> readTokens(const std::string &Path, size_t Count,
       Available = uint64_t(Hdr[2]);
     }
   }
+  if (Start == 0 && Size % 2 != 0)
+    throw RunError(Path + ": " + std::to_string(Size) +
+                   " bytes, an odd number: not raw uint16 tokens (nor an "
+                   "llm.c token file)");
   if (Available < Count)
     throw RunError(Path + ": " + Format + " holds " +
                    std::to_string(Available) + " tokens but the plan needs " +

@@ -19,9 +19,11 @@
 
 #include <algorithm>
 #include <array>
+#include <cerrno>
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <unordered_map>
@@ -1830,7 +1832,7 @@ std::string loadPlanFile(const std::string &path, LoadedPlan &out) {
     out = LoadedPlan();
     std::ifstream F(path, std::ios::binary | std::ios::ate);
     if (!F)
-      return path + ": cannot open plan file";
+      return path + ": cannot open plan file: " + std::strerror(errno);
     std::streamoff Size = F.tellg();
     if (Size < 0)
       return path + ": cannot determine the size of the plan file";

@@ -52,6 +52,7 @@
 #include <sstream>
 #include <thread>
 #include <dlfcn.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 using namespace megac_rt;
@@ -290,6 +291,18 @@ void checkModeOptions(const Options &O, const Setup &S, const Program &P) {
   if (O.backend == "cuda" && !O.trace.empty())
     throw RunError("--trace records the CPU backend's instructions; the "
                    "CUDA backend has no timeline yet");
+  // Files written after the run: a directory that is not there fails now,
+  // not after the work.
+  for (const std::string *Out :
+       {&O.saveOutputs, &O.profile, &O.trace, &O.metrics}) {
+    if (Out->empty())
+      continue;
+    const size_t Slash = Out->find_last_of('/');
+    const std::string Dir = Slash == std::string::npos ? "." : Out->substr(0, Slash + 1);
+    struct stat St;
+    if (::stat(Dir.c_str(), &St) != 0 || !S_ISDIR(St.st_mode))
+      throw RunError(*Out + ": the directory " + Dir + " does not exist");
+  }
   // (Pipeline plans are training plans: never Mode::Forward.)
   const bool Pipelined = P.pipeline_stages() > 1;
   if (S.mode == Mode::Generate) {
@@ -717,8 +730,11 @@ bool writeProfile(const Options &O, const Setup &S, const std::string &Where,
     if (!writeTextFile(O.profile, Json))
       Err = "cannot write the profile " + O.profile;
     if (Err.empty() && !O.quiet) {
-      std::printf("profile of rank 0 on %s: %.1f ms in %zu ops\n",
-                  Where.c_str(), Total, Order.size());
+      std::printf("profile of rank 0 on %s: %.1f ms in %zu ops%s\n",
+                  Where.c_str(), Total, Order.size(),
+                  Order.size() > 10 ? " (the costliest 10 below; all in the "
+                                      "JSON)"
+                                    : "");
       std::printf("  %-26s %8s %10s %6s %10s %10s\n", "op", "runs", "ms",
                   "share", "GFLOP/s", "GB/s");
       for (size_t K = 0; K < Order.size() && K < 10; ++K) {
@@ -730,9 +746,12 @@ bool writeProfile(const Options &O, const Setup &S, const std::string &Where,
                     Sec > 0 ? Sum.Flops / Sec / 1e9 : 0.0,
                     Sec > 0 ? Sum.Bytes / Sec / 1e9 : 0.0);
       }
-      std::printf("  (times are each op's own: on the CUDA backend collectives "
-                  "overlap compute and include waiting for peers; the first "
-                  "run of a kernel includes loading it)\n");
+      if (O.backend == "cuda")
+        std::printf("  (times are each op's own: collectives overlap compute "
+                    "and include waiting for peers; the first run of a "
+                    "kernel includes loading it)\n");
+      else
+        std::printf("  (collectives include waiting for peers)\n");
       std::fflush(stdout);
     }
   }
@@ -767,8 +786,11 @@ std::unique_ptr<DeviceRun> openCudaRun(DeviceHost &Host) {
     throw RunError(std::string("--backend cuda: cannot load the CUDA "
                                "backend: ") +
                    ::dlerror() +
-                   " (megac-run was built without the CUDA toolkit, or the "
-                   "CUDA driver is missing)");
+                   (Override && *Override
+                        ? std::string(" (MEGAC_CUDA_PLUGIN names it)")
+                        : std::string(" (megac-run was built without the "
+                                      "CUDA toolkit, or the CUDA driver is "
+                                      "missing)")));
   using Create = DeviceRun *(*)(const Program *, uint32_t, int,
                                 const DeviceBootstrap *, char *, size_t);
   auto Fn = reinterpret_cast<Create>(::dlsym(Handle, "megacCreateCudaRun"));
@@ -1340,7 +1362,8 @@ int runMain(int Argc, char **Argv) {
   App.add_option("--data", O.tokens,
                  "Training data: a token file as for --tokens (e.g. from "
                  "utils/prepare_text.py), cut into global batches")
-      ->option_text("FILE");
+      ->option_text("FILE")
+      ->excludes("--tokens");
   auto *StepsOpt =
       App.add_option("--steps", O.steps,
                      "Training steps to run (training plans; default 1). "
