@@ -182,6 +182,8 @@ public:
     SmallVector<StringRef> sharding; // per dim: "" or "tp"
     std::string hfName;
     SmallVector<int64_t> hfOffset;
+    /// The HF tensor's shape where it has fewer rows (a padded vocabulary).
+    SmallVector<int64_t> hfShape;
   };
 
   /// Declares a parameter; returns its index among the arguments.
@@ -213,6 +215,9 @@ DictionaryAttr ModelBuilder::paramAttrs(const ParamSpec &spec) {
   if (llvm::any_of(spec.hfOffset, [](int64_t v) { return v != 0; }))
     fields.push_back(builder.getNamedAttr(
         "hf_offset", builder.getDenseI64ArrayAttr(spec.hfOffset)));
+  if (!spec.hfShape.empty())
+    fields.push_back(builder.getNamedAttr(
+        "hf_shape", builder.getDenseI64ArrayAttr(spec.hfShape)));
   SmallVector<NamedAttribute> attrs = {builder.getNamedAttr(
       MegacDialect::kParamAttrName, builder.getDictionaryAttr(fields))};
   if (config.tensorParallel &&
@@ -227,7 +232,13 @@ DictionaryAttr ModelBuilder::paramAttrs(const ParamSpec &spec) {
 }
 
 OwningOpRef<ModuleOp> ModelBuilder::build() {
-  const int64_t H = config.hidden, V = config.vocabSize, L = config.numLayers;
+  // V: the tables' rows; config.vocabSize of them are real tokens.
+  const int64_t H = config.hidden, V = paddedVocab(config),
+                L = config.numLayers;
+  const bool padded = V != config.vocabSize;
+  SmallVector<int64_t> vocabShape;
+  if (padded)
+    vocabShape = {config.vocabSize, H};
   const int64_t F = mlpWidth(config);
   const int64_t D = ShapedType::kDynamic;
   const double std = config.initStd;
@@ -240,7 +251,8 @@ OwningOpRef<ModuleOp> ModelBuilder::build() {
   };
 
   // Parameters, in the order HF lists them.
-  unsigned wte = param({"wte.weight", {V, H}, "normal", std, {"tp", ""}});
+  unsigned wte = param({"wte.weight", {V, H}, "normal", std, {"tp", ""}, "",
+                        {}, vocabShape});
   unsigned wpe = param({"wpe.weight", {config.maxPositions, H}, "normal", std, {"", ""}});
   struct Layer {
     unsigned ln1w, ln1b, q, k, v, qb, kb, vb, proj, projb, ln2w, ln2b, fc, fcb,
@@ -277,7 +289,8 @@ OwningOpRef<ModuleOp> ModelBuilder::build() {
   unsigned lnfb = param({"ln_f.bias", {H}, "zeros", 0, {""}});
   unsigned lmHead = wte;
   if (!config.tieEmbeddings)
-    lmHead = param({"lm_head.weight", {V, H}, "normal", std, {"tp", ""}});
+    lmHead = param({"lm_head.weight", {V, H}, "normal", std, {"tp", ""}, "",
+                    {}, vocabShape});
 
   SmallVector<Type> argTypes;
   SmallVector<DictionaryAttr> argAttrs;
@@ -373,7 +386,10 @@ OwningOpRef<ModuleOp> ModelBuilder::build() {
   Value f = LayerNormOp::create(builder, at("ln_f"), x, arg(lnfw), arg(lnfb), eps);
   Value logits = LinearOp::create(builder, at("lm_head"), f, arg(lmHead),
                                   /*transpose=*/true);
-  Value loss = CrossEntropyOp::create(builder, at("loss"), logits, labels);
+  // Padding rows are no classes: the loss leaves their logits out.
+  Value loss = CrossEntropyOp::create(
+      builder, at("loss"), logits, labels,
+      padded ? builder.getI64IntegerAttr(config.vocabSize) : IntegerAttr());
   func::ReturnOp::create(builder, loc, ValueRange{logits, loss});
   return module;
 }

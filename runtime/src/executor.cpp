@@ -194,7 +194,8 @@ size_t Executor::loadParams(const SafetensorsFile &File, uint64_t Seed) {
     }
     loadParamSlice(File, Pa->name()->str(), Pa->hf_name()->str(),
                    vec(Pa->hf_offset()), vec(Pa->global_shape()),
-                   vec(Pa->offset()), T.shape, T.f.data());
+                   vec(Pa->offset()), T.shape, T.f.data(),
+                   Pa->hf_shape() ? vec(Pa->hf_shape()) : ShapeVec{});
     ++Loaded;
   }
   return Loaded;
@@ -637,9 +638,9 @@ void Executor::exec(uint32_t Idx, const Instr &In, Collectives &C,
                        vec(In.ints()), static_cast<uint32_t *>(Y.data()));
     return;
   case op::CrossEntropy:
-    Y.f[0] = float(kernels::crossEntropy(A.f.data(), Rows, Last,
-                                         X(1).i.data(),
-                                         NumInts() ? double(Int(0)) : 0.0));
+    Y.f[0] = float(kernels::crossEntropy(
+        A.f.data(), Rows, Last, X(1).i.data(),
+        NumInts() ? double(Int(0)) : 0.0, NumInts() > 1 ? Int(1) : 0));
     return;
   case op::LinearWeightGrad: {
     // With the accumulate flag the output is a micro-batch sum: micro-batch
@@ -707,7 +708,7 @@ void Executor::exec(uint32_t Idx, const Instr &In, Collectives &C,
   case op::CrossEntropyStats:
     kernels::crossEntropyStats(A.f.data(), Rows, Last, X(1).i.data(), Int(0),
                                VocabSize(Int(0)), Y.shape.back() / 3,
-                               Y.f.data());
+                               Y.f.data(), NumInts() > 1 ? Int(1) : 0);
     return;
   case op::CrossEntropyFromStats:
     Y.f[0] = float(kernels::crossEntropyFromStats(
@@ -719,12 +720,13 @@ void Executor::exec(uint32_t Idx, const Instr &In, Collectives &C,
       kernels::crossEntropyGradFromStats(
           A.f.data(), Rows, Last, X(1).i.data(), St.f.data(),
           St.shape.back() / 3, Int(1), VocabSize(Int(1)), double(X(2).f[0]),
-          double(Int(0)), Y.f.data());
+          double(Int(0)), Y.f.data(), NumInts() > 2 ? Int(2) : 0);
       return;
     }
     kernels::crossEntropyGrad(A.f.data(), Rows, Last, X(1).i.data(),
                               double(X(2).f[0]),
-                              NumInts() ? double(Int(0)) : 0.0, Y.f.data());
+                              NumInts() ? double(Int(0)) : 0.0, Y.f.data(),
+                              NumInts() > 2 ? Int(2) : 0);
     return;
   case op::SumLeading:
   case op::LayerNormGainGrad: {

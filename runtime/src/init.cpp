@@ -47,7 +47,8 @@ void initParamSlice(const std::string &Name, InitMode Mode, double Std,
 void loadParamSlice(const SafetensorsFile &File, const std::string &Name,
                     const std::string &HfName, const ShapeVec &HfOffset,
                     const ShapeVec &Global, const ShapeVec &Offset,
-                    const ShapeVec &Local, float *Out) {
+                    const ShapeVec &Local, float *Out,
+                    const ShapeVec &HfShape) {
   const std::string &Path = File.path();
   const TensorInfo *T = File.header().find(HfName);
   std::string Alt;
@@ -65,12 +66,30 @@ void loadParamSlice(const SafetensorsFile &File, const std::string &Name,
   // without a word. Only a parameter declared as a slice of a tensor of
   // another name (GPT-2's fused c_attn split into q, k and v) reads part
   // of it.
-  if (HfName == Name && T->shape != Global)
+  const ShapeVec &Whole = HfShape.empty() ? Global : HfShape;
+  if (HfName == Name && T->shape != Whole)
     throw RunError(Path + ": tensor \"" + T->name + "\" has shape " +
                    listStr(T->shape) + " but parameter " + Name + " is " +
-                   listStr(Global) +
+                   listStr(Whole) +
                    ": the weights are another model's (compare the "
                    "config's layers, hidden size, vocabulary and positions)");
+  if (!HfShape.empty() && HfShape[0] < Global[0]) {
+    // A padded vocabulary: this rank's rows from HfShape[0] on are
+    // padding, zero; the rows before it come from the file.
+    const int64_t Rows = std::clamp<int64_t>(HfShape[0] - Offset[0], 0,
+                                             Local[0]);
+    int64_t RowElems = 1;
+    for (size_t D = 1; D < Local.size(); ++D)
+      RowElems *= Local[D];
+    std::fill(Out + Rows * RowElems, Out + Local[0] * RowElems, 0.0f);
+    if (Rows == 0)
+      return;
+    ShapeVec Kept = Local;
+    Kept[0] = Rows;
+    loadParamSlice(File, Name, HfName, HfOffset, HfShape, Offset, Kept, Out,
+                   {});
+    return;
+  }
   bool ShapeOk = T->shape.size() == Global.size();
   for (size_t D = 0; ShapeOk && D < Global.size(); ++D)
     ShapeOk = HfOffset[D] + Global[D] <= T->shape[D];

@@ -31,11 +31,14 @@ void initParamSlice(const std::string &Name, InitMode Mode, double Std,
 /// Copies the slice (\p Local at \p Offset of \p Global) of parameter
 /// \p Name out of tensor \p HfName (at \p HfOffset inside it) of \p File,
 /// converting F16/BF16 to float. Accepts the tensor name with or without a
-/// "transformer." prefix. Throws RunError "<file>: <what>".
+/// "transformer." prefix. A non-empty \p HfShape (a padded vocabulary) is
+/// the tensor's shape, with fewer rows than \p Global: the rows past it
+/// are zero. Throws RunError "<file>: <what>".
 void loadParamSlice(const SafetensorsFile &File, const std::string &Name,
                     const std::string &HfName, const ShapeVec &HfOffset,
                     const ShapeVec &Global, const ShapeVec &Offset,
-                    const ShapeVec &Local, float *Out);
+                    const ShapeVec &Local, float *Out,
+                    const ShapeVec &HfShape = {});
 
 /// t[i] = splitmix64(splitmix64(Seed) + i) % Vocab for i < Count.
 std::vector<int32_t> defaultTokenStream(uint64_t Seed, size_t Count,

@@ -336,12 +336,14 @@ void transpose(const uint32_t *X, const std::vector<int64_t> &Shape,
 }
 
 double crossEntropy(const float *Logits, int64_t Rows, int64_t V,
-                    const int32_t *Labels, double Normalizer) {
+                    const int32_t *Labels, double Normalizer,
+                    int64_t Classes) {
+  const int64_t C = classesInBlock(0, V, Classes);
   double Total = 0;
   for (int64_t R = 0; R < Rows; ++R) {
     const float *L = Logits + R * V;
-    int32_t Lab = checkedLabel("cross_entropy", Labels, R, V);
-    RowSoftmax Row = rowSoftmax(L, V);
+    int32_t Lab = checkedLabel("cross_entropy", Labels, R, C);
+    RowSoftmax Row = rowSoftmax(L, C);
     Total += std::log(Row.Sum) + Row.Max - L[Lab];
   }
   if (Normalizer > 0)
@@ -387,16 +389,26 @@ void roundBf16(const float *X, int64_t N, float *Y) {
 
 void crossEntropyStats(const float *Logits, int64_t Rows, int64_t V,
                        const int32_t *Labels, int64_t VocabStart,
-                       int64_t VocabSize, int64_t Blocks, float *Stats) {
+                       int64_t VocabSize, int64_t Blocks, float *Stats,
+                       int64_t Classes) {
   const int64_t Width = V / Blocks;
   for (int64_t R = 0; R < Rows; ++R) {
-    const int32_t Lab =
-        checkedLabel("cross_entropy_stats", Labels, R, VocabSize);
+    const int32_t Lab = checkedLabel(
+        "cross_entropy_stats", Labels, R,
+        Classes > 0 ? std::min(VocabSize, Classes) : VocabSize);
     for (int64_t K = 0; K < Blocks; ++K) {
       const float *L = Logits + R * V + K * Width;
-      RowSoftmax Block = rowSoftmax(L, Width);
-      const int64_t Local = Lab - VocabStart - K * Width;
       float *St = Stats + (R * Blocks + K) * 3;
+      const int64_t Valid =
+          classesInBlock(VocabStart + K * Width, Width, Classes);
+      if (Valid == 0) { // padding alone: no term in the sum
+        St[0] = -std::numeric_limits<float>::infinity();
+        St[1] = 0.0f;
+        St[2] = 0.0f;
+        continue;
+      }
+      RowSoftmax Block = rowSoftmax(L, Valid);
+      const int64_t Local = Lab - VocabStart - K * Width;
       St[0] = Block.Max;
       St[1] = float(Block.Sum);
       St[2] = Local >= 0 && Local < Width ? L[Local] : 0.0f;
@@ -660,15 +672,17 @@ void positionEmbeddingGrad(const float *DY, int64_t S, int64_t P, int64_t H,
 
 void crossEntropyGrad(const float *Logits, int64_t Rows, int64_t V,
                       const int32_t *Labels, double DLoss, double Normalizer,
-                      float *DLogits) {
+                      float *DLogits, int64_t Classes) {
   const double Scale =
       DLoss / (Normalizer > 0 ? Normalizer : double(std::max<int64_t>(Rows, 1)));
+  const int64_t C = classesInBlock(0, V, Classes);
   for (int64_t R = 0; R < Rows; ++R) {
     const float *L = Logits + R * V;
     float *D = DLogits + R * V;
-    int32_t Lab = checkedLabel("cross_entropy_grad", Labels, R, V);
-    RowSoftmax Row = rowSoftmax(L, V);
-    softmaxGradRow(L, V, Row.Max, Row.Sum, Lab, Scale, D);
+    int32_t Lab = checkedLabel("cross_entropy_grad", Labels, R, C);
+    RowSoftmax Row = rowSoftmax(L, C);
+    softmaxGradRow(L, C, Row.Max, Row.Sum, Lab, Scale, D);
+    std::fill(D + C, D + V, 0.0f); // padding
   }
 }
 
@@ -676,16 +690,21 @@ void crossEntropyGradFromStats(const float *Logits, int64_t Rows, int64_t V,
                                const int32_t *Labels, const float *Stats,
                                int64_t Blocks, int64_t VocabStart,
                                int64_t VocabSize, double DLoss,
-                               double Normalizer, float *DLogits) {
+                               double Normalizer, float *DLogits,
+                               int64_t Classes) {
   const double Scale =
       DLoss / (Normalizer > 0 ? Normalizer : double(std::max<int64_t>(Rows, 1)));
+  const int64_t Valid = classesInBlock(VocabStart, V, Classes);
   for (int64_t R = 0; R < Rows; ++R) {
     const float *L = Logits + R * V;
     float *D = DLogits + R * V;
     const int64_t Local =
-        checkedLabel("cross_entropy_grad", Labels, R, VocabSize) - VocabStart;
+        checkedLabel("cross_entropy_grad", Labels, R,
+                     Classes > 0 ? std::min(VocabSize, Classes) : VocabSize) -
+        VocabStart;
     const double Lse = logSumExpOfBlocks(Stats + R * Blocks * 3, Blocks);
-    softmaxGradRow(L, V, Lse, 1.0, Local, Scale, D);
+    softmaxGradRow(L, Valid, Lse, 1.0, Local, Scale, D);
+    std::fill(D + Valid, D + V, 0.0f); // padding
   }
 }
 

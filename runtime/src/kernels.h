@@ -70,10 +70,21 @@ void transpose(const uint32_t *X, const std::vector<int64_t> &Shape,
                const std::vector<int64_t> &Perm, uint32_t *Y);
 
 /// Sum over \p Rows of logsumexp(logits) - logits[label], divided by
-/// \p Normalizer (<= 0: by Rows, i.e. the mean). Throws RunError on a label
-/// outside [0, V).
+/// \p Normalizer (<= 0: by Rows, i.e. the mean). With \p Classes > 0 (a
+/// padded vocabulary) only a row's first Classes logits count. Throws
+/// RunError on a label outside [0, V) (or [0, Classes)).
 double crossEntropy(const float *Logits, int64_t Rows, int64_t V,
-                    const int32_t *Labels, double Normalizer = 0);
+                    const int32_t *Labels, double Normalizer = 0,
+                    int64_t Classes = 0);
+
+/// The number of a vocabulary block's logits that are classes: of the
+/// \p Width ids from \p Start, those below \p Classes (all if Classes <= 0).
+inline int64_t classesInBlock(int64_t Start, int64_t Width, int64_t Classes) {
+  if (Classes <= 0)
+    return Width;
+  return Classes <= Start ? 0 : Classes - Start < Width ? Classes - Start
+                                                         : Width;
+}
 
 /// The nearest bfloat16 to \p X (ties to even), as a float: NaN stays NaN
 /// (quiet), values beyond bf16's range become infinity.
@@ -100,11 +111,13 @@ void fusedElementwise(const std::vector<FusedStep> &Steps,
 /// Vocabulary-parallel cross-entropy, part 1. Logits (Rows, V) hold the
 /// vocabulary ids VocabStart .. VocabStart+V-1 in \p Blocks equal blocks;
 /// for block k, Stats[r, 3k .. 3k+2] = (max logit m, sum exp(logit - m),
-/// the label's logit if the label is in the block else 0). Throws RunError
-/// on a label outside [0, VocabSize).
+/// the label's logit if the label is in the block else 0). Ids from
+/// \p Classes on (if > 0) are padding: a block of padding alone yields
+/// (-infinity, 0, 0). Throws RunError on a label outside [0, VocabSize).
 void crossEntropyStats(const float *Logits, int64_t Rows, int64_t V,
                        const int32_t *Labels, int64_t VocabStart,
-                       int64_t VocabSize, int64_t Blocks, float *Stats);
+                       int64_t VocabSize, int64_t Blocks, float *Stats,
+                       int64_t Classes = 0);
 
 /// Part 2: the loss from all blocks' statistics (Rows, 3 Blocks): per token
 /// logsumexp - label logit, summed and divided by \p Normalizer (<= 0:
@@ -182,10 +195,12 @@ void positionEmbeddingGrad(const float *DY, int64_t S, int64_t P, int64_t H,
                            float *DT);
 
 /// dlogits = (softmax(logits) - onehot(label)) * DLoss / Normalizer
-/// (<= 0: Rows). Throws RunError on a label outside [0, V).
+/// (<= 0: Rows); with \p Classes > 0 the softmax is over a row's first
+/// Classes logits and the rest get 0. Throws RunError on a label outside
+/// [0, V) (or [0, Classes)).
 void crossEntropyGrad(const float *Logits, int64_t Rows, int64_t V,
                       const int32_t *Labels, double DLoss, double Normalizer,
-                      float *DLogits);
+                      float *DLogits, int64_t Classes = 0);
 
 /// The same for one vocabulary block (ids VocabStart .. VocabStart+V-1):
 /// the softmax normalizer comes from all blocks' statistics \p Stats
@@ -194,7 +209,8 @@ void crossEntropyGradFromStats(const float *Logits, int64_t Rows, int64_t V,
                                const int32_t *Labels, const float *Stats,
                                int64_t Blocks, int64_t VocabStart,
                                int64_t VocabSize, double DLoss,
-                               double Normalizer, float *DLogits);
+                               double Normalizer, float *DLogits,
+                               int64_t Classes = 0);
 
 /// y[j] = sum over i < Outer of x[i*Inner + j].
 void sumLeading(const float *X, int64_t Outer, int64_t Inner, float *Y);

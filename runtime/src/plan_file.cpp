@@ -601,6 +601,23 @@ private:
             if (O < 0 || O > kMaxElements)
               return fail(where() + ": " + What + " has invalid hf_offset " +
                           listStr(HOff));
+          // A padded parameter: fewer rows in the file, nothing else
+          // different.
+          if (Pa->hf_shape()) {
+            Shape HShape = toShape(Pa->hf_shape());
+            bool Ok = HShape.size() == Global.size() && !HShape.empty() &&
+                      HShape[0] > 0 && HShape[0] <= Global[0];
+            for (size_t D = 1; Ok && D < HShape.size(); ++D)
+              Ok = HShape[D] == Global[D];
+            for (int64_t O : HOff)
+              Ok = Ok && O == 0;
+            if (!Ok)
+              return fail(where() + ": " + What + " has hf_shape " +
+                          listStr(HShape) + " for global shape " +
+                          listStr(Global) +
+                          " (expected fewer rows, the rest the same, and no "
+                          "hf_offset)");
+          }
         }
       }
 
@@ -1191,7 +1208,7 @@ private:
       if (!expectCounts(2, 1) || !expectType(true, 0, dt::F32) ||
           !expectType(true, 1, dt::I32) ||
           !expectType(false, 0, dt::F32) || !expectRank(true, 0, 2, 64) ||
-          !checkNormalizer())
+          !checkNormalizer(1, in(0).back()))
         return false;
       Shape Lab(in(0).begin(), in(0).end() - 1);
       if (in(1) != Lab)
@@ -1377,7 +1394,7 @@ private:
           !expectRank(true, 0, 2, 64) || !expectRank(true, 2, 0, 0))
         return false;
       if (FromStats ? !checkStats(3, in(1)) || !checkVocabBlock()
-                    : !checkNormalizer())
+                    : !checkNormalizer(2, in(0).back()))
         return false;
       Shape Lab(in(0).begin(), in(0).end() - 1);
       if (in(1) != Lab)
@@ -1391,7 +1408,9 @@ private:
     case op::CrossEntropyStats: {
       if (!expectCounts(2, 1) || !expectType(true, 0, dt::F32) ||
           !expectType(true, 1, dt::I32) || !expectType(false, 0, dt::F32) ||
-          !expectRank(true, 0, 2, 64) || !expectInts(1, "vocab_start"))
+          !expectRank(true, 0, 2, 64) ||
+          (Ints.size() != 2 && !expectInts(1, "vocab_start")) ||
+          !checkClasses(1, -1))
         return false;
       if (Ints[0] < 0)
         return fail(Pfx + "vocab_start " + std::to_string(Ints[0]) +
@@ -1413,7 +1432,7 @@ private:
       return expectOutShape(Want);
     }
     case op::CrossEntropyFromStats:
-      if (!expectCounts(1, 1) || !allF32() || !checkNormalizer() ||
+      if (!expectCounts(1, 1) || !allF32() || !checkTokenCount() ||
           !checkStats(0, Shape(in(0).begin(), in(0).end() - (in(0).empty() ? 0 : 1))))
         return false;
       return expectOutShape({});
@@ -1661,18 +1680,49 @@ private:
 
   /// cross_entropy_grad over a vocabulary block: [normalizer, vocab_start].
   bool checkVocabBlock() {
-    if (Ints.size() != 2 || Ints[0] <= 0 || Ints[1] < 0)
+    if (Ints.size() < 2 || Ints.size() > 3 || Ints[0] <= 0 || Ints[1] < 0)
       return fail(Pfx + "expects two integer attributes (a positive "
-                        "normalizer and a non-negative vocab_start)");
-    return true;
+                        "normalizer and a non-negative vocab_start), and "
+                        "optionally the classes");
+    return checkClasses(2, -1);
   }
 
   /// cross_entropy(_grad): no ints (local token count) or one positive
-  /// normalizer.
-  bool checkNormalizer() {
+  /// normalizer, then (format 14) optionally the classes of a padded
+  /// vocabulary (cross_entropy_grad: after a 0 where the block's start
+  /// would be).
+  bool checkNormalizer(size_t ClassesAt = 1, int64_t Vocab = -1) {
+    if (Ints.size() > ClassesAt + 1 || (Ints.size() >= 1 && Ints[0] <= 0) ||
+        (Ints.size() > 1 && Ints.size() <= ClassesAt))
+      return fail(Pfx + "expects no integer attribute, or a positive "
+                        "normalizer (token count) and optionally the "
+                        "classes");
+    for (size_t I = 1; I < ClassesAt && I < Ints.size(); ++I)
+      if (Ints[I] != 0)
+        return fail(Pfx + "integer attribute " + std::to_string(I) +
+                    " must be 0 without statistics");
+    return checkClasses(ClassesAt, Vocab);
+  }
+
+  /// cross_entropy_from_stats: no ints or one positive normalizer.
+  bool checkTokenCount() {
     if (Ints.size() > 1 || (Ints.size() == 1 && Ints[0] <= 0))
       return fail(Pfx + "expects no integer attribute or one positive "
                         "normalizer (token count)");
+    return true;
+  }
+
+  /// A padded vocabulary's class count at ints[Index], if present:
+  /// positive, and at most \p Vocab where known.
+  bool checkClasses(size_t Index, int64_t Vocab) {
+    if (Ints.size() <= Index)
+      return true;
+    if (Ints[Index] <= 0 || (Vocab >= 0 && Ints[Index] > Vocab))
+      return fail(Pfx + "classes " + std::to_string(Ints[Index]) +
+                  " must be positive" +
+                  (Vocab >= 0 ? " and at most the " + std::to_string(Vocab) +
+                                    " logits"
+                              : std::string()));
     return true;
   }
 

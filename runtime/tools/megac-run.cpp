@@ -326,15 +326,19 @@ void checkModeOptions(const Options &O, const Setup &S, const Program &P) {
     const RankProgram &LR = *P.ranks()->Get(uint32_t(Owner));
     // Outputs are whole on every rank: under data parallelism the logits
     // hold the global batch. Every row holds the prompt, row 0 is read.
-    std::vector<int64_t> Want = {P.batch(), P.seq(), P.vocab_size()};
+    const Buffer *B = LR.buffers()->Get(L->buffer());
+    std::vector<int64_t> Have(B->shape()->begin(), B->shape()->end());
+    // A padded vocabulary's logits are wider than the vocabulary.
+    const int64_t Width = !Have.empty() && Have.back() >= P.vocab_size()
+                              ? Have.back()
+                              : P.vocab_size();
+    std::vector<int64_t> Want = {P.batch(), P.seq(), Width};
     // (With micro-batches, the rows of one micro-batch.)
     std::vector<int64_t> WantGlobal = {
         std::max<int64_t>(P.global_batch() /
                               std::max<int64_t>(1, P.micro_batches()),
                           P.batch()),
-        P.seq(), P.vocab_size()};
-    const Buffer *B = LR.buffers()->Get(L->buffer());
-    std::vector<int64_t> Have(B->shape()->begin(), B->shape()->end());
+        P.seq(), Width};
     if (Have != Want && Have != WantGlobal)
       throw RunError(Plan + ": --generate needs logits of shape " +
                      shapeString(Want) + " (batch, seq, vocab)");
@@ -1222,7 +1226,7 @@ int runGeneration(const Options &O, Setup &S) {
   const Program &P = *S.plan.program;
   Executor &E = *S.exec;
   const RankProgram &RP = E.rankProgram();
-  const int64_t B = P.batch(), Seq = P.seq(), V = P.vocab_size();
+  const int64_t B = P.batch(), Seq = P.seq();
   std::vector<int32_t> Toks;
   for (unsigned char C : O.prompt)
     Toks.push_back(C);
@@ -1262,6 +1266,8 @@ int runGeneration(const Options &O, Setup &S) {
         E.runForward(*Comm);
       }
       if (WorldRank == Chooser) {
+        // (A padded vocabulary's logits are wider than the vocabulary.)
+        const int64_t V = E.buffer(S.logitsBuf).shape.back();
         const float *Row =
             E.buffer(S.logitsBuf).f.data() + size_t((Len - 1) * V);
         double U = double(splitmix64(Key + uint64_t(New)) >> 11) * 0x1.0p-53;

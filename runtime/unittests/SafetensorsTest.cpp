@@ -116,20 +116,44 @@ TEST(Safetensors, WriteReadRoundTripAndSliceLoad) {
     SafetensorsFile F(Path);
     ASSERT_NE(F.header().find("tokens"), nullptr);
     EXPECT_EQ(F.header().dataStart % 8, 0u);
-    // Parameter "w" = columns [2,4) of rows [1,3) of a [3,2] view starting
-    // at hf_offset [0,2]: the global param is [3,2], the local slice [2,2]
-    // at offset [1,0].
+    // Parameter "w_part" = columns [2,4) of rows [1,3) of a [3,2] view
+    // starting at hf_offset [0,2] of tensor "w": the global param is
+    // [3,2], the local slice [2,2] at offset [1,0].
     std::vector<float> Out(4);
-    loadParamSlice(F, "w", "w", {0, 2}, {3, 2}, {1, 0}, {2, 2}, Out.data());
+    loadParamSlice(F, "w_part", "w", {0, 2}, {3, 2}, {1, 0}, {2, 2},
+                   Out.data());
     EXPECT_EQ(Out, (std::vector<float>{6, 7, 10, 11}));
     try {
-      loadParamSlice(F, "w", "w", {0, 3}, {3, 2}, {0, 0}, {3, 2}, Out.data());
+      loadParamSlice(F, "w_part", "w", {0, 3}, {3, 2}, {0, 0}, {3, 2},
+                     Out.data());
+      FAIL() << "expected an error";
+    } catch (const RunError &E) {
+      EXPECT_NE(std::string(E.what()).find("has shape [3,4] but parameter "
+                                           "w_part expects [3,2] at offset "
+                                           "[0,3]"),
+                std::string::npos);
+    }
+    // A parameter that is the tensor itself takes it whole, never a corner.
+    try {
+      loadParamSlice(F, "w", "w", {0, 0}, {3, 2}, {0, 0}, {3, 2}, Out.data());
       FAIL() << "expected an error";
     } catch (const RunError &E) {
       EXPECT_NE(std::string(E.what()).find("has shape [3,4] but parameter w "
-                                           "expects [3,2] at offset [0,3]"),
+                                           "is [3,2]: the weights are "
+                                           "another model's"),
                 std::string::npos);
     }
+    // A padded vocabulary: the parameter has 5 rows, the tensor 3 (its
+    // hf_shape); the slice of rows [2,5) takes row 2 and two zero rows.
+    std::vector<float> Padded(12, -1.0f);
+    loadParamSlice(F, "w", "w", {0, 0}, {5, 4}, {2, 0}, {3, 4}, Padded.data(),
+                   {3, 4});
+    EXPECT_EQ(Padded, (std::vector<float>{8, 9, 10, 11, 0, 0, 0, 0, 0, 0, 0,
+                                          0}));
+    std::vector<float> PadOnly(4, -1.0f); // rows [4,5): padding alone
+    loadParamSlice(F, "w", "w", {0, 0}, {5, 4}, {4, 0}, {1, 4}, PadOnly.data(),
+                   {3, 4});
+    EXPECT_EQ(PadOnly, (std::vector<float>(4, 0.0f)));
     try {
       loadParamSlice(F, "x", "missing", {0}, {1}, {0}, {1}, Out.data());
       FAIL() << "expected an error";

@@ -27,6 +27,11 @@ struct GPT2Config {
   int64_t maxPositions = 0;
   /// The MLP's inner width (n_inner); 0 means HF's default, 4 x hidden.
   int64_t inner = 0;
+  /// Pad the vocabulary to a multiple of this (1: none), as Megatron's
+  /// --make-vocab-size-divisible-by, so that tensor parallelism can split
+  /// it: the embedding tables get zero rows that HF checkpoints lack, and
+  /// the loss counts only the real vocabulary.
+  int64_t padVocabTo = 1;
   double layerNormEpsilon = 1e-5;
   double initStd = 0.02;
   bool tieEmbeddings = true;
@@ -57,6 +62,13 @@ GPT2Config getTinyGPT2Config();
 /// out (or null), as HF's GPT-2 does.
 inline int64_t mlpWidth(const GPT2Config &config) {
   return config.inner > 0 ? config.inner : 4 * config.hidden;
+}
+
+/// The embedding tables' rows: the vocabulary rounded up to a multiple of
+/// padVocabTo.
+inline int64_t paddedVocab(const GPT2Config &config) {
+  const int64_t m = config.padVocabTo > 1 ? config.padVocabTo : 1;
+  return (config.vocabSize + m - 1) / m * m;
 }
 
 /// Builds the model; batch and sequence dimensions are dynamic.

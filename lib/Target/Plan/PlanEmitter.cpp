@@ -960,6 +960,9 @@ private:
     std::vector<int64_t> hfOffset(type.getRank(), 0);
     if (auto attr = spec.getAs<DenseI64ArrayAttr>("hf_offset"))
       hfOffset = toVector(attr.asArrayRef());
+    std::vector<int64_t> hfShape;
+    if (auto attr = spec.getAs<DenseI64ArrayAttr>("hf_shape"))
+      hfShape = toVector(attr.asArrayRef());
     auto key = TableKey(TableKey::Kind::Param)
                    .text(name)
                    .scalar(buffer)
@@ -968,11 +971,13 @@ private:
                    .scalar(kind)
                    .scalar(stddev)
                    .text(hfName)
-                   .list(hfOffset);
+                   .list(hfOffset)
+                   .list(hfShape);
     params.push_back(tables.get<mp::Param>(key, [&] {
       return mp::CreateParamDirect(fbb, name.c_str(), buffer, &globalShape,
                                    &offset, kind, stddev, hfName.c_str(),
-                                   &hfOffset);
+                                   &hfOffset,
+                                   hfShape.empty() ? nullptr : &hfShape);
     }));
     return success();
   }
@@ -1065,13 +1070,18 @@ private:
           code = mp::OpCode_Transpose;
           ints = toVector(t.getPermutation());
         })
+        // A padded vocabulary's class count (format 14) comes last.
         .Case<CrossEntropyOp>([&](CrossEntropyOp c) {
           code = mp::OpCode_CrossEntropy;
           ints = {globalTokens(c.getLogits())};
+          if (std::optional<uint64_t> classes = c.getClasses())
+            ints.push_back(int64_t(*classes));
         })
         .Case<CrossEntropyStatsOp>([&](CrossEntropyStatsOp c) {
           code = mp::OpCode_CrossEntropyStats;
           ints = {shardStart(c.getLogits(), 2)};
+          if (std::optional<uint64_t> classes = c.getClasses())
+            ints.push_back(int64_t(*classes));
         })
         .Case<CrossEntropyFromStatsOp>([&](CrossEntropyFromStatsOp c) {
           code = mp::OpCode_CrossEntropyFromStats;
@@ -1116,8 +1126,11 @@ private:
         .Case<CrossEntropyGradOp>([&](CrossEntropyGradOp c) {
           code = mp::OpCode_CrossEntropyGrad;
           ints = {globalTokens(c.getLogits())};
-          if (c.getStats())
-            ints.push_back(shardStart(c.getLogits(), 2));
+          std::optional<uint64_t> classes = c.getClasses();
+          if (c.getStats() || classes)
+            ints.push_back(c.getStats() ? shardStart(c.getLogits(), 2) : 0);
+          if (classes)
+            ints.push_back(int64_t(*classes));
         })
         .Case<SumLeadingOp>([&](auto) {
           code = mp::OpCode_SumLeading;
@@ -1386,6 +1399,13 @@ FailureOr<std::vector<uint8_t>> emitPlan(ModuleOp module,
   func.walk([&](EmbeddingOp e) {
     StringRef axis = getShardingOrReplicated(e.getTable()).getDimAxis(0);
     vocab = e.getTable().getType().getDimSize(0) * grid.axisSize(axis);
+  });
+  // A padded vocabulary: the plan's vocabulary is the real one (tokens and
+  // labels must lie in it), not the tables' padded rows.
+  func.walk([&](Operation *op) {
+    if (auto classes = op->getAttrOfType<IntegerAttr>("classes");
+        classes && isa<CrossEntropyOp, CrossEntropyStatsOp, CrossEntropyGradOp>(op))
+      vocab = std::min<int64_t>(vocab, classes.getInt());
   });
 
   if (batch > 0 && vocab == 0)

@@ -47,7 +47,10 @@ namespace megac_rt {
 /// Version 13 let linear_weight_grad write the bias gradient (dy's column
 /// sums) as a second output, and embedding_grad add another gradient of
 /// the table (a fourth input, which it may update in place).
-constexpr uint32_t kPlanFormatVersion = 13;
+/// Version 14 let the cross-entropy ops take the class count of a padded
+/// vocabulary (their last integer) and a parameter name the shape of a
+/// smaller HF tensor (Param.hf_shape) whose missing rows are zero.
+constexpr uint32_t kPlanFormatVersion = 14;
 
 /// CRC-32 (IEEE 802.3, reflected, as zlib computes it).
 uint32_t crc32(const uint8_t *data, size_t size);

@@ -796,20 +796,33 @@ __device__ __forceinline__ bool labelInVocabulary(int64_t Lab, int64_t V,
   return false;
 }
 
-/// Per row: logsumexp - logit[label] into Out (a label outside [0, V):
+/// How many of a vocabulary block's \p Width logits, from id \p Start,
+/// are classes: those below \p Classes (a padded vocabulary's; all if
+/// Classes <= 0). The CPU's kernels::classesInBlock.
+__host__ __device__ inline int64_t classesInBlockDev(int64_t Start,
+                                                     int64_t Width,
+                                                     int64_t Classes) {
+  if (Classes <= 0)
+    return Width;
+  return Classes <= Start ? 0 : Classes - Start < Width ? Classes - Start
+                                                         : Width;
+}
+
+/// Per row of V logits, of which the first C are classes (C < V: a padded
+/// vocabulary): logsumexp - logit[label] into Out (a label outside [0, C):
 /// NaN, and flagged in *Bad), and the row's softmax statistics [max, sum]
 /// into Stats, for the gradient to read instead of a second pass.
 template <class T>
 __global__ void crossEntropyRowsKernel(const T *L, int64_t Rows, int64_t V,
-                                       const int32_t *Labels, double *Out,
-                                       double *Stats, int *Bad) {
+                                       int64_t C, const int32_t *Labels,
+                                       double *Out, double *Stats, int *Bad) {
   __shared__ double Part[kThreads];
   for (int64_t R = blockIdx.x; R < Rows; R += gridDim.x) {
     const T *Lr = L + R * V;
     double Max, Sum;
-    rowSoftmaxDev(Lr, V, Part, Max, Sum);
+    rowSoftmaxDev(Lr, C, Part, Max, Sum);
     const int32_t Lab = Labels[R];
-    const bool Ok = labelInVocabulary(Lab, V, Bad);
+    const bool Ok = labelInVocabulary(Lab, C, Bad);
     if (threadIdx.x == 0) {
       Out[R] = Ok ? Max + log(Sum) - double(valueOf(Lr[Lab])) : NAN;
       Stats[2 * R] = Max;
@@ -830,10 +843,10 @@ __global__ void sumRowsKernel(const double *Rows, int64_t N, double Normalizer,
 /// dlogits = (softmax - onehot(label)) * dloss / normalizer, the softmax
 /// from the rows' [max, sum] (crossEntropyRowsKernel's): one pass that
 /// reads the logits and writes their gradient, four at a time where
-/// aligned.
+/// aligned; logits from column C on (padding) get 0.
 template <class T>
 __global__ void crossEntropyGradKernel(const T *L, int64_t Rows, int64_t V,
-                                       const int32_t *Labels,
+                                       int64_t C, const int32_t *Labels,
                                        const double *Stats, const float *DLoss,
                                        double Normalizer, float *D,
                                        OutputStore Store, int *Bad) {
@@ -845,8 +858,10 @@ __global__ void crossEntropyGradKernel(const T *L, int64_t Rows, int64_t V,
     const float Max = float(Stats[2 * R]);
     const double Inv = 1.0 / Stats[2 * R + 1];
     const int64_t Lab = Labels[R];
-    labelInVocabulary(Lab, V, Bad);
+    labelInVocabulary(Lab, C, Bad);
     auto Grad = [&](float X, int64_t J) {
+      if (J >= C)
+        return 0.0f;
       const double P = double(expf(X - Max)) * Inv;
       return float((P - (J == Lab ? 1.0 : 0.0)) * Scale);
     };
@@ -865,19 +880,27 @@ __global__ void crossEntropyGradKernel(const T *L, int64_t Rows, int64_t V,
 //===-- The vocabulary-parallel loss (plan.fbs, CrossEntropyStats) -----===//
 
 /// Per (row, block of Width logits): the block's max logit, its sum of
-/// exp(logit - max), and the label's logit if the label falls in it.
+/// exp(logit - max), and the label's logit if the label falls in it. Ids
+/// from Classes on (if > 0) are padding: a block of padding alone yields
+/// (-infinity, 0, 0).
 __global__ void crossEntropyStatsKernel(const float *L, int64_t Rows, int64_t V,
                                         const int32_t *Labels,
                                         int64_t VocabStart, int64_t Vocab,
-                                        int64_t Blocks, float *Stats,
-                                        int *Bad) {
+                                        int64_t Blocks, int64_t Classes,
+                                        float *Stats, int *Bad) {
   __shared__ double Part[kThreads];
   const int64_t Width = V / Blocks;
+  if (Classes > 0 && Classes < Vocab)
+    Vocab = Classes;
   for (int64_t T = blockIdx.x; T < Rows * Blocks; T += gridDim.x) {
     const int64_t R = T / Blocks, K = T % Blocks;
     const float *Lb = L + R * V + K * Width;
-    double Max, Sum;
-    rowSoftmaxDev(Lb, Width, Part, Max, Sum);
+    // (The same for the whole block: its barriers are reached by all.)
+    const int64_t Valid =
+        classesInBlockDev(VocabStart + K * Width, Width, Classes);
+    double Max = -INFINITY, Sum = 0;
+    if (Valid > 0)
+      rowSoftmaxDev(Lb, Valid, Part, Max, Sum);
     if (threadIdx.x == 0) {
       if (Labels[R] < 0 || Labels[R] >= Vocab)
         *Bad = 1;
@@ -925,11 +948,16 @@ __global__ void logSumExpOfBlocksKernel(const float *Stats, int64_t Rows,
 __global__ void
 crossEntropyGradFromStatsKernel(const float *L, int64_t Rows, int64_t V,
                                 const int32_t *Labels, const double *Lse,
-                                int64_t VocabStart, const float *DLoss,
-                                double Normalizer, float *D) {
+                                int64_t VocabStart, int64_t Valid,
+                                const float *DLoss, double Normalizer,
+                                float *D) {
   const double Scale = double(DLoss[0]) / Normalizer;
   MEGAC_GRID_LOOP(I, Rows * V) {
     const int64_t R = I / V, J = I % V;
+    if (J >= Valid) { // padding
+      D[I] = 0.0f;
+      continue;
+    }
     const int64_t Local = int64_t(Labels[R]) - VocabStart;
     const double P = exp(double(L[I]) - Lse[R]);
     D[I] = float((P - (J == Local ? 1.0 : 0.0)) * Scale);

@@ -1966,10 +1966,14 @@ private:
       }
       double *Out =
           static_cast<double *>(scratch(size_t(Rows) * sizeof(double)));
+      // A padded vocabulary's classes (format 14): the first C logits.
+      const int64_t C =
+          classesInBlockDev(0, Last, NumInts() > 1 ? Int(1) : 0);
       withInput(X(0), Idx, [&](auto *L) {
         launchOn(Compute, crossEntropyRowsKernel<Elem<decltype(L)>>,
-                 rowBlocks(Rows), kThreads, 0, L, Rows, Last, i32(X(1)), Out,
-                 keepLossStats(X(0), L, Rows, Last), Faults + kFaultBadToken);
+                 rowBlocks(Rows), kThreads, 0, L, Rows, Last, C, i32(X(1)),
+                 Out, keepLossStats(X(0), L, Rows, Last),
+                 Faults + kFaultBadToken);
       });
       const double Norm =
           NumInts() && Int(0) > 0 ? double(Int(0)) : double(Rows);
@@ -1981,7 +1985,8 @@ private:
       launchOn(Compute, crossEntropyStatsKernel,
                rowBlocks(Rows * (shape(Y).back() / 3)), kThreads, 0, f(X(0)),
                Rows, Last, i32(X(1)), Int(0), vocabSize(Int(0) + Last),
-               shape(Y).back() / 3, f(Y), Faults + kFaultBadToken);
+               shape(Y).back() / 3, NumInts() > 1 ? Int(1) : int64_t(0), f(Y),
+               Faults + kFaultBadToken);
       return;
     case op::CrossEntropyFromStats: {
       if (Rows == 0 || Last == 0) {
@@ -2002,6 +2007,7 @@ private:
       const double Norm = NumInts() && Int(0) > 0
                               ? double(Int(0))
                               : double(std::max<int64_t>(Rows, 1));
+      const int64_t Classes = NumInts() > 2 ? Int(2) : 0;
       if (In.inputs()->size() == 4) { // one vocabulary block, with stats
         const int64_t Blocks = shape(X(3)).back() / 3;
         double *Lse =
@@ -2011,11 +2017,13 @@ private:
         launchOn(Compute, crossEntropyGradFromStatsKernel, blocksFor(NY),
                  kThreads, 0, f(X(0)), Rows, Last, i32(X(1)),
                  static_cast<const double *>(Lse), Int(1),
+                 classesInBlockDev(Int(1), Last, Classes),
                  static_cast<const float *>(f(X(2))), Norm, f(Y));
         return;
       }
       if (Rows == 0 || Last == 0)
         return;
+      const int64_t C = classesInBlockDev(0, Last, Classes);
       withInput(X(0), Idx, [&](auto *L) {
         const double *Stats = keptLossStats(X(0), Rows, Last);
         if (!Stats) { // not kept from the loss: one more pass for them
@@ -2023,12 +2031,12 @@ private:
               static_cast<double *>(scratch(size_t(Rows) * sizeof(double)));
           double *New = keepLossStats(X(0), L, Rows, Last);
           launchOn(Compute, crossEntropyRowsKernel<Elem<decltype(L)>>,
-                   rowBlocks(Rows), kThreads, 0, L, Rows, Last, i32(X(1)), Out,
-                   New, Faults + kFaultBadToken);
+                   rowBlocks(Rows), kThreads, 0, L, Rows, Last, C, i32(X(1)),
+                   Out, New, Faults + kFaultBadToken);
           Stats = New;
         }
         launchOn(Compute, crossEntropyGradKernel<Elem<decltype(L)>>,
-                 rowBlocks(Rows), kThreads, 0, L, Rows, Last, i32(X(1)), Stats,
+                 rowBlocks(Rows), kThreads, 0, L, Rows, Last, C, i32(X(1)), Stats,
                  static_cast<const float *>(f(X(2))), Norm, f(Y),
                  outputStore(In, Y, Idx), Faults + kFaultBadToken);
       });

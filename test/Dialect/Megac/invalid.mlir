@@ -189,6 +189,33 @@ func.func @cross_entropy_c1(%l: tensor<4x64x512xf32>, %y: tensor<4x32xi32>) {
 
 // -----
 
+// Tests cross_entropy_c2: a padded vocabulary's classes lie in (0, V].
+func.func @cross_entropy_c2(%l: tensor<4x64x512xf32>, %y: tensor<4x64xi32>) {
+  // expected-error@+1 {{cross_entropy_c2: classes = 600 must be positive and at most the vocabulary (512)}}
+  %0 = megac.cross_entropy %l, %y {classes = 600 : i64} : (tensor<4x64x512xf32>, tensor<4x64xi32>) -> tensor<f32>
+  return
+}
+
+// -----
+
+// Tests cross_entropy_grad_c2: classes are positive.
+func.func @cross_entropy_grad_classes(%l: tensor<4x64x512xf32>, %y: tensor<4x64xi32>, %d: tensor<f32>) {
+  // expected-error@+1 {{cross_entropy_grad_c2: classes must be positive}}
+  %0 = megac.cross_entropy_grad %l, %y, %d {classes = 0 : i64} : (tensor<4x64x512xf32>, tensor<4x64xi32>, tensor<f32>) -> tensor<4x64x512xf32>
+  return
+}
+
+// -----
+
+// Tests cross_entropy_stats_c2: classes are positive.
+func.func @cross_entropy_stats_classes(%l: tensor<4x64x512xf32>, %y: tensor<4x64xi32>) {
+  // expected-error@+1 {{cross_entropy_stats_c2: classes must be positive}}
+  %0 = megac.cross_entropy_stats %l, %y {classes = -3 : i64, shards = 2 : i64} : (tensor<4x64x512xf32>, tensor<4x64xi32>) -> tensor<4x64x6xf32>
+  return
+}
+
+// -----
+
 // Tests attention_c3: the probability dropout rate lies in [0, 1).
 func.func @attention_c3(%q: tensor<2x8x16xf32>) {
   // expected-error@+1 {{attention_c3: dropout = 1.000000e+00 must lie in [0, 1)}}

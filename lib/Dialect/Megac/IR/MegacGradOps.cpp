@@ -197,6 +197,10 @@ LogicalResult CrossEntropyGradOp::inferReturnTypes(
                                "n dividing the vocabulary of logits ",
                                shapeString(logits));
   }
+  if (std::optional<uint64_t> classes = adaptor.getClasses();
+      classes && int64_t(*classes) <= 0)
+    return emitOptionalError(loc, "cross_entropy_grad_c2: classes must be "
+                                  "positive");
   types.push_back(logits);
   return success();
 }

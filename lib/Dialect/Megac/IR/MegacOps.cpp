@@ -300,6 +300,16 @@ LogicalResult CrossEntropyOp::inferReturnTypes(MLIRContext *ctx,
   if (failed(checkLogitsAndLabels(loc, "cross_entropy_c1", adaptor.getLogits(),
                                   adaptor.getLabels())))
     return failure();
+  if (std::optional<uint64_t> classes = adaptor.getClasses()) {
+    int64_t vocab = tensorTypeOf(adaptor.getLogits()).getDimSize(2);
+    if (int64_t(*classes) <= 0 ||
+        (!ShapedType::isDynamic(vocab) && int64_t(*classes) > vocab))
+      return emitOptionalError(loc, "cross_entropy_c2: classes = ",
+                               int64_t(*classes),
+                               " must be positive and at most the "
+                               "vocabulary (",
+                               vocab, ")");
+  }
   types.push_back(f32Tensor(ctx, {}));
   return success();
 }
@@ -317,6 +327,10 @@ LogicalResult CrossEntropyStatsOp::inferReturnTypes(
     return emitOptionalError(loc, "cross_entropy_stats_c2: shards = ", shards,
                              " must be positive and divide the vocabulary (",
                              vocab, ")");
+  if (std::optional<uint64_t> classes = adaptor.getClasses();
+      classes && int64_t(*classes) <= 0)
+    return emitOptionalError(loc, "cross_entropy_stats_c2: classes must be "
+                                  "positive");
   types.push_back(f32Tensor(
       ctx, {logits.getDimSize(0), logits.getDimSize(1), 3 * shards}));
   return success();

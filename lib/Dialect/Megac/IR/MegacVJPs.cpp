@@ -135,9 +135,10 @@ LogicalResult TransposeOp::buildVJP(OpBuilder &b, Value dy,
 
 LogicalResult CrossEntropyOp::buildVJP(OpBuilder &b, Value dy,
                                        SmallVectorImpl<Value> &grads) {
-  grads.assign({CrossEntropyGradOp::create(b, getLoc(), getLogits(), getLabels(), dy,
-                                         /*stats=*/Value()),
-           Value()});
+  grads.assign({CrossEntropyGradOp::create(b, getLoc(), getLogits(),
+                                           getLabels(), dy, /*stats=*/Value(),
+                                           getClassesAttr()),
+                Value()});
   return success();
 }
 

@@ -50,9 +50,9 @@ std::string divisibilityHint(func::FuncOp func, unsigned index, int64_t dim,
     return " (the batch: give --batch a multiple of " + std::to_string(size) +
            ")";
   if (func.getArgAttr(index, MegacDialect::kParamAttrName))
-    return " (megac does not pad parameters: the model needs a size there "
-           "that the axis divides; GPT-2's vocabulary of 50257, say, is "
-           "padded to 50304 in the config, as Megatron and nanoGPT do)";
+    return " (a vocabulary: `megac import --pad-vocab-to 128` pads it, as "
+           "Megatron does, e.g. GPT-2's 50257 to 50304; other parameters "
+           "need a size the axis divides)";
   return "";
 }
 

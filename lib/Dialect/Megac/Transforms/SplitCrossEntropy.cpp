@@ -88,11 +88,11 @@ struct SplitCrossEntropyPass
     // one set of statistics (and one all-gather).
     llvm::DenseMap<std::pair<Value, Value>, Value> statsOf;
     auto getStats = [&](OpBuilder &b, Location loc, Value logits,
-                        Value labels, int64_t shards) {
+                        Value labels, int64_t shards, IntegerAttr classes) {
       Value &stats = statsOf[{logits, labels}];
       if (!stats)
-        stats = CrossEntropyStatsOp::create(b, loc, logits, labels,
-                                            b.getI64IntegerAttr(shards));
+        stats = CrossEntropyStatsOp::create(
+            b, loc, logits, labels, b.getI64IntegerAttr(shards), classes);
       return stats;
     };
     for (Operation &op : llvm::make_early_inc_range(func.getOps())) {
@@ -102,7 +102,7 @@ struct SplitCrossEntropyPass
           continue;
         OpBuilder b(loss);
         Value stats = getStats(b, loss.getLoc(), loss.getLogits(),
-                               loss.getLabels(), shards);
+                               loss.getLabels(), shards, loss.getClassesAttr());
         Value combined =
             CrossEntropyFromStatsOp::create(b, loss.getLoc(), stats);
         loss.getResult().replaceAllUsesWith(combined);
@@ -113,10 +113,10 @@ struct SplitCrossEntropyPass
           continue;
         OpBuilder b(grad);
         Value stats = getStats(b, grad.getLoc(), grad.getLogits(),
-                               grad.getLabels(), shards);
+                               grad.getLabels(), shards, grad.getClassesAttr());
         Value split = CrossEntropyGradOp::create(
             b, grad.getLoc(), grad.getLogits(), grad.getLabels(),
-            grad.getLossGrad(), stats);
+            grad.getLossGrad(), stats, grad.getClassesAttr());
         grad.getResult().replaceAllUsesWith(split);
         grad.erase();
       }

@@ -74,3 +74,25 @@ module attributes {megac.mesh = #megac.mesh<dp = 2>} {
     return %loss : tensor<f32>
   }
 }
+
+// -----
+
+// Tests that a padded vocabulary's classes reach the statistics and the
+// split gradient (each rank leaves out the padding in its block).
+module attributes {megac.mesh = #megac.mesh<tp = 2>} {
+  // CHECK-LABEL: func.func @padded
+  // LOCAL-LABEL: func.func @padded
+  func.func @padded(%x: tensor<4x8x16xf32>, %wte: tensor<64x16xf32> {megac.sharding = #megac.sharding<[tp, _]>},
+                    %labels: tensor<4x8xi32>) -> (tensor<f32>, tensor<64x16xf32>) {
+    %logits = megac.linear %x, %wte {transpose_weight} : (tensor<4x8x16xf32>, tensor<64x16xf32>) -> tensor<4x8x64xf32>
+    // CHECK: megac.cross_entropy_stats {{.*}}{classes = 50 : i64,
+    // LOCAL: megac.cross_entropy_stats {{.*}}{classes = 50 : i64,{{.*}} -> tensor<4x8x3xf32>
+    %loss = megac.cross_entropy %logits, %labels {classes = 50 : i64} : (tensor<4x8x64xf32>, tensor<4x8xi32>) -> tensor<f32>
+    %one = megac.fill {shape = array<i64>, value = 1.0 : f64} : () -> tensor<f32>
+    // CHECK: megac.cross_entropy_grad {{.*}}{classes = 50 : i64,
+    // LOCAL: megac.cross_entropy_grad {{.*}}{classes = 50 : i64,{{.*}} -> tensor<4x8x32xf32>
+    %dl = megac.cross_entropy_grad %logits, %labels, %one {classes = 50 : i64} : (tensor<4x8x64xf32>, tensor<4x8xi32>, tensor<f32>) -> tensor<4x8x64xf32>
+    %dw = megac.linear_weight_grad %x, %dl {transpose_weight} : (tensor<4x8x16xf32>, tensor<4x8x64xf32>) -> tensor<64x16xf32>
+    return %loss, %dw : tensor<f32>, tensor<64x16xf32>
+  }
+}

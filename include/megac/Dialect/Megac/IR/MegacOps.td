@@ -359,10 +359,16 @@ def Megac_CrossEntropyOp : Megac_ModelOp<"cross_entropy", [Megac_Differentiable]
         : (tensor<4x64x512xf32>, tensor<4x64xi32>) -> tensor<f32>
     ```
 
+    With `classes`, only the first `classes` logits of a row are classes:
+    the rest (a vocabulary padded so that a grid axis divides it, as
+    Megatron pads it) take no part, as if they were minus infinity.
+
     Rules: `cross_entropy_c1` logits have rank 3, labels rank 2, and their
-    batch and sequence dimensions agree.
+    batch and sequence dimensions agree; `cross_entropy_c2` `classes`, if
+    given, is positive and at most the vocabulary.
   }];
-  let arguments = (ins Megac_F32Tensor:$logits, Megac_I32Tensor:$labels);
+  let arguments = (ins Megac_F32Tensor:$logits, Megac_I32Tensor:$labels,
+                       OptionalAttr<I64Attr>:$classes);
   let results = (outs Megac_F32Tensor:$result);
 }
 
@@ -385,11 +391,15 @@ def Megac_CrossEntropyStatsOp : Megac_ModelOp<"cross_entropy_stats"> {
         : (tensor<4x64x512xf32>, tensor<4x64xi32>) -> tensor<4x64x6xf32>
     ```
 
+    With `classes` (of the whole vocabulary), logits from column `classes`
+    on take no part: a block with none left yields minus infinity and 0.
+
     Rules: `cross_entropy_stats_c1` logits `[B, S, V]` and labels `[B, S]`;
-    `cross_entropy_stats_c2` `shards` is positive and divides `V`.
+    `cross_entropy_stats_c2` `shards` is positive and divides `V`;
+    `classes`, if given, is positive.
   }];
   let arguments = (ins Megac_F32Tensor:$logits, Megac_I32Tensor:$labels,
-                       I64Attr:$shards);
+                       I64Attr:$shards, OptionalAttr<I64Attr>:$classes);
   let results = (outs Megac_F32Tensor:$result);
 }
 
@@ -612,13 +622,17 @@ def Megac_CrossEntropyGradOp : Megac_ModelOp<"cross_entropy_grad"> {
         : (tensor<4x64x512xf32>, tensor<4x64xi32>, tensor<f32>) -> tensor<4x64x512xf32>
     ```
 
+    With `classes` (of the whole vocabulary, as on `megac.cross_entropy`),
+    the gradient of every logit from column `classes` on is 0.
+
     Rules: `cross_entropy_grad_c1` logits `[B, S, V]`, labels `[B, S]`,
     loss_grad a scalar; `cross_entropy_grad_c2` stats, if given, are
-    `[B, S, 3n]` with `n` dividing `V`.
+    `[B, S, 3n]` with `n` dividing `V`; `classes`, if given, is positive.
   }];
   let arguments = (ins Megac_F32Tensor:$logits, Megac_I32Tensor:$labels,
                        Megac_F32Tensor:$loss_grad,
-                       Optional<Megac_F32Tensor>:$stats);
+                       Optional<Megac_F32Tensor>:$stats,
+                       OptionalAttr<I64Attr>:$classes);
   let results = (outs Megac_F32Tensor:$result);
 }
 
