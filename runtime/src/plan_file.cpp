@@ -1968,14 +1968,21 @@ std::string attrStr(const RankProgram &R, const Instr &In) {
                           : std::string()) +
            "}";
   case op::CrossEntropy:
+    if (I.size() > 1) // a padded vocabulary (format 14)
+      return "{normalizer = " + Get(0) + ", classes = " + Get(1) + "}";
+    return I.empty() ? "" : "{normalizer = " + Get(0) + "}";
   case op::CrossEntropyFromStats:
     return I.empty() ? "" : "{normalizer = " + Get(0) + "}";
   case op::CrossEntropyGrad:
+    if (I.size() > 2)
+      return "{normalizer = " + Get(0) + ", vocab_start = " + Get(1) +
+             ", classes = " + Get(2) + "}";
     if (I.size() > 1)
       return "{normalizer = " + Get(0) + ", vocab_start = " + Get(1) + "}";
     return I.empty() ? "" : "{normalizer = " + Get(0) + "}";
   case op::CrossEntropyStats:
-    return "{vocab_start = " + Get(0) + "}";
+    return "{vocab_start = " + Get(0) +
+           (I.size() > 1 ? ", classes = " + Get(1) : std::string()) + "}";
   case op::ClipCoefficient:
     return "{max_norm = " + Eps() + "}";
   case op::Fill:
