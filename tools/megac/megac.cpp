@@ -34,6 +34,7 @@
 #include "mlir/Support/FileUtilities.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringSet.h"
+#include "llvm/Config/llvm-config.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -291,6 +292,9 @@ private:
   unsigned index = 0;
 };
 
+/// The producer named in every plan and by --version.
+constexpr const char *kProducer = "megac 0.1";
+
 /// Keeps --help to the subcommand's own options and MLIR's (--mlir-*):
 /// the LLVM libraries megac links register hundreds of code-generation
 /// flags (--x86-..., --amdgpu-...) that mean nothing here. Hidden options
@@ -448,6 +452,8 @@ int runCompile(int argc, char **argv) {
       cl::value_desc("file"), cl::cat(category));
   static cl::opt<bool> quiet("quiet", cl::desc("Print nothing on success"),
                              cl::cat(category));
+  static cl::alias quietShort("q", cl::desc("Alias for --quiet"),
+                              cl::aliasopt(quiet), cl::cat(category));
   static cl::opt<std::string> target(
       "target",
       cl::desc("cpu (an attention's three gradient steps one instruction), "
@@ -631,6 +637,11 @@ int runCompile(int argc, char **argv) {
       if (option->getNumOccurrences())
         llvm::errs() << "megac: warning: --" << option->ArgStr
                      << " has no effect without a pp axis in --mesh\n";
+  if (train && warmup > totalSteps)
+    llvm::errs() << "megac: warning: --warmup-steps " << warmup
+                 << " exceeds --total-steps " << totalSteps
+                 << ": the learning rate never reaches its peak before the "
+                    "cosine decay ends\n";
   options.optimizer.lr = lr;
   options.optimizer.minLr = minLr;
   options.optimizer.warmupSteps = warmup;
@@ -693,7 +704,7 @@ int runCompile(int argc, char **argv) {
   megac::buildPartitionPipeline(pm, options);
   if (failed(pm.run(*module)))
     return 1;
-  megac::PlanEmitOptions emitOptions{seed, modelHash, "megac 0.1"};
+  megac::PlanEmitOptions emitOptions{seed, modelHash, kProducer};
   emitOptions.target = target;
 #ifdef MEGAC_HAVE_NVRTC
   megac::KernelCacheStats kernelStats;
@@ -1116,6 +1127,12 @@ int runSchedule(int argc, char **argv) {
   return 0;
 }
 
+/// `megac --version`, `megac <command> --version`.
+void printVersion(llvm::raw_ostream &os) {
+  os << kProducer << " (built with MLIR and LLVM " << LLVM_VERSION_STRING
+     << ")\n";
+}
+
 void printUsage() {
   llvm::outs()
       << "megac: an ahead-of-time compiler for parallel Transformer graphs\n\n"
@@ -1137,6 +1154,11 @@ void printUsage() {
 int main(int argc, char **argv) {
   llvm::InitLLVM initLLVM(argc, argv);
   megac::registerAllPasses();
+  cl::SetVersionPrinter(printVersion);
+  if (argc >= 2 && llvm::StringRef(argv[1]) == "--version") {
+    printVersion(llvm::outs());
+    return 0;
+  }
   if (argc < 2 || llvm::StringRef(argv[1]) == "--help" ||
       llvm::StringRef(argv[1]) == "-h" || llvm::StringRef(argv[1]) == "help") {
     printUsage();
