@@ -380,6 +380,32 @@ int64_t meshAxisSize(StringRef mesh, StringRef name) {
   return 1;
 }
 
+/// Checks a --mesh value ("dp=2,tp=4") before any model is read, so that a
+/// mistake in it is reported as the option's (the set-mesh pass reports
+/// the same on the model, for megac-opt). Returns "" when it is fine.
+std::string checkMeshOption(StringRef mesh) {
+  if (mesh.empty())
+    return "";
+  const std::string what = "--mesh " + mesh.str() + ": ";
+  SmallVector<StringRef> parts;
+  mesh.split(parts, ',');
+  llvm::StringSet<> seen;
+  for (StringRef part : parts) {
+    auto [axis, size] = part.split('=');
+    axis = axis.trim();
+    int64_t value = 0;
+    if (axis.empty() || !part.contains('=') ||
+        size.trim().getAsInteger(10, value))
+      return what + "expected name=size pairs such as 'tp=4' or 'dp=2,tp=4'";
+    if (value < 1)
+      return what + "axis '" + axis.str() + "' has size " +
+             std::to_string(value) + "; sizes must be at least 1";
+    if (!seen.insert(axis).second)
+      return what + "axis '" + axis.str() + "' appears twice";
+  }
+  return "";
+}
+
 /// Warns about each axis of \p mesh (but pp, which splits layers) that no
 /// sharding in the model names: its ranks would all do the same work, which
 /// is most often a misspelt axis (--mesh TP=2).
@@ -582,6 +608,8 @@ int runCompile(int argc, char **argv) {
       "  mpirun -np 4 megac-run train.mgc --steps 100 --data tokens.bin\n");
 
   auto start = std::chrono::steady_clock::now();
+  if (std::string problem = checkMeshOption(mesh); !problem.empty())
+    return fail(problem);
   // 0 is the options' "not given"; given, a size must be positive.
   for (cl::opt<int64_t> *size : {&batch, &seq})
     if (size->getNumOccurrences() && *size <= 0)
