@@ -84,20 +84,24 @@ bool parsePipelineSchedule(llvm::StringRef Text, PipelineSchedule &S,
   llvm::SmallVector<llvm::StringRef> Lines;
   Text.split(Lines, '\n');
   int64_t MaxMicro = -1, MaxChunk = 0;
-  for (llvm::StringRef Line : Lines) {
-    Line = Line.trim();
+  for (auto [Index, Raw] : llvm::enumerate(Lines)) {
+    llvm::StringRef Line = Raw.trim();
     if (Line.empty() || Line.starts_with("#"))
       continue;
+    const std::string Where = "line " + std::to_string(Index + 1);
     // `megac schedule --print` labels each line "rank N:"; the label must
     // name the line's own rank.
     if (Line.consume_front("rank ")) {
+      if (!Line.contains(':')) {
+        Error = Where + ": expected 'rank N:' before the tasks";
+        return false;
+      }
       auto [Label, Rest] = Line.split(':');
       int64_t Labelled = -1;
       if (Label.trim().getAsInteger(10, Labelled) ||
           Labelled != int64_t(S.ranks.size())) {
-        Error = "line " + std::to_string(S.ranks.size() + 1) +
-                " is rank " + std::to_string(S.ranks.size()) +
-                "'s but is labelled 'rank " + Label.trim().str() + "'";
+        Error = Where + " holds rank " + std::to_string(S.ranks.size()) +
+                "'s tasks but is labelled 'rank " + Label.trim().str() + "'";
         return false;
       }
       Line = Rest;

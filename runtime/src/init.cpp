@@ -66,14 +66,17 @@ void loadParamSlice(const SafetensorsFile &File, const std::string &Name,
   // without a word. Only a parameter declared as a slice of a tensor of
   // another name (GPT-2's fused c_attn split into q, k and v) reads part
   // of it.
-  const ShapeVec &Whole = HfShape.empty() ? Global : HfShape;
+  // (A checkpoint saved with the padding rows, as nanoGPT's 50304-row
+  // ones, holds the whole parameter.)
+  const ShapeVec &Whole =
+      HfShape.empty() || T->shape == Global ? Global : HfShape;
   if (HfName == Name && T->shape != Whole)
     throw RunError(Path + ": tensor \"" + T->name + "\" has shape " +
                    listStr(T->shape) + " but parameter " + Name + " is " +
                    listStr(Whole) +
                    ": the weights are another model's (compare the "
                    "config's layers, hidden size, vocabulary and positions)");
-  if (!HfShape.empty() && HfShape[0] < Global[0]) {
+  if (!HfShape.empty() && Whole == HfShape && HfShape[0] < Global[0]) {
     // A padded vocabulary: this rank's rows from HfShape[0] on are
     // padding, zero; the rows before it come from the file.
     const int64_t Rows = std::clamp<int64_t>(HfShape[0] - Offset[0], 0,

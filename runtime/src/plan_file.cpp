@@ -1975,7 +1975,10 @@ std::string attrStr(const RankProgram &R, const Instr &In) {
     return I.empty() ? "" : "{normalizer = " + Get(0) + "}";
   case op::CrossEntropyGrad:
     if (I.size() > 2)
-      return "{normalizer = " + Get(0) + ", vocab_start = " + Get(1) +
+      return "{normalizer = " + Get(0) +
+             (In.inputs() && In.inputs()->size() == 4
+                  ? ", vocab_start = " + Get(1)
+                  : std::string()) +
              ", classes = " + Get(2) + "}";
     if (I.size() > 1)
       return "{normalizer = " + Get(0) + ", vocab_start = " + Get(1) + "}";
@@ -2117,6 +2120,9 @@ void dumpRankText(std::ostringstream &OS, const Program &P,
       if (!str(Pa->hf_name()).empty())
         OS << ", hf " << str(Pa->hf_name()) << "@"
            << listStr(toShape(Pa->hf_offset()));
+      if (Pa->hf_shape()) // a padded vocabulary
+        OS << ", hf shape " << listStr(toShape(Pa->hf_shape()))
+           << " (padding rows zero)";
       OS << "\n";
     }
   }
@@ -2279,6 +2285,8 @@ nlohmann::json rankJson(const Program &P, const RankProgram &R) {
                 {"std", Pa->std()},
                 {"hf_name", str(Pa->hf_name())},
                 {"hf_offset", jsonList(Pa->hf_offset())}};
+      if (Pa->hf_shape())
+        Q["hf_shape"] = jsonList(Pa->hf_shape());
       Params.push_back(Q);
     }
   J["params"] = Params;

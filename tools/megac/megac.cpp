@@ -659,6 +659,9 @@ int runCompile(int argc, char **argv) {
       if (option->getNumOccurrences())
         llvm::errs() << "megac: warning: --" << option->ArgStr
                      << " has no effect without --train\n";
+  if (!train && !gradients && recompute.getNumOccurrences())
+    llvm::errs() << "megac: warning: --recompute has no effect without "
+                    "--train or --gradients (there is no backward pass)\n";
   if (meshAxisSize(mesh, "pp") <= 1)
     for (cl::Option *option : std::initializer_list<cl::Option *>{
              &pipelineSchedule, &virtualStages, &scheduleFile})
@@ -668,8 +671,8 @@ int runCompile(int argc, char **argv) {
   if (train && warmup > totalSteps)
     llvm::errs() << "megac: warning: --warmup-steps " << warmup
                  << " exceeds --total-steps " << totalSteps
-                 << ": the learning rate never reaches its peak before the "
-                    "cosine decay ends\n";
+                 << ": the learning rate climbs to its peak and then drops "
+                    "to --min-lr at once, with no cosine decay\n";
   options.optimizer.lr = lr;
   options.optimizer.minLr = minLr;
   options.optimizer.warmupSteps = warmup;

@@ -20,6 +20,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "llvm/ADT/StringSet.h"
+#include <numeric>
 
 namespace megac {
 #define GEN_PASS_DEF_PROPAGATESHARDINGPASS
@@ -47,13 +48,25 @@ std::string describeArgument(func::FuncOp func, unsigned index) {
 std::string divisibilityHint(func::FuncOp func, unsigned index, int64_t dim,
                              int64_t size) {
   if (func.getArgAttr(index, MegacDialect::kInputAttrName) && dim == 0)
-    return " (the batch: give --batch a multiple of " + std::to_string(size) +
-           ")";
-  if (func.getArgAttr(index, MegacDialect::kParamAttrName))
-    return " (a vocabulary: `megac import --pad-vocab-to 128` pads it, as "
-           "Megatron does, e.g. GPT-2's 50257 to 50304; other parameters "
-           "need a size the axis divides)";
-  return "";
+    return " (the rows of a micro-batch: --batch / --micro-batches must be "
+           "a multiple of " +
+           std::to_string(size) + ")";
+  if (!func.getArgAttr(index, MegacDialect::kParamAttrName))
+    return "";
+  // An embedding table's rows are a vocabulary, which may be padded.
+  Value arg = func.getArgument(index);
+  bool vocabulary = dim == 0 && llvm::any_of(arg.getUsers(), [&](Operation *u) {
+    auto embedding = dyn_cast<EmbeddingOp>(u);
+    return embedding && embedding.getTable() == arg;
+  });
+  if (vocabulary) {
+    const int64_t multiple = std::lcm<int64_t>(128, size);
+    return " (a vocabulary: `megac import --pad-vocab-to " +
+           std::to_string(multiple) +
+           "` pads it to a multiple the axis divides, as Megatron does)";
+  }
+  return " (megac pads only vocabularies: the model needs a size here that "
+         "the axis divides)";
 }
 
 /// A parameter, or its bf16 compute copy.
