@@ -69,13 +69,14 @@ Executor::Executor(const Program &P, uint32_t Rank)
 
 void Executor::allocate() {
   size_t N = RP.buffers() ? RP.buffers()->size() : 0;
-  uint64_t Total = 0;
+  uint64_t Total = 0, Asking = 0; // allocated, and the allocation under way
   try {
     // Parameters get their own storage; every other buffer a slot of the
     // arena the compiler's memory plan lays out (buffers whose lifetimes
     // do not overlap share bytes).
     const MemoryPlan Plan = planMemory(P, RP);
     ArenaBytes = Plan.arenaBytes;
+    Asking = ArenaBytes;
     Arena.reset(new uint64_t[(ArenaBytes + 7) / 8]);
     Total += ArenaBytes;
     auto *Base = reinterpret_cast<unsigned char *>(Arena.get());
@@ -116,11 +117,12 @@ void Executor::allocate() {
         Bind(T, Buf, Plan.offset[B]);
         continue;
       }
-      Total += T.bytes();
+      Asking = T.bytes();
       if (T.isF32())
         T.f.assign(Count, 0.0f);
       else
         T.i.assign(Count, 0);
+      Total += T.bytes();
     }
     // Moments of every adam_w, zero until the first step (or a checkpoint).
     size_t NI = RP.instrs() ? RP.instrs()->size() : 0;
@@ -143,6 +145,7 @@ void Executor::allocate() {
           St.offset = Named.empty() ? vec(Pa->offset())
                                     : vec(In->param_offset());
         }
+      Asking = 2 * Bufs[St.buffer].bytes();
       St.m.assign(Bufs[St.buffer].f.size(), 0.0f);
       St.v.assign(Bufs[St.buffer].f.size(), 0.0f);
       Total += 2 * Bufs[St.buffer].bytes();
@@ -151,8 +154,10 @@ void Executor::allocate() {
     }
   } catch (const std::bad_alloc &) {
     throw RunError("out of memory allocating the buffers of rank " +
-                   std::to_string(RP.rank()) + " (" +
-                   std::to_string(Total >> 20) + " MiB so far)");
+                   std::to_string(RP.rank()) + ": " +
+                   std::to_string(Asking >> 20) + " MiB more asked after " +
+                   std::to_string(Total >> 20) +
+                   " MiB (megac compile --memory-report shows the plan)");
   }
 }
 
