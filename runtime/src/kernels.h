@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "cuda/elementwise.cuh"
+#include "vocab_classes.h"
 
 namespace megac_rt {
 namespace kernels {
@@ -77,14 +78,6 @@ double crossEntropy(const float *Logits, int64_t Rows, int64_t V,
                     const int32_t *Labels, double Normalizer = 0,
                     int64_t Classes = 0);
 
-/// The number of a vocabulary block's logits that are classes: of the
-/// \p Width ids from \p Start, those below \p Classes (all if Classes <= 0).
-inline int64_t classesInBlock(int64_t Start, int64_t Width, int64_t Classes) {
-  if (Classes <= 0)
-    return Width;
-  return Classes <= Start ? 0 : Classes - Start < Width ? Classes - Start
-                                                         : Width;
-}
 
 /// The nearest bfloat16 to \p X (ties to even), as a float: NaN stays NaN
 /// (quiet), values beyond bf16's range become infinity.

@@ -366,43 +366,48 @@ bool makeSchedule(StringRef kind, int64_t stages, int64_t microBatches,
   return error.empty();
 }
 
-/// The size of axis \p name in a --mesh value such as "dp=2,pp=4"; 1 if
-/// absent or unreadable (the set-mesh pass reports malformed grids).
+/// The axes of a --mesh value such as "dp=2,pp=4" (none if it is empty or
+/// misspelt: checkMeshOption reports that).
+SmallVector<megac::GridAxisText> meshAxes(StringRef mesh) {
+  SmallVector<megac::GridAxisText> axes;
+  if (!megac::parseGridText(mesh, axes))
+    axes.clear();
+  return axes;
+}
+
+/// The size of axis \p name in a --mesh value; 1 if absent.
 int64_t meshAxisSize(StringRef mesh, StringRef name) {
-  SmallVector<StringRef> parts;
-  mesh.split(parts, ',');
-  for (StringRef part : parts) {
-    auto [axis, size] = part.split('=');
-    int64_t value = 1;
-    if (axis.trim() == name && !size.trim().getAsInteger(10, value))
-      return value;
-  }
+  for (const megac::GridAxisText &axis : meshAxes(mesh))
+    if (axis.name == name)
+      return axis.size;
   return 1;
 }
 
-/// Checks a --mesh value ("dp=2,tp=4") before any model is read, so that a
-/// mistake in it is reported as the option's (the set-mesh pass reports
-/// the same on the model, for megac-opt). Returns "" when it is fine.
-std::string checkMeshOption(StringRef mesh) {
+/// Checks a --mesh value before any model is read, by #megac.mesh's own
+/// rules, so that a mistake in it is reported as the option's rather than
+/// placed in the model. Returns "" when it is fine.
+std::string checkMeshOption(MLIRContext &ctx, StringRef mesh) {
   if (mesh.empty())
     return "";
   const std::string what = "--mesh " + mesh.str() + ": ";
-  SmallVector<StringRef> parts;
-  mesh.split(parts, ',');
-  llvm::StringSet<> seen;
-  for (StringRef part : parts) {
-    auto [axis, size] = part.split('=');
-    axis = axis.trim();
-    int64_t value = 0;
-    if (axis.empty() || !part.contains('=') ||
-        size.trim().getAsInteger(10, value))
-      return what + "expected name=size pairs such as 'tp=4' or 'dp=2,tp=4'";
-    if (value < 1)
-      return what + "axis '" + axis.str() + "' has size " +
-             std::to_string(value) + "; sizes must be at least 1";
-    if (!seen.insert(axis).second)
-      return what + "axis '" + axis.str() + "' appears twice";
+  SmallVector<megac::GridAxisText> parsed;
+  if (!megac::parseGridText(mesh, parsed))
+    return what + "expected name=size pairs such as 'tp=4' or 'dp=2,tp=4'";
+  SmallVector<StringAttr> names;
+  SmallVector<int64_t> sizes;
+  for (const megac::GridAxisText &axis : parsed) {
+    names.push_back(StringAttr::get(&ctx, axis.name));
+    sizes.push_back(axis.size);
   }
+  std::string problem;
+  ScopedDiagnosticHandler capture(&ctx, [&](Diagnostic &diag) {
+    problem = diag.str();
+    return success();
+  });
+  if (failed(megac::MeshAttr::verify(
+          [&] { return mlir::emitError(UnknownLoc::get(&ctx)); }, names,
+          sizes)))
+    return what + problem;
   return "";
 }
 
@@ -420,20 +425,14 @@ void warnUnusedAxes(ModuleOp module, StringRef mesh) {
         named.insert(axis.getValue());
     });
   });
-  SmallVector<StringRef> parts;
-  mesh.split(parts, ',', -1, /*KeepEmpty=*/false);
-  for (StringRef part : parts) {
-    auto [axis, size] = part.split('=');
-    axis = axis.trim();
-    int64_t value = 1;
-    if (axis == "pp" || size.trim().getAsInteger(10, value) || value <= 1 ||
-        named.contains(axis))
+  for (const megac::GridAxisText &axis : meshAxes(mesh)) {
+    if (axis.name == "pp" || axis.size <= 1 || named.contains(axis.name))
       continue;
     SmallVector<StringRef> known(named.keys());
     llvm::sort(known);
     llvm::errs() << "megac: warning: no sharding in the model names grid "
                     "axis '"
-                 << axis << "', so its " << value
+                 << axis.name << "', so its " << axis.size
                  << " ranks will repeat the same work (the model's axes: "
                  << (known.empty() ? std::string("none")
                                    : llvm::join(known, ", "))
@@ -608,8 +607,6 @@ int runCompile(int argc, char **argv) {
       "  mpirun -np 4 megac-run train.mgc --steps 100 --data tokens.bin\n");
 
   auto start = std::chrono::steady_clock::now();
-  if (std::string problem = checkMeshOption(mesh); !problem.empty())
-    return fail(problem);
   // 0 is the options' "not given"; given, a size must be positive.
   for (cl::opt<int64_t> *size : {&batch, &seq})
     if (size->getNumOccurrences() && *size <= 0)
@@ -618,6 +615,8 @@ int runCompile(int argc, char **argv) {
   DialectRegistry registry;
   megac::registerAllDialects(registry);
   MLIRContext ctx(registry);
+  if (std::string problem = checkMeshOption(ctx, mesh); !problem.empty())
+    return fail(problem);
   installOneLineDiagnostics(ctx);
 
   std::string error;

@@ -16,6 +16,7 @@
 
 #include "cuda_api.h"
 #include "elementwise.cuh"
+#include "../vocab_classes.h"
 
 #include <cstdint>
 #include <vector>
@@ -796,18 +797,6 @@ __device__ __forceinline__ bool labelInVocabulary(int64_t Lab, int64_t V,
   return false;
 }
 
-/// How many of a vocabulary block's \p Width logits, from id \p Start,
-/// are classes: those below \p Classes (a padded vocabulary's; all if
-/// Classes <= 0). The CPU's kernels::classesInBlock.
-__host__ __device__ inline int64_t classesInBlockDev(int64_t Start,
-                                                     int64_t Width,
-                                                     int64_t Classes) {
-  if (Classes <= 0)
-    return Width;
-  return Classes <= Start ? 0 : Classes - Start < Width ? Classes - Start
-                                                         : Width;
-}
-
 /// Per row of V logits, of which the first C are classes (C < V: a padded
 /// vocabulary): logsumexp - logit[label] into Out (a label outside [0, C):
 /// NaN, and flagged in *Bad), and the row's softmax statistics [max, sum]
@@ -897,7 +886,7 @@ __global__ void crossEntropyStatsKernel(const float *L, int64_t Rows, int64_t V,
     const float *Lb = L + R * V + K * Width;
     // (The same for the whole block: its barriers are reached by all.)
     const int64_t Valid =
-        classesInBlockDev(VocabStart + K * Width, Width, Classes);
+        classesInBlock(VocabStart + K * Width, Width, Classes);
     double Max = -INFINITY, Sum = 0;
     if (Valid > 0)
       rowSoftmaxDev(Lb, Valid, Part, Max, Sum);

@@ -1968,7 +1968,7 @@ private:
           static_cast<double *>(scratch(size_t(Rows) * sizeof(double)));
       // A padded vocabulary's classes (format 14): the first C logits.
       const int64_t C =
-          classesInBlockDev(0, Last, NumInts() > 1 ? Int(1) : 0);
+          classesInBlock(0, Last, NumInts() > 1 ? Int(1) : 0);
       withInput(X(0), Idx, [&](auto *L) {
         launchOn(Compute, crossEntropyRowsKernel<Elem<decltype(L)>>,
                  rowBlocks(Rows), kThreads, 0, L, Rows, Last, C, i32(X(1)),
@@ -2017,13 +2017,13 @@ private:
         launchOn(Compute, crossEntropyGradFromStatsKernel, blocksFor(NY),
                  kThreads, 0, f(X(0)), Rows, Last, i32(X(1)),
                  static_cast<const double *>(Lse), Int(1),
-                 classesInBlockDev(Int(1), Last, Classes),
+                 classesInBlock(Int(1), Last, Classes),
                  static_cast<const float *>(f(X(2))), Norm, f(Y));
         return;
       }
       if (Rows == 0 || Last == 0)
         return;
-      const int64_t C = classesInBlockDev(0, Last, Classes);
+      const int64_t C = classesInBlock(0, Last, Classes);
       withInput(X(0), Idx, [&](auto *L) {
         const double *Stats = keptLossStats(X(0), Rows, Last);
         if (!Stats) { // not kept from the loss: one more pass for them

@@ -26,23 +26,18 @@ struct SetMeshPass : public megac::impl::SetMeshPassBase<SetMeshPass> {
       return;
     ModuleOp module = getOperation();
     MLIRContext *ctx = &getContext();
+    SmallVector<GridAxisText> parsed;
+    if (!parseGridText(mesh, parsed)) {
+      module.emitError() << "invalid grid '" << mesh
+                         << "': expected name=size pairs such as 'tp=4' or "
+                            "'dp=2,tp=4'";
+      return signalPassFailure();
+    }
     SmallVector<StringAttr> axes;
     SmallVector<int64_t> sizes;
-    SmallVector<StringRef> items;
-    StringRef(mesh).split(items, ',');
-    for (StringRef item : items) {
-      auto [name, sizeText] = item.trim().split('=');
-      int64_t size = 0;
-      name = name.trim();
-      if (name.empty() || sizeText.trim().getAsInteger(10, size) ||
-          !llvm::all_of(name, [](char c) { return isalnum(c) || c == '_'; })) {
-        module.emitError() << "invalid grid '" << mesh
-                           << "': expected name=size pairs such as 'tp=4' or "
-                              "'dp=2,tp=4'";
-        return signalPassFailure();
-      }
-      axes.push_back(StringAttr::get(ctx, name));
-      sizes.push_back(size);
+    for (const GridAxisText &axis : parsed) {
+      axes.push_back(StringAttr::get(ctx, axis.name));
+      sizes.push_back(axis.size);
     }
     auto diag = [&]() { return module.emitError() << "invalid grid '" << mesh << "': "; };
     if (failed(MeshAttr::verify(diag, axes, sizes)))
@@ -52,3 +47,19 @@ struct SetMeshPass : public megac::impl::SetMeshPassBase<SetMeshPass> {
   }
 };
 } // namespace
+
+bool megac::parseGridText(StringRef text, SmallVectorImpl<GridAxisText> &axes) {
+  axes.clear();
+  SmallVector<StringRef> items;
+  text.split(items, ',');
+  for (StringRef item : items) {
+    auto [name, sizeText] = item.trim().split('=');
+    name = name.trim();
+    int64_t size = 0;
+    if (name.empty() || sizeText.trim().getAsInteger(10, size) ||
+        !llvm::all_of(name, [](char c) { return isalnum(c) || c == '_'; }))
+      return false;
+    axes.push_back({name.str(), size});
+  }
+  return true;
+}

@@ -63,6 +63,20 @@ struct PartitionOptions {
 void buildPartitionPipeline(mlir::OpPassManager &pm,
                             const PartitionOptions &options);
 
+/// One axis of a grid as the command line spells it (`tp=4`).
+struct GridAxisText {
+  std::string name;
+  int64_t size = 0;
+};
+
+/// Reads a grid's command-line spelling (`dp=2,tp=4`: names of letters,
+/// digits and '_', integer sizes) into \p axes; false on a spelling error.
+/// The sizes and the names' uniqueness are #megac.mesh's rules
+/// (MeshAttr::verify), not checked here. megac-set-mesh and megac compile
+/// read --mesh with it.
+bool parseGridText(llvm::StringRef text,
+                   llvm::SmallVectorImpl<GridAxisText> &axes);
+
 /// Registers every megac pass and the `megac-partition-pipeline`.
 void registerMegacPassesAndPipelines();
 
