@@ -41,7 +41,9 @@ the fastest, MEGAC_CUDA_GEMM_TUNE=1; `megac-narrow` adds megac with its
 attention forward in blocks of 64 queries, 16 a warp, instead of 128, 32
 a warp, MEGAC_CUDA_WIDE_FORWARD=0; `megac-narrowkg` adds megac with its
 attention's key-gradient pass in blocks of 64 keys instead of 128 at
-head sizes up to 64, MEGAC_CUDA_WIDE_KEY_GRAD=0.)
+head sizes up to 64, MEGAC_CUDA_WIDE_KEY_GRAD=0; `megac-align64` adds
+megac telling cuBLASLt's heuristic its pointers are 64-byte aligned, as
+it did before the arena's alignment became 256, MEGAC_CUDA_LT_ALIGN=64.)
 
 MFU = model FLOPs per step / step time / the measured GEMM ceiling, with
 model FLOPs per token 6 N + 12 L H S (N parameters without the position
@@ -132,7 +134,7 @@ def time_steps(torch, step, steps, warmup=3):
 
 
 def torch_kernels(torch, step, steps=2):
-    """Milliseconds a step of each CUDA kernel \p step launches, from
+    r"""Milliseconds a step of each CUDA kernel \p step launches, from
     torch.profiler over \p steps steps (after the timed ones, so warm)."""
     from torch.profiler import ProfilerActivity, profile
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -206,11 +208,12 @@ MEGAC_RUNNERS = {
     "megac-tune": {"MEGAC_CUDA_GEMM_TUNE": "1"},
     "megac-narrow": {"MEGAC_CUDA_WIDE_FORWARD": "0"},
     "megac-narrowkg": {"MEGAC_CUDA_WIDE_KEY_GRAD": "0"},
+    "megac-align64": {"MEGAC_CUDA_LT_ALIGN": "64"},
 }
 
 
 def compile_megac(cfg, args, tmp):
-    """megac's plan of one training step of \p cfg in \p tmp (every megac
+    r"""megac's plan of one training step of \p cfg in \p tmp (every megac
     runner of a model runs the same plan: the knobs are the runtime's)."""
     megac = os.path.join(args.megac_bin, "megac")
     config = os.path.join(tmp, "c.json")
@@ -227,7 +230,7 @@ def compile_megac(cfg, args, tmp):
 
 
 def megac_row(plan, args, knobs, profiled):
-    """Seconds per step of megac's CUDA backend on \p plan (run with the
+    r"""Seconds per step of megac's CUDA backend on \p plan (run with the
     environment \p knobs adds), or why there is none; its time per op
     where \p profiled; and the host's milliseconds a step issuing the
     instructions and then waiting for the device (megac-run's log), which
@@ -279,7 +282,7 @@ def schedule(models, runners):
 
 
 class Budget:
-    """Seconds a run may take in all (None: no limit). A row starts only
+    r"""Seconds a run may take in all (None: no limit). A row starts only
     where the time left exceeds what it is expected to take: the longest
     the same runner took on a model so far, else the longest any runner of
     its family (PyTorch's, or megac's) took, each scaled up by the models'

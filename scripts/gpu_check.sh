@@ -16,7 +16,9 @@
 # peers and megac on every model first. STAGES (default lit,bench) picks
 # stages: `lit` runs the CUDA tests and the comparison, `all` the whole lit
 # suite and the GoogleTest unit tests (already run by CI without a GPU),
-# `bench` the benchmark.
+# `bench` the benchmark. PROFILE_RUNNERS (default megac; empty: none) are
+# the runners also run with megac-run --profile; BENCH_EXTRA adds options
+# to bench/gpu_step.py (e.g. --no-kernels).
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 LOGS="${1:?usage: gpu_check.sh LOGDIR [MODELS] [RUNNERS]}"
@@ -107,6 +109,6 @@ echo "=== bench/gpu_step.py --models $MODELS --runners $RUNNERS (${BENCH_S} s)"
 # The benchmark stops starting rows 20 s before its limit; the limit stops
 # a row that runs longer than the ones before it said it would.
 PYTHONUNBUFFERED=1 timeout "$BENCH_S" "$PY" bench/gpu_step.py --models "$MODELS" \
-  --runners "$RUNNERS" --budget-s "$((BENCH_S > 40 ? BENCH_S - 20 : BENCH_S))" 2>&1 |
+  --runners "$RUNNERS" --profile-runners "${PROFILE_RUNNERS-megac}" ${BENCH_EXTRA:-} --budget-s "$((BENCH_S > 40 ? BENCH_S - 20 : BENCH_S))" 2>&1 |
   tee "$LOGS/bench.log"
 fi

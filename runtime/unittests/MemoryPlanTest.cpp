@@ -243,8 +243,12 @@ TEST(MemoryPlan, CopiesTakeBytesNothingLiveUses) {
   for (int64_t Off : Without.copyOffset)
     EXPECT_EQ(Off, -1);
   EXPECT_EQ(Without.copyBytes, 0u);
-  // Three copies of 32, 24 and 48 elements, 2 bytes each, aligned to 64.
-  EXPECT_EQ(With.copyBytes, 64u + 64u + 128u);
+  // Three copies of 32, 24 and 48 elements, 2 bytes each, each rounded
+  // up to the arena's alignment.
+  auto Aligned = [](uint64_t B) {
+    return (B + kArenaAlign - 1) / kArenaAlign * kArenaAlign;
+  };
+  EXPECT_EQ(With.copyBytes, Aligned(64) + Aligned(48) + Aligned(96));
   EXPECT_EQ(With.offset.size(), Without.offset.size());
   // The plan places each copy over the lifetime bf16CopyLifetimes gives.
   const CopyLifetimes Copies = bf16CopyLifetimes(*L.L.program, L.rank());

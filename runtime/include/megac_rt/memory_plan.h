@@ -30,8 +30,11 @@ enum class MemoryKind : uint8_t {
 
 /// Every arena offset (buffers, slots, bf16 copies) is a multiple of this;
 /// with the arena itself from cudaMalloc (256-byte aligned), so is every
-/// buffer's address, which the CUDA backend tells cuBLASLt.
-constexpr uint64_t kArenaAlign = 64;
+/// buffer's address, which the CUDA backend tells cuBLASLt. 256 bytes is
+/// what cuBLASLt assumes unless told less, and what PyTorch's caching
+/// allocator gives: told 64, its heuristic may leave out the fastest
+/// Hopper kernels.
+constexpr uint64_t kArenaAlign = 256;
 
 struct MemoryPlan {
   /// Byte offset of each buffer in the arena; -1 for parameters.

@@ -157,6 +157,17 @@ bool parameterCopiesAsked() {
 /// the timing's noise, and with it the last bits of a sum.
 bool gemmTuneAsked() { return knob("MEGAC_CUDA_GEMM_TUNE", {"0", "1"}) == "1"; }
 
+/// The alignment, in bytes, that cuBLASLt's heuristic is told every
+/// pointer has: the arena's (kArenaAlign, 256: cuBLASLt's own assumption,
+/// which its fastest Hopper kernels keep to), or
+/// MEGAC_CUDA_LT_ALIGN=64, what the backend told it while the arena was
+/// 64-byte aligned (for the benchmark to compare the two).
+uint32_t ltAlignAsked() {
+  return knob("MEGAC_CUDA_LT_ALIGN", {"256", "64"}) == "64"
+             ? 64u
+             : uint32_t(megac_rt::kArenaAlign);
+}
+
 /// MEGAC_CUDA_EPILOGUES=0: a bf16 plan's GEMM groups run the product,
 /// then megac's epilogue kernel, instead of cuBLASLt's bf16 epilogues.
 bool epiloguesAsked() {
@@ -1084,9 +1095,9 @@ private:
   /// memory and the scratch parts (256). cuBLASLt assumes 256 unless told,
   /// and refuses a less aligned pointer at the launch of an algorithm that
   /// assumed it.
-  static constexpr uint32_t kLtAlign = uint32_t(kArenaAlign);
-  static bool ltAligned(const void *P) {
-    return reinterpret_cast<uintptr_t>(P) % kLtAlign == 0;
+  const uint32_t LtAlign = ltAlignAsked();
+  bool ltAligned(const void *P) const {
+    return reinterpret_cast<uintptr_t>(P) % LtAlign == 0;
   }
   /// The plan of row-major y[M,N] = x[M,K] w with epilogue \p Epi, bf16
   /// (\p Bf16) or fp32 operands and a bf16 (\p Out16) or fp32 y, as
@@ -1161,12 +1172,12 @@ private:
                       CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
                       CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
                       CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
-      check(cublasLtMatmulPreferenceSetAttribute(Pref, Attr, &kLtAlign,
-                                                 sizeof kLtAlign),
+      check(cublasLtMatmulPreferenceSetAttribute(Pref, Attr, &LtAlign,
+                                                 sizeof LtAlign),
             "cublasLtMatmulPreferenceSetAttribute");
     // The heuristic reads the epilogue's pointers for their alignment
     // alone: stand-ins of the alignment the real ones will have.
-    const void *Stand = reinterpret_cast<const void *>(uintptr_t(kLtAlign));
+    const void *Stand = reinterpret_cast<const void *>(uintptr_t(LtAlign));
     if (ltBias(Epi))
       ltPointer(Pl, CUBLASLT_MATMUL_DESC_BIAS_POINTER, Stand);
     if (ltAux(Epi))
@@ -1207,7 +1218,7 @@ private:
   bool ltMatmul(LtPlan &Pl, const void *W, const void *X, const void *C,
                 void *D) {
     // A pointer less aligned than the plan told cuBLASLt (none is, by
-    // kLtAlign's account): this call falls back, the plan stays.
+    // LtAlign's account): this call falls back, the plan stays.
     if (!ltAligned(W) || !ltAligned(X) || !ltAligned(C) || !ltAligned(D) ||
         (ltBias(Pl.Epilogue) && !ltAligned(Pl.Bias)) ||
         (ltAux(Pl.Epilogue) && !ltAligned(Pl.Aux))) {
@@ -1215,7 +1226,7 @@ private:
         std::fprintf(stderr, "megac-run: warning: a cuBLASLt product's "
                              "operand is not %u-byte aligned; such products "
                              "run as a plain product and megac's kernels\n",
-                     unsigned(kLtAlign));
+                     unsigned(LtAlign));
       return false;
     }
     if (!Pl.Candidates.empty() && C != D) // (a sum in place: not repeatable)
@@ -1306,7 +1317,7 @@ private:
   /// tensor cores as bf16; fp32 products are full fp32 (no TF32), as the
   /// cuBLAS ones.
   /// False where cuBLASLt has no algorithm for the shape (or a pointer is
-  /// not kLtAlign-aligned: ltMatmul): the caller then runs the product and
+  /// not LtAlign-aligned: ltMatmul): the caller then runs the product and
   /// the epilogue kernel itself.
   bool linearEpilogue(const float *X, int64_t M, int64_t K, const float *W,
                       int64_t N, bool Transposed, const float *Bias, bool Bf16,
