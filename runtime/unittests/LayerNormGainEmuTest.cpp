@@ -74,7 +74,7 @@ std::vector<float> columnSums(const T *DY, int64_t Rows, int64_t H) {
   launchBlocks(blocksFor(Chunks * H), [=] {
     sumLeadingPartsKernel<T>(DY, Rows, H, kRowsPer, Chunks, Pp);
   });
-  launchBlocks(blocksFor(H),
+  launchBlocks(totalBlocks(H),
                [=] { sumLeadingTotalKernel(Pp, Chunks, H, Yp, 0); });
   return Y;
 }
@@ -116,12 +116,12 @@ std::vector<float> fused(const T *X, const T *DY, int64_t Rows, int64_t H,
     layerNormGainPartsKernel<T, T>(X, DY, Stats, Rows, H, kRowsPer, Chunks,
                                    Parts, BiasOut);
   });
-  launchBlocks(blocksFor(H),
+  launchBlocks(totalBlocks(H),
                [=] { sumLeadingTotalKernel(Parts, Chunks, H, Yp, int(Add)); });
   if (Bias) {
     Bias->assign(size_t(H), -1.0f);
     float *Bp = Bias->data();
-    launchBlocks(blocksFor(H), [=] {
+    launchBlocks(totalBlocks(H), [=] {
       sumLeadingTotalKernel(BiasParts, Chunks, H, Bp, int(Add));
     });
   }

@@ -2097,11 +2097,11 @@ private:
                    kColumnRowsPer, C.Chunks, Parts, BiasParts);
         });
       });
-      launchOn(Compute, sumLeadingTotalKernel, blocksFor(NY), kThreads, 0,
+      launchOn(Compute, sumLeadingTotalKernel, totalBlocks(NY), kThreads, 0,
                static_cast<const double *>(Parts), C.Chunks, NY, f(Y),
                int(Add));
       if (Bias)
-        launchOn(Compute, sumLeadingTotalKernel, blocksFor(NY), kThreads, 0,
+        launchOn(Compute, sumLeadingTotalKernel, totalBlocks(NY), kThreads, 0,
                  static_cast<const double *>(BiasParts), C.Chunks, NY,
                  f(In.outputs()->Get(1)), int(Add));
       return;
@@ -3471,7 +3471,7 @@ private:
                kThreads, 0, Xs, C.Outer, Columns, kColumnRowsPer, C.Chunks,
                Parts);
     });
-    launchOn(Compute, sumLeadingTotalKernel, blocksFor(Columns), kThreads, 0,
+    launchOn(Compute, sumLeadingTotalKernel, totalBlocks(Columns), kThreads, 0,
              static_cast<const double *>(Parts), C.Chunks, Columns, Out,
              int(Add));
   }
