@@ -16,7 +16,8 @@
 # peers and megac on every model first. STAGES (default lit,bench) picks
 # stages: `lit` runs the CUDA tests and the comparison, `all` the whole lit
 # suite and the GoogleTest unit tests (already run by CI without a GPU),
-# `bench` the benchmark. PROFILE_RUNNERS (default megac; empty: none) are
+# `bench` the benchmark. LIT_FILTER (default cuda|profile) picks the lit
+# stage's tests. PROFILE_RUNNERS (default megac; empty: none) are
 # the runners also run with megac-run --profile; BENCH_EXTRA adds options
 # to bench/gpu_step.py (e.g. --no-kernels).
 set -uo pipefail
@@ -66,7 +67,7 @@ STAGES="${STAGES:-lit,bench}"
 if [[ ",$STAGES," == *,lit,* ]]; then
 echo "=== lit: the CUDA tests"
 timeout "$(limit "${CUDA_LIT_LIMIT:-150}" 240)" "$PY" "${LIT[@]}" -v -j "$(nproc)" build/test \
-  --filter 'cuda|profile' 2>&1 | tee "$LOGS/lit-cuda.log" | tail -40
+  --filter "${LIT_FILTER:-cuda|profile}" 2>&1 | tee "$LOGS/lit-cuda.log" | tail -40
 # Tensors compared by absolute error (reference norm under the floor: the
 # key biases, whose gradient is rounding noise) are left out of "worst".
 echo "=== GPU against CPU: worst relative error per comparison the CUDA tests made"
