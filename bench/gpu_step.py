@@ -25,8 +25,10 @@ the two attentions side by side; `megac-nocopy` adds megac without its
 bf16 operand copies, MEGAC_CUDA_BF16_COPIES=0, every product packing its
 operands as before them; `megac-fp32` adds megac with its bf16 copies
 but every buffer in fp32, MEGAC_CUDA_BF16_ONLY=0, none kept in bf16
-alone; `megac-cudnn` adds megac with cuDNN's fused attention,
-MEGAC_CUDA_ATTENTION=cudnn, where it can load libcudnn.so.9;
+alone; `megac-cudnn` adds megac with cuDNN's fused attention asked for
+by name, MEGAC_CUDA_ATTENTION=cudnn (the default, auto, takes it where
+libcudnn.so.9 loads); `megac-mma` adds megac with its own
+register-resident attention kernels instead, MEGAC_CUDA_ATTENTION=mma;
 `megac-refwd` adds megac with its attention gradients running the
 forward again for the row statistics, MEGAC_CUDA_FORWARD_STATS=0;
 `megac-noepi` adds megac with its bf16 GEMM groups run as a product and
@@ -194,20 +196,24 @@ def copy_bandwidth(torch, gib=2, reps=20):
     return 2 * src.numel() / sec  # read + write
 
 
-# megac's runners: the environment each runs megac-run with.
+# megac's runners: the environment each runs megac-run with. The knobs of
+# megac's own attention kernels run them (MEGAC_CUDA_ATTENTION=mma): by
+# default cuDNN's takes the attention, and the knob would change nothing;
+# compare those rows with megac-mma's.
 MEGAC_RUNNERS = {
     "megac": {},
     "megac-wmma": {"MEGAC_CUDA_ATTENTION": "wmma"},
     "megac-cudnn": {"MEGAC_CUDA_ATTENTION": "cudnn"},
+    "megac-mma": {"MEGAC_CUDA_ATTENTION": "mma"},
     "megac-nocopy": {"MEGAC_CUDA_BF16_COPIES": "0"},
     "megac-fp32": {"MEGAC_CUDA_BF16_ONLY": "0"},
     "megac-refwd": {"MEGAC_CUDA_FORWARD_STATS": "0"},
     "megac-noepi": {"MEGAC_CUDA_EPILOGUES": "0"},
-    "megac-sepdq": {"MEGAC_CUDA_DQ_ATOMICS": "0"},
+    "megac-sepdq": {"MEGAC_CUDA_DQ_ATOMICS": "0", "MEGAC_CUDA_ATTENTION": "mma"},
     "megac-noparam": {"MEGAC_CUDA_PARAM_COPIES": "0"},
     "megac-tune": {"MEGAC_CUDA_GEMM_TUNE": "1"},
-    "megac-narrow": {"MEGAC_CUDA_WIDE_FORWARD": "0"},
-    "megac-narrowkg": {"MEGAC_CUDA_WIDE_KEY_GRAD": "0"},
+    "megac-narrow": {"MEGAC_CUDA_WIDE_FORWARD": "0", "MEGAC_CUDA_ATTENTION": "mma"},
+    "megac-narrowkg": {"MEGAC_CUDA_WIDE_KEY_GRAD": "0", "MEGAC_CUDA_ATTENTION": "mma"},
     "megac-align64": {"MEGAC_CUDA_LT_ALIGN": "64"},
 }
 
@@ -283,12 +289,20 @@ def schedule(models, runners):
 
 class Budget:
     r"""Seconds a run may take in all (None: no limit). A row starts only
-    where the time left exceeds what it is expected to take: the longest
-    the same runner took on a model so far, else the longest any runner of
-    its family (PyTorch's, or megac's) took, each scaled up by the models'
-    sizes (\p sizes: model -> parameters) where it ran on a smaller one. Rows
-    printed before a time limit are then whole, and the time goes to the
-    rows that fit."""
+    where the time left exceeds what it is expected to take:
+    - the longest the same runner took on another model;
+    - else the longest a runner of its family (PyTorch's, or megac's) took
+      on the same model (a knob's row reuses the model's plan);
+    - else the longest its family took on another model;
+    each scaled up where it ran on a smaller model, by the square root of
+    the models' sizes (\p sizes: model -> parameters): much of a row is
+    fixed costs that follow the layer count (torch.compile's compilation,
+    megac's plan, the weights' initialisation), which the benchmark's
+    350M and 1.3B share, and not the width. Rows printed before a time
+    limit are then whole, and the time goes to the rows that fit. (Scaled
+    by the sizes themselves and taking a larger model's megac row for a
+    smaller model's knob, the H100 run of 2026-11-26 left out three rows
+    it had the time for.)"""
 
     def __init__(self, seconds, sizes, clock=time.monotonic):
         self.clock, self.start = clock, clock()
@@ -299,12 +313,15 @@ class Budget:
         return None if self.seconds is None else self.seconds - (self.clock() - self.start)
 
     def expected(self, model, runner):
-        def scaled(pairs):
-            return [s * max(1.0, self.sizes[model] / self.sizes[m]) for (m, _), s in pairs]
+        def scaled(rows):
+            return [s * math.sqrt(max(1.0, self.sizes[model] / self.sizes[m]))
+                    for (m, _), s in rows]
+        def family(key):
+            return key[1].startswith("megac") == runner.startswith("megac")
         same = scaled((k, s) for k, s in self.taken.items() if k[1] == runner)
-        family = scaled((k, s) for k, s in self.taken.items()
-                        if k[1].startswith("megac") == runner.startswith("megac"))
-        return max(same or family or [0.0])
+        here = [s for k, s in self.taken.items() if k[0] == model and family(k)]
+        elsewhere = scaled((k, s) for k, s in self.taken.items() if family(k))
+        return max(same or here or elsewhere or [0.0])
 
     def fits(self, model, runner):
         left = self.left()
@@ -491,6 +508,9 @@ def main():
     if skipped:
         print(f"\nNot run, for the time limit (--budget-s {args.budget_s:.0f}): "
               + ", ".join(skipped) + ".")
+    # What each row took, for sizing the next run's --budget-s and rows.
+    print("\nSeconds each row took (compilation and profiles included): "
+          + ", ".join(f"{m} {r} {t:.0f}" for (m, r), t in budget.taken.items()) + ".")
     if hosts:
         print("\nmegac's host a step after the first (megac-run's log): "
               "issuing the instructions, then waiting for the device\n")

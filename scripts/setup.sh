@@ -29,7 +29,8 @@ fi
 echo "setup: all ${#PACKAGES[@]} packages present"
 
 # cuDNN's C++ frontend (header-only, from its PyPI wheel): the CUDA backend's
-# optional cuDNN fused attention (MEGAC_CUDA_ATTENTION=cudnn). Optional: the
+# cuDNN fused attention (its default where libcudnn.so.9 loads,
+# MEGAC_CUDA_ATTENTION=auto). Optional: the
 # build goes on without it (CMake says so) if PyPI cannot be reached.
 CUDNN_FE_VERSION=1.32.0
 CUDNN_FE_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/.deps/cudnn-frontend-$CUDNN_FE_VERSION"

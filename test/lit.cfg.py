@@ -73,11 +73,14 @@ if nvidia_smi and subprocess.run([nvidia_smi, "-L"], capture_output=True).return
 # `%cuda_emu megac-run ... --backend cuda` runs it without a GPU. Tests of
 # one rank use `%cuda_backend` instead: the real backend where a GPU and
 # the plugin are, else the emulation (a GPU runs one rank; the multi-rank
-# tests stay on the emulation).
+# tests stay on the emulation). On a GPU those tests run megac's own
+# attention kernels (MEGAC_CUDA_ATTENTION=mma), whose variants they
+# compare, and not cuDNN's, which the backend takes by default where it
+# loads and which cuda-cudnn.test checks; the emulation has no cuDNN.
 cuda_emu = "env MEGAC_CUDA_PLUGIN=" + os.path.join(config.megac_tools_dir, "libmegac_cuda_emu.so")
 config.substitutions.append(("%cuda_emu", cuda_emu))
 on_gpu = "cuda" in config.available_features and "cuda-backend" in config.available_features
-config.substitutions.append(("%cuda_backend", "env" if on_gpu else cuda_emu))
+config.substitutions.append(("%cuda_backend", "env MEGAC_CUDA_ATTENTION=mma" if on_gpu else cuda_emu))
 
 # The built-in training corpus (scripts/setup.sh installs jargon-text).
 jargon = "/usr/share/doc/jargon-text/jargon.txt.gz"

@@ -70,11 +70,14 @@ std::string knob(const char *Name,
   throw std::runtime_error(std::string(Name) + " is '" + Value +
                            "': expected " + Expected);
 }
-/// Which attention runs on bf16 values: the register-resident kernels
-/// (mma, the default), the first tensor-core kernels (wmma), or cuDNN's
-/// fused attention (cudnn; where it applies, else the default).
+/// Which attention runs on bf16 values: cuDNN's fused attention where it
+/// loads and applies, else the register-resident kernels (auto, the
+/// default: on an H100 it made the 350M step 59.7 ms instead of 71.6 ms,
+/// docs/performance.md); the register-resident kernels alone (mma); the
+/// first tensor-core kernels (wmma); or cuDNN as auto, but saying so where
+/// it cannot load (cudnn).
 std::string attentionAsked() {
-  return knob("MEGAC_CUDA_ATTENTION", {"mma", "wmma", "cudnn"});
+  return knob("MEGAC_CUDA_ATTENTION", {"auto", "mma", "wmma", "cudnn"});
 }
 
 #ifndef MEGAC_HAVE_CUDNN_ATTENTION
@@ -209,10 +212,12 @@ public:
     Name = std::string(Prop.name) + " (" + Arch + ")";
     Major = Prop.major;
     SharedOptin = Prop.sharedMemPerBlockOptin;
-    if (AttentionKind == "cudnn") {
+    if (AttentionKind == "cudnn" || AttentionKind == "auto") {
       std::string Why;
       Cudnn = CudnnAttention::open(Why);
-      if (!Cudnn)
+      // Asked for by name, its absence is news; by default it is not (a
+      // build without the frontend, a machine without libcudnn.so.9).
+      if (!Cudnn && AttentionKind == "cudnn")
         std::fprintf(stderr,
                      "megac-run: cuDNN attention unavailable (%s); the "
                      "register-resident kernels run instead\n",
@@ -2780,8 +2785,10 @@ private:
                Out);
     RoundedAsWritten = true;
     if (CudnnSteps++ == 0)
-      std::fprintf(stderr, "megac-run: attention steps run on cuDNN "
-                           "(MEGAC_CUDA_ATTENTION=cudnn)\n");
+      std::fprintf(stderr,
+                   "megac-run: attention steps run on cuDNN "
+                   "(MEGAC_CUDA_ATTENTION=%s; mma: megac's own kernels)\n",
+                   AttentionKind.c_str());
     return true;
   }
   /// Whether cuDNN did what was asked (\p Why empty); says each new

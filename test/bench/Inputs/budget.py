@@ -17,15 +17,16 @@ print("nothing measured yet, 350M megac fits:", budget.fits("350M", "megac"))
 now[0] = 10.0
 budget.record("350M", "megac", 10.0)
 budget.record("350M", "eager", 4.0)
-# The same runner on a model four times the size: 4 x 10 s.
+# The same runner on a model four times the size: 10 s x sqrt(4).
 print("1.3B megac expected:", budget.expected("1.3B", "megac"))
-now[0] = 59.0
-print("at 59 s, 1.3B megac fits:", budget.fits("1.3B", "megac"))
-now[0] = 61.0
-print("at 61 s, 1.3B megac fits:", budget.fits("1.3B", "megac"))
-# A knob's first row: megac's family, on its own model unscaled.
+now[0] = 79.0
+print("at 79 s, 1.3B megac fits:", budget.fits("1.3B", "megac"))
+now[0] = 81.0
+print("at 81 s, 1.3B megac fits:", budget.fits("1.3B", "megac"))
+budget.record("1.3B", "megac", 50.0)
+# A knob's first row: megac's family on its own model (not 1.3B's 50 s).
 print("350M megac-tune expected:", budget.expected("350M", "megac-tune"))
-# torch.compile's first row: PyTorch's family (eager's 4 s), scaled.
+# torch.compile's first row: PyTorch's family (eager's 4 s on 350M), scaled.
 print("1.3B compile expected:", budget.expected("1.3B", "compile"))
 # A smaller model's row is not scaled down.
 budget.record("1.3B", "megac-cudnn", 30.0)
