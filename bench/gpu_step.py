@@ -45,7 +45,9 @@ a warp, MEGAC_CUDA_WIDE_FORWARD=0; `megac-narrowkg` adds megac with its
 attention's key-gradient pass in blocks of 64 keys instead of 128 at
 head sizes up to 64, MEGAC_CUDA_WIDE_KEY_GRAD=0; `megac-align64` adds
 megac telling cuBLASLt's heuristic its pointers are 64-byte aligned, as
-it did before the arena's alignment became 256, MEGAC_CUDA_LT_ALIGN=64.)
+it did before the arena's alignment became 256, MEGAC_CUDA_LT_ALIGN=64;
+`megac-anyred` adds megac letting cuBLASLt's heuristic offer algorithms
+that split k with any reduction, MEGAC_CUDA_LT_REDUCTIONS=any.)
 
 MFU = model FLOPs per step / step time / the measured GEMM ceiling, with
 model FLOPs per token 6 N + 12 L H S (N parameters without the position
@@ -215,6 +217,7 @@ MEGAC_RUNNERS = {
     "megac-narrow": {"MEGAC_CUDA_WIDE_FORWARD": "0", "MEGAC_CUDA_ATTENTION": "mma"},
     "megac-narrowkg": {"MEGAC_CUDA_WIDE_KEY_GRAD": "0", "MEGAC_CUDA_ATTENTION": "mma"},
     "megac-align64": {"MEGAC_CUDA_LT_ALIGN": "64"},
+    "megac-anyred": {"MEGAC_CUDA_LT_REDUCTIONS": "any"},
 }
 
 
@@ -238,9 +241,11 @@ def compile_megac(cfg, args, tmp):
 def megac_row(plan, args, knobs, profiled):
     r"""Seconds per step of megac's CUDA backend on \p plan (run with the
     environment \p knobs adds), or why there is none; its time per op
-    where \p profiled; and the host's milliseconds a step issuing the
-    instructions and then waiting for the device (megac-run's log), which
-    say whether CUDA graphs could pay."""
+    where \p profiled, with the algorithm cuBLASLt's heuristic chose for
+    each product shape (MEGAC_CUDA_LT_LOG=1 in the profiled run); and the
+    host's milliseconds a step issuing the instructions and then waiting
+    for the device (megac-run's log), which say whether CUDA graphs could
+    pay."""
     run = os.path.join(args.megac_bin, "megac-run")
     tmp = os.path.dirname(plan)
     metrics = os.path.join(tmp, "m.jsonl")
@@ -249,14 +254,17 @@ def megac_row(plan, args, knobs, profiled):
     # The step time from a run without --profile (whose device events
     # around every instruction cost host time), the time per op from a
     # second run with it.
-    host, rates = None, None
+    host, rates, choices = None, None, []
     for extra in ([], ["--profile", profile, "-q"]) if profiled else ([],):
         out = subprocess.run([run, plan, "--backend", "cuda", "--steps",
                               str(args.steps + 3), "--metrics", metrics]
-                             + extra, capture_output=True, text=True, env=env)
+                             + extra, capture_output=True, text=True,
+                             env=dict(env, MEGAC_CUDA_LT_LOG="1") if extra else env)
         if out.returncode != 0:
             return None, (out.stderr.strip().splitlines()[-1]
-                          if out.stderr else "failed"), None, None
+                          if out.stderr else "failed"), None, None, []
+        if extra:
+            choices = LT_CHOICE.findall(out.stderr)
         if not extra:
             rates = [json.loads(line)["tokens_per_s"]
                      for line in open(metrics)][3:]
@@ -268,7 +276,27 @@ def megac_row(plan, args, knobs, profiled):
     if profiled:
         with open(profile) as f:
             ops = json.load(f)["ops"]
-    return args.batch * args.seq / (sum(rates) / len(rates)), "", ops, host
+    return args.batch * args.seq / (sum(rates) / len(rates)), "", ops, host, choices
+
+
+# megac-run's line for a cuBLASLt product shape (MEGAC_CUDA_LT_LOG=1).
+LT_CHOICE = re.compile(
+    r"megac-run: cuBLASLt (\d+x\d+x\d+ \w\w) (\w+->\w+) (\w+): algo (-?\d+) "
+    r"tile (\d+) stages (\d+) split-k (-?\d+) reduction (\d+) swizzle (\d+) "
+    r"custom (\d+) waves ([0-9.]+) workspace (\d+)")
+
+
+def choices_table(name, choices):
+    """The algorithm cuBLASLt's heuristic chose for each product shape
+    (tile and stages as cublasLt.h numbers cublasLtMatmulTile_t and
+    cublasLtMatmulStages_t)."""
+    print(f"\ncuBLASLt's choices, {name} (column-major m x n x k, op(A) op(B); "
+          "MEGAC_CUDA_LT_LOG=1):\n")
+    print("| product | types | epilogue | algo | tile | stages | split-k | "
+          "reduction | swizzle | custom | waves | workspace |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for c in choices:
+        print("| " + " | ".join(c) + " |")
 
 
 # The rows every model gets before any model gets another: the peers and
@@ -465,6 +493,7 @@ def main():
     print("|---|---:|---|---:|---:|---:|")
     tokens = args.batch * args.seq
     profiles, hosts, torch_kernels_of, megac_ops_of, skipped = [], [], {}, {}, []
+    lt_choices = []
     with tempfile.TemporaryDirectory() as tmp:
         plans = {}
         for name, key in schedule(models, runners):
@@ -490,8 +519,10 @@ def main():
                     if name not in plans:
                         os.makedirs(os.path.join(tmp, name))
                         plans[name] = compile_megac(cfg, args, os.path.join(tmp, name))
-                    sec, why, ops, host = megac_row(plans[name], args, MEGAC_RUNNERS[key],
-                                                    key in profiled)
+                    sec, why, ops, host, lt = megac_row(plans[name], args,
+                                                        MEGAC_RUNNERS[key], key in profiled)
+                    if lt:
+                        lt_choices.append((f"{name} ({key})", lt))
                 if ops:
                     profiles.append((f"{name} ({key})", ops))
                     if key == "megac":
@@ -520,6 +551,8 @@ def main():
             print(f"| {name} | {issue:.2f} | {wait:.2f} |")
     for name, ops in profiles:
         kernel_table(name, ops, peak, bandwidth)
+    for name, lt in lt_choices:
+        choices_table(name, lt)
     for name in models:
         if name in torch_kernels_of and name in megac_ops_of:
             category_table(name, torch_kernels_of[name], megac_ops_of[name], args.steps + 3)

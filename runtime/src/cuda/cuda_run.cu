@@ -171,6 +171,41 @@ uint32_t ltAlignAsked() {
              : uint32_t(megac_rt::kArenaAlign);
 }
 
+/// MEGAC_CUDA_LT_REDUCTIONS=any: cuBLASLt's heuristic may offer algorithms
+/// that split k with any reduction (its own default), not only those with
+/// fp32 partial sums reduced apart in a fixed order (fixed, the default:
+/// ltColPlan). For the benchmark to say whether that restriction keeps
+/// faster kernels out.
+bool ltAnyReductionAsked() {
+  return knob("MEGAC_CUDA_LT_REDUCTIONS", {"fixed", "any"}) == "any";
+}
+
+/// MEGAC_CUDA_LT_LOG=1: one line on stderr for each cuBLASLt product shape,
+/// naming the algorithm its heuristic chose (bench/gpu_step.py's profiled
+/// runs print them).
+bool ltLogAsked() { return knob("MEGAC_CUDA_LT_LOG", {"0", "1"}) == "1"; }
+
+/// A cuBLASLt epilogue's name, for the log.
+const char *ltEpilogueName(uint32_t Epi) {
+  switch (Epi) {
+  case CUBLASLT_EPILOGUE_DEFAULT:
+    return "none";
+  case CUBLASLT_EPILOGUE_BIAS:
+    return "bias";
+  case CUBLASLT_EPILOGUE_GELU_BIAS:
+    return "gelu_bias";
+  case CUBLASLT_EPILOGUE_GELU_AUX_BIAS:
+    return "gelu_aux_bias";
+  case CUBLASLT_EPILOGUE_DGELU:
+    return "dgelu";
+  case CUBLASLT_EPILOGUE_BGRADA:
+    return "bgrada";
+  case CUBLASLT_EPILOGUE_BGRADB:
+    return "bgradb";
+  }
+  return "other";
+}
+
 /// MEGAC_CUDA_EPILOGUES=0: a bf16 plan's GEMM groups run the product,
 /// then megac's epilogue kernel, instead of cuBLASLt's bf16 epilogues.
 bool epiloguesAsked() {
@@ -1169,10 +1204,11 @@ private:
     // cuBLAS's products with reduced-precision reductions disallowed), nor
     // in place with atomics (in no fixed order: the runs' bits would vary).
     const uint32_t Reductions = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
-    check(cublasLtMatmulPreferenceSetAttribute(
-              Pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &Reductions,
-              sizeof Reductions),
-          "cublasLtMatmulPreferenceSetAttribute");
+    if (!LtAnyReduction)
+      check(cublasLtMatmulPreferenceSetAttribute(
+                Pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &Reductions,
+                sizeof Reductions),
+            "cublasLtMatmulPreferenceSetAttribute");
     for (auto Attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
                       CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
                       CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
@@ -1198,11 +1234,45 @@ private:
       Pl.Ok = true;
       Pl.Algo = Found[0].algo;
       Pl.Workspace = Found[0].workspaceSize;
+      if (LtLog)
+        logLtChoice(TA, TB, Rows, Cols, K, Bf16, Out16, Epi, Found[0]);
       if (Count > 1)
         Pl.Candidates.assign(Found.begin(), Found.begin() + Count);
     }
     cublasLtMatmulPreferenceDestroy(Pref);
     return Pl;
+  }
+
+  /// MEGAC_CUDA_LT_LOG=1: the algorithm cuBLASLt's heuristic chose for the
+  /// column-major product D[Rows, Cols] = op(A) op(B) over \p K, as its
+  /// configuration attributes say (tile and stages are cublasLtMatmulTile_t
+  /// and cublasLtMatmulStages_t values).
+  static void logLtChoice(cublasOperation_t TA, cublasOperation_t TB,
+                          int64_t Rows, int64_t Cols, int64_t K, bool Bf16,
+                          bool Out16, uint32_t Epi,
+                          const cublasLtMatmulHeuristicResult_t &R) {
+    auto Get = [&R](cublasLtMatmulAlgoConfigAttributes_t A) {
+      uint32_t V = 0;
+      size_t Written = 0;
+      cublasLtMatmulAlgoConfigGetAttribute(&R.algo, A, &V, sizeof V, &Written);
+      return V;
+    };
+    std::fprintf(
+        stderr,
+        "megac-run: cuBLASLt %lldx%lldx%lld %c%c %s->%s %s: algo %d tile %u "
+        "stages %u split-k %d reduction %u swizzle %u custom %u waves %.2f "
+        "workspace %zu\n",
+        static_cast<long long>(Rows), static_cast<long long>(Cols),
+        static_cast<long long>(K), TA == CUBLAS_OP_N ? 'N' : 'T',
+        TB == CUBLAS_OP_N ? 'N' : 'T', Bf16 ? "bf16" : "fp32",
+        Out16 ? "bf16" : "fp32", ltEpilogueName(Epi),
+        int(Get(CUBLASLT_ALGO_CONFIG_ID)), Get(CUBLASLT_ALGO_CONFIG_TILE_ID),
+        Get(CUBLASLT_ALGO_CONFIG_STAGES_ID),
+        int(Get(CUBLASLT_ALGO_CONFIG_SPLITK_NUM)),
+        Get(CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME),
+        Get(CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING),
+        Get(CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION), double(R.wavesCount),
+        R.workspaceSize);
   }
 
   /// Points \p Pl's epilogue attribute \p Attr (its bias or auxiliary
@@ -3440,6 +3510,9 @@ private:
   /// chose another algorithm than the heuristic's first, and the
   /// milliseconds a call that saved them, summed over the shapes.
   const bool TuneGemms = gemmTuneAsked();
+  /// MEGAC_CUDA_LT_REDUCTIONS=any (ltAnyReductionAsked), MEGAC_CUDA_LT_LOG=1
+  /// (ltLogAsked).
+  const bool LtAnyReduction = ltAnyReductionAsked(), LtLog = ltLogAsked();
   static constexpr int kGemmCandidates = 8;
   uint64_t TunedShapes = 0, TunedOther = 0;
   double TunedSavedMs = 0;

@@ -936,7 +936,7 @@ uint64_t ltAlignment(const void *P) {
 /// the alignments of A, B, C, D, the bias and the auxiliary matrix, and a
 /// mark that the heuristic made it.
 enum : size_t { kAlgoAlignA = 0, kAlgoAlignBias = 4, kAlgoAlignAux = 5,
-                kAlgoMark = 7 };
+                kAlgoIndex = 6, kAlgoMark = 7 };
 constexpr uint64_t kAlgoMade = 0x6d65676163; // "megac"
 
 /// The product's M, N and K from the layouts, or false when they do not
@@ -1045,8 +1045,30 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(
       Assumed[kAlgoAlignA + M] = P->MinAlign[M];
     Assumed[kAlgoAlignBias] = ltAlignment(D->Bias);
     Assumed[kAlgoAlignAux] = ltAlignment(D->Aux);
+    Assumed[kAlgoIndex] = uint64_t(K);
     Assumed[kAlgoMark] = kAlgoMade;
   }
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t
+cublasLtMatmulAlgoConfigGetAttribute(const cublasLtMatmulAlgo_t *Algo,
+                                     cublasLtMatmulAlgoConfigAttributes_t A,
+                                     void *Value, size_t Bytes,
+                                     size_t *Written) {
+  if (!Algo || !Value)
+    return CUBLAS_STATUS_INVALID_VALUE;
+  const bool Signed =
+      A == CUBLASLT_ALGO_CONFIG_ID || A == CUBLASLT_ALGO_CONFIG_SPLITK_NUM;
+  if (Bytes != (Signed ? sizeof(int32_t) : sizeof(uint32_t)))
+    return CUBLAS_STATUS_INVALID_VALUE;
+  const uint32_t V = A == CUBLASLT_ALGO_CONFIG_ID
+                         ? uint32_t(Algo->data[kAlgoIndex])
+                     : A == CUBLASLT_ALGO_CONFIG_SPLITK_NUM ? 1u
+                                                            : 0u;
+  std::memcpy(Value, &V, Bytes);
+  if (Written)
+    *Written = Bytes;
   return CUBLAS_STATUS_SUCCESS;
 }
 

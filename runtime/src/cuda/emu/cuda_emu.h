@@ -239,6 +239,16 @@ enum cublasLtReductionScheme_t {
   CUBLASLT_REDUCTION_SCHEME_MASK = 7
 };
 
+enum cublasLtMatmulAlgoConfigAttributes_t {
+  CUBLASLT_ALGO_CONFIG_ID = 0,
+  CUBLASLT_ALGO_CONFIG_TILE_ID = 1,
+  CUBLASLT_ALGO_CONFIG_SPLITK_NUM = 2,
+  CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME = 3,
+  CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING = 4,
+  CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION = 5,
+  CUBLASLT_ALGO_CONFIG_STAGES_ID = 6
+};
+
 cublasStatus_t cublasLtCreate(cublasLtHandle_t *H);
 cublasStatus_t cublasLtDestroy(cublasLtHandle_t H);
 cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *D,
@@ -270,6 +280,15 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(
     cublasLtMatrixLayout_t B, cublasLtMatrixLayout_t C,
     cublasLtMatrixLayout_t Dl, cublasLtMatmulPreference_t P, int Requested,
     cublasLtMatmulHeuristicResult_t *Results, int *Returned);
+/// An emulated algorithm's configuration: its index among the heuristic's
+/// results (ID), one split of k and no reduction (SPLITK_NUM 1,
+/// REDUCTION_SCHEME 0), 0 for the rest; sizes checked as cuBLASLt's
+/// (int32_t for ID and SPLITK_NUM, uint32_t for the others).
+cublasStatus_t
+cublasLtMatmulAlgoConfigGetAttribute(const cublasLtMatmulAlgo_t *Algo,
+                                     cublasLtMatmulAlgoConfigAttributes_t A,
+                                     void *Value, size_t Bytes,
+                                     size_t *Written);
 /// D = alpha op(A) op(B) + beta C, then the epilogue (the bias per row of
 /// D), column-major as cuBLAS.
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t H, cublasLtMatmulDesc_t Desc,
