@@ -48,8 +48,27 @@ inline unsigned rowBlocks(int64_t Rows) {
 
 //===-- Block reductions (every thread of the block calls them) ---------===//
 
-/// The sum of every thread's \p V, in double, returned to all threads.
+/// The sum of every thread's \p V, in double, returned to all threads. In
+/// blocks of whole warps (every launch here: kThreads), each warp sums by
+/// shuffles, then every thread sums the warps' sums in warp order: two
+/// barriers instead of a shared-memory tree's nine (the row kernels, a
+/// block a row of a LayerNorm or a softmax, run two to four of these per
+/// row). The butterfly leaves every lane with the same bits (each step
+/// adds the same two values on both sides), and the order is fixed: the
+/// same bits every run.
 __device__ inline double blockSum(double V, double *Part) {
+  if (blockDim.x % 32 == 0) {
+    for (int Lanes = 16; Lanes > 0; Lanes /= 2)
+      V += __shfl_xor_sync(0xffffffffu, V, Lanes);
+    if (threadIdx.x % 32 == 0)
+      Part[threadIdx.x / 32] = V;
+    __syncthreads();
+    double R = 0;
+    for (unsigned W = 0; W < blockDim.x / 32; ++W)
+      R += Part[W];
+    __syncthreads();
+    return R;
+  }
   Part[threadIdx.x] = V;
   __syncthreads();
   for (unsigned W = blockDim.x / 2; W > 0; W /= 2) {
@@ -62,8 +81,21 @@ __device__ inline double blockSum(double V, double *Part) {
   return R;
 }
 
-/// The largest of every thread's \p V.
+/// The largest of every thread's \p V (as blockSum: shuffles, then the
+/// warps' maxima).
 __device__ inline double blockMax(double V, double *Part) {
+  if (blockDim.x % 32 == 0) {
+    for (int Lanes = 16; Lanes > 0; Lanes /= 2)
+      V = fmax(V, __shfl_xor_sync(0xffffffffu, V, Lanes));
+    if (threadIdx.x % 32 == 0)
+      Part[threadIdx.x / 32] = V;
+    __syncthreads();
+    double R = Part[0];
+    for (unsigned W = 1; W < blockDim.x / 32; ++W)
+      R = fmax(R, Part[W]);
+    __syncthreads();
+    return R;
+  }
   Part[threadIdx.x] = V;
   __syncthreads();
   for (unsigned W = blockDim.x / 2; W > 0; W /= 2) {
