@@ -12,6 +12,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "megac/Dialect/Megac/IR/MegacOps.h"
 #include "megac/Frontend/GPT2Importer.h"
 #include "megac/InitAll.h"
 #include "megac/Pipeline/Partition.h"
@@ -440,6 +441,31 @@ void warnUnusedAxes(ModuleOp module, StringRef mesh) {
   }
 }
 
+/// A `--target cuda` model whose embedding table's rows (the vocabulary,
+/// tied to the output layer) are not a multiple of 64: the output layer's
+/// products then have an odd width, which keeps cuBLAS from its fastest
+/// kernels (their rows must be 16-byte aligned), and the loss's kernels
+/// read the logits one at a time instead of four. nanoGPT pads GPT-2's
+/// 50257 to 50304 for this; `megac import --pad-vocab-to` does the same
+/// without changing the loss.
+void noteGpuVocabulary(ModuleOp module, bool quiet) {
+  if (quiet)
+    return;
+  module->walk([&](megac::EmbeddingOp op) {
+    auto table = dyn_cast<RankedTensorType>(op.getTable().getType());
+    if (!table || table.getRank() != 2 || table.isDynamicDim(0))
+      return WalkResult::advance();
+    const int64_t rows = table.getDimSize(0);
+    if (rows % 64 != 0)
+      llvm::errs() << "megac: note: the embedding table has " << rows
+                   << " rows, not a multiple of 64: on a GPU the output "
+                      "layer's products and the loss run faster on a padded "
+                      "vocabulary (`megac import --pad-vocab-to 64` makes it "
+                   << (rows + 63) / 64 * 64 << "; the loss is the same)\n";
+    return WalkResult::interrupt(); // the first table: the vocabulary's
+  });
+}
+
 //===----------------------------------------------------------------------===//
 // megac compile
 //===----------------------------------------------------------------------===//
@@ -705,6 +731,8 @@ int runCompile(int argc, char **argv) {
     return fail("--target must be cpu or cuda, got '" + target.getValue() +
                 "'");
   options.fusionGroups = target == "cuda" ? megac::kAllFusionGroups.str() : "a";
+  if (target == "cuda")
+    noteGpuVocabulary(*module, quiet);
   // Pipeline parallelism: a pp axis splits the layers into stages.
   const int64_t pp = meshAxisSize(mesh, "pp");
   if (virtualStages < 0)
