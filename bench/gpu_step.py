@@ -47,7 +47,10 @@ head sizes up to 64, MEGAC_CUDA_WIDE_KEY_GRAD=0; `megac-align64` adds
 megac telling cuBLASLt's heuristic its pointers are 64-byte aligned, as
 it did before the arena's alignment became 256, MEGAC_CUDA_LT_ALIGN=64;
 `megac-anyred` adds megac letting cuBLASLt's heuristic offer algorithms
-that split k with any reduction, MEGAC_CUDA_LT_REDUCTIONS=any.)
+that split k with any reduction, MEGAC_CUDA_LT_REDUCTIONS=any;
+`megac-nobgrad` adds megac with its bias gradients from column sums
+instead of cuBLASLt's BGRAD epilogues, the others kept,
+MEGAC_CUDA_BGRAD_EPILOGUE=0.)
 
 MFU = model FLOPs per step / step time / the measured GEMM ceiling, with
 model FLOPs per token 6 N + 12 L H S (N parameters without the position
@@ -218,6 +221,7 @@ MEGAC_RUNNERS = {
     "megac-narrowkg": {"MEGAC_CUDA_WIDE_KEY_GRAD": "0", "MEGAC_CUDA_ATTENTION": "mma"},
     "megac-align64": {"MEGAC_CUDA_LT_ALIGN": "64"},
     "megac-anyred": {"MEGAC_CUDA_LT_REDUCTIONS": "any"},
+    "megac-nobgrad": {"MEGAC_CUDA_BGRAD_EPILOGUE": "0"},
 }
 
 

@@ -206,6 +206,14 @@ const char *ltEpilogueName(uint32_t Epi) {
   return "other";
 }
 
+/// MEGAC_CUDA_BGRAD_EPILOGUE=0: bias gradients from megac's column-sum
+/// kernels instead of their weight gradient's product (cuBLASLt's BGRADA
+/// and BGRADB epilogues), the other epilogues kept; for the benchmark to
+/// tell the two apart (MEGAC_CUDA_EPILOGUES=0 turns off both).
+bool biasGradEpilogueAsked() {
+  return knob("MEGAC_CUDA_BGRAD_EPILOGUE", {"1", "0"}) == "1";
+}
+
 /// MEGAC_CUDA_EPILOGUES=0: a bf16 plan's GEMM groups run the product,
 /// then megac's epilogue kernel, instead of cuBLASLt's bf16 epilogues.
 bool epiloguesAsked() {
@@ -1579,7 +1587,7 @@ private:
                           int64_t K, int64_t N, bool T) {
     const uint32_t X = In.inputs()->Get(0), Dy = In.inputs()->Get(1);
     float *Bias = f(In.outputs()->Get(1));
-    if (!bf16Operands(In) || EpiloguesOff)
+    if (!bf16Operands(In) || EpiloguesOff || !BiasGradEpilogue)
       return false;
     LtPlan &Pl =
         ltColPlan(CUBLAS_OP_N, CUBLAS_OP_T, T ? K : N, T ? N : K, Rows,
@@ -3482,6 +3490,8 @@ private:
   /// MEGAC_CUDA_EPILOGUES=0 (epiloguesAsked), and how many GEMM groups a
   /// run gave cuBLASLt's bf16 epilogues (runNotes).
   const bool EpiloguesOff = !epiloguesAsked();
+  /// MEGAC_CUDA_BGRAD_EPILOGUE (biasGradEpilogueAsked).
+  const bool BiasGradEpilogue = biasGradEpilogueAsked();
   /// MEGAC_CUDA_DQ_ATOMICS (queryGradAtomicsAsked), and how many
   /// attention gradients of q, k and v a run had and gave from one pass
   /// (runNotes).
