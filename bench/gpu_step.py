@@ -286,8 +286,8 @@ def megac_row(plan, args, knobs, profiled):
 # megac-run's line for a cuBLASLt product shape (MEGAC_CUDA_LT_LOG=1).
 LT_CHOICE = re.compile(
     r"megac-run: cuBLASLt (\d+x\d+x\d+ \w\w) (\w+->\w+) (\w+): algo (-?\d+) "
-    r"tile (\d+) stages (\d+) split-k (-?\d+) reduction (\d+) swizzle (\d+) "
-    r"custom (\d+) waves ([0-9.]+) workspace (\d+)")
+    r"tile (-?\d+) stages (-?\d+) split-k (-?\d+) reduction (-?\d+) swizzle (-?\d+) "
+    r"custom (-?\d+) waves ([0-9.]+) workspace (\d+)")
 
 
 def choices_table(name, choices):
@@ -322,7 +322,7 @@ def schedule(models, runners):
 class Budget:
     r"""Seconds a run may take in all (None: no limit). A row starts only
     where the time left exceeds what it is expected to take:
-    - the longest the same runner took on another model;
+    - the longest the same runner took on a model;
     - else the longest a runner of its family (PyTorch's, or megac's) took
       on the same model (a knob's row reuses the model's plan);
     - else the longest its family took on another model;
@@ -544,8 +544,10 @@ def main():
         print(f"\nNot run, for the time limit (--budget-s {args.budget_s:.0f}): "
               + ", ".join(skipped) + ".")
     # What each row took, for sizing the next run's --budget-s and rows.
-    print("\nSeconds each row took (compilation and profiles included): "
-          + ", ".join(f"{m} {r} {t:.0f}" for (m, r), t in budget.taken.items()) + ".")
+    if budget.taken:
+        print("\nSeconds each row took (compilation and profiles included): "
+              + ", ".join(f"{m} {r} {t:.0f}" for (m, r), t in budget.taken.items())
+              + ".")
     if hosts:
         print("\nmegac's host a step after the first (megac-run's log): "
               "issuing the instructions, then waiting for the device\n")

@@ -1010,6 +1010,11 @@ int runTraining(const Options &O, Setup &S) {
       WorldRank == 0 && !O.quiet && !Launched && ::isatty(STDOUT_FILENO);
   const int64_t Every = std::max<int64_t>(1, O.steps / 20);
   double TotalSec = 0, FirstLoss = 0, LastLoss = 0;
+  // The console's rate covers the steps since its last line (the first
+  // step's start-up, kernels loading and graphs building, only in the
+  // first line's), its ETA the steps after the first.
+  double WindowSec = 0, FirstSec = 0;
+  int64_t WindowSteps = 0;
   std::unique_ptr<MpiCollectives> Comm = joinCollectives(P, WorldRank);
   // Ranks without the loss (on a pipeline) receive it from this one; -1:
   // every rank computes it.
@@ -1061,8 +1066,12 @@ int runTraining(const Options &O, Setup &S) {
                      std::chrono::steady_clock::now() - T0)
                      .count();
     TotalSec += Sec;
-    if (T == First)
+    WindowSec += Sec;
+    ++WindowSteps;
+    if (T == First) {
       FirstLoss = Loss;
+      FirstSec = Sec;
+    }
     LastLoss = Loss;
     const double TokPerS = Sec > 0 ? double(Stride) / Sec : 0.0;
     if (S.metrics) {
@@ -1080,11 +1089,17 @@ int runTraining(const Options &O, Setup &S) {
     if (WorldRank == 0 && !O.quiet &&
         (Tty || (T - S.startStep) % Every == 0 || T == Last)) {
       const int64_t Done = T - S.startStep;
-      const double Eta = TotalSec / double(Done) * double(Last - T);
-      const double MeanTok = double(Stride) * double(Done) / TotalSec;
+      const double PerStep = Done > 1 ? (TotalSec - FirstSec) / double(Done - 1)
+                                      : TotalSec;
+      const double Eta = PerStep * double(Last - T);
+      const double RecentTok =
+          WindowSec > 0 ? double(Stride) * double(WindowSteps) / WindowSec
+                        : 0.0;
+      WindowSec = 0;
+      WindowSteps = 0;
       std::printf("%sstep %lld/%lld  loss %.6f  lr %.2e  %.0f tok/s  ETA %s%s",
                   Tty ? "\r" : "", (long long)T, (long long)Last,
-                  double(Loss), Lr, MeanTok, clockString(Eta).c_str(),
+                  double(Loss), Lr, RecentTok, clockString(Eta).c_str(),
                   Tty ? (T == Last ? "\n" : "   ") : "\n");
       std::fflush(stdout);
     }

@@ -51,7 +51,7 @@ inline unsigned rowBlocks(int64_t Rows) {
 /// The sum of every thread's \p V, in double, returned to all threads. In
 /// blocks of whole warps (every launch here: kThreads), each warp sums by
 /// shuffles, then every thread sums the warps' sums in warp order: two
-/// barriers instead of a shared-memory tree's nine (the row kernels, a
+/// barriers instead of a shared-memory tree's ten (the row kernels, a
 /// block a row of a LayerNorm or a softmax, run two to four of these per
 /// row). The butterfly leaves every lane with the same bits (each step
 /// adds the same two values on both sides), and the order is fixed: the
@@ -1092,9 +1092,11 @@ inline unsigned totalBlocks(int64_t Inner) {
 /// with only as many threads as columns.
 __global__ void sumLeadingTotalKernel(const double *Parts, int64_t Chunks,
                                       int64_t Inner, float *Y, int Add) {
-  constexpr int kWarps = kThreads / 32;
-  __shared__ double Partial[kWarps][kTotalColumns];
+  // Room for a block of up to 1024 threads (launches use kThreads).
+  constexpr int kMostWarps = 32;
+  __shared__ double Partial[kMostWarps][kTotalColumns];
   const int Lane = int(threadIdx.x % 32), Warp = int(threadIdx.x / 32);
+  const int kWarps = int((blockDim.x + 31) / 32);
   for (int64_t First = int64_t(blockIdx.x) * kTotalColumns; First < Inner;
        First += int64_t(gridDim.x) * kTotalColumns) {
     const int64_t J = First + Lane;

@@ -1259,27 +1259,35 @@ private:
                           int64_t Rows, int64_t Cols, int64_t K, bool Bf16,
                           bool Out16, uint32_t Epi,
                           const cublasLtMatmulHeuristicResult_t &R) {
+    // (-1, printed as such, where cuBLASLt does not say.)
     auto Get = [&R](cublasLtMatmulAlgoConfigAttributes_t A) {
       uint32_t V = 0;
       size_t Written = 0;
-      cublasLtMatmulAlgoConfigGetAttribute(&R.algo, A, &V, sizeof V, &Written);
-      return V;
+      return cublasLtMatmulAlgoConfigGetAttribute(&R.algo, A, &V, sizeof V,
+                                                  &Written) ==
+                     CUBLAS_STATUS_SUCCESS
+                 ? int64_t(V)
+                 : int64_t(-1);
     };
     std::fprintf(
         stderr,
-        "megac-run: cuBLASLt %lldx%lldx%lld %c%c %s->%s %s: algo %d tile %u "
-        "stages %u split-k %d reduction %u swizzle %u custom %u waves %.2f "
-        "workspace %zu\n",
+        "megac-run: cuBLASLt %lldx%lldx%lld %c%c %s->%s %s: algo %lld tile "
+        "%lld stages %lld split-k %lld reduction %lld swizzle %lld custom "
+        "%lld waves %.2f workspace %zu\n",
         static_cast<long long>(Rows), static_cast<long long>(Cols),
         static_cast<long long>(K), TA == CUBLAS_OP_N ? 'N' : 'T',
         TB == CUBLAS_OP_N ? 'N' : 'T', Bf16 ? "bf16" : "fp32",
         Out16 ? "bf16" : "fp32", ltEpilogueName(Epi),
-        int(Get(CUBLASLT_ALGO_CONFIG_ID)), Get(CUBLASLT_ALGO_CONFIG_TILE_ID),
-        Get(CUBLASLT_ALGO_CONFIG_STAGES_ID),
-        int(Get(CUBLASLT_ALGO_CONFIG_SPLITK_NUM)),
-        Get(CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME),
-        Get(CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING),
-        Get(CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION), double(R.wavesCount),
+        // (ID and SPLITK_NUM are int32_t: read as uint32_t, a negative
+        // one comes back as its two's complement, cast back here.)
+        static_cast<long long>(int32_t(Get(CUBLASLT_ALGO_CONFIG_ID))),
+        static_cast<long long>(Get(CUBLASLT_ALGO_CONFIG_TILE_ID)),
+        static_cast<long long>(Get(CUBLASLT_ALGO_CONFIG_STAGES_ID)),
+        static_cast<long long>(int32_t(Get(CUBLASLT_ALGO_CONFIG_SPLITK_NUM))),
+        static_cast<long long>(Get(CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME)),
+        static_cast<long long>(Get(CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING)),
+        static_cast<long long>(Get(CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION)),
+        double(R.wavesCount),
         R.workspaceSize);
   }
 
