@@ -1174,6 +1174,13 @@ int runSchedule(int argc, char **argv) {
   // With --print the other lines are comments, so that the output reads
   // back with --check or megac compile --pipeline-schedule.
   llvm::StringRef prefix = print ? "# " : "";
+  // The partition of a step megac compile would make: a batch its
+  // micro-batches split evenly, as compile requires.
+  if (!model.empty() && batch > 0 && batch % schedule.microBatches != 0)
+    return fail("--batch " + std::to_string(batch.getValue()) +
+                " is not divisible by the " +
+                std::to_string(schedule.microBatches) +
+                " micro-batches (megac compile would refuse it)");
   if (!model.empty() &&
       failed(printPartition(model, schedule.stages, batch, seq, prefix)))
     return 1;
