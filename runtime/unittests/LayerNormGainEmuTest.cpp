@@ -86,7 +86,7 @@ std::vector<float> unfused(const T *X, const T *DY, int64_t Rows, int64_t H,
                            double Eps) {
   std::vector<float> Xh(size_t(Rows * H)), P(size_t(Rows * H));
   float *XhP = Xh.data(), *PP = P.data();
-  launchBlocks(rowBlocks(Rows), [=] {
+  launchBlocks(warpRowBlocks(Rows), [=] {
     layerNormKernel<T>(X, Rows, H, nullptr, nullptr, Eps, XhP, OutputStore{});
   });
   launchBlocks(blocksFor(Rows * H), [=] {
@@ -109,7 +109,7 @@ std::vector<float> fused(const T *X, const T *DY, int64_t Rows, int64_t H,
          *Stats = BiasParts + Chunks * H;
   float *Yp = Y.data();
   if (Rows > 0)
-    launchBlocks(rowBlocks(Rows),
+    launchBlocks(warpRowBlocks(Rows),
                  [=] { rowStatsKernel<T>(X, Rows, H, Eps, Stats); });
   double *BiasOut = Bias ? BiasParts : nullptr;
   launchBlocks(blocksFor(Chunks * H), [=] {

@@ -671,20 +671,41 @@ embeddingGradRowsKernel(const T *DY, int64_t Rows, int64_t H,
   }
 }
 
-//===-- Row kernels: one block per row --------------------------------===//
+//===-- Row kernels ----------------------------------------------------===//
 
-/// Mean and 1 / sqrt(var + eps) of a row, in double (as the CPU's rowStats).
+/// The LayerNorm kernels take a row a warp (kRowWarps rows a block): their
+/// reductions are shuffles alone, with no barrier, and a block holds 8 rows
+/// in flight where a block a row held 1 behind its barriers (the H100 ran
+/// those at 0.41-0.50 of its copy bandwidth). Launch warpRowBlocks(rows)
+/// blocks of kThreads.
+constexpr int kRowWarps = kThreads / 32;
+inline unsigned warpRowBlocks(int64_t Rows) { return blocksFor(Rows * 32); }
+#define MEGAC_WARP_ROWS(R, Rows)                                               \
+  for (int64_t R = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;      \
+       R < (Rows); R += int64_t(gridDim.x) * blockDim.x / 32)
+
+/// The sum of the warp's lanes' \p V, every lane the same bits (a
+/// butterfly: each step adds the same two values on both sides).
+__device__ inline double warpSum(double V) {
+  for (int Lanes = 16; Lanes > 0; Lanes /= 2)
+    V += __shfl_xor_sync(0xffffffffu, V, Lanes);
+  return V;
+}
+
+/// Mean and 1 / sqrt(var + eps) of a row, in double (as the CPU's
+/// rowStats), by one warp: lane l sums columns l, l + 32, ...
 template <class T>
-__device__ inline void rowStatsDev(const T *Xr, int64_t H, double Eps,
-                                   double *Part, double &Mean, double &Inv) {
+__device__ inline void rowStatsWarp(const T *Xr, int64_t H, double Eps,
+                                    double &Mean, double &Inv) {
+  const int64_t Lane = threadIdx.x % 32;
   double S = 0;
-  for (int64_t J = threadIdx.x; J < H; J += blockDim.x)
+  for (int64_t J = Lane; J < H; J += 32)
     S += valueOf(Xr[J]);
-  Mean = blockSum(S, Part) / double(H);
+  Mean = warpSum(S) / double(H);
   double V = 0;
-  for (int64_t J = threadIdx.x; J < H; J += blockDim.x)
+  for (int64_t J = Lane; J < H; J += 32)
     V += (valueOf(Xr[J]) - Mean) * (valueOf(Xr[J]) - Mean);
-  Inv = 1.0 / sqrt(blockSum(V, Part) / double(H) + Eps);
+  Inv = 1.0 / sqrt(warpSum(V) / double(H) + Eps);
 }
 
 /// y = (x - mean) / sqrt(var + eps) * gamma + beta per row; without
@@ -693,12 +714,12 @@ template <class TX>
 __global__ void layerNormKernel(const TX *X, int64_t Rows, int64_t H,
                                 const float *Gamma, const float *Beta,
                                 double Eps, float *Y, OutputStore Store) {
-  __shared__ double Part[kThreads];
-  for (int64_t R = blockIdx.x; R < Rows; R += gridDim.x) {
+  const int64_t Lane = threadIdx.x % 32;
+  MEGAC_WARP_ROWS(R, Rows) {
     const TX *Xr = X + R * H;
     double Mean, Inv;
-    rowStatsDev(Xr, H, Eps, Part, Mean, Inv);
-    for (int64_t J = threadIdx.x; J < H; J += blockDim.x) {
+    rowStatsWarp(Xr, H, Eps, Mean, Inv);
+    for (int64_t J = Lane; J < H; J += 32) {
       const float N = float((valueOf(Xr[J]) - Mean) * Inv);
       Store(Y, R * H + J, Gamma ? N * Gamma[J] + Beta[J] : N);
     }
@@ -713,21 +734,21 @@ __global__ void layerNormGradKernel(const TX *X, int64_t Rows, int64_t H,
                                     const float *Gamma, const TD *DY,
                                     double Eps, float *DX, OutputStore Store,
                                     const TR *Res) {
-  __shared__ double Part[kThreads];
-  for (int64_t R = blockIdx.x; R < Rows; R += gridDim.x) {
+  const int64_t Lane = threadIdx.x % 32;
+  MEGAC_WARP_ROWS(R, Rows) {
     const TX *Xr = X + R * H;
     const TD *Dr = DY + R * H;
     double Mean, Inv;
-    rowStatsDev(Xr, H, Eps, Part, Mean, Inv);
+    rowStatsWarp(Xr, H, Eps, Mean, Inv);
     double SG = 0, SGX = 0;
-    for (int64_t J = threadIdx.x; J < H; J += blockDim.x) {
+    for (int64_t J = Lane; J < H; J += 32) {
       const double G = double(valueOf(Dr[J])) * Gamma[J];
       SG += G;
       SGX += G * (valueOf(Xr[J]) - Mean) * Inv;
     }
-    const double SumG = blockSum(SG, Part) / double(H);
-    const double SumGX = blockSum(SGX, Part) / double(H);
-    for (int64_t J = threadIdx.x; J < H; J += blockDim.x) {
+    const double SumG = warpSum(SG) / double(H);
+    const double SumGX = warpSum(SGX) / double(H);
+    for (int64_t J = Lane; J < H; J += 32) {
       const double G = double(valueOf(Dr[J])) * Gamma[J];
       const double Xh = (valueOf(Xr[J]) - Mean) * Inv;
       float V = float(Inv * (G - SumG - Xh * SumGX));
@@ -1018,16 +1039,16 @@ __global__ void sumLeadingPartsKernel(const T *X, int64_t Outer, int64_t Inner,
 }
 
 /// Pass 0 of a LayerNorm gain's gradient: each row's mean and 1 /
-/// sqrt(var + eps) into Stats[2 r], Stats[2 r + 1], one block a row, as
-/// layerNormKernel computes them (the normalize op's x-hat, bit for bit).
+/// sqrt(var + eps) into Stats[2 r], Stats[2 r + 1], a warp a row
+/// (warpRowBlocks), as layerNormKernel computes them (the normalize op's
+/// x-hat, bit for bit).
 template <class TX>
 __global__ void rowStatsKernel(const TX *X, int64_t Rows, int64_t H, double Eps,
                                double *Stats) {
-  __shared__ double Part[kThreads];
-  for (int64_t R = blockIdx.x; R < Rows; R += gridDim.x) {
+  MEGAC_WARP_ROWS(R, Rows) {
     double Mean, Inv;
-    rowStatsDev(X + R * H, H, Eps, Part, Mean, Inv);
-    if (threadIdx.x == 0) {
+    rowStatsWarp(X + R * H, H, Eps, Mean, Inv);
+    if (threadIdx.x % 32 == 0) {
       Stats[2 * R] = Mean;
       Stats[2 * R + 1] = Inv;
     }

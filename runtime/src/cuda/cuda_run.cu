@@ -1963,7 +1963,7 @@ private:
       if (Last)
         withInput(X(0), Idx, [&](auto *Xs) {
           launchOn(Compute, layerNormKernel<Elem<decltype(Xs)>>,
-                   rowBlocks(Rows), kThreads, 0, Xs, Rows, Last,
+                   warpRowBlocks(Rows), kThreads, 0, Xs, Rows, Last,
                    static_cast<const float *>(f(X(1))),
                    static_cast<const float *>(f(X(2))), Flt(0), f(Y),
                    outputStore(In, Y, Idx));
@@ -1976,7 +1976,7 @@ private:
         launchOn(Compute,
                  layerNormGradKernel<Elem<decltype(Xs)>, Elem<decltype(Dy)>,
                                      Elem<decltype(Res)>>,
-                 rowBlocks(Rows), kThreads, 0, Xs, Rows, Last,
+                 warpRowBlocks(Rows), kThreads, 0, Xs, Rows, Last,
                  static_cast<const float *>(f(X(1))), Dy, Flt(0), f(Y),
                  outputStore(In, Y, Idx), Res);
       };
@@ -1995,7 +1995,7 @@ private:
       if (Last)
         withInput(X(0), Idx, [&](auto *Xs) {
           launchOn(
-              Compute, layerNormKernel<Elem<decltype(Xs)>>, rowBlocks(Rows),
+              Compute, layerNormKernel<Elem<decltype(Xs)>>, warpRowBlocks(Rows),
               kThreads, 0, Xs, Rows, Last, static_cast<const float *>(nullptr),
               static_cast<const float *>(nullptr), Flt(0), f(Y), OutputStore{});
         });
@@ -2179,7 +2179,7 @@ private:
       withInput(X(0), Idx, [&](auto *Xs) {
         using TX = Elem<decltype(Xs)>;
         if (C.Outer > 0)
-          launchOn(Compute, rowStatsKernel<TX>, rowBlocks(C.Outer), kThreads, 0,
+          launchOn(Compute, rowStatsKernel<TX>, warpRowBlocks(C.Outer), kThreads, 0,
                    Xs, C.Outer, NY, Flt(0), Stats);
         withInput(X(1), Idx, [&](auto *Dy) {
           launchOn(Compute, layerNormGainPartsKernel<TX, Elem<decltype(Dy)>>,
