@@ -33,7 +33,10 @@ register-resident attention kernels instead, MEGAC_CUDA_ATTENTION=mma;
 forward again for the row statistics, MEGAC_CUDA_FORWARD_STATS=0;
 `megac-noepi` adds megac with its bf16 GEMM groups run as a product and
 megac's epilogue kernel instead of cuBLASLt's epilogues,
-MEGAC_CUDA_EPILOGUES=0; `megac-sepdq` adds megac with each attention's
+MEGAC_CUDA_EPILOGUES=0, and `megac-epi` with cuBLASLt's epilogues
+wherever it has them, MEGAC_CUDA_EPILOGUES=1 (by default megac times
+both ways for each product shape at its first use and keeps the faster;
+the benchmark prints each shape's two times); `megac-sepdq` adds megac with each attention's
 dq from a kernel of its own instead of summed with atomics in dk and dv's
 pass, MEGAC_CUDA_DQ_ATOMICS=0; `megac-noparam` adds megac rounding its
 weights at each step's start instead of taking the bits the previous
@@ -214,6 +217,7 @@ MEGAC_RUNNERS = {
     "megac-fp32": {"MEGAC_CUDA_BF16_ONLY": "0"},
     "megac-refwd": {"MEGAC_CUDA_FORWARD_STATS": "0"},
     "megac-noepi": {"MEGAC_CUDA_EPILOGUES": "0"},
+    "megac-epi": {"MEGAC_CUDA_EPILOGUES": "1"},
     "megac-sepdq": {"MEGAC_CUDA_DQ_ATOMICS": "0", "MEGAC_CUDA_ATTENTION": "mma"},
     "megac-noparam": {"MEGAC_CUDA_PARAM_COPIES": "0"},
     "megac-tune": {"MEGAC_CUDA_GEMM_TUNE": "1"},
@@ -246,7 +250,10 @@ def megac_row(plan, args, knobs, profiled):
     r"""Seconds per step of megac's CUDA backend on \p plan (run with the
     environment \p knobs adds), or why there is none; its time per op
     where \p profiled, with the algorithm cuBLASLt's heuristic chose for
-    each product shape (MEGAC_CUDA_LT_LOG=1 in the profiled run); and the
+    each product shape (MEGAC_CUDA_LT_LOG=1 in the profiled run); each
+    product shape's two times, with cuBLASLt's epilogue and plain, where
+    megac timed them (MEGAC_CUDA_EPILOGUES=timed, the default, logged with
+    MEGAC_CUDA_LT_LOG=1 at the first step of the timed run); and the
     host's milliseconds a step issuing the instructions and then waiting
     for the device (megac-run's log), which say whether CUDA graphs could
     pay."""
@@ -258,18 +265,21 @@ def megac_row(plan, args, knobs, profiled):
     # The step time from a run without --profile (whose device events
     # around every instruction cost host time), the time per op from a
     # second run with it.
-    host, rates, choices = None, None, []
+    host, rates, choices, timed = None, None, [], []
     for extra in ([], ["--profile", profile, "-q"]) if profiled else ([],):
+        # (The log's lines come at the first step, while products are
+        # planned: they cost the timed steps nothing.)
         out = subprocess.run([run, plan, "--backend", "cuda", "--steps",
                               str(args.steps + 3), "--metrics", metrics]
                              + extra, capture_output=True, text=True,
-                             env=dict(env, MEGAC_CUDA_LT_LOG="1") if extra else env)
+                             env=dict(env, MEGAC_CUDA_LT_LOG="1"))
         if out.returncode != 0:
             return None, (out.stderr.strip().splitlines()[-1]
-                          if out.stderr else "failed"), None, None, []
+                          if out.stderr else "failed"), None, None, ([], [])
         if extra:
             choices = LT_CHOICE.findall(out.stderr)
         if not extra:
+            timed = EPILOGUE_TIMED.findall(out.stderr)
             rates = [json.loads(line)["tokens_per_s"]
                      for line in open(metrics)][3:]
             found = re.search(r"host issued a step's instructions in "
@@ -280,7 +290,8 @@ def megac_row(plan, args, knobs, profiled):
     if profiled:
         with open(profile) as f:
             ops = json.load(f)["ops"]
-    return args.batch * args.seq / (sum(rates) / len(rates)), "", ops, host, choices
+    return (args.batch * args.seq / (sum(rates) / len(rates)), "", ops, host,
+            (choices, timed))
 
 
 # megac-run's line for a cuBLASLt product shape (MEGAC_CUDA_LT_LOG=1).
@@ -288,6 +299,25 @@ LT_CHOICE = re.compile(
     r"megac-run: cuBLASLt (\d+x\d+x\d+ \w\w) (\w+->\w+) (\w+): algo (-?\d+) "
     r"tile (-?\d+) stages (-?\d+) split-k (-?\d+) reduction (-?\d+) swizzle (-?\d+) "
     r"custom (-?\d+) waves ([0-9.]+) workspace (\d+)")
+
+
+# megac-run's line for a product shape whose two ways it timed
+# (MEGAC_CUDA_EPILOGUES=timed with MEGAC_CUDA_LT_LOG=1).
+EPILOGUE_TIMED = re.compile(
+    r"megac-run: epilogue timed (\d+x\d+x\d+) (\w+): epilogue ([0-9.]+) ms, "
+    r"plain ([0-9.]+) ms: (\w+)")
+
+
+def timed_table(name, timed):
+    """Each product shape's call with cuBLASLt's epilogue and plain (the
+    product, then megac's kernels), as megac timed them at its first use,
+    and the way it kept."""
+    print(f"\nEpilogue or plain, timed at first use, {name} (column-major "
+          "m x n x k; ms a call):\n")
+    print("| product | epilogue | with epilogue | plain | kept |")
+    print("|---|---|---:|---:|---|")
+    for shape, epi, with_ms, plain_ms, kept in timed:
+        print(f"| {shape} | {epi} | {with_ms} | {plain_ms} | {kept} |")
 
 
 def choices_table(name, choices):
@@ -497,7 +527,7 @@ def main():
     print("|---|---:|---|---:|---:|---:|")
     tokens = args.batch * args.seq
     profiles, hosts, torch_kernels_of, megac_ops_of, skipped = [], [], {}, {}, []
-    lt_choices = []
+    lt_choices, epilogue_timings = [], []
     with tempfile.TemporaryDirectory() as tmp:
         plans = {}
         for name, key in schedule(models, runners):
@@ -523,10 +553,12 @@ def main():
                     if name not in plans:
                         os.makedirs(os.path.join(tmp, name))
                         plans[name] = compile_megac(cfg, args, os.path.join(tmp, name))
-                    sec, why, ops, host, lt = megac_row(plans[name], args,
-                                                        MEGAC_RUNNERS[key], key in profiled)
+                    sec, why, ops, host, (lt, timed) = megac_row(
+                        plans[name], args, MEGAC_RUNNERS[key], key in profiled)
                     if lt:
                         lt_choices.append((f"{name} ({key})", lt))
+                    if timed:
+                        epilogue_timings.append((f"{name} ({key})", timed))
                 if ops:
                     profiles.append((f"{name} ({key})", ops))
                     if key == "megac":
@@ -559,6 +591,8 @@ def main():
         kernel_table(name, ops, peak, bandwidth)
     for name, lt in lt_choices:
         choices_table(name, lt)
+    for name, timed in epilogue_timings:
+        timed_table(name, timed)
     for name in models:
         if name in torch_kernels_of and name in megac_ops_of:
             category_table(name, torch_kernels_of[name], megac_ops_of[name], args.steps + 3)

@@ -77,10 +77,16 @@ if nvidia_smi and subprocess.run([nvidia_smi, "-L"], capture_output=True).return
 # attention kernels (MEGAC_CUDA_ATTENTION=mma), whose variants they
 # compare, and not cuDNN's, which the backend takes by default where it
 # loads and which cuda-cudnn.test checks; the emulation has no cuDNN.
-cuda_emu = "env MEGAC_CUDA_PLUGIN=" + os.path.join(config.megac_tools_dir, "libmegac_cuda_emu.so")
+# Both take cuBLASLt's epilogues wherever it has them
+# (MEGAC_CUDA_EPILOGUES=1) instead of timing them against the plain
+# products at each shape's first use, the default, whose choice follows
+# the clock: the tests count the epilogue products and compare runs bit for
+# bit. cuda-epilogue-timing.test tests the timed choice.
+pinned = "MEGAC_CUDA_EPILOGUES=1"
+cuda_emu = "env " + pinned + " MEGAC_CUDA_PLUGIN=" + os.path.join(config.megac_tools_dir, "libmegac_cuda_emu.so")
 config.substitutions.append(("%cuda_emu", cuda_emu))
 on_gpu = "cuda" in config.available_features and "cuda-backend" in config.available_features
-config.substitutions.append(("%cuda_backend", "env MEGAC_CUDA_ATTENTION=mma" if on_gpu else cuda_emu))
+config.substitutions.append(("%cuda_backend", "env MEGAC_CUDA_ATTENTION=mma " + pinned if on_gpu else cuda_emu))
 
 # The built-in training corpus (scripts/setup.sh installs jargon-text).
 jargon = "/usr/share/doc/jargon-text/jargon.txt.gz"

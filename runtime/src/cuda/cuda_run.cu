@@ -214,10 +214,26 @@ bool biasGradEpilogueAsked() {
   return knob("MEGAC_CUDA_BGRAD_EPILOGUE", {"1", "0"}) == "1";
 }
 
-/// MEGAC_CUDA_EPILOGUES=0: a bf16 plan's GEMM groups run the product,
-/// then megac's epilogue kernel, instead of cuBLASLt's bf16 epilogues.
-bool epiloguesAsked() {
-  return knob("MEGAC_CUDA_EPILOGUES", {"1", "0"}) == "1";
+/// How a bf16 plan's GEMM groups use cuBLASLt's bf16 epilogues (bias,
+/// GeLU, DGELU, BGRAD) where it has an algorithm for them.
+enum class EpilogueUse {
+  /// Each product shape, at its first use, runs both ways (the epilogue
+  /// product; the plain product, then megac's kernels) and keeps the
+  /// faster: on an H100 the epilogue products ran at 0.40-0.74 of the GEMM
+  /// ceiling where the plain ones ran at 0.85-0.95 (docs/performance.md),
+  /// and which way wins depends on the shape and the library.
+  Timed,
+  /// The epilogue wherever cuBLASLt takes it.
+  Always,
+  /// Never: the product, then megac's epilogue kernel.
+  Off,
+};
+/// MEGAC_CUDA_EPILOGUES: timed (the default), 1 (always), 0 (off).
+EpilogueUse epiloguesAsked() {
+  const std::string V = knob("MEGAC_CUDA_EPILOGUES", {"timed", "1", "0"});
+  return V == "timed" ? EpilogueUse::Timed
+         : V == "1"   ? EpilogueUse::Always
+                      : EpilogueUse::Off;
 }
 
 void check(cublasStatus_t S, const char *What) {
@@ -545,6 +561,19 @@ public:
     Count(EpilogueProducts, RoundedGroups,
           " bf16 GEMM groups ran on cuBLASLt's epilogues (the rest as a "
           "product and an epilogue kernel)");
+    if (EpiloguesTimed) {
+      char Buf[240];
+      std::snprintf(Buf, sizeof Buf,
+                    "%llu of %llu product shapes timed at their first use "
+                    "kept cuBLASLt's epilogue (the rest the plain product "
+                    "and megac's kernels; MEGAC_CUDA_EPILOGUES=timed): a "
+                    "call of each, summed, %.3f ms with epilogues, %.3f ms "
+                    "plain",
+                    static_cast<unsigned long long>(EpiloguesKept),
+                    static_cast<unsigned long long>(EpiloguesTimed),
+                    EpilogueTimedMs, PlainTimedMs);
+      Notes += (Notes.empty() ? "" : "; ") + std::string(Buf);
+    }
     return Notes;
   }
 
@@ -1117,6 +1146,11 @@ private:
     /// With MEGAC_CUDA_GEMM_TUNE=1: the heuristic's algorithms, best
     /// first, until the first call times them (then empty).
     std::vector<cublasLtMatmulHeuristicResult_t> Candidates;
+    /// EpilogueUse::Timed: whether the shape's group runs the epilogue
+    /// product or the plain product and megac's kernels, once timed.
+    enum class Way : uint8_t { Untimed, Epilogue, Plain } Chosen = Way::Untimed;
+    /// Its product, for the log: column-major rows x cols x k.
+    int64_t Rows = 0, Cols = 0, K = 0;
     void destroy() {
       if (Desc)
         cublasLtMatmulDescDestroy(Desc);
@@ -1170,6 +1204,9 @@ private:
     if (Pl.Desc)
       return Pl;
     Pl.Epilogue = Epi;
+    Pl.Rows = Rows;
+    Pl.Cols = Cols;
+    Pl.K = K;
     const cudaDataType_t In = Bf16 ? CUDA_R_16BF : CUDA_R_32F;
     const cudaDataType_t Out = Out16 ? CUDA_R_16BF : CUDA_R_32F;
     const int32_t OpA = TA, OpB = TB;
@@ -1400,6 +1437,83 @@ private:
     }
   }
 
+  /// Whether instruction \p Idx, a GEMM group on plan \p Pl, runs its
+  /// cuBLASLt epilogue product (\p Epilogue, false where cuBLASLt refuses
+  /// it) rather than the plain product and megac's kernels (\p Plain):
+  /// two ways of writing the same outputs from the same inputs. Timed
+  /// (EpilogueUse::Timed), the shape's first group that reads none of the
+  /// memory it writes runs each way once to warm up, then kTimedRuns
+  /// times, and the shape keeps the faster; the epilogue, unless the plain
+  /// way is faster by more than kPlainMargin (timings a few percent apart
+  /// are noise, and the epilogue moves fewer bytes). The caller then runs
+  /// the chosen way once more: the first step pays for the timing. A
+  /// group that reads what it writes (a residual summed in place) is not
+  /// repeatable: it takes the epilogue untimed, as the next of its shape
+  /// may be timed.
+  template <class EpilogueFn, class PlainFn>
+  bool epilogueChosen(LtPlan &Pl, uint32_t Idx, EpilogueFn &&Epilogue,
+                      PlainFn &&Plain) {
+    using Way = LtPlan::Way;
+    if (Epilogues != EpilogueUse::Timed || Pl.Chosen != Way::Untimed)
+      return Pl.Chosen != Way::Plain;
+    const Instr &In = *RP.instrs()->Get(Idx);
+    if (overlaps(memoryOf(*In.inputs()), memoryOf(*In.outputs())))
+      return true;
+    // The counts the runs below would add: the chosen way's run counts.
+    const uint64_t Counts[] = {EpilogueProducts, BiasGradEpilogues};
+    auto restoreCounts = [&] {
+      EpilogueProducts = Counts[0];
+      BiasGradEpilogues = Counts[1];
+    };
+    if (!Epilogue()) { // refused: Pl.Ok is false, the caller falls back
+      restoreCounts();
+      return false;
+    }
+    Plain();
+    cudaEvent_t Marks[3];
+    for (cudaEvent_t &E : Marks)
+      check(cudaEventCreate(&E), "cudaEventCreate");
+    check(cudaEventRecord(Marks[0], Compute), "cudaEventRecord");
+    bool Ran = true;
+    for (int T = 0; T < kTimedRuns && Ran; ++T)
+      Ran = Epilogue();
+    check(cudaEventRecord(Marks[1], Compute), "cudaEventRecord");
+    for (int T = 0; T < kTimedRuns; ++T)
+      Plain();
+    check(cudaEventRecord(Marks[2], Compute), "cudaEventRecord");
+    check(cudaStreamSynchronize(Compute), "cudaStreamSynchronize");
+    float EpiMs = 0, PlainMs = 0;
+    check(cudaEventElapsedTime(&EpiMs, Marks[0], Marks[1]),
+          "cudaEventElapsedTime");
+    check(cudaEventElapsedTime(&PlainMs, Marks[1], Marks[2]),
+          "cudaEventElapsedTime");
+    for (cudaEvent_t E : Marks)
+      cudaEventDestroy(E);
+    restoreCounts();
+    if (!Ran) // refused after the first run: as a refusal
+      return false;
+    EpiMs /= kTimedRuns;
+    PlainMs /= kTimedRuns;
+    Pl.Chosen = PlainMs < EpiMs * (1.0f - kPlainMargin) ? Way::Plain
+                                                        : Way::Epilogue;
+    ++EpiloguesTimed;
+    EpiloguesKept += Pl.Chosen == Way::Epilogue;
+    EpilogueTimedMs += EpiMs;
+    PlainTimedMs += PlainMs;
+    if (LtLog)
+      std::fprintf(stderr,
+                   "megac-run: epilogue timed %lldx%lldx%lld %s: epilogue "
+                   "%.4f ms, plain %.4f ms: %s\n",
+                   static_cast<long long>(Pl.Rows),
+                   static_cast<long long>(Pl.Cols),
+                   static_cast<long long>(Pl.K), ltEpilogueName(Pl.Epilogue),
+                   double(EpiMs), double(PlainMs),
+                   Pl.Chosen == Way::Epilogue ? "epilogue" : "plain");
+    return Pl.Chosen == Way::Epilogue;
+  }
+  static constexpr int kTimedRuns = 3;
+  static constexpr float kPlainMargin = 0.05f;
+
   /// Row-major y[M,N] = x[M,K] w + bias in fp32, with one cuBLASLt
   /// product whose epilogue adds the bias as it writes y: no pass over y
   /// for it after the product. A GeLU after stays megac's kernel: the CPU
@@ -1432,10 +1546,31 @@ private:
   /// keeps it, as a second output. Rounded (a bf16 plan's group), one
   /// cuBLASLt product of bf16 operands computes it all in its epilogue,
   /// bias and residual in bf16, and writes both in bf16, rounded once from
-  /// fp32; else (or where cuBLASLt declines) the product, then one
-  /// epilogue kernel.
+  /// fp32, where cuBLASLt takes it and epilogueChosen says so; else the
+  /// product, then one epilogue kernel.
   void linearBias(const Instr &In, uint32_t Idx, int64_t M, int64_t K,
                   int64_t N, bool T) {
+    const uint32_t X = In.inputs()->Get(0), W = In.inputs()->Get(1),
+                   Bias = In.inputs()->Get(2);
+    const uint16_t *CopyX = readCopy(X, Idx), *CopyW = readCopy(W, Idx);
+    if (M * N == 0)
+      return;
+    const bool Round = In.round_bf16();
+    RoundedGroups += Round;
+    if (Round && bf16Operands(In) && Bf16[Bias] &&
+        roundedLinearBias(In, Idx, M, K, N, T, CopyX, CopyW))
+      return;
+    plainLinearBias(In, Idx, M, K, N, T, CopyX, CopyW);
+  }
+
+  /// linearBias without cuBLASLt's bf16 epilogues. fp32: cuBLASLt adds
+  /// the bias as it writes t (into the kept input of the GeLU, else y); or
+  /// the product, then the epilogue kernel. With the buffers kept in bf16
+  /// alone, a rounded group's product goes to scratch and the kernel
+  /// writes the copies.
+  void plainLinearBias(const Instr &In, uint32_t Idx, int64_t M, int64_t K,
+                       int64_t N, bool T, const uint16_t *CopyX,
+                       const uint16_t *CopyW) {
     const uint32_t X = In.inputs()->Get(0), W = In.inputs()->Get(1),
                    Bias = In.inputs()->Get(2), Y = In.outputs()->Get(0);
     const bool Keep = In.outputs()->size() == 2;
@@ -1443,18 +1578,7 @@ private:
     const bool Gelu = In.ints()->Get(1) != 0, Round = In.round_bf16();
     const bool Residual = In.inputs()->size() == 4;
     const uint32_t Res = Residual ? In.inputs()->Get(3) : X;
-    const uint16_t *CopyX = readCopy(X, Idx), *CopyW = readCopy(W, Idx);
     const int64_t NY = M * N;
-    if (NY == 0)
-      return;
-    RoundedGroups += Round;
-    if (Round && bf16Operands(In) && Bf16[Bias] &&
-        roundedLinearBias(In, Idx, M, K, N, T, CopyX, CopyW))
-      return;
-    // fp32: cuBLASLt adds the bias as it writes t (into the kept input of
-    // the GeLU, else y); or the product, then the epilogue kernel. With
-    // the buffers kept in bf16 alone, where cuBLASLt declines a rounded
-    // group, the product goes to scratch and the kernel writes the copies.
     const bool Fp32Out = f(Y) && (!Keep || f(Pre));
     float *Out = Fp32Out ? f(Keep ? Pre : Y)
                          : static_cast<float *>(scratch(size_t(NY) * 4));
@@ -1491,8 +1615,9 @@ private:
   /// product dy w as the output gradient. Rounded (a bf16 plan), with bf16
   /// operands and x of bf16 values: one cuBLASLt product whose DGELU
   /// epilogue reads x's bf16 copy (packed where it has none) as its
-  /// auxiliary input and writes dx in bf16, rounded once; else the product
-  /// into fp32, then the epilogue kernel.
+  /// auxiliary input and writes dx in bf16, rounded once (where
+  /// epilogueChosen says so); else the product into fp32, then the
+  /// epilogue kernel.
   void linearGeluGrad(const Instr &In, uint32_t Idx, int64_t M, int64_t K,
                       int64_t N, bool T) {
     const uint32_t Dy = In.inputs()->Get(0), W = In.inputs()->Get(1),
@@ -1503,10 +1628,29 @@ private:
       return;
     const uint16_t *CopyDy = readCopy(Dy, Idx), *CopyW = readCopy(W, Idx);
     RoundedGroups += Round;
+    // The product into fp32, then the epilogue kernel.
+    auto Plain = [&] {
+      float *Out =
+          f(Y) ? f(Y) : static_cast<float *>(scratch(size_t(NY) * 4));
+      if (K == 0)
+        check(cudaMemsetAsync(Out, 0, size_t(NY) * 4, Compute),
+              "cudaMemsetAsync");
+      else
+        colGemm(T ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, f(W),
+                T ? K : N, f(Dy), K, 0.0f, Out, N, bf16Operands(In), CopyW,
+                CopyDy);
+      withInput(Kept, Idx, [&](auto *X) {
+        launchOn(Compute, geluGradEpilogueKernel<Elem<decltype(X)>>,
+                 blocksFor(NY), kThreads, 0, X,
+                 static_cast<const float *>(Out), NY, int(Round), f(Y),
+                 Round ? writeCopy(Y, Idx) : nullptr);
+      });
+      RoundedAsWritten = Round;
+    };
     if (Round && bf16Operands(In) && Bf16[Kept] && K > 0 && N % 8 == 0 &&
         !EpiloguesOff) {
       LtPlan &Pl = ltPlan(M, K, N, T, true, true, CUBLASLT_EPILOGUE_DGELU);
-      if (Pl.Ok) {
+      auto Epilogue = [&] {
         // Scratch only for what has no copy: x's bf16 bits, dx's.
         const uint16_t *Kept16 = readCopy(Kept, Idx);
         uint16_t *Y16 = writeCopy(Y, Idx);
@@ -1521,30 +1665,19 @@ private:
         ltPointer(Pl, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, Kept16);
         const auto [Wa, Dya] =
             packOperands(f(W), K * N, CopyW, f(Dy), M * K, CopyDy);
-        if (ltMatmul(Pl, Wa, Dya, nullptr, Y16)) {
-          if (f(Y))
-            launchOn(Compute, widenBf16Kernel, wideBlocks(NY), kThreads, 0,
-                     static_cast<const uint16_t *>(Y16), NY, f(Y));
-          RoundedAsWritten = true;
-          ++EpilogueProducts;
-          return;
-        }
-      }
+        if (!ltMatmul(Pl, Wa, Dya, nullptr, Y16))
+          return false;
+        if (f(Y))
+          launchOn(Compute, widenBf16Kernel, wideBlocks(NY), kThreads, 0,
+                   static_cast<const uint16_t *>(Y16), NY, f(Y));
+        RoundedAsWritten = true;
+        ++EpilogueProducts;
+        return true;
+      };
+      if (Pl.Ok && epilogueChosen(Pl, Idx, Epilogue, Plain) && Epilogue())
+        return;
     }
-    float *Out = f(Y) ? f(Y) : static_cast<float *>(scratch(size_t(NY) * 4));
-    if (K == 0)
-      check(cudaMemsetAsync(Out, 0, size_t(NY) * 4, Compute),
-            "cudaMemsetAsync");
-    else
-      colGemm(T ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, f(W),
-              T ? K : N, f(Dy), K, 0.0f, Out, N, bf16Operands(In), CopyW,
-              CopyDy);
-    withInput(Kept, Idx, [&](auto *X) {
-      launchOn(Compute, geluGradEpilogueKernel<Elem<decltype(X)>>,
-               blocksFor(NY), kThreads, 0, X, static_cast<const float *>(Out),
-               NY, int(Round), f(Y), Round ? writeCopy(Y, Idx) : nullptr);
-    });
-    RoundedAsWritten = Round;
+    Plain();
   }
 
   /// DT [Rows, H] = Into (where not null) + the embedding's gradient: the
@@ -1589,10 +1722,11 @@ private:
   /// dw^T = dy^T x) or BGRADB (dy is B, the transposed dw^T = x^T dy),
   /// summed in fp32 as the product reads dy. False where the operands are
   /// not bf16 values (an fp32 plan keeps its exact sums), epilogues are
-  /// off, or cuBLASLt has no algorithm: the caller then runs the product
-  /// and the column-sum kernels.
+  /// off, cuBLASLt has no algorithm, or epilogueChosen chose \p Plain (the
+  /// column-sum kernels and the product): the caller then runs that.
+  template <class PlainFn>
   bool weightBiasEpilogue(const Instr &In, uint32_t Idx, int64_t Rows,
-                          int64_t K, int64_t N, bool T) {
+                          int64_t K, int64_t N, bool T, PlainFn &&Plain) {
     const uint32_t X = In.inputs()->Get(0), Dy = In.inputs()->Get(1);
     float *Bias = f(In.outputs()->Get(1));
     if (!bf16Operands(In) || EpiloguesOff || !BiasGradEpilogue)
@@ -1603,14 +1737,18 @@ private:
                   T ? CUBLASLT_EPILOGUE_BGRADB : CUBLASLT_EPILOGUE_BGRADA);
     if (!Pl.Ok)
       return false;
-    ltPointer(Pl, CUBLASLT_MATMUL_DESC_BIAS_POINTER, Bias);
-    const auto [X16, Dy16] = packOperands(f(X), Rows * K, readCopy(X, Idx),
-                                          f(Dy), Rows * N, readCopy(Dy, Idx));
-    if (!ltMatmul(Pl, T ? X16 : Dy16, T ? Dy16 : X16, nullptr,
-                  f(In.outputs()->Get(0))))
-      return false;
-    ++BiasGradEpilogues;
-    return true;
+    auto Epilogue = [&] {
+      ltPointer(Pl, CUBLASLT_MATMUL_DESC_BIAS_POINTER, Bias);
+      const auto [X16, Dy16] =
+          packOperands(f(X), Rows * K, readCopy(X, Idx), f(Dy), Rows * N,
+                       readCopy(Dy, Idx));
+      if (!ltMatmul(Pl, T ? X16 : Dy16, T ? Dy16 : X16, nullptr,
+                    f(In.outputs()->Get(0))))
+        return false;
+      ++BiasGradEpilogues;
+      return true;
+    };
+    return epilogueChosen(Pl, Idx, Epilogue, Plain) && Epilogue();
   }
 
   /// A bf16 plan's GEMM group on cuBLASLt alone: bf16 operands, bias and
@@ -1636,42 +1774,49 @@ private:
     LtPlan &Pl = ltPlan(M, K, N, T, true, true, Epi);
     if (!Pl.Ok)
       return false;
-    // Scratch only for what has no copy: the bias's bf16 bits, y's, the
-    // kept input's, the residual's.
-    const int64_t NY = M * N;
-    const uint16_t *Bias16 = readCopy(Bias, Idx),
-                   *Res16 = Residual ? readCopy(Res, Idx) : nullptr;
-    uint16_t *Y16 = writeCopy(Y, Idx),
-             *Pre16 = Keep ? writeCopy(Pre, Idx) : nullptr;
-    const auto [BiasPart, YPart, PrePart, ResPart] =
-        scratchParts<4>({Bias16 ? 0 : size_t(N) * 2, Y16 ? 0 : size_t(NY) * 2,
-                         !Keep || Pre16 ? 0 : size_t(NY) * 2,
-                         !Residual || Res16 ? 0 : size_t(NY) * 2});
-    if (!Bias16) {
-      packBf16(f(Bias), N, BiasPart, /*Exact=*/true);
-      Bias16 = BiasPart;
-    }
-    if (Residual && !Res16) {
-      packBf16(f(Res), NY, ResPart, /*Exact=*/true);
-      Res16 = ResPart;
-    }
-    if (!Y16)
-      Y16 = YPart;
-    if (Keep && !Pre16)
-      Pre16 = PrePart;
-    ltPointer(Pl, CUBLASLT_MATMUL_DESC_BIAS_POINTER, Bias16);
-    if (Keep)
-      ltPointer(Pl, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, Pre16);
-    const auto [Wa, Xa] = packOperands(f(W), K * N, CopyW, f(X), M * K, CopyX);
-    if (!ltMatmul(Pl, Wa, Xa, Res16, Y16)) // Res16: null without a residual
-      return false;
-    for (auto [Out, Bits] : {std::pair{Y, Y16}, std::pair{Pre, Pre16}})
-      if (Bits && f(Out) && (Out == Y || Keep))
-        launchOn(Compute, widenBf16Kernel, wideBlocks(NY), kThreads, 0,
-                 static_cast<const uint16_t *>(Bits), NY, f(Out));
-    RoundedAsWritten = true;
-    ++EpilogueProducts;
-    return true;
+    auto Epilogue = [&] {
+      // Scratch only for what has no copy: the bias's bf16 bits, y's, the
+      // kept input's, the residual's.
+      const int64_t NY = M * N;
+      const uint16_t *Bias16 = readCopy(Bias, Idx),
+                     *Res16 = Residual ? readCopy(Res, Idx) : nullptr;
+      uint16_t *Y16 = writeCopy(Y, Idx),
+               *Pre16 = Keep ? writeCopy(Pre, Idx) : nullptr;
+      const auto [BiasPart, YPart, PrePart, ResPart] = scratchParts<4>(
+          {Bias16 ? 0 : size_t(N) * 2, Y16 ? 0 : size_t(NY) * 2,
+           !Keep || Pre16 ? 0 : size_t(NY) * 2,
+           !Residual || Res16 ? 0 : size_t(NY) * 2});
+      if (!Bias16) {
+        packBf16(f(Bias), N, BiasPart, /*Exact=*/true);
+        Bias16 = BiasPart;
+      }
+      if (Residual && !Res16) {
+        packBf16(f(Res), NY, ResPart, /*Exact=*/true);
+        Res16 = ResPart;
+      }
+      if (!Y16)
+        Y16 = YPart;
+      if (Keep && !Pre16)
+        Pre16 = PrePart;
+      ltPointer(Pl, CUBLASLT_MATMUL_DESC_BIAS_POINTER, Bias16);
+      if (Keep)
+        ltPointer(Pl, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, Pre16);
+      const auto [Wa, Xa] =
+          packOperands(f(W), K * N, CopyW, f(X), M * K, CopyX);
+      if (!ltMatmul(Pl, Wa, Xa, Res16, Y16)) // Res16: null without residual
+        return false;
+      for (auto [Out, Bits] : {std::pair{Y, Y16}, std::pair{Pre, Pre16}})
+        if (Bits && f(Out) && (Out == Y || Keep))
+          launchOn(Compute, widenBf16Kernel, wideBlocks(NY), kThreads, 0,
+                   static_cast<const uint16_t *>(Bits), NY, f(Out));
+      RoundedAsWritten = true;
+      ++EpilogueProducts;
+      return true;
+    };
+    return epilogueChosen(
+               Pl, Idx, Epilogue,
+               [&] { plainLinearBias(In, Idx, M, K, N, T, CopyX, CopyW); }) &&
+           Epilogue();
   }
 
   /// Row-major y[M,N] = x[M,K] w (w [K,N], or [N,K] read transposed),
@@ -1914,26 +2059,33 @@ private:
       if (N == 0)
         return;
       BiasGradGroups += BiasGrad;
-      if (BiasGrad && Last > 0 && Rows > 0 &&
-          weightBiasEpilogue(In, Idx, Rows, Last, N, T))
+      // The bias gradient from column sums, then the product.
+      auto Plain = [&] {
+        if (BiasGrad)
+          columnSums(X(1), Idx, N, f(In.outputs()->Get(1)), /*Add=*/false);
+        if (Last == 0)
+          return;
+        if (Rows == 0) {
+          if (Beta == 0.0f)
+            check(cudaMemsetAsync(Ptr[Y], 0, Bytes[Y], Compute),
+                  "cudaMemsetAsync");
+          return;
+        }
+        // Column-major views: dw^T [N,K] = dy^T x (not transposed), dw^T
+        // [K,N] = x^T dy (transposed); both "A * B^T" over the rows.
+        const uint16_t *Copy0 = readCopy(X(0), Idx),
+                       *Copy1 = readCopy(X(1), Idx);
+        colGemm(CUBLAS_OP_N, CUBLAS_OP_T, T ? Last : N, T ? N : Last, Rows,
+                T ? f(X(0)) : f(X(1)), T ? Last : N, T ? f(X(1)) : f(X(0)),
+                T ? N : Last, Beta, f(Y), T ? Last : N, bf16Operands(In),
+                T ? Copy0 : Copy1, T ? Copy1 : Copy0);
+      };
+      // (The epilogue writes dw with beta 0: not into a micro-batch sum,
+      // which the compiler does not group with a bias gradient.)
+      if (BiasGrad && Last > 0 && Rows > 0 && Beta == 0.0f &&
+          weightBiasEpilogue(In, Idx, Rows, Last, N, T, Plain))
         return;
-      if (BiasGrad)
-        columnSums(X(1), Idx, N, f(In.outputs()->Get(1)), /*Add=*/false);
-      if (Last == 0)
-        return;
-      if (Rows == 0) {
-        if (Beta == 0.0f)
-          check(cudaMemsetAsync(Ptr[Y], 0, Bytes[Y], Compute),
-                "cudaMemsetAsync");
-        return;
-      }
-      // Column-major views: dw^T [N,K] = dy^T x (not transposed), dw^T
-      // [K,N] = x^T dy (transposed); both "A * B^T" over the rows.
-      const uint16_t *Copy0 = readCopy(X(0), Idx), *Copy1 = readCopy(X(1), Idx);
-      colGemm(CUBLAS_OP_N, CUBLAS_OP_T, T ? Last : N, T ? N : Last, Rows,
-              T ? f(X(0)) : f(X(1)), T ? Last : N, T ? f(X(1)) : f(X(0)),
-              T ? N : Last, Beta, f(Y), T ? Last : N, bf16Operands(In),
-              T ? Copy0 : Copy1, T ? Copy1 : Copy0);
+      Plain();
       return;
     }
     case op::Add:
@@ -2275,6 +2427,18 @@ private:
     }
     const char *P0 = static_cast<const char *>(Ptr[B]);
     return {P0, P0 + Bytes[B]};
+  }
+  /// The memory of buffers \p Buffers: their storage and their bf16
+  /// copies.
+  std::vector<Range> memoryOf(const flatbuffers::Vector<uint32_t> &Buffers) const {
+    std::vector<Range> R;
+    for (uint32_t B : Buffers) {
+      R.push_back(rangeOf(B));
+      if (const uint16_t *C = Copy[B])
+        R.push_back({reinterpret_cast<const char *>(C),
+                     reinterpret_cast<const char *>(C + numel(B))});
+    }
+    return R;
   }
   static bool overlaps(const std::vector<Range> &A,
                        const std::vector<Range> &B) {
@@ -3497,7 +3661,13 @@ private:
   const bool WmmaAttention = AttentionKind == "wmma";
   /// MEGAC_CUDA_EPILOGUES=0 (epiloguesAsked), and how many GEMM groups a
   /// run gave cuBLASLt's bf16 epilogues (runNotes).
-  const bool EpiloguesOff = !epiloguesAsked();
+  const EpilogueUse Epilogues = epiloguesAsked();
+  const bool EpiloguesOff = Epilogues == EpilogueUse::Off;
+  /// EpilogueUse::Timed (epilogueChosen): product shapes timed both ways,
+  /// those that kept the epilogue, and a call of each way summed over the
+  /// shapes (runNotes).
+  uint64_t EpiloguesTimed = 0, EpiloguesKept = 0;
+  double EpilogueTimedMs = 0, PlainTimedMs = 0;
   /// MEGAC_CUDA_BGRAD_EPILOGUE (biasGradEpilogueAsked).
   const bool BiasGradEpilogue = biasGradEpilogueAsked();
   /// MEGAC_CUDA_DQ_ATOMICS (queryGradAtomicsAsked), and how many

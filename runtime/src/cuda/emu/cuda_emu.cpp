@@ -16,6 +16,7 @@
 #include <memory>
 #include <sstream>
 #include <stdexcept>
+#include <thread>
 
 #ifndef MEGAC_EMU_CXX
 #define MEGAC_EMU_CXX "c++"
@@ -738,6 +739,19 @@ cublasStatus_t cublasSgemmStridedBatched(
   return CUBLAS_STATUS_SUCCESS;
 }
 
+/// MEGAC_CUDA_EMU_SLOW plays a device on which one kind of product is
+/// the slower (the emulation's own speeds say nothing of a GPU's): each
+/// product of that kind, cuBLASLt's with an epilogue (epilogues) or the
+/// plain ones (products: cublasGemmEx, and cuBLASLt without an epilogue),
+/// takes kEmuSlowMs more as the stream runs it. The backend's timed
+/// choice between the two (MEGAC_CUDA_EPILOGUES=timed) is tested with it.
+constexpr auto kEmuSlowMs = std::chrono::milliseconds(4);
+bool emuSlow(bool Epilogue) {
+  const std::string Slow =
+      megac_emu::knob("MEGAC_CUDA_EMU_SLOW", {"none", "epilogues", "products"});
+  return Slow == (Epilogue ? "epilogues" : "products");
+}
+
 cublasStatus_t cublasGemmEx(cublasHandle_t H, cublasOperation_t TransA,
                             cublasOperation_t TransB, int M, int N, int K,
                             const void *Alpha, const void *A,
@@ -756,7 +770,10 @@ cublasStatus_t cublasGemmEx(cublasHandle_t H, cublasOperation_t TransA,
     return CUBLAS_STATUS_INVALID_VALUE;
   const float Al = *static_cast<const float *>(Alpha),
               Be = *static_cast<const float *>(Beta);
+  const bool Slow = emuSlow(/*Epilogue=*/false);
   megac_emu::submit(H->Stream, [=] {
+    if (Slow)
+      std::this_thread::sleep_for(kEmuSlowMs);
     const std::vector<float> Aw = widenOperand(
         A, TypeA, size_t(Lda) * size_t(TransA == CUBLAS_OP_N ? K : M));
     const std::vector<float> Bw = widenOperand(
@@ -1115,7 +1132,10 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t Desc,
   }
   const float Alf = *static_cast<const float *>(Alpha),
               Bet = *static_cast<const float *>(Beta);
+  const bool Slow = emuSlow(Op.Epilogue != CUBLASLT_EPILOGUE_DEFAULT);
   megac_emu::submit(Stream, [=] {
+    if (Slow)
+      std::this_thread::sleep_for(kEmuSlowMs);
     const std::vector<float> Aw =
         widenOperand(A, La.Type, size_t(La.Ld) * size_t(La.Cols));
     const std::vector<float> Bw =
