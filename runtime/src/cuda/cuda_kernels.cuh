@@ -1020,42 +1020,63 @@ constexpr int kRowBatch = 8;
 /// summed (in double) into Parts[c, j]; threads run along j (coalesced).
 /// X is fp32, or the bf16 copy of a tensor of bf16 values (T = uint16_t:
 /// half the bytes, the same sums).
+/// \p W values of row \p Row from column 0 (W = 4: one vector load).
+template <int W, class T>
+__device__ inline void loadColumns(const T *Row, float (&V)[W]) {
+  if constexpr (W == 4) {
+    const Vec4<T> L = *reinterpret_cast<const Vec4<T> *>(Row);
+#pragma unroll
+    for (int K = 0; K < 4; ++K)
+      V[K] = valueOf(L.V[K]);
+  } else {
+#pragma unroll
+    for (int K = 0; K < W; ++K)
+      V[K] = valueOf(Row[K]);
+  }
+}
+
+/// sumLeadingPartsKernel's work, \p W columns a thread (every array
+/// index a constant once unrolled: registers, not local memory).
+template <int W, class T>
+__device__ inline void sumLeadingParts(const T *X, int64_t Outer,
+                                       int64_t Inner, int64_t RowsPer,
+                                       int64_t Chunks, double *Parts) {
+  const int64_t Groups = Inner / W;
+  MEGAC_GRID_LOOP(G, Chunks * Groups) {
+    const int64_t C = G / Groups, J = (G % Groups) * W;
+    const int64_t End = (C + 1) * RowsPer < Outer ? (C + 1) * RowsPer : Outer;
+    double S[W] = {};
+    for (int64_t I0 = C * RowsPer; I0 < End; I0 += kRowBatch) {
+      const int Count = End - I0 < kRowBatch ? int(End - I0) : kRowBatch;
+      float V[kRowBatch][W];
+#pragma unroll
+      for (int B = 0; B < kRowBatch; ++B)
+        if (B < Count)
+          loadColumns<W>(X + (I0 + B) * Inner + J, V[B]);
+#pragma unroll
+      for (int B = 0; B < kRowBatch; ++B)
+        if (B < Count) {
+#pragma unroll
+          for (int K = 0; K < W; ++K)
+            S[K] += V[B][K];
+        }
+    }
+#pragma unroll
+    for (int K = 0; K < W; ++K)
+      Parts[C * Inner + J + K] = S[K];
+  }
+}
+
 template <class T>
 __global__ void sumLeadingPartsKernel(const T *X, int64_t Outer, int64_t Inner,
                                       int64_t RowsPer, int64_t Chunks,
                                       double *Parts) {
   // Four columns a thread where rows split into aligned groups of four;
   // each column sums its rows in the same order either way.
-  const int Width = Inner % 4 == 0 && vec4Aligned(X) ? 4 : 1;
-  const int64_t Groups = Inner / Width;
-  MEGAC_GRID_LOOP(G, Chunks * Groups) {
-    const int64_t C = G / Groups, J = (G % Groups) * Width;
-    const int64_t End = (C + 1) * RowsPer < Outer ? (C + 1) * RowsPer : Outer;
-    double S[4] = {0, 0, 0, 0};
-    for (int64_t I0 = C * RowsPer; I0 < End; I0 += kRowBatch) {
-      const int Count = End - I0 < kRowBatch ? int(End - I0) : kRowBatch;
-      float V[kRowBatch][4];
-#pragma unroll
-      for (int B = 0; B < kRowBatch; ++B)
-        if (B < Count) {
-          const T *Row = X + (I0 + B) * Inner + J;
-          if (Width == 4) {
-            const Vec4<T> L = *reinterpret_cast<const Vec4<T> *>(Row);
-            for (int K = 0; K < 4; ++K)
-              V[B][K] = valueOf(L.V[K]);
-          } else {
-            V[B][0] = valueOf(Row[0]);
-          }
-        }
-#pragma unroll
-      for (int B = 0; B < kRowBatch; ++B)
-        if (B < Count)
-          for (int K = 0; K < Width; ++K)
-            S[K] += V[B][K];
-    }
-    for (int K = 0; K < Width; ++K)
-      Parts[C * Inner + J + K] = S[K];
-  }
+  if (Inner % 4 == 0 && vec4Aligned(X))
+    sumLeadingParts<4>(X, Outer, Inner, RowsPer, Chunks, Parts);
+  else
+    sumLeadingParts<1>(X, Outer, Inner, RowsPer, Chunks, Parts);
 }
 
 /// Pass 0 of a LayerNorm gain's gradient: each row's mean and 1 /
@@ -1080,42 +1101,34 @@ __global__ void rowStatsKernel(const TX *X, int64_t Rows, int64_t H, double Eps,
 /// same f32 products, the same chunks and order), with neither stored.
 /// With \p BiasParts (not null), dy's own chunk sums too, as
 /// sumLeadingPartsKernel makes them of dy (the bias gradient's parts).
-template <class TX, class TD>
-__global__ void
-layerNormGainPartsKernel(const TX *X, const TD *DY, const double *Stats,
-                         int64_t Rows, int64_t H, int64_t RowsPer,
-                         int64_t Chunks, double *Parts, double *BiasParts) {
-  const int Width = H % 4 == 0 && vec4Aligned(X, DY) ? 4 : 1;
-  const int64_t Groups = H / Width;
+/// layerNormGainPartsKernel's work, \p W columns a thread.
+template <int W, class TX, class TD>
+__device__ inline void layerNormGainParts(const TX *X, const TD *DY,
+                                          const double *Stats, int64_t Rows,
+                                          int64_t H, int64_t RowsPer,
+                                          int64_t Chunks, double *Parts,
+                                          double *BiasParts) {
+  const int64_t Groups = H / W;
   MEGAC_GRID_LOOP(G, Chunks * Groups) {
-    const int64_t C = G / Groups, J = (G % Groups) * Width;
+    const int64_t C = G / Groups, J = (G % Groups) * W;
     const int64_t End = (C + 1) * RowsPer < Rows ? (C + 1) * RowsPer : Rows;
-    double S[4] = {0, 0, 0, 0}, B[4] = {0, 0, 0, 0};
+    double S[W] = {}, B[W] = {};
     for (int64_t I0 = C * RowsPer; I0 < End; I0 += kRowBatch) {
       const int Count = End - I0 < kRowBatch ? int(End - I0) : kRowBatch;
-      float Xv[kRowBatch][4], Dv[kRowBatch][4];
+      float Xv[kRowBatch][W], Dv[kRowBatch][W];
 #pragma unroll
       for (int R = 0; R < kRowBatch; ++R)
         if (R < Count) {
-          const int64_t At = (I0 + R) * H + J;
-          if (Width == 4) {
-            const Vec4<TX> A = *reinterpret_cast<const Vec4<TX> *>(X + At);
-            const Vec4<TD> D = *reinterpret_cast<const Vec4<TD> *>(DY + At);
-            for (int K = 0; K < 4; ++K) {
-              Xv[R][K] = valueOf(A.V[K]);
-              Dv[R][K] = valueOf(D.V[K]);
-            }
-          } else {
-            Xv[R][0] = valueOf(X[At]);
-            Dv[R][0] = valueOf(DY[At]);
-          }
+          loadColumns<W>(X + (I0 + R) * H + J, Xv[R]);
+          loadColumns<W>(DY + (I0 + R) * H + J, Dv[R]);
         }
 #pragma unroll
       for (int R = 0; R < kRowBatch; ++R)
         if (R < Count) {
           const double Mean = Stats[2 * (I0 + R)],
                        Inv = Stats[2 * (I0 + R) + 1];
-          for (int K = 0; K < Width; ++K) {
+#pragma unroll
+          for (int K = 0; K < W; ++K) {
             const float Xh = float((Xv[R][K] - Mean) * Inv);
             // the mul op's f32 product, uncontracted
             S[K] += __fmul_rn(Dv[R][K], Xh);
@@ -1123,12 +1136,26 @@ layerNormGainPartsKernel(const TX *X, const TD *DY, const double *Stats,
           }
         }
     }
-    for (int K = 0; K < Width; ++K) {
+#pragma unroll
+    for (int K = 0; K < W; ++K) {
       Parts[C * H + J + K] = S[K];
       if (BiasParts)
         BiasParts[C * H + J + K] = B[K];
     }
   }
+}
+
+template <class TX, class TD>
+__global__ void
+layerNormGainPartsKernel(const TX *X, const TD *DY, const double *Stats,
+                         int64_t Rows, int64_t H, int64_t RowsPer,
+                         int64_t Chunks, double *Parts, double *BiasParts) {
+  if (H % 4 == 0 && vec4Aligned(X, DY))
+    layerNormGainParts<4>(X, DY, Stats, Rows, H, RowsPer, Chunks, Parts,
+                          BiasParts);
+  else
+    layerNormGainParts<1>(X, DY, Stats, Rows, H, RowsPer, Chunks, Parts,
+                          BiasParts);
 }
 
 /// Pass 2 takes 32 columns a block (totalBlocks).

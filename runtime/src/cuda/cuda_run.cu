@@ -271,6 +271,7 @@ public:
     Name = std::string(Prop.name) + " (" + Arch + ")";
     Major = Prop.major;
     SharedOptin = Prop.sharedMemPerBlockOptin;
+    TimeEpilogues = Epilogues == EpilogueUse::Timed && !replicatedAcrossRanks();
     if (AttentionKind == "cudnn" || AttentionKind == "auto") {
       std::string Why;
       Cudnn = CudnnAttention::open(Why);
@@ -561,6 +562,12 @@ public:
     Count(EpilogueProducts, RoundedGroups,
           " bf16 GEMM groups ran on cuBLASLt's epilogues (the rest as a "
           "product and an epilogue kernel)");
+    if (Epilogues == EpilogueUse::Timed && !TimeEpilogues)
+      Notes += std::string(Notes.empty() ? "" : "; ") +
+               "cuBLASLt's epilogues taken untimed (MEGAC_CUDA_EPILOGUES="
+               "timed times them on grids of data and pipeline parallel "
+               "axes alone: ranks of another axis compute replicated "
+               "values, and timed apart could choose apart)";
     if (EpiloguesTimed) {
       char Buf[240];
       std::snprintf(Buf, sizeof Buf,
@@ -1146,9 +1153,12 @@ private:
     /// With MEGAC_CUDA_GEMM_TUNE=1: the heuristic's algorithms, best
     /// first, until the first call times them (then empty).
     std::vector<cublasLtMatmulHeuristicResult_t> Candidates;
-    /// EpilogueUse::Timed: whether the shape's group runs the epilogue
-    /// product or the plain product and megac's kernels, once timed.
-    enum class Way : uint8_t { Untimed, Epilogue, Plain } Chosen = Way::Untimed;
+    /// EpilogueUse::Timed: whether the shape's groups run the epilogue
+    /// product or the plain product and megac's kernels, once timed:
+    /// apart for groups without and with a C to add (a residual), whose
+    /// two ways cost differently.
+    enum class Way : uint8_t { Untimed, Epilogue, Plain };
+    Way Chosen[2] = {Way::Untimed, Way::Untimed};
     /// Its product, for the log: column-major rows x cols x k.
     int64_t Rows = 0, Cols = 0, K = 0;
     void destroy() {
@@ -1449,15 +1459,20 @@ private:
   /// the chosen way once more: the first step pays for the timing. A
   /// group that reads what it writes (a residual summed in place) is not
   /// repeatable: it takes the epilogue untimed, as the next of its shape
-  /// may be timed.
+  /// may be timed. \p WithC: the group adds a C (its residual). Where
+  /// ranks of a tensor-parallel axis compute the same replicated values
+  /// (TimeEpilogues false) the epilogue is taken untimed: timed apart,
+  /// they could choose apart, and the two ways differ in their last bits.
   template <class EpilogueFn, class PlainFn>
-  bool epilogueChosen(LtPlan &Pl, uint32_t Idx, EpilogueFn &&Epilogue,
-                      PlainFn &&Plain) {
+  bool epilogueChosen(LtPlan &Pl, uint32_t Idx, bool WithC,
+                      EpilogueFn &&Epilogue, PlainFn &&Plain) {
     using Way = LtPlan::Way;
-    if (Epilogues != EpilogueUse::Timed || Pl.Chosen != Way::Untimed)
-      return Pl.Chosen != Way::Plain;
+    Way &Chosen = Pl.Chosen[WithC];
+    if (!TimeEpilogues || Chosen != Way::Untimed)
+      return Chosen != Way::Plain;
     const Instr &In = *RP.instrs()->Get(Idx);
-    if (overlaps(memoryOf(*In.inputs()), memoryOf(*In.outputs())))
+    if (overlaps(liveMemoryOf(*In.inputs(), Idx, false),
+                 liveMemoryOf(*In.outputs(), Idx, true)))
       return true;
     // The counts the runs below would add: the chosen way's run counts.
     const uint64_t Counts[] = {EpilogueProducts, BiasGradEpilogues};
@@ -1465,7 +1480,10 @@ private:
       EpilogueProducts = Counts[0];
       BiasGradEpilogues = Counts[1];
     };
-    if (!Epilogue()) { // refused: Pl.Ok is false, the caller falls back
+    // Declined (cuBLASLt refused, Pl.Ok now false; or a pointer less
+    // aligned than it was told, the shape left untimed): the caller runs
+    // the plain way.
+    if (!Epilogue()) {
       restoreCounts();
       return false;
     }
@@ -1494,25 +1512,40 @@ private:
       return false;
     EpiMs /= kTimedRuns;
     PlainMs /= kTimedRuns;
-    Pl.Chosen = PlainMs < EpiMs * (1.0f - kPlainMargin) ? Way::Plain
-                                                        : Way::Epilogue;
+    Chosen = PlainMs < EpiMs * (1.0f - kPlainMargin) ? Way::Plain
+                                                     : Way::Epilogue;
     ++EpiloguesTimed;
-    EpiloguesKept += Pl.Chosen == Way::Epilogue;
+    EpiloguesKept += Chosen == Way::Epilogue;
     EpilogueTimedMs += EpiMs;
     PlainTimedMs += PlainMs;
     if (LtLog)
       std::fprintf(stderr,
-                   "megac-run: epilogue timed %lldx%lldx%lld %s: epilogue "
+                   "megac-run: epilogue timed %lldx%lldx%lld %s%s: epilogue "
                    "%.4f ms, plain %.4f ms: %s\n",
                    static_cast<long long>(Pl.Rows),
                    static_cast<long long>(Pl.Cols),
                    static_cast<long long>(Pl.K), ltEpilogueName(Pl.Epilogue),
-                   double(EpiMs), double(PlainMs),
-                   Pl.Chosen == Way::Epilogue ? "epilogue" : "plain");
-    return Pl.Chosen == Way::Epilogue;
+                   WithC ? "+c" : "", double(EpiMs), double(PlainMs),
+                   Chosen == Way::Epilogue ? "epilogue" : "plain");
+    return Chosen == Way::Epilogue;
   }
   static constexpr int kTimedRuns = 3;
   static constexpr float kPlainMargin = 0.05f;
+  /// Whether ranks may compute replicated values that nothing reduces
+  /// after: a grid axis of more than one rank that is neither data
+  /// parallel (whose gradients are summed over it) nor pipeline parallel
+  /// (whose ranks hold other layers). Tensor parallel ranks compute the
+  /// row-parallel products' bias gradients each from the same dy.
+  bool replicatedAcrossRanks() const {
+    if (!P.axes())
+      return false;
+    for (const auto *Axis : *P.axes()) {
+      const std::string Name = Axis->name() ? Axis->name()->str() : "";
+      if (Axis->size() > 1 && Name != "dp" && Name != "pp")
+        return true;
+    }
+    return false;
+  }
 
   /// Row-major y[M,N] = x[M,K] w + bias in fp32, with one cuBLASLt
   /// product whose epilogue adds the bias as it writes y: no pass over y
@@ -1674,7 +1707,8 @@ private:
         ++EpilogueProducts;
         return true;
       };
-      if (Pl.Ok && epilogueChosen(Pl, Idx, Epilogue, Plain) && Epilogue())
+      if (Pl.Ok && epilogueChosen(Pl, Idx, false, Epilogue, Plain) &&
+          Epilogue())
         return;
     }
     Plain();
@@ -1748,7 +1782,7 @@ private:
       ++BiasGradEpilogues;
       return true;
     };
-    return epilogueChosen(Pl, Idx, Epilogue, Plain) && Epilogue();
+    return epilogueChosen(Pl, Idx, false, Epilogue, Plain) && Epilogue();
   }
 
   /// A bf16 plan's GEMM group on cuBLASLt alone: bf16 operands, bias and
@@ -1814,7 +1848,7 @@ private:
       return true;
     };
     return epilogueChosen(
-               Pl, Idx, Epilogue,
+               Pl, Idx, Residual, Epilogue,
                [&] { plainLinearBias(In, Idx, M, K, N, T, CopyX, CopyW); }) &&
            Epilogue();
   }
@@ -2428,13 +2462,15 @@ private:
     const char *P0 = static_cast<const char *>(Ptr[B]);
     return {P0, P0 + Bytes[B]};
   }
-  /// The memory of buffers \p Buffers: their storage and their bf16
-  /// copies.
-  std::vector<Range> memoryOf(const flatbuffers::Vector<uint32_t> &Buffers) const {
+  /// The memory instruction \p I reads (\p Written false) or writes of
+  /// buffers \p Buffers: their storage and the bf16 copies it reads or
+  /// writes.
+  std::vector<Range> liveMemoryOf(const flatbuffers::Vector<uint32_t> &Buffers,
+                                  uint32_t I, bool Written) const {
     std::vector<Range> R;
     for (uint32_t B : Buffers) {
       R.push_back(rangeOf(B));
-      if (const uint16_t *C = Copy[B])
+      if (const uint16_t *C = Written ? writeCopy(B, I) : readCopy(B, I))
         R.push_back({reinterpret_cast<const char *>(C),
                      reinterpret_cast<const char *>(C + numel(B))});
     }
@@ -3667,6 +3703,9 @@ private:
   /// those that kept the epilogue, and a call of each way summed over the
   /// shapes (runNotes).
   uint64_t EpiloguesTimed = 0, EpiloguesKept = 0;
+  /// Epilogues timed: EpilogueUse::Timed on a grid whose axes of more
+  /// than one rank are data or pipeline parallel (set with the device).
+  bool TimeEpilogues = false;
   double EpilogueTimedMs = 0, PlainTimedMs = 0;
   /// MEGAC_CUDA_BGRAD_EPILOGUE (biasGradEpilogueAsked).
   const bool BiasGradEpilogue = biasGradEpilogueAsked();
@@ -3714,7 +3753,10 @@ private:
   /// Column sums (bias gradients) run in two passes: chunks of
   /// kColumnRowsPer rows summed in parallel, in double, then the chunks'
   /// sums in order (a bias gradient has few columns and many rows).
-  static constexpr int64_t kColumnRowsPer = 64;
+  /// Chunks of 32 rows: a LayerNorm of 8192 rows of 1024 makes 65536
+  /// threads of four columns (two blocks an SM on an H100), whose parts
+  /// (2 MiB of doubles) are a sixteenth of what they read.
+  static constexpr int64_t kColumnRowsPer = 32;
   struct ColumnChunks {
     int64_t Outer, Chunks;
     unsigned Blocks;
