@@ -692,20 +692,82 @@ __device__ inline double warpSum(double V) {
   return V;
 }
 
+/// \p W values of row \p Row from column 0 (W = 4: one vector load).
+template <int W, class T>
+__device__ inline void loadColumns(const T *Row, float (&V)[W]) {
+  if constexpr (W == 4) {
+    const Vec4<T> L = *reinterpret_cast<const Vec4<T> *>(Row);
+#pragma unroll
+    for (int K = 0; K < 4; ++K)
+      V[K] = valueOf(L.V[K]);
+  } else {
+#pragma unroll
+    for (int K = 0; K < W; ++K)
+      V[K] = valueOf(Row[K]);
+  }
+}
+
+/// Whether a row kernel over \p Rows of \p H reads \p P four columns at
+/// a time (W = 4 below): each lane then loads 8 or 16 bytes at once, four
+/// times the bytes in flight of a lane's one value.
+template <class... T>
+__host__ __device__ inline bool rowsVec4(int64_t H, const T *...P) {
+  return H % 4 == 0 && vec4Aligned(P...);
+}
+/// The columns of a row lane \p Lane of a warp takes, W at a time: J,
+/// J + 1, ..., J + W - 1 for J = W Lane, W (Lane + 32), ...
+#define MEGAC_LANE_COLUMNS(J, W, Lane, H)                                      \
+  for (int64_t J = int64_t(Lane) * (W); J < (H); J += 32 * (W))
+
 /// Mean and 1 / sqrt(var + eps) of a row, in double (as the CPU's
-/// rowStats), by one warp: lane l sums columns l, l + 32, ...
-template <class T>
+/// rowStats), by one warp, each lane summing its columns
+/// (MEGAC_LANE_COLUMNS) in order, then the lanes' sums by warpSum.
+template <int W, class T>
 __device__ inline void rowStatsWarp(const T *Xr, int64_t H, double Eps,
                                     double &Mean, double &Inv) {
   const int64_t Lane = threadIdx.x % 32;
   double S = 0;
-  for (int64_t J = Lane; J < H; J += 32)
-    S += valueOf(Xr[J]);
+  MEGAC_LANE_COLUMNS(J, W, Lane, H) {
+    float V[W];
+    loadColumns<W>(Xr + J, V);
+#pragma unroll
+    for (int K = 0; K < W; ++K)
+      S += V[K];
+  }
   Mean = warpSum(S) / double(H);
-  double V = 0;
-  for (int64_t J = Lane; J < H; J += 32)
-    V += (valueOf(Xr[J]) - Mean) * (valueOf(Xr[J]) - Mean);
-  Inv = 1.0 / sqrt(warpSum(V) / double(H) + Eps);
+  double Q = 0;
+  MEGAC_LANE_COLUMNS(J, W, Lane, H) {
+    float V[W];
+    loadColumns<W>(Xr + J, V);
+#pragma unroll
+    for (int K = 0; K < W; ++K)
+      Q += (V[K] - Mean) * (V[K] - Mean);
+  }
+  Inv = 1.0 / sqrt(warpSum(Q) / double(H) + Eps);
+}
+
+/// layerNormKernel's rows, W columns a lane at a time.
+template <int W, class TX>
+__device__ inline void layerNormRows(const TX *X, int64_t Rows, int64_t H,
+                                     const float *Gamma, const float *Beta,
+                                     double Eps, float *Y,
+                                     const OutputStore &Store) {
+  const int64_t Lane = threadIdx.x % 32;
+  MEGAC_WARP_ROWS(R, Rows) {
+    const TX *Xr = X + R * H;
+    double Mean, Inv;
+    rowStatsWarp<W>(Xr, H, Eps, Mean, Inv);
+    MEGAC_LANE_COLUMNS(J, W, Lane, H) {
+      float V[W];
+      loadColumns<W>(Xr + J, V);
+#pragma unroll
+      for (int K = 0; K < W; ++K) {
+        const float N = float((V[K] - Mean) * Inv);
+        Store(Y, R * H + J + K,
+              Gamma ? N * Gamma[J + K] + Beta[J + K] : N);
+      }
+    }
+  }
 }
 
 /// y = (x - mean) / sqrt(var + eps) * gamma + beta per row; without
@@ -714,14 +776,52 @@ template <class TX>
 __global__ void layerNormKernel(const TX *X, int64_t Rows, int64_t H,
                                 const float *Gamma, const float *Beta,
                                 double Eps, float *Y, OutputStore Store) {
+  if (rowsVec4(H, X))
+    layerNormRows<4>(X, Rows, H, Gamma, Beta, Eps, Y, Store);
+  else
+    layerNormRows<1>(X, Rows, H, Gamma, Beta, Eps, Y, Store);
+}
+
+/// layerNormGradKernel's rows, W columns a lane at a time.
+template <int W, class TX, class TD, class TR>
+__device__ inline void layerNormGradRows(const TX *X, int64_t Rows, int64_t H,
+                                         const float *Gamma, const TD *DY,
+                                         double Eps, float *DX,
+                                         const OutputStore &Store,
+                                         const TR *Res) {
   const int64_t Lane = threadIdx.x % 32;
   MEGAC_WARP_ROWS(R, Rows) {
     const TX *Xr = X + R * H;
+    const TD *Dr = DY + R * H;
     double Mean, Inv;
-    rowStatsWarp(Xr, H, Eps, Mean, Inv);
-    for (int64_t J = Lane; J < H; J += 32) {
-      const float N = float((valueOf(Xr[J]) - Mean) * Inv);
-      Store(Y, R * H + J, Gamma ? N * Gamma[J] + Beta[J] : N);
+    rowStatsWarp<W>(Xr, H, Eps, Mean, Inv);
+    double SG = 0, SGX = 0;
+    MEGAC_LANE_COLUMNS(J, W, Lane, H) {
+      float Xv[W], Dv[W];
+      loadColumns<W>(Xr + J, Xv);
+      loadColumns<W>(Dr + J, Dv);
+#pragma unroll
+      for (int K = 0; K < W; ++K) {
+        const double G = double(Dv[K]) * Gamma[J + K];
+        SG += G;
+        SGX += G * (Xv[K] - Mean) * Inv;
+      }
+    }
+    const double SumG = warpSum(SG) / double(H);
+    const double SumGX = warpSum(SGX) / double(H);
+    MEGAC_LANE_COLUMNS(J, W, Lane, H) {
+      float Xv[W], Dv[W];
+      loadColumns<W>(Xr + J, Xv);
+      loadColumns<W>(Dr + J, Dv);
+#pragma unroll
+      for (int K = 0; K < W; ++K) {
+        const double G = double(Dv[K]) * Gamma[J + K];
+        const double Xh = (Xv[K] - Mean) * Inv;
+        float V = float(Inv * (G - SumG - Xh * SumGX));
+        if (Res)
+          V += valueOf(Res[R * H + J + K]);
+        Store(DX, R * H + J + K, V);
+      }
     }
   }
 }
@@ -734,29 +834,10 @@ __global__ void layerNormGradKernel(const TX *X, int64_t Rows, int64_t H,
                                     const float *Gamma, const TD *DY,
                                     double Eps, float *DX, OutputStore Store,
                                     const TR *Res) {
-  const int64_t Lane = threadIdx.x % 32;
-  MEGAC_WARP_ROWS(R, Rows) {
-    const TX *Xr = X + R * H;
-    const TD *Dr = DY + R * H;
-    double Mean, Inv;
-    rowStatsWarp(Xr, H, Eps, Mean, Inv);
-    double SG = 0, SGX = 0;
-    for (int64_t J = Lane; J < H; J += 32) {
-      const double G = double(valueOf(Dr[J])) * Gamma[J];
-      SG += G;
-      SGX += G * (valueOf(Xr[J]) - Mean) * Inv;
-    }
-    const double SumG = warpSum(SG) / double(H);
-    const double SumGX = warpSum(SGX) / double(H);
-    for (int64_t J = Lane; J < H; J += 32) {
-      const double G = double(valueOf(Dr[J])) * Gamma[J];
-      const double Xh = (valueOf(Xr[J]) - Mean) * Inv;
-      float V = float(Inv * (G - SumG - Xh * SumGX));
-      if (Res)
-        V += valueOf(Res[R * H + J]);
-      Store(DX, R * H + J, V);
-    }
-  }
+  if (rowsVec4(H, X) && rowsVec4(H, DY))
+    layerNormGradRows<4>(X, Rows, H, Gamma, DY, Eps, DX, Store, Res);
+  else
+    layerNormGradRows<1>(X, Rows, H, Gamma, DY, Eps, DX, Store, Res);
 }
 
 /// Softmax over the last dimension: max in float, sum in double.
@@ -1020,21 +1101,6 @@ constexpr int kRowBatch = 8;
 /// summed (in double) into Parts[c, j]; threads run along j (coalesced).
 /// X is fp32, or the bf16 copy of a tensor of bf16 values (T = uint16_t:
 /// half the bytes, the same sums).
-/// \p W values of row \p Row from column 0 (W = 4: one vector load).
-template <int W, class T>
-__device__ inline void loadColumns(const T *Row, float (&V)[W]) {
-  if constexpr (W == 4) {
-    const Vec4<T> L = *reinterpret_cast<const Vec4<T> *>(Row);
-#pragma unroll
-    for (int K = 0; K < 4; ++K)
-      V[K] = valueOf(L.V[K]);
-  } else {
-#pragma unroll
-    for (int K = 0; K < W; ++K)
-      V[K] = valueOf(Row[K]);
-  }
-}
-
 /// sumLeadingPartsKernel's work, \p W columns a thread (every array
 /// index a constant once unrolled: registers, not local memory).
 template <int W, class T>
@@ -1086,9 +1152,13 @@ __global__ void sumLeadingPartsKernel(const T *X, int64_t Outer, int64_t Inner,
 template <class TX>
 __global__ void rowStatsKernel(const TX *X, int64_t Rows, int64_t H, double Eps,
                                double *Stats) {
+  const bool Wide = rowsVec4(H, X); // as layerNormKernel reads X
   MEGAC_WARP_ROWS(R, Rows) {
     double Mean, Inv;
-    rowStatsWarp(X + R * H, H, Eps, Mean, Inv);
+    if (Wide)
+      rowStatsWarp<4>(X + R * H, H, Eps, Mean, Inv);
+    else
+      rowStatsWarp<1>(X + R * H, H, Eps, Mean, Inv);
     if (threadIdx.x % 32 == 0) {
       Stats[2 * R] = Mean;
       Stats[2 * R + 1] = Inv;
