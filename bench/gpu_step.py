@@ -36,9 +36,10 @@ megac's epilogue kernel instead of cuBLASLt's epilogues,
 MEGAC_CUDA_EPILOGUES=0, and `megac-epi` with cuBLASLt's epilogues
 wherever it has them, MEGAC_CUDA_EPILOGUES=1 (by default megac times
 both ways for each product shape at its first use and keeps the faster;
-the benchmark prints each shape's two times); `megac-sepdq` adds megac with each attention's
-dq from a kernel of its own instead of summed with atomics in dk and dv's
-pass, MEGAC_CUDA_DQ_ATOMICS=0; `megac-noparam` adds megac rounding its
+the benchmark prints each shape's two times, "+c" where the group adds a
+residual); `megac-sepdq` adds megac with each attention's dq from a
+kernel of its own instead of summed with atomics in dk and dv's pass,
+MEGAC_CUDA_DQ_ATOMICS=0; `megac-noparam` adds megac rounding its
 weights at each step's start instead of taking the bits the previous
 step's AdamW wrote, MEGAC_CUDA_PARAM_COPIES=0; `megac-tune` adds megac
 timing the algorithms cuBLASLt offers for each product shape and keeping
@@ -304,7 +305,7 @@ LT_CHOICE = re.compile(
 # megac-run's line for a product shape whose two ways it timed
 # (MEGAC_CUDA_EPILOGUES=timed with MEGAC_CUDA_LT_LOG=1).
 EPILOGUE_TIMED = re.compile(
-    r"megac-run: epilogue timed (\d+x\d+x\d+) (\w+): epilogue ([0-9.]+) ms, "
+    r"megac-run: epilogue timed (\d+x\d+x\d+) ([\w+]+): epilogue ([0-9.]+) ms, "
     r"plain ([0-9.]+) ms: (\w+)")
 
 

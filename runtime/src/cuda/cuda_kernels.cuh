@@ -48,18 +48,25 @@ inline unsigned rowBlocks(int64_t Rows) {
 
 //===-- Block reductions (every thread of the block calls them) ---------===//
 
+/// The sum of the warp's lanes' \p V, every lane the same bits (a
+/// butterfly: each step adds the same two values on both sides).
+__device__ inline double warpSum(double V) {
+  for (int Lanes = 16; Lanes > 0; Lanes /= 2)
+    V += __shfl_xor_sync(0xffffffffu, V, Lanes);
+  return V;
+}
+
 /// The sum of every thread's \p V, in double, returned to all threads. In
 /// blocks of whole warps (every launch here: kThreads), each warp sums by
 /// shuffles, then every thread sums the warps' sums in warp order: two
-/// barriers instead of a shared-memory tree's ten (the row kernels, a
-/// block a row of a LayerNorm or a softmax, run two to four of these per
-/// row). The butterfly leaves every lane with the same bits (each step
+/// barriers instead of a shared-memory tree's ten (the row kernels that
+/// take a block a row, a softmax's or the loss's, run two or three of
+/// these per row). The butterfly leaves every lane with the same bits (each step
 /// adds the same two values on both sides), and the order is fixed: the
 /// same bits every run.
 __device__ inline double blockSum(double V, double *Part) {
   if (blockDim.x % 32 == 0) {
-    for (int Lanes = 16; Lanes > 0; Lanes /= 2)
-      V += __shfl_xor_sync(0xffffffffu, V, Lanes);
+    V = warpSum(V);
     if (threadIdx.x % 32 == 0)
       Part[threadIdx.x / 32] = V;
     __syncthreads();
@@ -673,24 +680,15 @@ embeddingGradRowsKernel(const T *DY, int64_t Rows, int64_t H,
 
 //===-- Row kernels ----------------------------------------------------===//
 
-/// The LayerNorm kernels take a row a warp (kRowWarps rows a block): their
-/// reductions are shuffles alone, with no barrier, and a block holds 8 rows
-/// in flight where a block a row held 1 behind its barriers (the H100 ran
-/// those at 0.41-0.50 of its copy bandwidth). Launch warpRowBlocks(rows)
-/// blocks of kThreads.
-constexpr int kRowWarps = kThreads / 32;
+/// The LayerNorm kernels take a row a warp (kThreads / 32 rows a block):
+/// their reductions are shuffles alone (warpSum), with no barrier, and a
+/// block holds 8 rows in flight where a block a row held 1 behind its
+/// barriers (the H100 ran those at 0.41-0.50 of its copy bandwidth).
+/// Launch warpRowBlocks(rows) blocks of kThreads.
 inline unsigned warpRowBlocks(int64_t Rows) { return blocksFor(Rows * 32); }
 #define MEGAC_WARP_ROWS(R, Rows)                                               \
   for (int64_t R = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;      \
        R < (Rows); R += int64_t(gridDim.x) * blockDim.x / 32)
-
-/// The sum of the warp's lanes' \p V, every lane the same bits (a
-/// butterfly: each step adds the same two values on both sides).
-__device__ inline double warpSum(double V) {
-  for (int Lanes = 16; Lanes > 0; Lanes /= 2)
-    V += __shfl_xor_sync(0xffffffffu, V, Lanes);
-  return V;
-}
 
 /// \p W values of row \p Row from column 0 (W = 4: one vector load).
 template <int W, class T>
@@ -714,35 +712,46 @@ template <class... T>
 __host__ __device__ inline bool rowsVec4(int64_t H, const T *...P) {
   return H % 4 == 0 && vec4Aligned(P...);
 }
-/// The columns of a row lane \p Lane of a warp takes, W at a time: J,
-/// J + 1, ..., J + W - 1 for J = W Lane, W (Lane + 32), ...
-#define MEGAC_LANE_COLUMNS(J, W, Lane, H)                                      \
-  for (int64_t J = int64_t(Lane) * (W); J < (H); J += 32 * (W))
+/// Calls F(j, x[j]) (F(j, x[j], dy[j]) with \p Dr) for the columns j of
+/// row \p Xr that this lane of a warp takes, in order: j = W l, ...,
+/// W l + W - 1, then the same 32 W further on, for lane l (W = 4: one
+/// vector load a row each time).
+template <int W, class TX, class Fn>
+__device__ inline void forLaneColumns(const TX *Xr, int64_t H, Fn F) {
+  for (int64_t J = int64_t(threadIdx.x % 32) * W; J < H; J += 32 * W) {
+    float Xv[W];
+    loadColumns<W>(Xr + J, Xv);
+#pragma unroll
+    for (int K = 0; K < W; ++K)
+      F(J + K, Xv[K]);
+  }
+}
+template <int W, class TX, class TD, class Fn>
+__device__ inline void forLaneColumns(const TX *Xr, const TD *Dr, int64_t H,
+                                      Fn F) {
+  for (int64_t J = int64_t(threadIdx.x % 32) * W; J < H; J += 32 * W) {
+    float Xv[W], Dv[W];
+    loadColumns<W>(Xr + J, Xv);
+    loadColumns<W>(Dr + J, Dv);
+#pragma unroll
+    for (int K = 0; K < W; ++K)
+      F(J + K, Xv[K], Dv[K]);
+  }
+}
 
 /// Mean and 1 / sqrt(var + eps) of a row, in double (as the CPU's
-/// rowStats), by one warp, each lane summing its columns
-/// (MEGAC_LANE_COLUMNS) in order, then the lanes' sums by warpSum.
+/// rowStats), by one warp, each lane summing its columns (forLaneColumns)
+/// in order, then the lanes' sums by warpSum.
 template <int W, class T>
 __device__ inline void rowStatsWarp(const T *Xr, int64_t H, double Eps,
                                     double &Mean, double &Inv) {
-  const int64_t Lane = threadIdx.x % 32;
   double S = 0;
-  MEGAC_LANE_COLUMNS(J, W, Lane, H) {
-    float V[W];
-    loadColumns<W>(Xr + J, V);
-#pragma unroll
-    for (int K = 0; K < W; ++K)
-      S += V[K];
-  }
+  forLaneColumns<W>(Xr, H, [&](int64_t, float V) { S += V; });
   Mean = warpSum(S) / double(H);
+  const double M = Mean;
   double Q = 0;
-  MEGAC_LANE_COLUMNS(J, W, Lane, H) {
-    float V[W];
-    loadColumns<W>(Xr + J, V);
-#pragma unroll
-    for (int K = 0; K < W; ++K)
-      Q += (V[K] - Mean) * (V[K] - Mean);
-  }
+  forLaneColumns<W>(Xr, H,
+                    [&](int64_t, float V) { Q += (V - M) * (V - M); });
   Inv = 1.0 / sqrt(warpSum(Q) / double(H) + Eps);
 }
 
@@ -752,21 +761,13 @@ __device__ inline void layerNormRows(const TX *X, int64_t Rows, int64_t H,
                                      const float *Gamma, const float *Beta,
                                      double Eps, float *Y,
                                      const OutputStore &Store) {
-  const int64_t Lane = threadIdx.x % 32;
   MEGAC_WARP_ROWS(R, Rows) {
-    const TX *Xr = X + R * H;
     double Mean, Inv;
-    rowStatsWarp<W>(Xr, H, Eps, Mean, Inv);
-    MEGAC_LANE_COLUMNS(J, W, Lane, H) {
-      float V[W];
-      loadColumns<W>(Xr + J, V);
-#pragma unroll
-      for (int K = 0; K < W; ++K) {
-        const float N = float((V[K] - Mean) * Inv);
-        Store(Y, R * H + J + K,
-              Gamma ? N * Gamma[J + K] + Beta[J + K] : N);
-      }
-    }
+    rowStatsWarp<W>(X + R * H, H, Eps, Mean, Inv);
+    forLaneColumns<W>(X + R * H, H, [&](int64_t J, float V) {
+      const float N = float((V - Mean) * Inv);
+      Store(Y, R * H + J, Gamma ? N * Gamma[J] + Beta[J] : N);
+    });
   }
 }
 
@@ -789,40 +790,27 @@ __device__ inline void layerNormGradRows(const TX *X, int64_t Rows, int64_t H,
                                          double Eps, float *DX,
                                          const OutputStore &Store,
                                          const TR *Res) {
-  const int64_t Lane = threadIdx.x % 32;
   MEGAC_WARP_ROWS(R, Rows) {
     const TX *Xr = X + R * H;
     const TD *Dr = DY + R * H;
     double Mean, Inv;
     rowStatsWarp<W>(Xr, H, Eps, Mean, Inv);
     double SG = 0, SGX = 0;
-    MEGAC_LANE_COLUMNS(J, W, Lane, H) {
-      float Xv[W], Dv[W];
-      loadColumns<W>(Xr + J, Xv);
-      loadColumns<W>(Dr + J, Dv);
-#pragma unroll
-      for (int K = 0; K < W; ++K) {
-        const double G = double(Dv[K]) * Gamma[J + K];
-        SG += G;
-        SGX += G * (Xv[K] - Mean) * Inv;
-      }
-    }
+    forLaneColumns<W>(Xr, Dr, H, [&](int64_t J, float Xv, float Dv) {
+      const double G = double(Dv) * Gamma[J];
+      SG += G;
+      SGX += G * (Xv - Mean) * Inv;
+    });
     const double SumG = warpSum(SG) / double(H);
     const double SumGX = warpSum(SGX) / double(H);
-    MEGAC_LANE_COLUMNS(J, W, Lane, H) {
-      float Xv[W], Dv[W];
-      loadColumns<W>(Xr + J, Xv);
-      loadColumns<W>(Dr + J, Dv);
-#pragma unroll
-      for (int K = 0; K < W; ++K) {
-        const double G = double(Dv[K]) * Gamma[J + K];
-        const double Xh = (Xv[K] - Mean) * Inv;
-        float V = float(Inv * (G - SumG - Xh * SumGX));
-        if (Res)
-          V += valueOf(Res[R * H + J + K]);
-        Store(DX, R * H + J + K, V);
-      }
-    }
+    forLaneColumns<W>(Xr, Dr, H, [&](int64_t J, float Xv, float Dv) {
+      const double G = double(Dv) * Gamma[J];
+      const double Xh = (Xv - Mean) * Inv;
+      float V = float(Inv * (G - SumG - Xh * SumGX));
+      if (Res)
+        V += valueOf(Res[R * H + J]);
+      Store(DX, R * H + J, V);
+    });
   }
 }
 
@@ -834,7 +822,7 @@ __global__ void layerNormGradKernel(const TX *X, int64_t Rows, int64_t H,
                                     const float *Gamma, const TD *DY,
                                     double Eps, float *DX, OutputStore Store,
                                     const TR *Res) {
-  if (rowsVec4(H, X) && rowsVec4(H, DY))
+  if (rowsVec4(H, X, DY))
     layerNormGradRows<4>(X, Rows, H, Gamma, DY, Eps, DX, Store, Res);
   else
     layerNormGradRows<1>(X, Rows, H, Gamma, DY, Eps, DX, Store, Res);
@@ -1139,7 +1127,7 @@ __global__ void sumLeadingPartsKernel(const T *X, int64_t Outer, int64_t Inner,
                                       double *Parts) {
   // Four columns a thread where rows split into aligned groups of four;
   // each column sums its rows in the same order either way.
-  if (Inner % 4 == 0 && vec4Aligned(X))
+  if (rowsVec4(Inner, X))
     sumLeadingParts<4>(X, Outer, Inner, RowsPer, Chunks, Parts);
   else
     sumLeadingParts<1>(X, Outer, Inner, RowsPer, Chunks, Parts);
@@ -1220,7 +1208,7 @@ __global__ void
 layerNormGainPartsKernel(const TX *X, const TD *DY, const double *Stats,
                          int64_t Rows, int64_t H, int64_t RowsPer,
                          int64_t Chunks, double *Parts, double *BiasParts) {
-  if (H % 4 == 0 && vec4Aligned(X, DY))
+  if (rowsVec4(H, X, DY))
     layerNormGainParts<4>(X, DY, Stats, Rows, H, RowsPer, Chunks, Parts,
                           BiasParts);
   else

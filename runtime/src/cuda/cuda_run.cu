@@ -1387,19 +1387,38 @@ private:
     return false;
   }
 
-  /// Times each of \p Pl's candidate algorithms on these operands (a
-  /// run to warm up, then kTuneRuns; each writes D and the epilogue's
-  /// outputs anew, the same values, so the call that follows is
-  /// unaffected) and keeps the fastest; an algorithm that refuses to run
-  /// drops out. Waits for the device: the first step pays for it.
-  void tuneLt(LtPlan &Pl, const void *W, const void *X, const void *C,
-              void *D) {
-    constexpr int kTuneRuns = 3;
-    std::vector<cublasLtMatmulHeuristicResult_t> Candidates;
-    std::swap(Candidates, Pl.Candidates);
+  /// The device milliseconds a call of \p Run takes (Run returns whether
+  /// it ran): a call to warm up, then kTimedRuns between events on the
+  /// compute stream. Negative where a call did not run. Waits for the
+  /// device: the first step pays for what it times.
+  template <class RunFn> float msPerRun(RunFn &&Run) {
+    if (!Run())
+      return -1.0f;
     cudaEvent_t Begin, End;
     check(cudaEventCreate(&Begin), "cudaEventCreate");
     check(cudaEventCreate(&End), "cudaEventCreate");
+    check(cudaEventRecord(Begin, Compute), "cudaEventRecord");
+    bool Ran = true;
+    for (int T = 0; T < kTimedRuns && Ran; ++T)
+      Ran = Run();
+    check(cudaEventRecord(End, Compute), "cudaEventRecord");
+    check(cudaStreamSynchronize(Compute), "cudaStreamSynchronize");
+    float Ms = 0;
+    check(cudaEventElapsedTime(&Ms, Begin, End), "cudaEventElapsedTime");
+    cudaEventDestroy(Begin);
+    cudaEventDestroy(End);
+    return Ran ? Ms / kTimedRuns : -1.0f;
+  }
+  static constexpr int kTimedRuns = 3;
+
+  /// Times each of \p Pl's candidate algorithms on these operands
+  /// (msPerRun: each run writes D and the epilogue's outputs anew, the
+  /// same values, so the call that follows is unaffected) and keeps the
+  /// fastest; an algorithm that refuses to run drops out.
+  void tuneLt(LtPlan &Pl, const void *W, const void *X, const void *C,
+              void *D) {
+    std::vector<cublasLtMatmulHeuristicResult_t> Candidates;
+    std::swap(Candidates, Pl.Candidates);
     const float One = 1.0f, Zero = 0.0f;
     float Best = -1.0f, First = -1.0f;
     size_t Chosen = 0;
@@ -1414,27 +1433,16 @@ private:
                               &R.algo, Ws, R.workspaceSize,
                               Compute) == CUBLAS_STATUS_SUCCESS;
       };
-      if (!Run())
-        continue;
-      check(cudaEventRecord(Begin, Compute), "cudaEventRecord");
-      bool Ran = true;
-      for (int T = 0; T < kTuneRuns && Ran; ++T)
-        Ran = Run();
-      check(cudaEventRecord(End, Compute), "cudaEventRecord");
-      check(cudaStreamSynchronize(Compute), "cudaStreamSynchronize");
-      float Ms = 0;
-      check(cudaEventElapsedTime(&Ms, Begin, End), "cudaEventElapsedTime");
-      if (!Ran)
+      const float Ms = msPerRun(Run);
+      if (Ms < 0)
         continue;
       if (K == 0)
-        First = Ms / kTuneRuns;
-      if (Best < 0 || Ms / kTuneRuns < Best) {
-        Best = Ms / kTuneRuns;
+        First = Ms;
+      if (Best < 0 || Ms < Best) {
+        Best = Ms;
         Chosen = K;
       }
     }
-    cudaEventDestroy(Begin);
-    cudaEventDestroy(End);
     if (Best < 0)
       return; // none ran: the heuristic's first stays, and will say why
     Pl.Algo = Candidates[Chosen].algo;
@@ -1455,7 +1463,8 @@ private:
   /// memory it writes runs each way once to warm up, then kTimedRuns
   /// times, and the shape keeps the faster; the epilogue, unless the plain
   /// way is faster by more than kPlainMargin (timings a few percent apart
-  /// are noise, and the epilogue moves fewer bytes). The caller then runs
+  /// are noise, and the epilogue moves fewer bytes; msPerRun times each
+  /// way). The caller then runs
   /// the chosen way once more: the first step pays for the timing. A
   /// group that reads what it writes (a residual summed in place) is not
   /// repeatable: it takes the epilogue untimed, as the next of its shape
@@ -1483,35 +1492,16 @@ private:
     // Declined (cuBLASLt refused, Pl.Ok now false; or a pointer less
     // aligned than it was told, the shape left untimed): the caller runs
     // the plain way.
-    if (!Epilogue()) {
+    const float EpiMs = msPerRun(Epilogue);
+    if (EpiMs < 0) {
       restoreCounts();
       return false;
     }
-    Plain();
-    cudaEvent_t Marks[3];
-    for (cudaEvent_t &E : Marks)
-      check(cudaEventCreate(&E), "cudaEventCreate");
-    check(cudaEventRecord(Marks[0], Compute), "cudaEventRecord");
-    bool Ran = true;
-    for (int T = 0; T < kTimedRuns && Ran; ++T)
-      Ran = Epilogue();
-    check(cudaEventRecord(Marks[1], Compute), "cudaEventRecord");
-    for (int T = 0; T < kTimedRuns; ++T)
+    const float PlainMs = msPerRun([&] {
       Plain();
-    check(cudaEventRecord(Marks[2], Compute), "cudaEventRecord");
-    check(cudaStreamSynchronize(Compute), "cudaStreamSynchronize");
-    float EpiMs = 0, PlainMs = 0;
-    check(cudaEventElapsedTime(&EpiMs, Marks[0], Marks[1]),
-          "cudaEventElapsedTime");
-    check(cudaEventElapsedTime(&PlainMs, Marks[1], Marks[2]),
-          "cudaEventElapsedTime");
-    for (cudaEvent_t E : Marks)
-      cudaEventDestroy(E);
+      return true;
+    });
     restoreCounts();
-    if (!Ran) // refused after the first run: as a refusal
-      return false;
-    EpiMs /= kTimedRuns;
-    PlainMs /= kTimedRuns;
     Chosen = PlainMs < EpiMs * (1.0f - kPlainMargin) ? Way::Plain
                                                      : Way::Epilogue;
     ++EpiloguesTimed;
@@ -1529,7 +1519,6 @@ private:
                    Chosen == Way::Epilogue ? "epilogue" : "plain");
     return Chosen == Way::Epilogue;
   }
-  static constexpr int kTimedRuns = 3;
   static constexpr float kPlainMargin = 0.05f;
   /// Whether ranks may compute replicated values that nothing reduces
   /// after: a grid axis of more than one rank that is neither data
@@ -3703,10 +3692,10 @@ private:
   /// those that kept the epilogue, and a call of each way summed over the
   /// shapes (runNotes).
   uint64_t EpiloguesTimed = 0, EpiloguesKept = 0;
+  double EpilogueTimedMs = 0, PlainTimedMs = 0;
   /// Epilogues timed: EpilogueUse::Timed on a grid whose axes of more
   /// than one rank are data or pipeline parallel (set with the device).
   bool TimeEpilogues = false;
-  double EpilogueTimedMs = 0, PlainTimedMs = 0;
   /// MEGAC_CUDA_BGRAD_EPILOGUE (biasGradEpilogueAsked).
   const bool BiasGradEpilogue = biasGradEpilogueAsked();
   /// MEGAC_CUDA_DQ_ATOMICS (queryGradAtomicsAsked), and how many
