@@ -290,7 +290,10 @@ def megac_row(plan, args, knobs, profiled):
     ops = None
     if profiled:
         with open(profile) as f:
-            ops = json.load(f)["ops"]
+            prof = json.load(f)
+        # The steps the profile sums: the CUDA backend's leaves out its
+        # first (kernels loaded, products planned and timed).
+        ops = (prof["ops"], prof.get("steps", args.steps + 3))
     return (args.batch * args.seq / (sum(rates) / len(rates)), "", ops, host,
             (choices, timed))
 
@@ -399,10 +402,11 @@ COMPUTE_OPS = {"linear", "linear_bias", "linear_weight_grad", "matmul",
                "attention", "attention_grad"}
 
 
-def kernel_table(name, ops, peak, bandwidth, limit=12):
-    """megac's time per op (all steps, warm-up included) against the
+def kernel_table(name, ops, steps, peak, bandwidth, limit=12):
+    """megac's time per op over its \p steps profiled steps against the
     ceilings measured in this run."""
-    print(f"\nmegac per op, {name} (`megac-run --profile`; ceilings from this run):\n")
+    print(f"\nmegac per op, {name} (`megac-run --profile` over {steps} steps; "
+          "ceilings from this run):\n")
     print("| op | runs | ms | share | achieved | of ceiling |")
     print("|---|---:|---:|---:|---:|---:|")
     for op in ops[:limit]:
@@ -445,7 +449,7 @@ def megac_category(op):
 
 def category_table(name, torch_ms, megac_ops, megac_steps, limit=12):
     """torch.compile's and megac's milliseconds a step by category, side
-    by side (megac's over all its profiled steps, warm-up included), then
+    by side (megac's over its \p megac_steps profiled steps), then
     torch.compile's costliest kernels; returns the rows."""
     rows = []
     for cat in CATEGORIES:
@@ -454,8 +458,8 @@ def category_table(name, torch_ms, megac_ops, megac_steps, limit=12):
              / megac_steps if megac_ops else None)
         rows.append((cat, t, m))
     print(f"\ntorch.compile and megac by kind of kernel, {name} (ms a step: "
-          "torch.profiler over 2 steps; `megac-run --profile` over all its "
-          "steps):\n")
+          f"torch.profiler over 2 steps; `megac-run --profile` over "
+          f"{megac_steps}):\n")
     print("| kind | torch.compile ms | megac ms | megac / torch.compile |")
     print("|---|---:|---:|---:|")
     for cat, t, m in rows:
@@ -561,7 +565,7 @@ def main():
                     if timed:
                         epilogue_timings.append((f"{name} ({key})", timed))
                 if ops:
-                    profiles.append((f"{name} ({key})", ops))
+                    profiles.append((f"{name} ({key})",) + ops)
                     if key == "megac":
                         megac_ops_of[name] = ops
                 if host:
@@ -588,15 +592,15 @@ def main():
         print("|---|---:|---:|")
         for name, (issue, wait) in hosts:
             print(f"| {name} | {issue:.2f} | {wait:.2f} |")
-    for name, ops in profiles:
-        kernel_table(name, ops, peak, bandwidth)
+    for name, ops, steps in profiles:
+        kernel_table(name, ops, steps, peak, bandwidth)
     for name, lt in lt_choices:
         choices_table(name, lt)
     for name, timed in epilogue_timings:
         timed_table(name, timed)
     for name in models:
         if name in torch_kernels_of and name in megac_ops_of:
-            category_table(name, torch_kernels_of[name], megac_ops_of[name], args.steps + 3)
+            category_table(name, torch_kernels_of[name], *megac_ops_of[name])
 
 
 if __name__ == "__main__":

@@ -683,7 +683,8 @@ void profileFromTrace(const Executor &E, std::vector<double> &Ms,
 /// cost model's FLOPs and bytes, for rates), printed and written as JSON.
 bool writeProfile(const Options &O, const Setup &S, const std::string &Where,
                   const std::vector<double> &Ms,
-                  const std::vector<uint64_t> &Runs) {
+                  const std::vector<uint64_t> &Runs,
+                  const DeviceRun::ProfiledSteps &Span) {
   std::string Err;
   if (WorldRank == 0) {
     const RankProgram &RP = S.exec->rankProgram();
@@ -711,7 +712,10 @@ bool writeProfile(const Options &O, const Setup &S, const std::string &Where,
       return A.second.Ms > B.second.Ms;
     });
     std::string Json = "{\n  \"device\": \"" + Where + "\",\n  \"rank\": 0,\n"
-                       "  \"total_ms\": " + std::to_string(Total) +
+                       "  \"steps\": " + std::to_string(Span.Steps) +
+                       ",\n  \"first_step_left_out\": " +
+                       (Span.FirstLeftOut ? "true" : "false") +
+                       ",\n  \"total_ms\": " + std::to_string(Total) +
                        ",\n  \"ops\": [";
     for (size_t K = 0; K < Order.size(); ++K) {
       const OpSum &Sum = Order[K].second;
@@ -734,8 +738,14 @@ bool writeProfile(const Options &O, const Setup &S, const std::string &Where,
     if (!writeTextFile(O.profile, Json))
       Err = "cannot write the profile " + O.profile;
     if (Err.empty() && !O.quiet) {
-      std::printf("profile of rank 0 on %s: %.1f ms in %zu ops%s\n",
+      std::printf("profile of rank 0 on %s: %.1f ms in %zu ops over %lld "
+                  "step%s%s%s\n",
                   Where.c_str(), Total, Order.size(),
+                  static_cast<long long>(Span.Steps),
+                  Span.Steps == 1 ? "" : "s",
+                  Span.FirstLeftOut ? " (the first left out: it loads "
+                                      "kernels, plans and times products)"
+                                    : "",
                   Order.size() > 10 ? " (the costliest 10 below; all in the "
                                       "JSON)"
                                     : "");
@@ -752,8 +762,10 @@ bool writeProfile(const Options &O, const Setup &S, const std::string &Where,
       }
       if (O.backend == "cuda")
         std::printf("  (times are each op's own: collectives overlap compute "
-                    "and include waiting for peers; the first run of a "
-                    "kernel includes loading it)\n");
+                    "and include waiting for peers%s)\n",
+                    Span.FirstLeftOut ? ""
+                                      : "; the first run of a kernel "
+                                        "includes loading it");
       else
         std::printf("  (collectives include waiting for peers)\n");
       std::fflush(stdout);
@@ -925,8 +937,9 @@ public:
   }
   ~DeviceSession() { LiveDevice.store(nullptr); }
   void enableProfiling() { Run->enableProfiling(); }
-  void profile(std::vector<double> &Ms, std::vector<uint64_t> &Runs) const {
-    Run->profile(Ms, Runs);
+  DeviceRun::ProfiledSteps profile(std::vector<double> &Ms,
+                                   std::vector<uint64_t> &Runs) const {
+    return Run->profile(Ms, Runs);
   }
   DeviceSession(const DeviceSession &) = delete;
   DeviceSession &operator=(const DeviceSession &) = delete;
@@ -965,17 +978,19 @@ std::unique_ptr<DeviceSession> openDevice(Executor &E,
   return Dev;
 }
 
-/// --profile from the device's events, or from the executor's trace.
+/// --profile from the device's events (the steps after its first, where
+/// it ran more than one), or from the executor's trace (all \p StepsRun).
 bool writeDeviceOrHostProfile(const Options &O, const Setup &S,
-                              const DeviceSession *Dev) {
+                              const DeviceSession *Dev, int64_t StepsRun) {
   std::vector<double> Ms;
   std::vector<uint64_t> Runs;
+  DeviceRun::ProfiledSteps Span{StepsRun, false};
   if (Dev)
-    Dev->profile(Ms, Runs);
+    Span = Dev->profile(Ms, Runs);
   else
     profileFromTrace(*S.exec, Ms, Runs);
   return writeProfile(O, S, Dev ? Dev->device().deviceName() : "the CPU",
-                      Ms, Runs);
+                      Ms, Runs, Span);
 }
 
 int runTraining(const Options &O, Setup &S) {
@@ -1124,7 +1139,8 @@ int runTraining(const Options &O, Setup &S) {
   }
   if (!O.trace.empty() && !writeTrace(O, S))
     return 1;
-  if (!O.profile.empty() && !writeDeviceOrHostProfile(O, S, Dev.get()))
+  if (!O.profile.empty() && !writeDeviceOrHostProfile(O, S, Dev.get(),
+                                                       Last - First + 1))
     return 1;
   double MaxSec = 0;
   MPI_Allreduce(&TotalSec, &MaxSec, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
@@ -1185,7 +1201,7 @@ int runForwardOnDevice(const Options &O, Setup &S) {
        Dev->device().deviceName().c_str(),
        RP.instrs() ? RP.instrs()->size() : 0u, Ms,
        Dev->device().notes().c_str());
-  if (!O.profile.empty() && !writeDeviceOrHostProfile(O, S, Dev.get()))
+  if (!O.profile.empty() && !writeDeviceOrHostProfile(O, S, Dev.get(), 1))
     return 1;
   return reportForward(O, S);
 }
@@ -1561,7 +1577,7 @@ int runMain(int Argc, char **Argv) {
        Stats.instructions, Stats.collectives, MaxSec * 1e3);
   if (!O.trace.empty() && !writeTrace(O, S))
     return 1;
-  if (!O.profile.empty() && !writeDeviceOrHostProfile(O, S, nullptr))
+  if (!O.profile.empty() && !writeDeviceOrHostProfile(O, S, nullptr, 1))
     return 1;
   return reportForward(O, S);
 }

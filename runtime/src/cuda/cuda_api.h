@@ -63,6 +63,8 @@ template <class... Params, class... Args>
 void launchOn(cudaStream_t Stream, void (*Kernel)(Params...), unsigned Grid,
               unsigned Block, size_t SharedBytes, Args... A) {
 #ifdef MEGAC_CUDA_EMULATION
+  megac_emu::traceKernel(reinterpret_cast<const void *>(Kernel), {Grid, 1, 1},
+                         {Block, 1, 1});
   megac_emu::launch({Grid, 1, 1}, {Block, 1, 1}, SharedBytes, Stream,
                     [=] { Kernel(Params(A)...); });
 #else

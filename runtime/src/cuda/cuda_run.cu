@@ -16,6 +16,7 @@
 
 #include "device_run.h"
 #include "megac_rt/memory_plan.h"
+#include "megac_rt/plan_file.h"
 #include "plan_enums.h"
 #include "rng.h"
 
@@ -633,6 +634,8 @@ public:
            bool Training) override {
     using Clock = std::chrono::steady_clock;
     const Clock::time_point Started = Clock::now();
+    if (FirstStep < 0)
+      FirstStep = Step;
     CurMicro = Micro;
     CurTraining = Training;
     forgetAll();
@@ -651,6 +654,14 @@ public:
         // A run of AdamW, round_bf16 or sum_squares instructions goes in
         // one launch (the profile times it as its first instruction).
         RunEnd = runEnd(I, std::min(N, End), Training);
+#ifdef MEGAC_CUDA_EMULATION
+        if (megac_emu::tracing())
+          megac_emu::traceLine(
+              "instr " + std::to_string(I) + " " + opcodeName(In.op()) +
+              (RunEnd > I + 1 ? " x" + std::to_string(RunEnd - I) : "") +
+              " step " + std::to_string(Step) + " micro " +
+              std::to_string(Micro) + " " + (In.loc() ? In.loc()->str() : ""));
+#endif
         for (uint32_t K = I; K < RunEnd && !Coll; ++K)
           // their memory must be free of collectives in flight
           waitForCollectives(rangesOf(K, *RP.instrs()->Get(K)));
@@ -692,7 +703,7 @@ public:
     if (Progress)
       Progress(Oldest, true, ProgressCtx);
     check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
-    if (Step > 1) { // the first step loads kernels, plans products, grows
+    if (Step != FirstStep) { // the first loads kernels, plans products, grows
       using Ms = std::chrono::duration<double, std::milli>;
       HostIssueMs += Ms(Issued - Started).count();
       HostWaitMs += Ms(Clock::now() - Issued).count();
@@ -703,15 +714,21 @@ public:
     if (Progress)
       Progress(UINT32_MAX, false, ProgressCtx);
     checkFaults();
+    // The first step's times apart from the others' (profile()).
+    ProfileSums &Sums = Profiled[Step == FirstStep ? 0 : 1];
+    if (Profiling && Step != Sums.LastStep) {
+      Sums.LastStep = Step;
+      ++Sums.Steps;
+    }
     for (size_t K = 0; K < Timed.size(); ++K) {
       float Ms = 0;
       check(cudaEventElapsedTime(&Ms, Events[2 * K], Events[2 * K + 1]),
             "cudaEventElapsedTime");
       // A run in one launch: its time is its first instruction's, and
       // each of its instructions ran once.
-      InstrMs[Timed[K].first] += Ms;
+      Sums.Ms[Timed[K].first] += Ms;
       for (uint32_t J = Timed[K].first; J < Timed[K].second; ++J)
-        InstrRuns[J] += 1;
+        Sums.Runs[J] += 1;
     }
     Timed.clear();
   }
@@ -738,14 +755,19 @@ public:
   void enableProfiling() override {
     Profiling = true;
     const size_t N = RP.instrs() ? RP.instrs()->size() : 0;
-    InstrMs.assign(N, 0.0);
-    InstrRuns.assign(N, 0);
+    for (ProfileSums &Sums : Profiled) {
+      Sums.Ms.assign(N, 0.0);
+      Sums.Runs.assign(N, 0);
+    }
   }
 
-  void profile(std::vector<double> &Ms,
-               std::vector<uint64_t> &Runs) const override {
-    Ms = InstrMs;
-    Runs = InstrRuns;
+  ProfiledSteps profile(std::vector<double> &Ms,
+                        std::vector<uint64_t> &Runs) const override {
+    const bool Later = Profiled[1].Steps > 0;
+    const ProfileSums &Sums = Profiled[Later ? 1 : 0];
+    Ms = Sums.Ms;
+    Runs = Sums.Runs;
+    return {Sums.Steps, Later};
   }
 
   void abort() override {
@@ -2898,6 +2920,9 @@ private:
       const int First = Which < 0 ? Which : Steps.First;
       const std::array<std::pair<float *, OutputStore>, 3> Outs = {
           std::pair{Out, Store}, {O.Out2, O.Store2}, {O.Out3, O.Store3}};
+      if (Steps.Count == 3 && cudnnGradsInto(Q, K, V, DY, B, S, Hl, NH, Causal,
+                                             Dr, Scale, Copies, Outs))
+        return;
       if (cudnnAttention(Q, K, V, DY, B, S, Hl, NH, Causal, First, Dr, Scale,
                          Copies, Store, Out)) {
         for (int J = 1; J < Steps.Count; ++J)
@@ -3017,13 +3042,7 @@ private:
                       OutputStore Store, float *Out) {
     if (Dr.Rate > 0 || !Store.Round)
       return false;
-    SdpaShape Sh;
-    Sh.B = B;
-    Sh.S = S;
-    Sh.NH = NH;
-    Sh.D = Hl / NH;
-    Sh.Causal = Causal != 0;
-    Sh.Scale = Scale;
+    const SdpaShape Sh = sdpaShape(B, S, Hl, NH, Causal, Scale);
     const int64_t N = B * S * Hl;
     const uint16_t *Result = nullptr;
     if (Which < 0) {
@@ -3059,13 +3078,63 @@ private:
       launchOn(Compute, widenBf16Kernel, wideBlocks(N), kThreads, 0, Result, N,
                Out);
     RoundedAsWritten = true;
+    cudnnRan();
+    return true;
+  }
+  /// The shape of an attention of \p NH heads over [B, S, Hl] for cuDNN.
+  static SdpaShape sdpaShape(int64_t B, int64_t S, int64_t Hl, int64_t NH,
+                             int Causal, float Scale) {
+    SdpaShape Sh;
+    Sh.B = B;
+    Sh.S = S;
+    Sh.NH = NH;
+    Sh.D = Hl / NH;
+    Sh.Causal = Causal != 0;
+    Sh.Scale = Scale;
+    return Sh;
+  }
+  /// Counts an attention step run on cuDNN, saying so at the first.
+  void cudnnRan() {
     if (CudnnSteps++ == 0)
       std::fprintf(stderr,
                    "megac-run: attention steps run on cuDNN "
                    "(MEGAC_CUDA_ATTENTION=%s; mma: megac's own kernels)\n",
                    AttentionKind.c_str());
+  }
+  /// dq, dk and dv of one attention (which = 4) on cuDNN, its backward
+  /// writing them straight into the outputs' bf16 bits (widened into their
+  /// fp32 buffers where they have them): no copy out of the kept state,
+  /// three reads and writes of q's size saved per attention. False where
+  /// an output has no bits to write (it is not rounded, or has no copy) or
+  /// cuDNN does not apply (as cudnnAttention): the steps then run one by
+  /// one.
+  bool cudnnGradsInto(const float *Q, const float *K, const float *V,
+                      const float *DY, int64_t B, int64_t S, int64_t Hl,
+                      int64_t NH, int Causal, const AttnDropout &Dr,
+                      float Scale,
+                      const AttentionCopies &Copies,
+                      const std::array<std::pair<float *, OutputStore>, 3> &Outs) {
+    std::array<uint16_t *, 3> Into{};
+    for (int J = 0; J < 3; ++J) {
+      if (!Outs[J].second.Round || !Outs[J].second.Bits)
+        return false;
+      Into[J] = Outs[J].second.Bits;
+    }
+    if (Dr.Rate > 0)
+      return false;
+    const SdpaShape Sh = sdpaShape(B, S, Hl, NH, Causal, Scale);
+    if (!keptCudnn(Sh, Q, K, V, DY, Causal, Dr, Copies, &Into))
+      return false;
+    const int64_t N = B * S * Hl;
+    for (int J = 0; J < 3; ++J)
+      if (Outs[J].first)
+        launchOn(Compute, widenBf16Kernel, wideBlocks(N), kThreads, 0,
+                 static_cast<const uint16_t *>(Into[J]), N, Outs[J].first);
+    RoundedAsWritten = true;
+    cudnnRan();
     return true;
   }
+
   /// Whether cuDNN did what was asked (\p Why empty); says each new
   /// reason it gives for not doing it once.
   bool cudnnDid(const std::string &Why) {
@@ -3474,17 +3543,21 @@ private:
 
   /// The kept state of one attention's gradient steps on cuDNN: q, k, v
   /// and dy in bf16 (copies, or packed), the forward's y and rows'
-  /// log-sum-exp, and the three gradients (null: cuDNN declined).
+  /// log-sum-exp, and the three gradients (null: cuDNN declined). With
+  /// \p Into, the gradients go there instead, once, and nothing is kept
+  /// (cudnnGradsInto: every step of the attention is in the one call).
   const KeptAttention *keptCudnn(const SdpaShape &Sh, const float *Q,
                                  const float *K, const float *V,
                                  const float *DY, int Causal,
                                  const AttnDropout &Dr,
-                                 const AttentionCopies &Copies) {
+                                 const AttentionCopies &Copies,
+                                 const std::array<uint16_t *, 3> *Into =
+                                     nullptr) {
     const int64_t Rows = Sh.B * Sh.NH * Sh.S, N = Sh.B * Sh.S * Sh.NH * Sh.D;
     const std::vector<int64_t> Key =
         keptKey(Q, K, V, DY, Sh.B, Sh.S, Sh.NH * Sh.D, Sh.NH, Causal, Sh.D, Dr,
                 Copies, 2);
-    if (Kept.Valid && Kept.Key == Key)
+    if (!Into && Kept.Valid && Kept.Key == Key)
       return &Kept;
     Kept.Valid = false;
     // Stats, then 4 inputs, y and 3 gradients in bf16 (16-byte aligned).
@@ -3497,7 +3570,7 @@ private:
     packMissing(In16, {Q, K, V, DY}, N, [&] { return Bf16; });
     uint16_t *Y16 = Bf16 + 4 * N;
     for (int J = 0; J < 3; ++J)
-      Kept.Grad16[J] = Bf16 + (5 + J) * N;
+      Kept.Grad16[J] = Into ? (*Into)[size_t(J)] : Bf16 + (5 + J) * N;
     const uint16_t *Y = Y16;
     if (const ForwardKept *F =
             keptForward(Q, K, V, Sh.B, Sh.S, Sh.NH * Sh.D, Sh.NH, Causal, Sh.D,
@@ -3519,6 +3592,8 @@ private:
                                   Kept.Stats, Kept.Grad16[0], Kept.Grad16[1],
                                   Kept.Grad16[2], Compute)))
       return nullptr;
+    if (Into) // the gradients are the outputs': nothing to keep
+      return &Kept;
     keepAttentionInputs({Q, K, V, DY}, Copies, N, Key);
     return &Kept;
   }
@@ -3862,12 +3937,19 @@ private:
   /// Device flags, one per kFault* kind.
   int *Faults = nullptr;
   /// Profiling: the event pool, the instructions timed in this run, and
-  /// the sums per instruction.
+  /// the sums per instruction, of the first step and of the later ones.
   bool Profiling = false;
   std::vector<cudaEvent_t> Events;
   std::vector<std::pair<uint32_t, uint32_t>> Timed; // [first, end) a launch
-  std::vector<double> InstrMs;
-  std::vector<uint64_t> InstrRuns;
+  struct ProfileSums {
+    std::vector<double> Ms;
+    std::vector<uint64_t> Runs;
+    int64_t Steps = 0, LastStep = -1;
+  } Profiled[2];
+  /// The step of the first run() (-1: none yet): it loads kernels, plans
+  /// and times products and grows scratch, so the host's times and the
+  /// profile leave it out.
+  int64_t FirstStep = -1;
   void (*Progress)(uint32_t, bool, void *);
   bool (*TransferFn)(int, int64_t, void *, size_t, bool, void *);
   /// Pipelines: the buffers kept per micro-batch in flight, their address

@@ -60,9 +60,17 @@ public:
   /// serialize nothing, but cost a little): see profile().
   virtual void enableProfiling() = 0;
   /// Per instruction of the rank program: milliseconds on the device and
-  /// runs, summed since enableProfiling().
-  virtual void profile(std::vector<double> &Ms,
-                       std::vector<uint64_t> &Runs) const = 0;
+  /// runs, summed since enableProfiling() over the steps after the first
+  /// this device ran (which loads kernels, plans and times products and
+  /// grows scratch: not what a step costs), or over the first where it
+  /// ran no other. Returns the steps summed, and whether the first was
+  /// left out.
+  struct ProfiledSteps {
+    int64_t Steps = 0;
+    bool FirstLeftOut = false;
+  };
+  virtual ProfiledSteps profile(std::vector<double> &Ms,
+                                std::vector<uint64_t> &Runs) const = 0;
   /// Aborts the communicators (ncclCommAbort), so that a rank the
   /// launcher's watchdog ends does not hang in a collective on its way
   /// out. May be called from another thread while run() waits.

@@ -2,6 +2,7 @@
 
 #include "cuda_emu.h"
 
+#include <cxxabi.h>
 #include <dlfcn.h>
 #include <ucontext.h>
 #include <unistd.h>
@@ -344,6 +345,52 @@ void launch(Dim3 Grid, Dim3 Block, size_t SharedBytes, cudaStream_t S,
   submit(S, [=] { launchNow(Grid, Block, SharedBytes, Body); });
 }
 
+bool tracing() {
+  static const bool On = knob("MEGAC_CUDA_EMU_TRACE", {"0", "1"}) == "1";
+  return On;
+}
+
+void traceLine(const std::string &Line) {
+  if (tracing())
+    std::fprintf(stderr, "megac-emu: %s\n", Line.c_str());
+}
+
+void traceKernel(const void *Fn, Dim3 Grid, Dim3 Block) {
+  if (!tracing())
+    return;
+  std::string Name = "?";
+  Dl_info Info{};
+  if (::dladdr(Fn, &Info) && Info.dli_sname) {
+    int Status = 0;
+    char *Plain =
+        abi::__cxa_demangle(Info.dli_sname, nullptr, nullptr, &Status);
+    Name = Status == 0 && Plain ? Plain : Info.dli_sname;
+    std::free(Plain);
+    // "void ns::name<T>(params)" -> "name<T>": the parameters start at the
+    // first '(' outside template arguments, the name after the last "::"
+    // before it, after the return type's space.
+    int Depth = 0;
+    size_t Open = Name.size();
+    for (size_t I = 0; I < Name.size() && Open == Name.size(); ++I) {
+      Depth += Name[I] == '<';
+      Depth -= Name[I] == '>';
+      if (Name[I] == '(' && Depth == 0)
+        Open = I;
+    }
+    Name.resize(Open);
+    const size_t Angle = std::min(Name.find('<'), Name.size());
+    const size_t Scope = Name.rfind("::", Angle);
+    const size_t Space = Name.rfind(' ', Angle);
+    const size_t From =
+        Scope != std::string::npos ? Scope + 2
+        : Space != std::string::npos ? Space + 1
+                                     : 0;
+    Name = Name.substr(From);
+  }
+  traceLine("kernel " + Name + " " + std::to_string(Grid.x * Grid.y * Grid.z) +
+            "x" + std::to_string(Block.x * Block.y * Block.z));
+}
+
 namespace {
 
 //===-- Modules compiled from source -----------------------------------===//
@@ -563,6 +610,8 @@ cudaError_t cudaStreamSynchronize(cudaStream_t S) {
 
 cudaError_t cudaMemcpyAsync(void *Dst, const void *Src, size_t Bytes,
                             cudaMemcpyKind Kind, cudaStream_t S) {
+  if (Kind == cudaMemcpyDeviceToDevice)
+    megac_emu::traceLine("copy " + std::to_string(Bytes) + " bytes");
   if (Kind == cudaMemcpyHostToDevice) {
     // Pageable host memory is staged before the call returns: the caller
     // may reuse it at once.
@@ -577,6 +626,7 @@ cudaError_t cudaMemcpyAsync(void *Dst, const void *Src, size_t Bytes,
 
 cudaError_t cudaMemsetAsync(void *Ptr, int Value, size_t Bytes,
                             cudaStream_t S) {
+  megac_emu::traceLine("fill " + std::to_string(Bytes) + " bytes");
   submit(S, [=] { std::memset(Ptr, Value, Bytes); });
   return cudaSuccess;
 }
@@ -616,6 +666,9 @@ CUresult cuLaunchKernel(CUfunction F, unsigned GridX, unsigned GridY,
                         unsigned BlockZ, unsigned SharedBytes, CUstream Stream,
                         void **Args, void **) {
   auto *Mod = reinterpret_cast<Module *>(F);
+  megac_emu::traceLine("kernel " + Mod->Name + " " +
+                       std::to_string(GridX * GridY * GridZ) + "x" +
+                       std::to_string(BlockX * BlockY * BlockZ));
   // The argument array points at the caller's variables: copy the values
   // now (as CUDA does), the launch may run later.
   auto Values = std::make_shared<std::vector<uint64_t>>(Mod->Params);
@@ -720,6 +773,21 @@ std::vector<float> widenOperand(const void *X, cudaDataType_t T, size_t N) {
 }
 } // namespace
 
+/// traceLine "product <m>x<n>x<k>[x<batch>] <in>-><out>[ <epilogue>]",
+/// column-major as cuBLAS sees it.
+void traceProduct(int M, int N, int K, int Batch, cudaDataType_t In,
+                  cudaDataType_t Out, const char *Epilogue = "") {
+  if (!megac_emu::tracing())
+    return;
+  auto Type = [](cudaDataType_t T) {
+    return T == CUDA_R_16BF ? "bf16" : "fp32";
+  };
+  megac_emu::traceLine(
+      "product " + std::to_string(M) + "x" + std::to_string(N) + "x" +
+      std::to_string(K) + (Batch > 1 ? "x" + std::to_string(Batch) : "") +
+      " " + Type(In) + "->" + Type(Out) + (*Epilogue ? " " : "") + Epilogue);
+}
+
 cublasStatus_t cublasSgemmStridedBatched(
     cublasHandle_t H, cublasOperation_t TransA, cublasOperation_t TransB, int M,
     int N, int K, const float *Alpha, const float *A, int Lda,
@@ -732,6 +800,7 @@ cublasStatus_t cublasSgemmStridedBatched(
       Lda < std::max(1, TransA == CUBLAS_OP_N ? M : K) ||
       Ldb < std::max(1, TransB == CUBLAS_OP_N ? K : N) || Ldc < std::max(1, M))
     return CUBLAS_STATUS_INVALID_VALUE;
+  traceProduct(M, N, K, BatchCount, CUDA_R_32F, CUDA_R_32F);
   megac_emu::submit(H->Stream, [=] {
     gemmNow(H, TransA, TransB, M, N, K, &Al, A, Lda, StrideA, B, Ldb, StrideB,
             &Be, C, Ldc, StrideC, BatchCount);
@@ -771,6 +840,7 @@ cublasStatus_t cublasGemmEx(cublasHandle_t H, cublasOperation_t TransA,
   const float Al = *static_cast<const float *>(Alpha),
               Be = *static_cast<const float *>(Beta);
   const bool Slow = emuSlow(/*Epilogue=*/false);
+  traceProduct(M, N, K, 1, TypeA, TypeC);
   megac_emu::submit(H->Stream, [=] {
     if (Slow)
       std::this_thread::sleep_for(kEmuSlowMs);
@@ -1133,6 +1203,16 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t Desc,
   const float Alf = *static_cast<const float *>(Alpha),
               Bet = *static_cast<const float *>(Beta);
   const bool Slow = emuSlow(Op.Epilogue != CUBLASLT_EPILOGUE_DEFAULT);
+  if (megac_emu::tracing()) {
+    std::string Names;
+    for (auto [On, Name] : {std::pair{E.Bias, "bias"}, {E.Gelu, "gelu"},
+                            {E.Aux && !E.DGelu, "aux"}, {E.DGelu, "dgelu"},
+                            {E.BGradA, "bgrada"}, {E.BGradB, "bgradb"},
+                            {Bet != 0.0f, "c"}})
+      if (On)
+        Names += (Names.empty() ? "" : "+") + std::string(Name);
+    traceProduct(M, N, K, 1, La.Type, Ld.Type, Names.c_str());
+  }
   megac_emu::submit(Stream, [=] {
     if (Slow)
       std::this_thread::sleep_for(kEmuSlowMs);

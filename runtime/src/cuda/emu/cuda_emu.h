@@ -129,6 +129,19 @@ void launch(Dim3 Grid, Dim3 Block, size_t SharedBytes, cudaStream_t S,
 /// Runs \p Work on stream \p S: now, or queued (see Streams above).
 void submit(cudaStream_t S, std::function<void()> Work);
 
+/// MEGAC_CUDA_EMU_TRACE=1: the emulation writes a line on stderr for each
+/// kernel launch, product and device copy or fill as the host issues it,
+/// and the backend one for each instruction before its work (traceLine):
+/// what a step launches, and on how many elements, countable without a
+/// GPU (scripts/launch_summary.py totals it by instruction).
+bool tracing();
+/// Writes "megac-emu: <Line>" on stderr where tracing().
+void traceLine(const std::string &Line);
+/// traceLine "kernel <name> <grid>x<block>" for a launch of \p Fn, named
+/// as the library's symbol table names it (demangled, without namespace
+/// or parameters: "widenBf16Kernel", "linearEpilogueKernel<float>").
+void traceKernel(const void *Fn, Dim3 Grid, Dim3 Block);
+
 /// The value of the emulation's environment knob \p Name: one of \p
 /// Choices, the first where it is unset or empty; any other value ends
 /// the process (exit status 2) with a message saying what is expected.

@@ -8,6 +8,7 @@ import sys
 with open(sys.argv[1]) as f:
     d = json.load(f)
 ops = d["ops"]
+print(f'steps: {d["steps"]}, first step left out: {d["first_step_left_out"]}')
 for op in sorted(ops, key=lambda o: o["op"]):
     print(f'{op["op"]}: {op["instructions"]} instructions, {op["runs"]} runs')
     if op["ms"] > 0:
