@@ -160,57 +160,6 @@ __global__ void geluKernel(const float *X, int64_t N, float *Y) {
   MEGAC_GRID_LOOP(I, N) Y[I] = megac_gelu(X[I]);
 }
 
-/// linear_bias's epilogue where cuBLASLt applies none, over the fp32
-/// product T of \p N elements in rows of \p Cols: s = t + bias (+ the
-/// residual \p Res, fp32 or bf16 bits, where not null); the GeLU's input
-/// pre = s; y = GeLU(s) (\p Gelu) or s; each rounded to bf16 when \p Round
-/// (from the fp32 s, as the epilogue rounds), stored in fp32 (Y, Pre) and
-/// as bf16 bits (Y16, Pre16) where not null. T may be Y or Pre.
-template <class ResT>
-__global__ void
-linearEpilogueKernel(const float *T, int64_t N, const float *Bias, int64_t Cols,
-                     int Gelu, int Round, float *Y, uint16_t *Y16, float *Pre,
-                     uint16_t *Pre16, const ResT *Res) {
-  MEGAC_GRID_LOOP(I, N) {
-    float S = T[I] + Bias[I % Cols];
-    if (Res)
-      S += valueOf(Res[I]);
-    const float P = Round ? megac_round_bf16(S) : S;
-    const float V = Gelu ? megac_gelu(S) : S;
-    const float R = Round ? megac_round_bf16(V) : V;
-    if (Pre)
-      Pre[I] = P;
-    if (Pre16)
-      Pre16[I] = uint16_t(__float_as_uint(P) >> 16);
-    if (Y)
-      Y[I] = R;
-    if (Y16)
-      Y16[I] = uint16_t(__float_as_uint(R) >> 16);
-  }
-}
-
-/// linear_gelu_grad's epilogue where cuBLASLt applies none: GeLU's
-/// gradient at the kept input \p X (fp32, or bf16 bits) with the fp32
-/// product \p DY as the output gradient, rounded to bf16 when \p Round,
-/// stored in fp32 (Y) and as bf16 bits (Y16) where not null. DY may be Y.
-template <class T>
-__global__ void geluGradEpilogueKernel(const T *X, const float *DY, int64_t N,
-                                       int Round, float *Y, uint16_t *Y16) {
-  MEGAC_GRID_LOOP(I, N) {
-    const float V = megac_gelu_grad(valueOf(X[I]), DY[I]);
-    const float R = Round ? megac_round_bf16(V) : V;
-    if (Y)
-      Y[I] = R;
-    if (Y16)
-      Y16[I] = uint16_t(__float_as_uint(R) >> 16);
-  }
-}
-
-__global__ void geluGradKernel(const float *X, const float *DY, int64_t N,
-                               float *DX) {
-  MEGAC_GRID_LOOP(I, N) DX[I] = megac_gelu_grad(X[I], DY[I]);
-}
-
 /// Four values of T in one aligned access.
 template <class T> struct alignas(4 * sizeof(T)) Vec4 { T V[4]; };
 
@@ -218,6 +167,130 @@ template <class T> struct alignas(4 * sizeof(T)) Vec4 { T V[4]; };
 template <class... T>
 __host__ __device__ inline bool vec4Aligned(const T *...P) {
   return ((reinterpret_cast<uintptr_t>(P) % sizeof(Vec4<T>) == 0) && ...);
+}
+
+/// I % Cols, in 32 bits where \p Small (every index below 2^32): a 64-bit
+/// remainder is a long instruction sequence on a GPU, once per element.
+__device__ __forceinline__ int64_t columnOf(int64_t I, int64_t Cols,
+                                            bool Small) {
+  return Small ? int64_t(uint32_t(I) % uint32_t(Cols)) : I % Cols;
+}
+
+/// linear_bias's epilogue where cuBLASLt applies none, over the fp32
+/// product T of \p N elements in rows of \p Cols: s = t + bias (fp32, or
+/// bf16 bits) (+ the residual \p Res, fp32 or bf16 bits, where not null);
+/// the GeLU's input pre = s; y = GeLU(s) (\p Gelu) or s; each rounded to
+/// bf16 when \p Round (from the fp32 s, as the epilogue rounds), stored in
+/// fp32 (Y, Pre) and as bf16 bits (Y16, Pre16) where not null. T may be Y
+/// or Pre. Four elements a thread where the rows and pointers allow (a
+/// pass over memory: wide accesses keep it at the copy bandwidth); launch
+/// with wideBlocks(N).
+template <class ResT, class BiasT = float>
+__global__ void
+linearEpilogueKernel(const float *T, int64_t N, const BiasT *Bias,
+                     int64_t Cols, int Gelu, int Round, float *Y,
+                     uint16_t *Y16, float *Pre, uint16_t *Pre16,
+                     const ResT *Res) {
+  const bool Small = N <= int64_t(UINT32_MAX);
+  // One element: the GeLU's input P and the result R, as stored.
+  auto Value = [&](float S, float &P, float &R) {
+    P = Round ? megac_round_bf16(S) : S;
+    const float V = Gelu ? megac_gelu(S) : S;
+    R = Round ? megac_round_bf16(V) : V;
+  };
+  auto Bits = [](float V) { return uint16_t(__float_as_uint(V) >> 16); };
+  const bool Wide = Cols % 4 == 0 && vec4Aligned(T, Y, Pre) &&
+                    vec4Aligned(Y16, Pre16) && vec4Aligned(Bias) &&
+                    vec4Aligned(Res);
+  const int64_t Groups = Wide ? N / 4 : 0;
+  MEGAC_GRID_LOOP(G, Groups) {
+    const int64_t I = 4 * G;
+    const Vec4<float> Tv = reinterpret_cast<const Vec4<float> *>(T)[G];
+    const Vec4<BiasT> Bv =
+        *reinterpret_cast<const Vec4<BiasT> *>(Bias + columnOf(I, Cols, Small));
+    Vec4<ResT> Rv{};
+    if (Res)
+      Rv = reinterpret_cast<const Vec4<ResT> *>(Res)[G];
+    Vec4<float> Pv, Yv;
+    Vec4<uint16_t> P16, R16;
+    for (int K = 0; K < 4; ++K) {
+      float S = Tv.V[K] + valueOf(Bv.V[K]);
+      if (Res)
+        S += valueOf(Rv.V[K]);
+      Value(S, Pv.V[K], Yv.V[K]);
+      P16.V[K] = Bits(Pv.V[K]);
+      R16.V[K] = Bits(Yv.V[K]);
+    }
+    if (Pre)
+      reinterpret_cast<Vec4<float> *>(Pre)[G] = Pv;
+    if (Pre16)
+      reinterpret_cast<Vec4<uint16_t> *>(Pre16)[G] = P16;
+    if (Y)
+      reinterpret_cast<Vec4<float> *>(Y)[G] = Yv;
+    if (Y16)
+      reinterpret_cast<Vec4<uint16_t> *>(Y16)[G] = R16;
+  }
+  MEGAC_GRID_LOOP(J, N - 4 * Groups) {
+    const int64_t I = 4 * Groups + J;
+    float S = T[I] + valueOf(Bias[columnOf(I, Cols, Small)]);
+    if (Res)
+      S += valueOf(Res[I]);
+    float P, R;
+    Value(S, P, R);
+    if (Pre)
+      Pre[I] = P;
+    if (Pre16)
+      Pre16[I] = Bits(P);
+    if (Y)
+      Y[I] = R;
+    if (Y16)
+      Y16[I] = Bits(R);
+  }
+}
+
+/// linear_gelu_grad's epilogue where cuBLASLt applies none: GeLU's
+/// gradient at the kept input \p X (fp32, or bf16 bits) with the fp32
+/// product \p DY as the output gradient, rounded to bf16 when \p Round,
+/// stored in fp32 (Y) and as bf16 bits (Y16) where not null. DY may be Y.
+/// Four elements a thread where the pointers allow; launch with
+/// wideBlocks(N).
+template <class T>
+__global__ void geluGradEpilogueKernel(const T *X, const float *DY, int64_t N,
+                                       int Round, float *Y, uint16_t *Y16) {
+  auto Grad = [&](T Xv, float Dv) {
+    const float V = megac_gelu_grad(valueOf(Xv), Dv);
+    return Round ? megac_round_bf16(V) : V;
+  };
+  auto Bits = [](float V) { return uint16_t(__float_as_uint(V) >> 16); };
+  const bool Wide = vec4Aligned(X) && vec4Aligned(DY, Y) && vec4Aligned(Y16);
+  const int64_t Groups = Wide ? N / 4 : 0;
+  MEGAC_GRID_LOOP(G, Groups) {
+    const Vec4<T> Xv = reinterpret_cast<const Vec4<T> *>(X)[G];
+    const Vec4<float> Dv = reinterpret_cast<const Vec4<float> *>(DY)[G];
+    Vec4<float> Rv;
+    Vec4<uint16_t> R16;
+    for (int K = 0; K < 4; ++K) {
+      Rv.V[K] = Grad(Xv.V[K], Dv.V[K]);
+      R16.V[K] = Bits(Rv.V[K]);
+    }
+    if (Y)
+      reinterpret_cast<Vec4<float> *>(Y)[G] = Rv;
+    if (Y16)
+      reinterpret_cast<Vec4<uint16_t> *>(Y16)[G] = R16;
+  }
+  MEGAC_GRID_LOOP(J, N - 4 * Groups) {
+    const int64_t I = 4 * Groups + J;
+    const float R = Grad(X[I], DY[I]);
+    if (Y)
+      Y[I] = R;
+    if (Y16)
+      Y16[I] = Bits(R);
+  }
+}
+
+__global__ void geluGradKernel(const float *X, const float *DY, int64_t N,
+                               float *DX) {
+  MEGAC_GRID_LOOP(I, N) DX[I] = megac_gelu_grad(X[I], DY[I]);
 }
 
 /// Y[i] = F(X[i]) over N elements, four at a time where X and Y are

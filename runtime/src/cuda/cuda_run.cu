@@ -1641,7 +1641,7 @@ private:
       colGemm(T ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, f(W),
               T ? K : N, f(X), K, 0.0f, Out, N, bf16Operands(In), CopyW, CopyX);
     auto epilogue = [&](auto *R) {
-      launchOn(Compute, linearEpilogueKernel<Elem<decltype(R)>>, blocksFor(NY),
+      launchOn(Compute, linearEpilogueKernel<Elem<decltype(R)>>, wideBlocks(NY),
                kThreads, 0, static_cast<const float *>(Out), NY,
                static_cast<const float *>(f(Bias)), N, int(Gelu), int(Round),
                f(Y), Round ? writeCopy(Y, Idx) : nullptr,
@@ -1685,7 +1685,7 @@ private:
                 CopyDy);
       withInput(Kept, Idx, [&](auto *X) {
         launchOn(Compute, geluGradEpilogueKernel<Elem<decltype(X)>>,
-                 blocksFor(NY), kThreads, 0, X,
+                 wideBlocks(NY), kThreads, 0, X,
                  static_cast<const float *>(Out), NY, int(Round), f(Y),
                  Round ? writeCopy(Y, Idx) : nullptr);
       });
