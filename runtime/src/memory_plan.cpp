@@ -290,9 +290,9 @@ bool readsBf16(const Instr &In, uint32_t K, const std::vector<bool> &Bf16,
     return K < 3 && Attention(In);
   case op::AttentionGrad: // q, k, v, dy
     return K < 4 && Attention(In);
-  case op::LinearBias: // the residual (cuBLASLt's C, or the fallback
-                       // kernel's input) always
-    if (K == 3)
+  case op::LinearBias: // the bias and the residual (cuBLASLt's bias and
+                       // C, or the fallback kernel's inputs) always
+    if (K == 2 || K == 3)
       return true;
     [[fallthrough]];
   case op::Linear:

@@ -6,7 +6,7 @@
 // time elsewhere. Each element must come out as the formula gives it
 // here, element by element, the same from either path: rows whose width
 // is a multiple of 4 and not, storage offset by one element (unaligned),
-// residuals in fp32 and as bf16 bits, with and without GeLU and rounding,
+// biases and residuals in fp32 and as bf16 bits, with and without GeLU and rounding,
 // and enough rows for several blocks.
 //
 //===----------------------------------------------------------------------===//
@@ -51,13 +51,14 @@ const Shape kShapes[] = {{3, 8, 0}, {5, 6, 0}, {4, 8, 1}, {1000, 12, 0},
                          {7, 4, 2}};
 
 /// linearEpilogueKernel against the formula, for one shape, the residual
-/// of type ResT (or none), GeLU and rounding on or off.
-template <class ResT>
+/// of type ResT (or none), the bias of type BiasT (fp32, or bf16 bits: a
+/// bias kept in bf16 alone), GeLU and rounding on or off.
+template <class ResT, class BiasT = float>
 void checkLinearEpilogue(const Shape &Sh, bool WithRes, int Gelu, int Round) {
   const int64_t N = Sh.Rows * Sh.Cols, O = Sh.Offset;
   const size_t Room = size_t(N + O + 4);
-  std::vector<float> T(Room), Bias(size_t(Sh.Cols + O + 4)), Y(Room, -7.0f),
-      Pre(Room, -7.0f);
+  std::vector<float> T(Room), Y(Room, -7.0f), Pre(Room, -7.0f);
+  std::vector<BiasT> Bias(size_t(Sh.Cols + O + 4));
   std::vector<uint16_t> Y16(Room), Pre16(Room);
   std::vector<ResT> Res(Room);
   for (int64_t I = 0; I < N; ++I) {
@@ -68,19 +69,25 @@ void checkLinearEpilogue(const Shape &Sh, bool WithRes, int Gelu, int Round) {
     else
       Res[size_t(O + I)] = R;
   }
-  for (int64_t C = 0; C < Sh.Cols; ++C)
-    Bias[size_t(O + C)] = roundedHere(valueAt(C, 3));
-  const float *Tp = T.data() + O, *Bp = Bias.data() + O;
+  for (int64_t C = 0; C < Sh.Cols; ++C) {
+    const float B = roundedHere(valueAt(C, 3));
+    if constexpr (sizeof(BiasT) == 2)
+      Bias[size_t(O + C)] = bitsHere(B);
+    else
+      Bias[size_t(O + C)] = B;
+  }
+  const float *Tp = T.data() + O;
+  const BiasT *Bp = Bias.data() + O;
   const ResT *Rp = WithRes ? Res.data() + O : nullptr;
   float *Yp = Y.data() + O, *Pp = Pre.data() + O;
   uint16_t *Y16p = Y16.data() + O, *P16p = Pre16.data() + O;
   const int64_t Cols = Sh.Cols;
   launchBlocks(wideBlocks(N), [=] {
-    linearEpilogueKernel<ResT>(Tp, N, Bp, Cols, Gelu, Round, Yp, Y16p, Pp,
-                               P16p, Rp);
+    linearEpilogueKernel<ResT, BiasT>(Tp, N, Bp, Cols, Gelu, Round, Yp, Y16p,
+                                      Pp, P16p, Rp);
   });
   for (int64_t I = 0; I < N; ++I) {
-    float S = valueAt(I, 1) + Bias[size_t(O + I % Sh.Cols)];
+    float S = valueAt(I, 1) + roundedHere(valueAt(I % Sh.Cols, 3));
     if (WithRes)
       S += roundedHere(valueAt(I, 2));
     const float P = Round ? roundedHere(S) : S;
@@ -106,6 +113,8 @@ TEST(EpilogueEmu, LinearBiasElementsAsTheFormula) {
         checkLinearEpilogue<float>(Sh, false, Gelu, Round);
         checkLinearEpilogue<float>(Sh, true, Gelu, Round);
         checkLinearEpilogue<uint16_t>(Sh, true, Gelu, Round);
+        checkLinearEpilogue<uint16_t, uint16_t>(Sh, true, Gelu, Round);
+        checkLinearEpilogue<float, uint16_t>(Sh, false, Gelu, Round);
       }
 }
 

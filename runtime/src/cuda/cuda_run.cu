@@ -1626,7 +1626,7 @@ private:
     const bool Fp32Out = f(Y) && (!Keep || f(Pre));
     float *Out = Fp32Out ? f(Keep ? Pre : Y)
                          : static_cast<float *>(scratch(size_t(NY) * 4));
-    if (Fp32Out && !Round && (!Residual || f(Res)) &&
+    if (Fp32Out && !Round && f(Bias) && (!Residual || f(Res)) &&
         linearEpilogue(f(X), M, K, f(W), N, T, f(Bias), bf16Operands(In), Out,
                        CopyX, CopyW, Residual ? f(Res) : nullptr)) {
       if (Gelu)
@@ -1640,18 +1640,22 @@ private:
     else
       colGemm(T ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, f(W),
               T ? K : N, f(X), K, 0.0f, Out, N, bf16Operands(In), CopyW, CopyX);
-    auto epilogue = [&](auto *R) {
-      launchOn(Compute, linearEpilogueKernel<Elem<decltype(R)>>, wideBlocks(NY),
-               kThreads, 0, static_cast<const float *>(Out), NY,
-               static_cast<const float *>(f(Bias)), N, int(Gelu), int(Round),
-               f(Y), Round ? writeCopy(Y, Idx) : nullptr,
-               Keep ? f(Pre) : nullptr,
+    // The bias and the residual each in fp32 or as bf16 bits (a rounded
+    // bias may be kept in bf16 alone).
+    auto epilogue = [&](auto *B, auto *R) {
+      launchOn(Compute,
+               linearEpilogueKernel<Elem<decltype(R)>, Elem<decltype(B)>>,
+               wideBlocks(NY), kThreads, 0, static_cast<const float *>(Out),
+               NY, B, N, int(Gelu), int(Round), f(Y),
+               Round ? writeCopy(Y, Idx) : nullptr, Keep ? f(Pre) : nullptr,
                Round && Keep ? writeCopy(Pre, Idx) : nullptr, R);
     };
-    if (Residual)
-      withInput(Res, Idx, epilogue);
-    else
-      epilogue(static_cast<const float *>(nullptr));
+    withInput(Bias, Idx, [&](auto *B) {
+      if (Residual)
+        withInput(Res, Idx, [&](auto *R) { epilogue(B, R); });
+      else
+        epilogue(B, static_cast<const float *>(nullptr));
+    });
     RoundedAsWritten = Round;
   }
 
