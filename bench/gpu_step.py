@@ -51,7 +51,8 @@ head sizes up to 64, MEGAC_CUDA_WIDE_KEY_GRAD=0; `megac-align64` adds
 megac telling cuBLASLt's heuristic its pointers are 64-byte aligned, as
 it did before the arena's alignment became 256, MEGAC_CUDA_LT_ALIGN=64;
 `megac-anyred` adds megac letting cuBLASLt's heuristic offer algorithms
-that split k with any reduction, MEGAC_CUDA_LT_REDUCTIONS=any;
+that split k with any reduction and cuBLAS's plain bf16 products reduce
+in reduced precision (PyTorch's default), MEGAC_CUDA_LT_REDUCTIONS=any;
 `megac-nobgrad` adds megac with its bias gradients from column sums
 instead of cuBLASLt's BGRAD epilogues, the others kept,
 MEGAC_CUDA_BGRAD_EPILOGUE=0.)
