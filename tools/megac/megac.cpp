@@ -445,7 +445,8 @@ void warnUnusedAxes(ModuleOp module, StringRef mesh) {
 /// tied to the output layer) are not a multiple of 64: the output layer's
 /// products then have an odd width, which keeps cuBLAS from its fastest
 /// kernels (their rows must be 16-byte aligned), and the loss's kernels
-/// read the logits one at a time instead of four. nanoGPT pads GPT-2's
+/// read each row's first and last few logits one at a time (their rows
+/// start unaligned). nanoGPT pads GPT-2's
 /// 50257 to 50304 for this; `megac import --pad-vocab-to` does the same
 /// without changing the loss.
 void noteGpuVocabulary(ModuleOp module, bool quiet) {

@@ -959,13 +959,32 @@ struct RowSoftmaxAcc {
   }
 };
 
+/// A row of \p V elements of T from \p Row, as four-wide loads take it:
+/// the first Head elements one at a time (up to the first one aligned for
+/// Vec4<T>: a row of an odd-width matrix starts anywhere), then Groups
+/// groups of four, then the rest one at a time. All one at a time where
+/// the storage is not even T-aligned.
+struct RowSpans {
+  int64_t Head, Groups;
+};
+template <class T>
+__host__ __device__ inline RowSpans rowSpans(const T *Row, int64_t V) {
+  const uintptr_t At = reinterpret_cast<uintptr_t>(Row);
+  if (At % sizeof(T))
+    return {V, 0};
+  const int64_t ToAligned = int64_t((4 - (At / sizeof(T)) % 4) % 4);
+  const int64_t Head = ToAligned < V ? ToAligned : V;
+  return {Head, (V - Head) / 4};
+}
+
 template <class T>
 __device__ inline void rowSoftmaxDev(const T *Lr, int64_t V, double *Part,
                                      double &Max, double &Sum) {
   RowSoftmaxAcc A;
-  const int64_t Groups = V % 4 == 0 && vec4Aligned(Lr) ? V / 4 : 0;
-  for (int64_t G = threadIdx.x; G < Groups; G += blockDim.x) {
-    const Vec4<T> In = reinterpret_cast<const Vec4<T> *>(Lr)[G];
+  const RowSpans Sp = rowSpans(Lr, V);
+  const T *Body = Lr + Sp.Head;
+  for (int64_t G = threadIdx.x; G < Sp.Groups; G += blockDim.x) {
+    const Vec4<T> In = reinterpret_cast<const Vec4<T> *>(Body)[G];
     float X[4];
     for (int K = 0; K < 4; ++K)
       X[K] = valueOf(In.V[K]);
@@ -973,7 +992,10 @@ __device__ inline void rowSoftmaxDev(const T *Lr, int64_t V, double *Part,
     for (int K = 0; K < 4; ++K)
       A.add(X[K]);
   }
-  for (int64_t J = 4 * Groups + threadIdx.x; J < V; J += blockDim.x) {
+  // The head and the tail, one at a time.
+  const int64_t Loose = V - 4 * Sp.Groups;
+  for (int64_t E = threadIdx.x; E < Loose; E += blockDim.x) {
+    const int64_t J = E < Sp.Head ? E : E + 4 * Sp.Groups;
     const float X = valueOf(Lr[J]);
     A.grow(X);
     A.add(X);
@@ -1035,10 +1057,12 @@ __global__ void crossEntropyGradKernel(const T *L, int64_t Rows, int64_t V,
                                        double Normalizer, float *D,
                                        OutputStore Store, int *Bad) {
   const double Scale = double(DLoss[0]) / Normalizer;
-  const int64_t Groups =
-      V % 4 == 0 && vec4Aligned(L) && Store.alignedFor4(D) ? V / 4 : 0;
+  // Rows of the logits and of their gradient start at the same element
+  // (R V): where the three are aligned for four, so are their rows' bodies.
+  const bool Wide = vec4Aligned(L) && Store.alignedFor4(D);
   for (int64_t R = blockIdx.x; R < Rows; R += gridDim.x) {
     const T *Lr = L + R * V;
+    const RowSpans Sp = Wide ? rowSpans(Lr, V) : RowSpans{V, 0};
     const float Max = float(Stats[2 * R]);
     const double Inv = 1.0 / Stats[2 * R + 1];
     const int64_t Lab = Labels[R];
@@ -1049,15 +1073,19 @@ __global__ void crossEntropyGradKernel(const T *L, int64_t Rows, int64_t V,
       const double P = double(expf(X - Max)) * Inv;
       return float((P - (J == Lab ? 1.0 : 0.0)) * Scale);
     };
-    for (int64_t G = threadIdx.x; G < Groups; G += blockDim.x) {
-      const Vec4<T> In = reinterpret_cast<const Vec4<T> *>(Lr)[G];
+    for (int64_t G = threadIdx.x; G < Sp.Groups; G += blockDim.x) {
+      const int64_t J = Sp.Head + 4 * G;
+      const Vec4<T> In = *reinterpret_cast<const Vec4<T> *>(Lr + J);
       Vec4<float> Out;
       for (int K = 0; K < 4; ++K)
-        Out.V[K] = Grad(valueOf(In.V[K]), 4 * G + K);
-      Store.store4(D, R * V + 4 * G, Out);
+        Out.V[K] = Grad(valueOf(In.V[K]), J + K);
+      Store.store4(D, R * V + J, Out);
     }
-    for (int64_t J = 4 * Groups + threadIdx.x; J < V; J += blockDim.x)
+    const int64_t Loose = V - 4 * Sp.Groups;
+    for (int64_t E = threadIdx.x; E < Loose; E += blockDim.x) {
+      const int64_t J = E < Sp.Head ? E : E + 4 * Sp.Groups;
       Store(D, R * V + J, Grad(valueOf(Lr[J]), J));
+    }
   }
 }
 
