@@ -2930,10 +2930,13 @@ private:
       const int First = Which < 0 ? Which : Steps.First;
       const std::array<std::pair<float *, OutputStore>, 3> Outs = {
           std::pair{Out, Store}, {O.Out2, O.Store2}, {O.Out3, O.Store3}};
-      if (Steps.Count == 3 && cudnnGradsInto(Q, K, V, DY, B, S, Hl, NH, Causal,
-                                             Dr, Scale, Copies, Outs))
+      const CudnnInto Into =
+          Steps.Count == 3 ? cudnnGradsInto(Q, K, V, DY, B, S, Hl, NH, Causal,
+                                            Dr, Scale, Copies, Outs)
+                           : CudnnInto::NotHere;
+      if (Into == CudnnInto::Done)
         return;
-      if (cudnnAttention(Q, K, V, DY, B, S, Hl, NH, Causal, First, Dr, Scale,
+      if (Into == CudnnInto::NotHere && cudnnAttention(Q, K, V, DY, B, S, Hl, NH, Causal, First, Dr, Scale,
                          Copies, Store, Out)) {
         for (int J = 1; J < Steps.Count; ++J)
           if (!cudnnAttention(Q, K, V, DY, B, S, Hl, NH, Causal, First + J, Dr,
@@ -3111,14 +3114,16 @@ private:
                    "(MEGAC_CUDA_ATTENTION=%s; mma: megac's own kernels)\n",
                    AttentionKind.c_str());
   }
+  /// What cudnnGradsInto did: all three gradients; nothing, since an
+  /// output has no bits to write or cuDNN does not apply (the steps then
+  /// go to cudnnAttention one by one); or nothing, cuDNN having declined
+  /// the shape (megac's kernels then run, without asking cuDNN again).
+  enum class CudnnInto { Done, NotHere, Declined };
   /// dq, dk and dv of one attention (which = 4) on cuDNN, its backward
   /// writing them straight into the outputs' bf16 bits (widened into their
   /// fp32 buffers where they have them): no copy out of the kept state,
-  /// three reads and writes of q's size saved per attention. False where
-  /// an output has no bits to write (it is not rounded, or has no copy) or
-  /// cuDNN does not apply (as cudnnAttention): the steps then run one by
-  /// one.
-  bool cudnnGradsInto(const float *Q, const float *K, const float *V,
+  /// three reads and writes of q's size saved per attention.
+  CudnnInto cudnnGradsInto(const float *Q, const float *K, const float *V,
                       const float *DY, int64_t B, int64_t S, int64_t Hl,
                       int64_t NH, int Causal, const AttnDropout &Dr,
                       float Scale,
@@ -3127,14 +3132,14 @@ private:
     std::array<uint16_t *, 3> Into{};
     for (int J = 0; J < 3; ++J) {
       if (!Outs[J].second.Round || !Outs[J].second.Bits)
-        return false;
+        return CudnnInto::NotHere;
       Into[J] = Outs[J].second.Bits;
     }
     if (Dr.Rate > 0)
-      return false;
+      return CudnnInto::NotHere;
     const SdpaShape Sh = sdpaShape(B, S, Hl, NH, Causal, Scale);
     if (!keptCudnn(Sh, Q, K, V, DY, Causal, Dr, Copies, &Into))
-      return false;
+      return CudnnInto::Declined;
     const int64_t N = B * S * Hl;
     for (int J = 0; J < 3; ++J)
       if (Outs[J].first)
@@ -3142,7 +3147,7 @@ private:
                  static_cast<const uint16_t *>(Into[J]), N, Outs[J].first);
     RoundedAsWritten = true;
     cudnnRan();
-    return true;
+    return CudnnInto::Done;
   }
 
   /// Whether cuDNN did what was asked (\p Why empty); says each new
