@@ -75,7 +75,7 @@ std::vector<float> columnSums(const T *DY, int64_t Rows, int64_t H) {
     sumLeadingPartsKernel<T>(DY, Rows, H, kRowsPer, Chunks, Pp);
   });
   launchBlocks(totalBlocks(H),
-               [=] { sumLeadingTotalKernel(Pp, Chunks, H, Yp, 0); });
+               [=] { sumLeadingTotalKernel(Pp, Chunks, H, Yp, 0, nullptr); });
   return Y;
 }
 
@@ -116,15 +116,16 @@ std::vector<float> fused(const T *X, const T *DY, int64_t Rows, int64_t H,
     layerNormGainPartsKernel<T, T>(X, DY, Stats, Rows, H, kRowsPer, Chunks,
                                    Parts, BiasOut);
   });
-  launchBlocks(totalBlocks(H),
-               [=] { sumLeadingTotalKernel(Parts, Chunks, H, Yp, int(Add)); });
+  // The gain's and the bias's totals in one launch, as the backend runs
+  // them.
+  float *Bp = nullptr;
   if (Bias) {
     Bias->assign(size_t(H), -1.0f);
-    float *Bp = Bias->data();
-    launchBlocks(totalBlocks(H), [=] {
-      sumLeadingTotalKernel(BiasParts, Chunks, H, Bp, int(Add));
-    });
+    Bp = Bias->data();
   }
+  launchBlocks(totalBlocks(H, Bias ? 2 : 1), [=] {
+    sumLeadingTotalKernel(Parts, Chunks, H, Yp, int(Add), Bp);
+  });
   return Y;
 }
 

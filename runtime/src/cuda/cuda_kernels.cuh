@@ -1317,10 +1317,12 @@ layerNormGainPartsKernel(const TX *X, const TD *DY, const double *Stats,
                           BiasParts);
 }
 
-/// Pass 2 takes 32 columns a block (totalBlocks).
+/// Pass 2 takes 32 columns a block (totalBlocks); of two sums in one
+/// launch (sumLeadingTotalKernel's Y2), twice the blocks.
 constexpr int kTotalColumns = 32;
-inline unsigned totalBlocks(int64_t Inner) {
-  return blocksFor((Inner + kTotalColumns - 1) / kTotalColumns * kThreads);
+inline unsigned totalBlocks(int64_t Inner, int Sums = 1) {
+  return Sums *
+         blocksFor((Inner + kTotalColumns - 1) / kTotalColumns * kThreads);
 }
 /// Pass 2: the chunks' sums, into y (added with \p Add). Each block takes
 /// 32 columns at a time: warp w sums chunks w, w + W, ... in order (W, the
@@ -1328,16 +1330,27 @@ inline unsigned totalBlocks(int64_t Inner) {
 /// same order every run (the same bits every run), in chains W times
 /// shorter than one thread's over all the chunks: a LayerNorm's 8192 rows
 /// are 128 chunks, which one thread a column summed at a latency each
-/// with only as many threads as columns.
+/// with only as many threads as columns. Where \p Y2 is not null, a second
+/// sum of parts laid after the first's (Parts + Chunks Inner) goes there
+/// from the second half of the blocks, in the same order (the LayerNorm's
+/// gain and bias gradients: one launch, not two).
 __global__ void sumLeadingTotalKernel(const double *Parts, int64_t Chunks,
-                                      int64_t Inner, float *Y, int Add) {
+                                      int64_t Inner, float *Y, int Add,
+                                      float *Y2) {
   // Room for a block of up to 1024 threads (launches use kThreads).
   constexpr int kMostWarps = 32;
   __shared__ double Partial[kMostWarps][kTotalColumns];
   const int Lane = int(threadIdx.x % 32), Warp = int(threadIdx.x / 32);
   const int kWarps = int((blockDim.x + 31) / 32);
-  for (int64_t First = int64_t(blockIdx.x) * kTotalColumns; First < Inner;
-       First += int64_t(gridDim.x) * kTotalColumns) {
+  const unsigned Blocks = Y2 ? gridDim.x / 2 : gridDim.x;
+  unsigned Block = blockIdx.x;
+  if (Y2 && Block >= Blocks) { // the second sum's block
+    Block -= Blocks;
+    Parts += Chunks * Inner;
+    Y = Y2;
+  }
+  for (int64_t First = int64_t(Block) * kTotalColumns; First < Inner;
+       First += int64_t(Blocks) * kTotalColumns) {
     const int64_t J = First + Lane;
     double S = 0;
     if (J < Inner)

@@ -2395,13 +2395,11 @@ private:
                    kColumnRowsPer, C.Chunks, Parts, BiasParts);
         });
       });
-      launchOn(Compute, sumLeadingTotalKernel, totalBlocks(NY), kThreads, 0,
-               static_cast<const double *>(Parts), C.Chunks, NY, f(Y),
-               int(Add));
-      if (Bias)
-        launchOn(Compute, sumLeadingTotalKernel, totalBlocks(NY), kThreads, 0,
-                 static_cast<const double *>(BiasParts), C.Chunks, NY,
-                 f(In.outputs()->Get(1)), int(Add));
+      // The gain's and the bias's totals in one launch (BiasParts follow
+      // Parts).
+      launchOn(Compute, sumLeadingTotalKernel, totalBlocks(NY, Bias ? 2 : 1),
+               kThreads, 0, static_cast<const double *>(Parts), C.Chunks, NY,
+               f(Y), int(Add), Bias ? f(In.outputs()->Get(1)) : nullptr);
       return;
     }
     case op::SumSquares:
@@ -3862,7 +3860,7 @@ private:
     });
     launchOn(Compute, sumLeadingTotalKernel, totalBlocks(Columns), kThreads, 0,
              static_cast<const double *>(Parts), C.Chunks, Columns, Out,
-             int(Add));
+             int(Add), static_cast<float *>(nullptr));
   }
   /// Device scratch of at least \p N bytes (its contents do not persist
   /// across instructions).
