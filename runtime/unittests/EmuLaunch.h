@@ -14,6 +14,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <cstring>
+
 namespace megac_rt::cuda {
 
 /// Runs \p Body (a kernel's call) over \p Blocks blocks of kThreads
@@ -25,6 +28,23 @@ template <class Fn> void launchBlocks(int64_t Blocks, Fn Body) {
                     Body);
   ASSERT_EQ(cudaStreamSynchronize(S), cudaSuccess);
   cudaStreamDestroy(S);
+}
+
+/// bf16 by round-to-nearest-even on the bits (finite values), worked out
+/// here apart from the kernels' rounding, for tests to expect.
+inline float roundedHere(float X) {
+  uint32_t U;
+  std::memcpy(&U, &X, 4);
+  U = (U + 0x7fffu + ((U >> 16) & 1u)) & 0xffff0000u;
+  float R;
+  std::memcpy(&R, &U, 4);
+  return R;
+}
+/// The upper 16 bits of \p X: its bf16 bits where it is a bf16 value.
+inline uint16_t bitsHere(float X) {
+  uint32_t U;
+  std::memcpy(&U, &X, 4);
+  return uint16_t(U >> 16);
 }
 
 } // namespace megac_rt::cuda

@@ -24,21 +24,6 @@ using namespace megac_rt::cuda;
 
 namespace {
 
-/// bf16 by round-to-nearest-even on the bits (finite values).
-float roundedHere(float X) {
-  uint32_t U;
-  std::memcpy(&U, &X, 4);
-  U = (U + 0x7fffu + ((U >> 16) & 1u)) & 0xffff0000u;
-  float R;
-  std::memcpy(&R, &U, 4);
-  return R;
-}
-uint16_t bitsHere(float X) {
-  uint32_t U;
-  std::memcpy(&U, &X, 4);
-  return uint16_t(U >> 16);
-}
-
 float valueAt(int64_t I, int Seed) {
   return float(std::sin(0.37 * double(I) + Seed)) * 2.3f;
 }

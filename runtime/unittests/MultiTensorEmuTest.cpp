@@ -23,16 +23,6 @@ using namespace megac_rt::cuda;
 
 namespace {
 
-/// bf16 by round-to-nearest-even on the bits (finite values).
-float roundedHere(float X) {
-  uint32_t U;
-  std::memcpy(&U, &X, 4);
-  U = (U + 0x7fffu + ((U >> 16) & 1u)) & 0xffff0000u;
-  float R;
-  std::memcpy(&R, &U, 4);
-  return R;
-}
-
 /// Element counts, and the offset (in floats) of each tensor's start in
 /// its 16-byte aligned storage: 1 makes it unaligned.
 struct Case {
