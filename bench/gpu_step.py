@@ -55,7 +55,9 @@ that split k with any reduction and cuBLAS's plain bf16 products reduce
 in reduced precision (PyTorch's default), MEGAC_CUDA_LT_REDUCTIONS=any;
 `megac-nobgrad` adds megac with its bias gradients from column sums
 instead of cuBLASLt's BGRAD epilogues, the others kept,
-MEGAC_CUDA_BGRAD_EPILOGUE=0.)
+MEGAC_CUDA_BGRAD_EPILOGUE=0; `megac-cudnnfast` adds megac with cuDNN's
+attention backward as cuDNN and PyTorch run it by default instead of its
+deterministic plan, MEGAC_CUDA_CUDNN_DETERMINISTIC=0.)
 
 MFU = model FLOPs per step / step time / the measured GEMM ceiling, with
 model FLOPs per token 6 N + 12 L H S (N parameters without the position
@@ -228,6 +230,7 @@ MEGAC_RUNNERS = {
     "megac-align64": {"MEGAC_CUDA_LT_ALIGN": "64"},
     "megac-anyred": {"MEGAC_CUDA_LT_REDUCTIONS": "any"},
     "megac-nobgrad": {"MEGAC_CUDA_BGRAD_EPILOGUE": "0"},
+    "megac-cudnnfast": {"MEGAC_CUDA_CUDNN_DETERMINISTIC": "0"},
 }
 
 

@@ -89,7 +89,7 @@ struct SdpaShape {
   float Scale = 1;
 };
 struct CudnnAttention {
-  static std::unique_ptr<CudnnAttention> open(std::string &Why) {
+  static std::unique_ptr<CudnnAttention> open(std::string &Why, bool) {
     Why = "this build has no cuDNN frontend (scripts/setup.sh fetches it)";
     return nullptr;
   }
@@ -121,6 +121,13 @@ bool bf16OnlyAsked() { return knob("MEGAC_CUDA_BF16_ONLY", {"1", "0"}) == "1"; }
 /// for its row statistics instead of taking those the forward kept.
 bool forwardStatsAsked() {
   return knob("MEGAC_CUDA_FORWARD_STATS", {"1", "0"}) == "1";
+}
+
+/// MEGAC_CUDA_CUDNN_DETERMINISTIC=0: cuDNN's attention backward pass as
+/// cuDNN (and PyTorch) run it by default, not its deterministic plan (the
+/// same bits every run): for the benchmark to say what that costs.
+bool cudnnDeterministicAsked() {
+  return knob("MEGAC_CUDA_CUDNN_DETERMINISTIC", {"1", "0"}) == "1";
 }
 
 /// MEGAC_CUDA_DQ_ATOMICS=0: an attention gradient that gives dq, dk and
@@ -274,9 +281,10 @@ public:
     Major = Prop.major;
     SharedOptin = Prop.sharedMemPerBlockOptin;
     TimeEpilogues = Epilogues == EpilogueUse::Timed && !replicatedAcrossRanks();
+    const bool CudnnDeterministic = cudnnDeterministicAsked(); // (checked)
     if (AttentionKind == "cudnn" || AttentionKind == "auto") {
       std::string Why;
-      Cudnn = CudnnAttention::open(Why);
+      Cudnn = CudnnAttention::open(Why, CudnnDeterministic);
       // Asked for by name, its absence is news; by default it is not (a
       // build without the frontend, a machine without libcudnn.so.9).
       if (!Cudnn && AttentionKind == "cudnn")

@@ -150,7 +150,8 @@ std::string message(fe::error_t E, const char *What) {
 
 class CudnnAttentionImpl final : public CudnnAttention {
 public:
-  explicit CudnnAttentionImpl(cudnnHandle_t H) : Handle(H) {}
+  CudnnAttentionImpl(cudnnHandle_t H, bool Deterministic)
+      : Handle(H), Deterministic(Deterministic) {}
   ~CudnnAttentionImpl() override {
     Graphs.clear();
     fe::detail::destroy_handle(Handle);
@@ -207,10 +208,10 @@ private:
                     std::shared_ptr<fe::graph::Graph> &Out) {
     std::string Why;
     // The backward pass deterministic where cuDNN has such a plan for it
-    // (every other kernel of the backend gives the same bits every run).
-    for (bool Deterministic : {true, false}) {
+    // and it is asked for (the same bits every run), else cuDNN's default.
+    for (bool Exact : {Deterministic, false}) {
       auto G = K == Kind::Backward
-                   ? backwardGraph(Sh, Deterministic)
+                   ? backwardGraph(Sh, Exact)
                    : forwardGraph(Sh, K == Kind::ForwardWithStats);
       const char *Stage = "validate";
       fe::error_t E = G->validate();
@@ -232,7 +233,7 @@ private:
       // deterministic plan tries again without asking for one).
       if (Why.empty())
         Why = message(E, Stage);
-      if (K != Kind::Backward)
+      if (K != Kind::Backward || !Exact)
         break;
     }
     return Why;
@@ -265,13 +266,16 @@ private:
     std::string Why;
   };
   cudnnHandle_t Handle;
+  /// Whether to ask for a deterministic backward pass first.
+  bool Deterministic;
   std::map<std::pair<SdpaShape, Kind>, Built> Graphs;
   GrowingBuffer Workspace;
 };
 
 } // namespace
 
-std::unique_ptr<CudnnAttention> CudnnAttention::open(std::string &Why) {
+std::unique_ptr<CudnnAttention> CudnnAttention::open(std::string &Why,
+                                                     bool Deterministic) {
   Why = loadCudnn();
   if (!Why.empty())
     return nullptr;
@@ -281,7 +285,7 @@ std::unique_ptr<CudnnAttention> CudnnAttention::open(std::string &Why) {
     Why = std::string("cudnnCreate: ") + fe::detail::get_error_string(S);
     return nullptr;
   }
-  return std::make_unique<CudnnAttentionImpl>(H);
+  return std::make_unique<CudnnAttentionImpl>(H, Deterministic);
 }
 
 std::string validateSdpaGraphs(const SdpaShape &Sh, int Sm) {

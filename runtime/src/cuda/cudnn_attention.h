@@ -38,7 +38,10 @@ public:
   /// cuDNN's attention on the current device (a handle of its own), or
   /// null with \p Why saying what is missing. MEGAC_CUDNN_LIBRARY names
   /// the library to load (default libcudnn.so.9 from the loader's path).
-  static std::unique_ptr<CudnnAttention> open(std::string &Why);
+  /// Its backward pass is deterministic where cuDNN has a plan for that
+  /// and \p Deterministic asks for it, else cuDNN's default (PyTorch's).
+  static std::unique_ptr<CudnnAttention> open(std::string &Why,
+                                              bool Deterministic = true);
   virtual ~CudnnAttention() = default;
 
   /// y = softmax(scale q k^T (+ the causal mask)) v, enqueued on \p
@@ -49,7 +52,8 @@ public:
                               cudaStream_t Stream) = 0;
 
   /// dq, dk and dv (bf16, fp32 accumulation inside) from the forward's y
-  /// and \p Stats and the output gradient \p DY; deterministic.
+  /// and \p Stats and the output gradient \p DY; deterministic unless
+  /// open() was told otherwise.
   virtual std::string backward(const SdpaShape &Sh, const void *Q,
                                const void *K, const void *V, const void *Y,
                                const void *DY, const float *Stats, void *DQ,
