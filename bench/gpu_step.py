@@ -411,15 +411,15 @@ def kernel_table(name, ops, steps, peak, bandwidth, limit=12):
     ceilings measured in this run."""
     print(f"\nmegac per op, {name} (`megac-run --profile` over {steps} steps; "
           "ceilings from this run):\n")
-    print("| op | runs | ms | share | achieved | of ceiling |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print("| op | runs | ms | ms a step | share | achieved | of ceiling |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
     for op in ops[:limit]:
         if op["op"] in COMPUTE_OPS:
             got, of = f'{op["flops_per_s"] / 1e12:.1f} TFLOP/s', op["flops_per_s"] / peak
         else:
             got, of = f'{op["bytes_per_s"] / 1e9:.0f} GB/s', op["bytes_per_s"] / bandwidth
-        print(f'| {op["op"]} | {op["runs"]} | {op["ms"]:.1f} | {op["share"]:.3f} | '
-              f"{got} | {of:.3f} |")
+        print(f'| {op["op"]} | {op["runs"]} | {op["ms"]:.1f} | {op["ms"] / steps:.2f} | '
+              f'{op["share"]:.3f} | {got} | {of:.3f} |')
 
 
 CATEGORIES = ("attention", "GEMM", "optimizer", "other (memory-bound)")
