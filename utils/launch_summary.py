@@ -17,6 +17,7 @@ to read: every pass over memory shows here, without a GPU.
 import argparse
 import collections
 import re
+import signal
 import sys
 
 INSTR = re.compile(r"^megac-emu: instr \d+ (\S+)(?: x(\d+))? step (\d+) ")
@@ -66,6 +67,7 @@ def summarize(lines, step):
 
 
 def main():
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # (quiet into `head`)
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("trace", help="megac-run's stderr with "
                     "MEGAC_CUDA_EMU_TRACE=1 ('-': standard input)")

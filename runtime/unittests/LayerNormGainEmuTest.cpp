@@ -87,7 +87,8 @@ std::vector<float> unfused(const T *X, const T *DY, int64_t Rows, int64_t H,
   std::vector<float> Xh(size_t(Rows * H)), P(size_t(Rows * H));
   float *XhP = Xh.data(), *PP = P.data();
   launchBlocks(warpRowBlocks(Rows), [=] {
-    layerNormKernel<T>(X, Rows, H, nullptr, nullptr, Eps, XhP, OutputStore{});
+    layerNormKernel<T>(X, Rows, H, nullptr, nullptr, Eps, XhP, OutputStore{},
+                       nullptr);
   });
   launchBlocks(blocksFor(Rows * H), [=] {
     broadcastKernel<T, float>(DY, Rows * H, XhP, Rows * H, PP, 1);
@@ -177,6 +178,41 @@ TEST(LayerNormGain, F32IsTheUnfusedOpsBitForBit) {
       EXPECT_NEAR(Cpu[size_t(J)], Want[size_t(J)],
                   1e-6 * (1.0 + std::fabs(Want[size_t(J)])))
           << "column " << J;
+  }
+}
+
+/// The rows' statistics the LayerNorm forward keeps for the gain's
+/// gradient are rowStatsKernel's, bit for bit (the gradient takes them
+/// instead of its own pass over x).
+template <class T> void expectForwardStatsAreRowStats(const Shape &Sh) {
+  const int64_t N = Sh.Rows * Sh.H;
+  const std::vector<T> X = placed<T>(values(N, 1.3), Sh.Offset);
+  const T *Xp = X.data() + Sh.Offset;
+  std::vector<double> Kept(size_t(2 * Sh.Rows), -1.0),
+      Own(size_t(2 * Sh.Rows), -2.0);
+  std::vector<float> Y(static_cast<size_t>(N));
+  std::vector<float> Gamma(size_t(Sh.H), 1.5f), Beta(size_t(Sh.H), 0.25f);
+  double *Kp = Kept.data(), *Op = Own.data();
+  float *Yp = Y.data();
+  const float *Gp = Gamma.data(), *Bp = Beta.data();
+  const int64_t Rows = Sh.Rows, H = Sh.H;
+  launchBlocks(warpRowBlocks(Rows), [=] {
+    layerNormKernel<T>(Xp, Rows, H, Gp, Bp, 1e-5, Yp, OutputStore{}, Kp);
+  });
+  launchBlocks(warpRowBlocks(Rows),
+               [=] { rowStatsKernel<T>(Xp, Rows, H, 1e-5, Op); });
+  for (size_t K = 0; K < Kept.size(); ++K)
+    EXPECT_EQ(std::memcmp(&Kept[K], &Own[K], sizeof(double)), 0)
+        << "row " << K / 2 << (K % 2 ? " 1/sqrt(var+eps)" : " mean") << ": "
+        << Kept[K] << " vs " << Own[K];
+}
+
+TEST(LayerNormGain, ForwardKeepsTheRowStatsBitForBit) {
+  for (const Shape &Sh : kShapes) {
+    SCOPED_TRACE(testing::Message()
+                 << Sh.Rows << " x " << Sh.H << " offset " << Sh.Offset);
+    expectForwardStatsAreRowStats<float>(Sh);
+    expectForwardStatsAreRowStats<uint16_t>(Sh);
   }
 }
 

@@ -833,10 +833,14 @@ template <int W, class TX>
 __device__ inline void layerNormRows(const TX *X, int64_t Rows, int64_t H,
                                      const float *Gamma, const float *Beta,
                                      double Eps, float *Y,
-                                     const OutputStore &Store) {
+                                     const OutputStore &Store, double *Stats) {
   MEGAC_WARP_ROWS(R, Rows) {
     double Mean, Inv;
     rowStatsWarp<W>(X + R * H, H, Eps, Mean, Inv);
+    if (Stats && threadIdx.x % 32 == 0) { // as rowStatsKernel writes them
+      Stats[2 * R] = Mean;
+      Stats[2 * R + 1] = Inv;
+    }
     forLaneColumns<W>(X + R * H, H, [&](int64_t J, float V) {
       const float N = float((V - Mean) * Inv);
       Store(Y, R * H + J, Gamma ? N * Gamma[J] + Beta[J] : N);
@@ -845,15 +849,19 @@ __device__ inline void layerNormRows(const TX *X, int64_t Rows, int64_t H,
 }
 
 /// y = (x - mean) / sqrt(var + eps) * gamma + beta per row; without
-/// \p Gamma (null) the normalized rows alone (the normalize op).
+/// \p Gamma (null) the normalized rows alone (the normalize op). With
+/// \p Stats (not null), each row's mean and 1 / sqrt(var + eps) there too,
+/// as rowStatsKernel computes them (the same W, so the same bits): kept
+/// for the gain's gradient.
 template <class TX>
 __global__ void layerNormKernel(const TX *X, int64_t Rows, int64_t H,
                                 const float *Gamma, const float *Beta,
-                                double Eps, float *Y, OutputStore Store) {
+                                double Eps, float *Y, OutputStore Store,
+                                double *Stats) {
   if (rowsVec4(H, X))
-    layerNormRows<4>(X, Rows, H, Gamma, Beta, Eps, Y, Store);
+    layerNormRows<4>(X, Rows, H, Gamma, Beta, Eps, Y, Store, Stats);
   else
-    layerNormRows<1>(X, Rows, H, Gamma, Beta, Eps, Y, Store);
+    layerNormRows<1>(X, Rows, H, Gamma, Beta, Eps, Y, Store, Stats);
 }
 
 /// layerNormGradKernel's rows, W columns a lane at a time.

@@ -346,6 +346,11 @@ public:
       for (int64_t Y : GradientOutputOf)
         if (Y >= 0)
           ForwardStats[uint32_t(Y)];
+    if (RP.instrs())
+      for (const Instr *In : *RP.instrs())
+        if (In->op() == op::LayerNormGainGrad && In->inputs() &&
+            In->inputs()->size() > 0)
+          RowStats[In->inputs()->Get(0)];
     Arena = allocate(std::max<uint64_t>(Plan.arenaBytes, 64), "arena");
     const uint32_t N = RP.buffers() ? RP.buffers()->size() : 0;
     Ptr.assign(N, nullptr);
@@ -538,6 +543,9 @@ public:
     Count(ForwardTaken, ForwardTaken + ForwardRecomputed,
           " attention gradients took their forward's row statistics (the "
           "rest ran the forward again)");
+    Count(RowStatsTaken, RowStatsTaken + RowStatsRecomputed,
+          " LayerNorm gain gradients took their forward's row statistics "
+          "(the rest read x again for them)");
     Count(WideForwards, MmaForwards,
           " register-resident attention forwards in blocks of 128 queries "
           "(the rest 64: MEGAC_CUDA_WIDE_FORWARD=0, or dropout at head size "
@@ -1157,6 +1165,9 @@ private:
     for (auto &[Y, F] : ForwardStats)
       if (F.Valid && overlaps(Written, F.Inputs))
         F.Valid = false;
+    for (auto &[X, K] : RowStats)
+      if (K.Valid && overlaps(Written, K.Inputs))
+        K.Valid = false;
     if (Loss.Valid && overlaps(Written, Loss.Inputs))
       Loss.Valid = false;
     for (PackedOperand &P : Packed)
@@ -1170,6 +1181,8 @@ private:
     Kept.Valid = false;
     for (auto &[Y, F] : ForwardStats)
       F.Valid = false;
+    for (auto &[X, K] : RowStats)
+      K.Valid = false;
     Loss.Valid = false;
     for (PackedOperand &P : Packed)
       P.Src = nullptr;
@@ -2181,7 +2194,8 @@ private:
                    warpRowBlocks(Rows), kThreads, 0, Xs, Rows, Last,
                    static_cast<const float *>(f(X(1))),
                    static_cast<const float *>(f(X(2))), Flt(0), f(Y),
-                   outputStore(In, Y, Idx));
+                   outputStore(In, Y, Idx),
+                   rowStatsToKeep(X(0), Xs, sizeof(*Xs), Rows, Last, Flt(0)));
         });
       return;
     case op::LayerNormGrad: {
@@ -2212,7 +2226,8 @@ private:
           launchOn(
               Compute, layerNormKernel<Elem<decltype(Xs)>>, warpRowBlocks(Rows),
               kThreads, 0, Xs, Rows, Last, static_cast<const float *>(nullptr),
-              static_cast<const float *>(nullptr), Flt(0), f(Y), OutputStore{});
+              static_cast<const float *>(nullptr), Flt(0), f(Y), OutputStore{},
+              static_cast<double *>(nullptr));
         });
       return;
     case op::Softmax:
@@ -2393,13 +2408,17 @@ private:
       double *Stats = Parts + C.Chunks * NY * (Bias ? 2 : 1);
       withInput(X(0), Idx, [&](auto *Xs) {
         using TX = Elem<decltype(Xs)>;
-        if (C.Outer > 0)
-          launchOn(Compute, rowStatsKernel<TX>, warpRowBlocks(C.Outer), kThreads, 0,
-                   Xs, C.Outer, NY, Flt(0), Stats);
+        // The rows' statistics the forward kept, else a pass over x.
+        const double *RowStatsOf =
+            C.Outer > 0 ? keptRowStats(X(0), Xs, C.Outer, NY, Flt(0)) : Stats;
+        if (!RowStatsOf) {
+          launchOn(Compute, rowStatsKernel<TX>, warpRowBlocks(C.Outer),
+                   kThreads, 0, Xs, C.Outer, NY, Flt(0), Stats);
+          RowStatsOf = Stats;
+        }
         withInput(X(1), Idx, [&](auto *Dy) {
           launchOn(Compute, layerNormGainPartsKernel<TX, Elem<decltype(Dy)>>,
-                   C.Blocks, kThreads, 0, Xs, Dy,
-                   static_cast<const double *>(Stats), C.Outer, NY,
+                   C.Blocks, kThreads, 0, Xs, Dy, RowStatsOf, C.Outer, NY,
                    kColumnRowsPer, C.Chunks, Parts, BiasParts);
         });
       });
@@ -3432,6 +3451,57 @@ private:
   };
   /// By y's buffer, the forward attentions a gradient step reads.
   std::map<uint32_t, ForwardKept> ForwardStats;
+  /// A training step's LayerNorm keeps its rows' statistics (mean and 1 /
+  /// sqrt(var + eps), rowStatsKernel's bits) for the gain's gradient,
+  /// which reads the same x and then skips its own pass over x for them.
+  /// They hold for the run that made them, as long as nothing writes x,
+  /// and only for the same x, read the same way (fp32 or its copy).
+  struct KeptRowStats {
+    bool Valid = false;
+    const void *X = nullptr; // x as the forward read it
+    int64_t Rows = 0, H = 0;
+    double Eps = 0;
+    std::vector<Range> Inputs; // x's bytes
+    GrowingBuffer Memory;      // [2 Rows] doubles
+    double *stats() const { return static_cast<double *>(Memory.Ptr); }
+  };
+  /// By x's buffer, the LayerNorms whose gain gradient a step computes.
+  /// (No knob turns it off: the statistics are the same bits either way,
+  /// LayerNormGainEmuTest's ForwardKeepsTheRowStatsBitForBit.)
+  std::map<uint32_t, KeptRowStats> RowStats;
+  /// LayerNorm gain gradients that took their forward's statistics, and
+  /// that computed them again (runNotes).
+  uint64_t RowStatsTaken = 0, RowStatsRecomputed = 0;
+  /// Where the LayerNorm of \p X (read at \p Xs, \p Rows x \p H) writes
+  /// its rows' statistics for the gain's gradient (null: nowhere), marked
+  /// valid as of this launch.
+  double *rowStatsToKeep(uint32_t X, const void *Xs, size_t ElemBytes,
+                         int64_t Rows, int64_t H, double Eps) {
+    auto It = RowStats.find(X);
+    if (!CurTraining || It == RowStats.end() || Rows == 0)
+      return nullptr;
+    KeptRowStats &K = It->second;
+    K.Memory.atLeast(size_t(2 * Rows) * sizeof(double), "LayerNorm statistics");
+    const char *P = static_cast<const char *>(Xs);
+    K.Inputs = {Range{P, P + size_t(Rows * H) * ElemBytes}};
+    K.X = Xs;
+    K.Rows = Rows;
+    K.H = H;
+    K.Eps = Eps;
+    K.Valid = true;
+    return K.stats();
+  }
+  /// The statistics the LayerNorm of \p X kept, where they hold for a
+  /// gain gradient reading it at \p Xs (null: compute them).
+  const double *keptRowStats(uint32_t X, const void *Xs, int64_t Rows,
+                             int64_t H, double Eps) {
+    auto It = RowStats.find(X);
+    const bool Holds = It != RowStats.end() && It->second.Valid &&
+                       It->second.X == Xs && It->second.Rows == Rows &&
+                       It->second.H == H && It->second.Eps == Eps;
+    ++(Holds ? RowStatsTaken : RowStatsRecomputed);
+    return Holds ? It->second.stats() : nullptr;
+  }
   /// Per instruction: the forward output its attention gradient reads, or
   /// -1 (attentionOutputsOfGradients).
   std::vector<int64_t> GradientOutputOf;
