@@ -216,6 +216,51 @@ TEST(LayerNormGain, ForwardKeepsTheRowStatsBitForBit) {
   }
 }
 
+/// LayerNorm's input gradient from the statistics its forward kept is
+/// the gradient that computes them itself, bit for bit: with dy as
+/// aligned as x (the kernel reads the rows as the forward did and takes
+/// the kept statistics) and with dy one element off (it reads x one
+/// column at a time, so it computes its own).
+template <class T>
+void expectGradientTakesKeptStats(const Shape &Sh, int64_t DyOffset) {
+  const int64_t N = Sh.Rows * Sh.H, Rows = Sh.Rows, H = Sh.H;
+  const std::vector<T> X = placed<T>(values(N, 0.9), Sh.Offset),
+                       DY = placed<T>(values(N, 2.6), DyOffset);
+  const T *Xp = X.data() + Sh.Offset, *Dp = DY.data() + DyOffset;
+  std::vector<double> Kept(size_t(2 * Rows));
+  std::vector<float> Y(static_cast<size_t>(N)), Gamma(static_cast<size_t>(H)),
+      Beta(static_cast<size_t>(H), 0.0f), Taken(static_cast<size_t>(N), -1.0f),
+      Own(static_cast<size_t>(N), -2.0f);
+  for (int64_t J = 0; J < H; ++J)
+    Gamma[size_t(J)] = 0.5f + 0.01f * float(J);
+  double *Kp = Kept.data();
+  float *Yp = Y.data(), *Tp = Taken.data(), *Op = Own.data();
+  const float *Gp = Gamma.data(), *Bp = Beta.data();
+  launchBlocks(warpRowBlocks(Rows), [=] {
+    layerNormKernel<T>(Xp, Rows, H, Gp, Bp, 1e-5, Yp, OutputStore{}, Kp);
+  });
+  for (const bool WithKept : {true, false}) {
+    float *Out = WithKept ? Tp : Op;
+    const double *S = WithKept ? Kp : nullptr;
+    launchBlocks(warpRowBlocks(Rows), [=] {
+      layerNormGradKernel<T, T, float>(Xp, Rows, H, Gp, Dp, 1e-5, Out,
+                                       OutputStore{}, nullptr, S);
+    });
+  }
+  expectSameBits(Taken, Own);
+}
+
+TEST(LayerNormGain, InputGradientTakesTheKeptStatsBitForBit) {
+  for (const Shape &Sh : kShapes) {
+    SCOPED_TRACE(testing::Message()
+                 << Sh.Rows << " x " << Sh.H << " offset " << Sh.Offset);
+    for (const int64_t DyOffset : {Sh.Offset, Sh.Offset + 1}) {
+      expectGradientTakesKeptStats<float>(Sh, DyOffset);
+      expectGradientTakesKeptStats<uint16_t>(Sh, DyOffset);
+    }
+  }
+}
+
 TEST(LayerNormGain, Bf16InputsAreTheUnfusedOpsBitForBit) {
   for (const Shape &Sh : kShapes) {
     SCOPED_TRACE(testing::Message()

@@ -870,12 +870,17 @@ __device__ inline void layerNormGradRows(const TX *X, int64_t Rows, int64_t H,
                                          const float *Gamma, const TD *DY,
                                          double Eps, float *DX,
                                          const OutputStore &Store,
-                                         const TR *Res) {
+                                         const TR *Res, const double *Stats) {
   MEGAC_WARP_ROWS(R, Rows) {
     const TX *Xr = X + R * H;
     const TD *Dr = DY + R * H;
     double Mean, Inv;
-    rowStatsWarp<W>(Xr, H, Eps, Mean, Inv);
+    if (Stats) {
+      Mean = Stats[2 * R];
+      Inv = Stats[2 * R + 1];
+    } else {
+      rowStatsWarp<W>(Xr, H, Eps, Mean, Inv);
+    }
     double SG = 0, SGX = 0;
     forLaneColumns<W>(Xr, Dr, H, [&](int64_t J, float Xv, float Dv) {
       const double G = double(Dv) * Gamma[J];
@@ -897,16 +902,21 @@ __device__ inline void layerNormGradRows(const TX *X, int64_t Rows, int64_t H,
 
 /// dx = LayerNorm's gradient per row, plus \p Res (the residual stream's
 /// gradient, fp32 or bf16 bits) where not null, added in fp32 before dx
-/// is stored (and rounded).
+/// is stored (and rounded). With \p Stats (not null: what the forward's
+/// layerNormKernel kept), each row's mean and 1 / sqrt(var + eps) from
+/// there instead of two passes over the row, where this kernel would read
+/// x as that one did (the same W: the same bits).
 template <class TX, class TD, class TR>
 __global__ void layerNormGradKernel(const TX *X, int64_t Rows, int64_t H,
                                     const float *Gamma, const TD *DY,
                                     double Eps, float *DX, OutputStore Store,
-                                    const TR *Res) {
-  if (rowsVec4(H, X, DY))
-    layerNormGradRows<4>(X, Rows, H, Gamma, DY, Eps, DX, Store, Res);
+                                    const TR *Res, const double *Stats) {
+  const bool Wide = rowsVec4(H, X, DY);
+  const double *Kept = Wide == rowsVec4(H, X) ? Stats : nullptr;
+  if (Wide)
+    layerNormGradRows<4>(X, Rows, H, Gamma, DY, Eps, DX, Store, Res, Kept);
   else
-    layerNormGradRows<1>(X, Rows, H, Gamma, DY, Eps, DX, Store, Res);
+    layerNormGradRows<1>(X, Rows, H, Gamma, DY, Eps, DX, Store, Res, Kept);
 }
 
 /// Softmax over the last dimension: max in float, sum in double.

@@ -2201,13 +2201,15 @@ private:
     case op::LayerNormGrad: {
       // x, dy and the residual gradient (format 11, where there is one)
       // each fp32 or bf16 bits.
+      // The rows' statistics the forward kept, where they hold.
       auto launch = [&](auto *Xs, auto *Dy, auto *Res) {
         launchOn(Compute,
                  layerNormGradKernel<Elem<decltype(Xs)>, Elem<decltype(Dy)>,
                                      Elem<decltype(Res)>>,
                  warpRowBlocks(Rows), kThreads, 0, Xs, Rows, Last,
                  static_cast<const float *>(f(X(1))), Dy, Flt(0), f(Y),
-                 outputStore(In, Y, Idx), Res);
+                 outputStore(In, Y, Idx), Res,
+                 keptRowStats(X(0), Xs, Rows, Last, Flt(0)));
       };
       if (Last)
         withInput(X(0), Idx, [&](auto *Xs) {
@@ -2411,6 +2413,8 @@ private:
         // The rows' statistics the forward kept, else a pass over x.
         const double *RowStatsOf =
             C.Outer > 0 ? keptRowStats(X(0), Xs, C.Outer, NY, Flt(0)) : Stats;
+        if (C.Outer > 0)
+          ++(RowStatsOf ? RowStatsTaken : RowStatsRecomputed);
         if (!RowStatsOf) {
           launchOn(Compute, rowStatsKernel<TX>, warpRowBlocks(C.Outer),
                    kThreads, 0, Xs, C.Outer, NY, Flt(0), Stats);
@@ -3452,8 +3456,9 @@ private:
   /// By y's buffer, the forward attentions a gradient step reads.
   std::map<uint32_t, ForwardKept> ForwardStats;
   /// A training step's LayerNorm keeps its rows' statistics (mean and 1 /
-  /// sqrt(var + eps), rowStatsKernel's bits) for the gain's gradient,
-  /// which reads the same x and then skips its own pass over x for them.
+  /// sqrt(var + eps), rowStatsKernel's bits) for its gradients, which read
+  /// the same x: the gain's then skips its own pass over x for them, the
+  /// input's two passes over each row (layerNormGradKernel).
   /// They hold for the run that made them, as long as nothing writes x,
   /// and only for the same x, read the same way (fp32 or its copy).
   struct KeptRowStats {
@@ -3492,14 +3497,13 @@ private:
     return K.stats();
   }
   /// The statistics the LayerNorm of \p X kept, where they hold for a
-  /// gain gradient reading it at \p Xs (null: compute them).
+  /// gradient reading it at \p Xs (null: compute them).
   const double *keptRowStats(uint32_t X, const void *Xs, int64_t Rows,
-                             int64_t H, double Eps) {
+                             int64_t H, double Eps) const {
     auto It = RowStats.find(X);
     const bool Holds = It != RowStats.end() && It->second.Valid &&
                        It->second.X == Xs && It->second.Rows == Rows &&
                        It->second.H == H && It->second.Eps == Eps;
-    ++(Holds ? RowStatsTaken : RowStatsRecomputed);
     return Holds ? It->second.stats() : nullptr;
   }
   /// Per instruction: the forward output its attention gradient reads, or
