@@ -21,6 +21,9 @@ import signal
 import sys
 
 INSTR = re.compile(r"^megac-emu: instr \d+ (\S+)(?: x(\d+))? step (\d+) ")
+# A run's start: what it issues before its first instruction (its fault
+# flags' fill) belongs to no op.
+RUN = re.compile(r"^megac-emu: run step \d+ micro \d+$")
 WORK = re.compile(r"^megac-emu: (kernel|product|copy|fill) (.*)$")
 
 
@@ -39,6 +42,9 @@ def summarize(lines, step):
     ops = {}
     current = None
     for line in lines:
+        if RUN.match(line):
+            current = None
+            continue
         m = INSTR.match(line)
         if m:
             if int(m.group(3)) != step:

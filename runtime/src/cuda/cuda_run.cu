@@ -661,6 +661,12 @@ public:
     CurMicro = Micro;
     CurTraining = Training;
     forgetAll();
+#ifdef MEGAC_CUDA_EMULATION
+    // (What the run issues before its first instruction is the run's.)
+    if (megac_emu::tracing())
+      megac_emu::traceLine("run step " + std::to_string(Step) + " micro " +
+                           std::to_string(Micro));
+#endif
     check(cudaMemsetAsync(Faults, 0, sizeof(int) * kFaultKinds, Compute),
           "cudaMemsetAsync");
     const uint32_t N = RP.instrs() ? RP.instrs()->size() : 0;
@@ -1672,7 +1678,7 @@ private:
     auto epilogue = [&](auto *B, auto *R) {
       launchOn(Compute,
                linearEpilogueKernel<Elem<decltype(R)>, Elem<decltype(B)>>,
-               wideBlocks(NY), kThreads, 0, static_cast<const float *>(Out),
+               N % 4 ? blocksFor(NY) : wideBlocks(NY), kThreads, 0, static_cast<const float *>(Out),
                NY, B, N, int(Gelu), int(Round), f(Y),
                Round ? writeCopy(Y, Idx) : nullptr, Keep ? f(Pre) : nullptr,
                Round && Keep ? writeCopy(Pre, Idx) : nullptr, R);
