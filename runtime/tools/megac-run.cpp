@@ -711,12 +711,13 @@ bool writeProfile(const Options &O, const Setup &S, const std::string &Where,
     std::sort(Order.begin(), Order.end(), [](const auto &A, const auto &B) {
       return A.second.Ms > B.second.Ms;
     });
-    std::string Json = "{\n  \"device\": \"" + Where + "\",\n  \"rank\": 0,\n"
-                       "  \"steps\": " + std::to_string(Span.Steps) +
-                       ",\n  \"first_step_left_out\": " +
-                       (Span.FirstLeftOut ? "true" : "false") +
-                       ",\n  \"total_ms\": " + std::to_string(Total) +
-                       ",\n  \"ops\": [";
+    std::string Json =
+        "{\n  \"device\": \"" + Where +
+        "\",\n  \"rank\": 0,\n"
+        "  \"steps\": " +
+        std::to_string(Span.Steps) + ",\n  \"first_step_left_out\": " +
+        (Span.FirstLeftOut ? "true" : "false") +
+        ",\n  \"total_ms\": " + std::to_string(Total) + ",\n  \"ops\": [";
     for (size_t K = 0; K < Order.size(); ++K) {
       const OpSum &Sum = Order[K].second;
       const double Sec = Sum.Ms / 1e3;
@@ -989,8 +990,8 @@ bool writeDeviceOrHostProfile(const Options &O, const Setup &S,
     Span = Dev->profile(Ms, Runs);
   else
     profileFromTrace(*S.exec, Ms, Runs);
-  return writeProfile(O, S, Dev ? Dev->device().deviceName() : "the CPU",
-                      Ms, Runs, Span);
+  return writeProfile(O, S, Dev ? Dev->device().deviceName() : "the CPU", Ms,
+                      Runs, Span);
 }
 
 int runTraining(const Options &O, Setup &S) {
@@ -1139,8 +1140,8 @@ int runTraining(const Options &O, Setup &S) {
   }
   if (!O.trace.empty() && !writeTrace(O, S))
     return 1;
-  if (!O.profile.empty() && !writeDeviceOrHostProfile(O, S, Dev.get(),
-                                                       Last - First + 1))
+  if (!O.profile.empty() &&
+      !writeDeviceOrHostProfile(O, S, Dev.get(), Last - First + 1))
     return 1;
   double MaxSec = 0;
   MPI_Allreduce(&TotalSec, &MaxSec, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);

@@ -6,8 +6,8 @@
 // time elsewhere. Each element must come out as the formula gives it
 // here, element by element, the same from either path: rows whose width
 // is a multiple of 4 and not, storage offset by one element (unaligned),
-// biases and residuals in fp32 and as bf16 bits, with and without GeLU and rounding,
-// and enough rows for several blocks.
+// biases and residuals in fp32 and as bf16 bits, with and without GeLU and
+// rounding, and enough rows for several blocks.
 //
 //===----------------------------------------------------------------------===//
 
@@ -32,8 +32,8 @@ float valueAt(int64_t I, int Seed) {
 struct Shape {
   int64_t Rows, Cols, Offset;
 };
-const Shape kShapes[] = {{3, 8, 0}, {5, 6, 0}, {4, 8, 1}, {1000, 12, 0},
-                         {7, 4, 2}};
+const Shape kShapes[] = {
+    {3, 8, 0}, {5, 6, 0}, {4, 8, 1}, {1000, 12, 0}, {7, 4, 2}};
 
 /// linearEpilogueKernel against the formula, for one shape, the residual
 /// of type ResT (or none), the bias of type BiasT (fp32, or bf16 bits: a
@@ -122,9 +122,8 @@ template <class XT> void checkGeluGradEpilogue(const Shape &Sh, int Round) {
   const float *Dp = DY.data() + O;
   float *Yp = Y.data() + O;
   uint16_t *Y16p = Y16.data() + O;
-  launchBlocks(wideBlocks(N), [=] {
-    geluGradEpilogueKernel<XT>(Xp, Dp, N, Round, Yp, Y16p);
-  });
+  launchBlocks(wideBlocks(N),
+               [=] { geluGradEpilogueKernel<XT>(Xp, Dp, N, Round, Yp, Y16p); });
   for (int64_t I = 0; I < N; ++I) {
     const float V = megac_gelu_grad(roundedHere(valueAt(I, 4)), valueAt(I, 5));
     const float R = Round ? roundedHere(V) : V;

@@ -61,8 +61,8 @@ __device__ inline double warpSum(double V) {
 /// shuffles, then every thread sums the warps' sums in warp order: two
 /// barriers instead of a shared-memory tree's ten (the row kernels that
 /// take a block a row, a softmax's or the loss's, run two or three of
-/// these per row). The butterfly leaves every lane with the same bits (each step
-/// adds the same two values on both sides), and the order is fixed: the
+/// these per row). The butterfly leaves every lane with the same bits (each
+/// step adds the same two values on both sides), and the order is fixed: the
 /// same bits every run.
 __device__ inline double blockSum(double V, double *Part) {
   if (blockDim.x % 32 == 0) {
@@ -187,10 +187,9 @@ __device__ __forceinline__ int64_t columnOf(int64_t I, int64_t Cols,
 /// with wideBlocks(N).
 template <class ResT, class BiasT = float>
 __global__ void
-linearEpilogueKernel(const float *T, int64_t N, const BiasT *Bias,
-                     int64_t Cols, int Gelu, int Round, float *Y,
-                     uint16_t *Y16, float *Pre, uint16_t *Pre16,
-                     const ResT *Res) {
+linearEpilogueKernel(const float *T, int64_t N, const BiasT *Bias, int64_t Cols,
+                     int Gelu, int Round, float *Y, uint16_t *Y16, float *Pre,
+                     uint16_t *Pre16, const ResT *Res) {
   const bool Small = N <= int64_t(UINT32_MAX);
   // One element: the GeLU's input P and the result R, as stored.
   auto Value = [&](float S, float &P, float &R) {
@@ -823,8 +822,7 @@ __device__ inline void rowStatsWarp(const T *Xr, int64_t H, double Eps,
   Mean = warpSum(S) / double(H);
   const double M = Mean;
   double Q = 0;
-  forLaneColumns<W>(Xr, H,
-                    [&](int64_t, float V) { Q += (V - M) * (V - M); });
+  forLaneColumns<W>(Xr, H, [&](int64_t, float V) { Q += (V - M) * (V - M); });
   Inv = 1.0 / sqrt(warpSum(Q) / double(H) + Eps);
 }
 
@@ -866,11 +864,10 @@ __global__ void layerNormKernel(const TX *X, int64_t Rows, int64_t H,
 
 /// layerNormGradKernel's rows, W columns a lane at a time.
 template <int W, class TX, class TD, class TR>
-__device__ inline void layerNormGradRows(const TX *X, int64_t Rows, int64_t H,
-                                         const float *Gamma, const TD *DY,
-                                         double Eps, float *DX,
-                                         const OutputStore &Store,
-                                         const TR *Res, const double *Stats) {
+__device__ inline void
+layerNormGradRows(const TX *X, int64_t Rows, int64_t H, const float *Gamma,
+                  const TD *DY, double Eps, float *DX, const OutputStore &Store,
+                  const TR *Res, const double *Stats) {
   MEGAC_WARP_ROWS(R, Rows) {
     const TX *Xr = X + R * H;
     const TD *Dr = DY + R * H;
@@ -1211,9 +1208,9 @@ constexpr int kRowBatch = 8;
 /// sumLeadingPartsKernel's work, \p W columns a thread (every array
 /// index a constant once unrolled: registers, not local memory).
 template <int W, class T>
-__device__ inline void sumLeadingParts(const T *X, int64_t Outer,
-                                       int64_t Inner, int64_t RowsPer,
-                                       int64_t Chunks, double *Parts) {
+__device__ inline void sumLeadingParts(const T *X, int64_t Outer, int64_t Inner,
+                                       int64_t RowsPer, int64_t Chunks,
+                                       double *Parts) {
   const int64_t Groups = Inner / W;
   MEGAC_GRID_LOOP(G, Chunks * Groups) {
     const int64_t C = G / Groups, J = (G % Groups) * W;
@@ -1280,11 +1277,10 @@ __global__ void rowStatsKernel(const TX *X, int64_t Rows, int64_t H, double Eps,
 /// sumLeadingPartsKernel makes them of dy (the bias gradient's parts).
 /// layerNormGainPartsKernel's work, \p W columns a thread.
 template <int W, class TX, class TD>
-__device__ inline void layerNormGainParts(const TX *X, const TD *DY,
-                                          const double *Stats, int64_t Rows,
-                                          int64_t H, int64_t RowsPer,
-                                          int64_t Chunks, double *Parts,
-                                          double *BiasParts) {
+__device__ inline void
+layerNormGainParts(const TX *X, const TD *DY, const double *Stats, int64_t Rows,
+                   int64_t H, int64_t RowsPer, int64_t Chunks, double *Parts,
+                   double *BiasParts) {
   const int64_t Groups = H / W;
   MEGAC_GRID_LOOP(G, Chunks * Groups) {
     const int64_t C = G / Groups, J = (G % Groups) * W;

@@ -281,7 +281,8 @@ public:
     Major = Prop.major;
     SharedOptin = Prop.sharedMemPerBlockOptin;
     TimeEpilogues = Epilogues == EpilogueUse::Timed && !replicatedAcrossRanks();
-    const bool CudnnDeterministic = cudnnDeterministicAsked(); // (checked)
+    // (Read where cuDNN is not asked for too: a bad value is an error.)
+    const bool CudnnDeterministic = cudnnDeterministicAsked();
     if (AttentionKind == "cudnn" || AttentionKind == "auto") {
       std::string Why;
       Cudnn = CudnnAttention::open(Why, CudnnDeterministic);
@@ -316,10 +317,11 @@ public:
     check(cublasCreate(&BlasBf16), "cublasCreate");
     check(cublasSetMathMode(
               BlasBf16,
-              cublasMath_t(CUBLAS_DEFAULT_MATH |
-                           (LtAnyReduction
-                                ? 0
-                                : CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION))),
+              cublasMath_t(
+                  CUBLAS_DEFAULT_MATH |
+                  (LtAnyReduction
+                       ? 0
+                       : CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION))),
           "cublasSetMathMode");
     check(cublasSetStream(Blas, Compute), "cublasSetStream");
     check(cublasSetStream(BlasBf16, Compute), "cublasSetStream");
@@ -1557,8 +1559,8 @@ private:
       return true;
     });
     restoreCounts();
-    Chosen = PlainMs < EpiMs * (1.0f - kPlainMargin) ? Way::Plain
-                                                     : Way::Epilogue;
+    Chosen =
+        PlainMs < EpiMs * (1.0f - kPlainMargin) ? Way::Plain : Way::Epilogue;
     ++EpiloguesTimed;
     EpiloguesKept += Chosen == Way::Epilogue;
     EpilogueTimedMs += EpiMs;
@@ -1676,12 +1678,12 @@ private:
     // The bias and the residual each in fp32 or as bf16 bits (a rounded
     // bias may be kept in bf16 alone).
     auto epilogue = [&](auto *B, auto *R) {
-      launchOn(Compute,
-               linearEpilogueKernel<Elem<decltype(R)>, Elem<decltype(B)>>,
-               N % 4 ? blocksFor(NY) : wideBlocks(NY), kThreads, 0, static_cast<const float *>(Out),
-               NY, B, N, int(Gelu), int(Round), f(Y),
-               Round ? writeCopy(Y, Idx) : nullptr, Keep ? f(Pre) : nullptr,
-               Round && Keep ? writeCopy(Pre, Idx) : nullptr, R);
+      launchOn(
+          Compute, linearEpilogueKernel<Elem<decltype(R)>, Elem<decltype(B)>>,
+          N % 4 ? blocksFor(NY) : wideBlocks(NY), kThreads, 0,
+          static_cast<const float *>(Out), NY, B, N, int(Gelu), int(Round),
+          f(Y), Round ? writeCopy(Y, Idx) : nullptr, Keep ? f(Pre) : nullptr,
+          Round && Keep ? writeCopy(Pre, Idx) : nullptr, R);
     };
     withInput(Bias, Idx, [&](auto *B) {
       if (Residual)
@@ -1711,8 +1713,7 @@ private:
     RoundedGroups += Round;
     // The product into fp32, then the epilogue kernel.
     auto Plain = [&] {
-      float *Out =
-          f(Y) ? f(Y) : static_cast<float *>(scratch(size_t(NY) * 4));
+      float *Out = f(Y) ? f(Y) : static_cast<float *>(scratch(size_t(NY) * 4));
       if (K == 0)
         check(cudaMemsetAsync(Out, 0, size_t(NY) * 4, Compute),
               "cudaMemsetAsync");
@@ -1821,9 +1822,8 @@ private:
       return false;
     auto Epilogue = [&] {
       ltPointer(Pl, CUBLASLT_MATMUL_DESC_BIAS_POINTER, Bias);
-      const auto [X16, Dy16] =
-          packOperands(f(X), Rows * K, readCopy(X, Idx), f(Dy), Rows * N,
-                       readCopy(Dy, Idx));
+      const auto [X16, Dy16] = packOperands(f(X), Rows * K, readCopy(X, Idx),
+                                            f(Dy), Rows * N, readCopy(Dy, Idx));
       if (!ltMatmul(Pl, T ? X16 : Dy16, T ? Dy16 : X16, nullptr,
                     f(In.outputs()->Get(0))))
         return false;
@@ -1864,10 +1864,10 @@ private:
                      *Res16 = Residual ? readCopy(Res, Idx) : nullptr;
       uint16_t *Y16 = writeCopy(Y, Idx),
                *Pre16 = Keep ? writeCopy(Pre, Idx) : nullptr;
-      const auto [BiasPart, YPart, PrePart, ResPart] = scratchParts<4>(
-          {Bias16 ? 0 : size_t(N) * 2, Y16 ? 0 : size_t(NY) * 2,
-           !Keep || Pre16 ? 0 : size_t(NY) * 2,
-           !Residual || Res16 ? 0 : size_t(NY) * 2});
+      const auto [BiasPart, YPart, PrePart, ResPart] =
+          scratchParts<4>({Bias16 ? 0 : size_t(N) * 2, Y16 ? 0 : size_t(NY) * 2,
+                           !Keep || Pre16 ? 0 : size_t(NY) * 2,
+                           !Residual || Res16 ? 0 : size_t(NY) * 2});
       if (!Bias16) {
         packBf16(f(Bias), N, BiasPart, /*Exact=*/true);
         Bias16 = BiasPart;
@@ -2206,8 +2206,8 @@ private:
       return;
     case op::LayerNormGrad: {
       // x, dy and the residual gradient (format 11, where there is one)
-      // each fp32 or bf16 bits.
-      // The rows' statistics the forward kept, where they hold.
+      // each fp32 or bf16 bits; the rows' statistics the forward kept,
+      // where they hold.
       auto launch = [&](auto *Xs, auto *Dy, auto *Res) {
         launchOn(Compute,
                  layerNormGradKernel<Elem<decltype(Xs)>, Elem<decltype(Dy)>,
@@ -2231,11 +2231,11 @@ private:
     case op::Normalize:
       if (Last)
         withInput(X(0), Idx, [&](auto *Xs) {
-          launchOn(
-              Compute, layerNormKernel<Elem<decltype(Xs)>>, warpRowBlocks(Rows),
-              kThreads, 0, Xs, Rows, Last, static_cast<const float *>(nullptr),
-              static_cast<const float *>(nullptr), Flt(0), f(Y), OutputStore{},
-              static_cast<double *>(nullptr));
+          launchOn(Compute, layerNormKernel<Elem<decltype(Xs)>>,
+                   warpRowBlocks(Rows), kThreads, 0, Xs, Rows, Last,
+                   static_cast<const float *>(nullptr),
+                   static_cast<const float *>(nullptr), Flt(0), f(Y),
+                   OutputStore{}, static_cast<double *>(nullptr));
         });
       return;
     case op::Softmax:
@@ -2417,15 +2417,14 @@ private:
       withInput(X(0), Idx, [&](auto *Xs) {
         using TX = Elem<decltype(Xs)>;
         // The rows' statistics the forward kept, else a pass over x.
-        const double *RowStatsOf =
-            C.Outer > 0 ? keptRowStats(X(0), Xs, C.Outer, NY, Flt(0)) : Stats;
-        if (C.Outer > 0)
-          ++(RowStatsOf ? RowStatsTaken : RowStatsRecomputed);
-        if (!RowStatsOf) {
-          launchOn(Compute, rowStatsKernel<TX>, warpRowBlocks(C.Outer),
-                   kThreads, 0, Xs, C.Outer, NY, Flt(0), Stats);
-          RowStatsOf = Stats;
+        const double *FromForward = keptRowStats(X(0), Xs, C.Outer, NY, Flt(0));
+        if (C.Outer > 0) {
+          ++(FromForward ? RowStatsTaken : RowStatsRecomputed);
+          if (!FromForward)
+            launchOn(Compute, rowStatsKernel<TX>, warpRowBlocks(C.Outer),
+                     kThreads, 0, Xs, C.Outer, NY, Flt(0), Stats);
         }
+        const double *RowStatsOf = FromForward ? FromForward : Stats;
         withInput(X(1), Idx, [&](auto *Dy) {
           launchOn(Compute, layerNormGainPartsKernel<TX, Elem<decltype(Dy)>>,
                    C.Blocks, kThreads, 0, Xs, Dy, RowStatsOf, C.Outer, NY,
@@ -2971,7 +2970,8 @@ private:
                            : CudnnInto::NotHere;
       if (Into == CudnnInto::Done)
         return;
-      if (Into == CudnnInto::NotHere && cudnnAttention(Q, K, V, DY, B, S, Hl, NH, Causal, First, Dr, Scale,
+      if (Into == CudnnInto::NotHere &&
+          cudnnAttention(Q, K, V, DY, B, S, Hl, NH, Causal, First, Dr, Scale,
                          Copies, Store, Out)) {
         for (int J = 1; J < Steps.Count; ++J)
           if (!cudnnAttention(Q, K, V, DY, B, S, Hl, NH, Causal, First + J, Dr,
@@ -3158,12 +3158,12 @@ private:
   /// writing them straight into the outputs' bf16 bits (widened into their
   /// fp32 buffers where they have them): no copy out of the kept state,
   /// three reads and writes of q's size saved per attention.
-  CudnnInto cudnnGradsInto(const float *Q, const float *K, const float *V,
-                      const float *DY, int64_t B, int64_t S, int64_t Hl,
-                      int64_t NH, int Causal, const AttnDropout &Dr,
-                      float Scale,
-                      const AttentionCopies &Copies,
-                      const std::array<std::pair<float *, OutputStore>, 3> &Outs) {
+  CudnnInto
+  cudnnGradsInto(const float *Q, const float *K, const float *V,
+                 const float *DY, int64_t B, int64_t S, int64_t Hl, int64_t NH,
+                 int Causal, const AttnDropout &Dr, float Scale,
+                 const AttentionCopies &Copies,
+                 const std::array<std::pair<float *, OutputStore>, 3> &Outs) {
     std::array<uint16_t *, 3> Into{};
     for (int J = 0; J < 3; ++J) {
       if (!Outs[J].second.Round || !Outs[J].second.Bits)
@@ -3484,8 +3484,8 @@ private:
   /// that computed them again (runNotes).
   uint64_t RowStatsTaken = 0, RowStatsRecomputed = 0;
   /// Where the LayerNorm of \p X (read at \p Xs, \p Rows x \p H) writes
-  /// its rows' statistics for the gain's gradient (null: nowhere), marked
-  /// valid as of this launch.
+  /// its rows' statistics for its gradients (null: nowhere), marked valid
+  /// as of this launch.
   double *rowStatsToKeep(uint32_t X, const void *Xs, size_t ElemBytes,
                          int64_t Rows, int64_t H, double Eps) {
     auto It = RowStats.find(X);
@@ -3647,13 +3647,11 @@ private:
   /// log-sum-exp, and the three gradients (null: cuDNN declined). With
   /// \p Into, the gradients go there instead, once, and nothing is kept
   /// (cudnnGradsInto: every step of the attention is in the one call).
-  const KeptAttention *keptCudnn(const SdpaShape &Sh, const float *Q,
-                                 const float *K, const float *V,
-                                 const float *DY, int Causal,
-                                 const AttnDropout &Dr,
-                                 const AttentionCopies &Copies,
-                                 const std::array<uint16_t *, 3> *Into =
-                                     nullptr) {
+  const KeptAttention *
+  keptCudnn(const SdpaShape &Sh, const float *Q, const float *K, const float *V,
+            const float *DY, int Causal, const AttnDropout &Dr,
+            const AttentionCopies &Copies,
+            const std::array<uint16_t *, 3> *Into = nullptr) {
     const int64_t Rows = Sh.B * Sh.NH * Sh.S, N = Sh.B * Sh.S * Sh.NH * Sh.D;
     const std::vector<int64_t> Key =
         keptKey(Q, K, V, DY, Sh.B, Sh.S, Sh.NH * Sh.D, Sh.NH, Causal, Sh.D, Dr,

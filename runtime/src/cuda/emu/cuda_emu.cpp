@@ -381,10 +381,9 @@ void traceKernel(const void *Fn, Dim3 Grid, Dim3 Block) {
     const size_t Angle = std::min(Name.find('<'), Name.size());
     const size_t Scope = Name.rfind("::", Angle);
     const size_t Space = Name.rfind(' ', Angle);
-    const size_t From =
-        Scope != std::string::npos ? Scope + 2
-        : Space != std::string::npos ? Space + 1
-                                     : 0;
+    const size_t From = Scope != std::string::npos   ? Scope + 2
+                        : Space != std::string::npos ? Space + 1
+                                                     : 0;
     Name = Name.substr(From);
   }
   traceLine("kernel " + Name + " " + std::to_string(Grid.x * Grid.y * Grid.z) +
@@ -784,8 +783,8 @@ void traceProduct(int M, int N, int K, int Batch, cudaDataType_t In,
   };
   megac_emu::traceLine(
       "product " + std::to_string(M) + "x" + std::to_string(N) + "x" +
-      std::to_string(K) + (Batch > 1 ? "x" + std::to_string(Batch) : "") +
-      " " + Type(In) + "->" + Type(Out) + (*Epilogue ? " " : "") + Epilogue);
+      std::to_string(K) + (Batch > 1 ? "x" + std::to_string(Batch) : "") + " " +
+      Type(In) + "->" + Type(Out) + (*Epilogue ? " " : "") + Epilogue);
 }
 
 cublasStatus_t cublasSgemmStridedBatched(
@@ -1205,9 +1204,12 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t Desc,
   const bool Slow = emuSlow(Op.Epilogue != CUBLASLT_EPILOGUE_DEFAULT);
   if (megac_emu::tracing()) {
     std::string Names;
-    for (auto [On, Name] : {std::pair{E.Bias, "bias"}, {E.Gelu, "gelu"},
-                            {E.Aux && !E.DGelu, "aux"}, {E.DGelu, "dgelu"},
-                            {E.BGradA, "bgrada"}, {E.BGradB, "bgradb"},
+    for (auto [On, Name] : {std::pair{E.Bias, "bias"},
+                            {E.Gelu, "gelu"},
+                            {E.Aux && !E.DGelu, "aux"},
+                            {E.DGelu, "dgelu"},
+                            {E.BGradA, "bgrada"},
+                            {E.BGradB, "bgradb"},
                             {Bet != 0.0f, "c"}})
       if (On)
         Names += (Names.empty() ? "" : "+") + std::string(Name);
