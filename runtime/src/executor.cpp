@@ -576,7 +576,13 @@ void Executor::exec(uint32_t Idx, const Instr &In, Collectives &C,
     int64_t N = T ? W.shape[0] : W.shape[1];
     int64_t M = N ? Y.numel() / N : 0;
     kernels::linear(A.f.data(), M, Last, W.f.data(), N, T, Y.f.data());
-    if (In.op() == op::LinearBias)
+    if (In.op() == op::Linear && In.inputs()->size() == 3)
+      // A third input (format 15): added to the fp32 product, as the add
+      // of the two did (megac-round-after-epilogue took the product's
+      // rounding away; the sum is rounded after, with round_bf16).
+      kernels::add(X(2).f.data(), X(2).numel(), Y.f.data(), Y.numel(),
+                   Y.f.data());
+    else if (In.op() == op::LinearBias)
       linearBiasEpilogue(In, Y);
     else if (In.op() == op::LinearGeluGrad)
       // GeLU's gradient at x with the fp32 product as the output gradient,

@@ -197,7 +197,12 @@ std::vector<uint32_t> copyOperands(const Instr &In,
   if (Loss && In.inputs() && In.inputs()->size() > 0 &&
       Bf16[In.inputs()->Get(0)])
     return {In.inputs()->Get(0)};
-  return tensorCoreOperands(In, Bf16);
+  std::vector<uint32_t> Out = tensorCoreOperands(In, Bf16);
+  // A product's C (format 15), read in bf16 beside its operands.
+  if (In.op() == op::Linear && !Out.empty() && In.inputs()->size() == 3 &&
+      Bf16[In.inputs()->Get(2)])
+    Out.push_back(In.inputs()->Get(2));
+  return Out;
 }
 } // namespace
 
@@ -259,10 +264,12 @@ bool writesBf16Alone(const Program &P, const RankProgram &R, const Instr &In,
   case op::CrossEntropyGrad: // not the vocabulary-parallel one (from stats)
     return In.inputs() && In.inputs()->size() != 4;
   case op::Linear:           // cuBLAS's bf16 result: a product of bf16 operands
-  case op::LinearBias:       // (and of the bias, or kept GeLU input, of bf16
-  case op::LinearGeluGrad: { // values its epilogue reads)
-    const uint32_t Operands = In.op() == op::Linear ? 2 : 3;
-    if (!In.inputs() || In.inputs()->size() < Operands)
+  case op::LinearBias:       // (and of the bias, or kept GeLU input, or C, of
+  case op::LinearGeluGrad: { // bf16 values its epilogue reads)
+    if (!In.inputs())
+      return false;
+    const uint32_t Operands = In.op() == op::Linear ? In.inputs()->size() : 3;
+    if (In.inputs()->size() < Operands)
       return false;
     for (uint32_t B :
          {In.inputs()->Get(0), In.inputs()->Get(1), In.outputs()->Get(0)})
@@ -295,7 +302,10 @@ bool readsBf16(const Instr &In, uint32_t K, const std::vector<bool> &Bf16,
     if (K == 2 || K == 3)
       return true;
     [[fallthrough]];
-  case op::Linear:
+  case op::Linear: // and C (format 15) always, as linear_bias's residual
+    if (K == 2)
+      return true;
+    [[fallthrough]];
   case op::LinearWeightGrad:
     return K < 2 && Bf16[In.inputs()->Get(0)] && Bf16[In.inputs()->Get(1)];
   case op::LinearGeluGrad: // dy and w as a product's; the kept GeLU input

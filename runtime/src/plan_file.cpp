@@ -1036,10 +1036,19 @@ private:
       return expectOutShape({in(1)[1], in(0)[1]});
     }
     case op::Linear: {
+      // A third input (format 15): a tensor added to the product (C).
+      const bool Into = Ins.size() == 3;
       Shape Want;
-      return expectCounts(2, 1) && allF32() && expectRank(true, 0, 1, 64) &&
-             expectRank(true, 1, 2, 2) && expectInts(1, "transpose_w") &&
-             productShape(Want) && expectOutShape(Want);
+      if (!expectCounts(Into ? 3 : 2, 1) || !allF32() ||
+          !expectRank(true, 0, 1, 64) || !expectRank(true, 1, 2, 2) ||
+          !expectInts(1, "transpose_w") || !productShape(Want) ||
+          !expectOutShape(Want))
+        return false;
+      if (Into && in(2) != Want)
+        return fail(Pfx + "input 2 (added to the product) has shape " +
+                    listStr(in(2)) + ", expected the product's " +
+                    listStr(Want));
+      return true;
     }
     case op::LinearBias: {
       // A second output (format 10): the GeLU's input, kept. A fourth

@@ -510,6 +510,31 @@ TEST(PlanFile, RejectsBadEpiloguesAndAccumulation) {
                 .find("input 3 (the residual) has shape [3], expected the "
                       "product's [2,3]"),
             std::string::npos);
+  // Format 15: linear's C (a third input) of the product's shape, not
+  // its output's buffer.
+  auto Into = [](std::vector<int64_t> CShape, bool InPlace) {
+    ProgramDesc P;
+    RankDesc R;
+    uint32_t X = R.addBuffer(dt::F32, {2, 4}, "x");
+    uint32_t W = R.addBuffer(dt::F32, {4, 3}, "w");
+    uint32_t C = R.addBuffer(dt::F32, CShape, "c");
+    for (uint32_t Id : {X, W, C})
+      R.instrs.push_back({op::Fill, {}, {Id}, {}, {1.0}});
+    if (InPlace)
+      R.instrs.push_back({op::Linear, {X, W, C}, {C}, {0}});
+    else
+      R.emit(op::Linear, {X, W, C}, {2, 3}, {0});
+    R.instrs.back().roundBf16 = true;
+    P.ranks.push_back(R);
+    return P;
+  };
+  EXPECT_EQ(verify(Into({2, 3}, false)), "");
+  EXPECT_NE(verify(Into({3}, false))
+                .find("input 2 (added to the product) has shape [3], "
+                      "expected the product's [2,3]"),
+            std::string::npos);
+  EXPECT_NE(verify(Into({2, 3}, true)).find("is also an input"),
+            std::string::npos);
   // Format 11: layer_norm_grad's residual gradient, of x's shape.
   auto NormGrad = [](std::vector<int64_t> ResShape) {
     ProgramDesc P;

@@ -451,6 +451,35 @@ TEST(Executor, LinearBiasAddsItsResidualBeforeTheOneRounding) {
   EXPECT_EQ(E->buffer(Fp32).f[0], 1.00390625f);
 }
 
+TEST(Executor, LinearAddsItsCBeforeTheOneRounding) {
+  // Format 15's linear with a third input c: y = x w + c. The product
+  // 1 x (1 + 3/1024) = 1.0029296875 plus c = 1/512 is 1.0048828125, past
+  // the midpoint (1.00390625) of the bf16 values 1.0 and 1.0078125:
+  // rounded once (with round_bf16), 1.0078125. Rounding the product first
+  // (to 1.0) and then the sum (1.001953125) would give 1.0.
+  RankDesc R;
+  uint32_t X = R.emit(op::Fill, {}, {1, 1}, {}, {1.0});
+  uint32_t W = R.emit(op::Fill, {}, {1, 1}, {}, {1.0029296875});
+  uint32_t C = R.emit(op::Fill, {}, {1, 1}, {}, {0.001953125});
+  uint32_t Rounded = R.emit(op::Linear, {X, W, C}, {1, 1}, {0});
+  R.instrs.back().roundBf16 = true;
+  uint32_t Fp32 = R.emit(op::Linear, {X, W, C}, {1, 1}, {0});
+  // Rows of 2 with w read transposed (ints[0] = 1).
+  uint32_t X2 = R.emit(op::Fill, {}, {1, 2}, {}, {1.0});
+  uint32_t W2 = R.emit(op::Fill, {}, {2, 2}, {}, {1.0});
+  uint32_t C2 = R.emit(op::Fill, {}, {1, 2}, {}, {10.0});
+  uint32_t T2 = R.emit(op::Linear, {X2, W2, C2}, {1, 2}, {1});
+  R.outputs = {{"rounded", Rounded, ""}, {"fp32", Fp32, ""}, {"t", T2, ""}};
+  LoadedPlan L;
+  std::unique_ptr<Executor> E = runRank(R, L);
+  ASSERT_TRUE(E);
+  EXPECT_EQ(E->buffer(Rounded).f[0], 1.0078125f);
+  EXPECT_EQ(E->buffer(Fp32).f[0], 1.0048828125f);
+  // x = [1, 1], w = ones [2, 2] read transposed: each output 2, plus 10.
+  EXPECT_EQ(E->buffer(T2).f[0], 12.0f);
+  EXPECT_EQ(E->buffer(T2).f[1], 12.0f);
+}
+
 TEST(Executor, LayerNormGradAddsTheResidualBeforeTheOneRounding) {
   // Format 11's layer_norm_grad with a residual gradient r and round_bf16
   // against the unfused ops it stands for (megac-round-after-epilogue's

@@ -522,6 +522,36 @@ private:
                      matchGemmGeluGrad);
   }
 
+  /// The product-accumulating group marked \p group that \p op belongs
+  /// to.
+  static std::optional<GemmAccumulate> accumulateGroupOf(Operation *op,
+                                                         StringAttr group) {
+    // The rounding reads the sum; the sum reads the product.
+    Operation *start = unrounded(op);
+    if (auto add = dyn_cast_or_null<AddOp>(start))
+      for (Value operand : add->getOperands())
+        if (auto linear = operand.getDefiningOp<LinearOp>();
+            linear && inGroup(linear, group))
+          start = linear;
+    return groupWith(op, group, dyn_cast_or_null<LinearOp>(start),
+                     matchGemmAccumulate);
+  }
+
+  /// A product with another tensor added as it is written (cuBLAS's C,
+  /// beta = 1; rounded after, in a bf16 plan): the linear instruction with
+  /// the other as a third input, writing the group's result.
+  LogicalResult emitLinearInto(GemmAccumulate g) {
+    if (failed(addBuffer(g.result(), "linear")))
+      return failure();
+    buffers[g.linear.getResult()] = buffers.lookup(g.result());
+    roundingOutput = static_cast<bool>(g.round);
+    residualInput = g.into();
+    LogicalResult result = addInstruction(g.linear);
+    roundingOutput = false;
+    residualInput = {};
+    return result;
+  }
+
   /// The norm-gradient group marked \p group that \p op belongs to.
   static std::optional<NormGradResidual> normGradGroupOf(Operation *op,
                                                          StringAttr group) {
@@ -744,6 +774,9 @@ private:
         if (group.getValue().starts_with("g"))
           if (std::optional<GemmEpilogue> g = gemmGroupOf(&op, group))
             return &op == g->ops().back() ? emitLinearBias(*g) : success();
+        if (group.getValue().starts_with("c"))
+          if (std::optional<GemmAccumulate> c = accumulateGroupOf(&op, group))
+            return &op == c->ops().back() ? emitLinearInto(*c) : success();
         if (group.getValue().starts_with("d"))
           if (std::optional<GemmGeluGrad> d = geluGradGroupOf(&op, group))
             return &op == d->ops().back() ? emitLinearGeluGrad(*d) : success();
@@ -1215,7 +1248,7 @@ private:
   /// The instruction being added rounds its output (an "r" group).
   bool roundingOutput = false;
   /// An input the instruction being added reads after its op's operands
-  /// (an "n" group's residual gradient).
+  /// (an "n" group's residual gradient, a "c" group's C).
   Value residualInput;
   /// Outputs the instruction being added writes after its op's result (a
   /// "b" group's bias gradient, an "a" group's dk and dv or dv).

@@ -50,7 +50,9 @@ namespace megac_rt {
 /// Version 14 let the cross-entropy ops take the class count of a padded
 /// vocabulary (their last integer) and a parameter name the shape of a
 /// smaller HF tensor (Param.hf_shape) whose missing rows are zero.
-constexpr uint32_t kPlanFormatVersion = 14;
+/// Version 15 let linear add a third input to its product (cuBLAS's C,
+/// beta = 1), rounding the sum once.
+constexpr uint32_t kPlanFormatVersion = 15;
 
 /// CRC-32 (IEEE 802.3, reflected, as zlib computes it).
 uint32_t crc32(const uint8_t *data, size_t size);

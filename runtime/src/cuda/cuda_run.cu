@@ -1763,6 +1763,66 @@ private:
     Plain();
   }
 
+  /// linear with a third input c (format 15, a "c" group): y = x w + c,
+  /// c cuBLAS's C with beta = 1. Rounded (a bf16 plan) with bf16 operands
+  /// and c of bf16 values: one cuBLASLt product reads c's bf16 bits and
+  /// writes y's, the fp32 sum rounded once (where cuBLASLt has no
+  /// algorithm, or MEGAC_CUDA_EPILOGUES=0 keeps products off it, c's bits
+  /// are copied into y's and cuBLAS adds the product to them in place);
+  /// else c goes into y's fp32 storage and the product adds to it
+  /// (rounded after, where the plan rounds).
+  void linearInto(const Instr &In, uint32_t Idx, int64_t M, int64_t K,
+                  int64_t N, bool T) {
+    const uint32_t X = In.inputs()->Get(0), W = In.inputs()->Get(1),
+                   C = In.inputs()->Get(2), Y = In.outputs()->Get(0);
+    const int64_t NY = M * N;
+    if (NY == 0)
+      return;
+    const uint16_t *CopyX = readCopy(X, Idx), *CopyW = readCopy(W, Idx);
+    const cublasOperation_t TW = T ? CUBLAS_OP_T : CUBLAS_OP_N;
+    if (In.round_bf16() && bf16Operands(In) && Bf16[C] && K > 0) {
+      const uint16_t *C16 = readCopy(C, Idx);
+      uint16_t *Y16 = writeCopy(Y, Idx);
+      const auto [CPart, YPart] =
+          scratchParts<2>({C16 ? 0 : size_t(NY) * 2, Y16 ? 0 : size_t(NY) * 2});
+      if (!C16) {
+        packBf16(f(C), NY, CPart, /*Exact=*/true);
+        C16 = CPart;
+      }
+      if (!Y16)
+        Y16 = YPart;
+      const auto [Wa, Xa] =
+          packOperands(f(W), K * N, CopyW, f(X), M * K, CopyX);
+      LtPlan *Pl = EpiloguesOff ? nullptr
+                                : &ltPlan(M, K, N, T, true, true,
+                                          CUBLASLT_EPILOGUE_DEFAULT);
+      if (!Pl || !Pl->Ok || !ltMatmul(*Pl, Wa, Xa, C16, Y16)) {
+        check(cudaMemcpyAsync(Y16, C16, size_t(NY) * 2,
+                              cudaMemcpyDeviceToDevice, Compute),
+              "cudaMemcpyAsync");
+        colGemm(TW, CUBLAS_OP_N, N, M, K, f(W), T ? K : N, f(X), K, 1.0f, f(Y),
+                N, true, CopyW, CopyX, Y16);
+      }
+      if (!Bf16Only[Y]) // else the bf16 result is all of y
+        launchOn(Compute, widenBf16Kernel, wideBlocks(NY), kThreads, 0,
+                 static_cast<const uint16_t *>(Y16), NY, f(Y));
+      RoundedAsWritten = true;
+      return;
+    }
+    withInput(C, Idx, [&](auto *From) {
+      if constexpr (std::is_same_v<Elem<decltype(From)>, uint16_t>)
+        launchOn(Compute, widenBf16Kernel, wideBlocks(NY), kThreads, 0, From,
+                 NY, f(Y));
+      else
+        check(cudaMemcpyAsync(f(Y), From, size_t(NY) * 4,
+                              cudaMemcpyDeviceToDevice, Compute),
+              "cudaMemcpyAsync");
+    });
+    if (K > 0) // (an empty product adds nothing)
+      colGemm(TW, CUBLAS_OP_N, N, M, K, f(W), T ? K : N, f(X), K, 1.0f, f(Y), N,
+              bf16Operands(In), CopyW, CopyX);
+  }
+
   /// DT [Rows, H] = Into (where not null) + the embedding's gradient: the
   /// sum of dy (buffer \p Dy, as instruction \p Idx reads it) over the
   /// tokens (buffer \p Ids) of each row's id, Start the id of row 0, in
@@ -2091,6 +2151,10 @@ private:
       auto W = shape(X(1));
       const bool T = Int(0) != 0;
       const int64_t K = T ? W[1] : W[0], N = T ? W[0] : W[1];
+      if (In.inputs()->size() == 3) { // a C to add (format 15)
+        linearInto(In, Idx, N ? NY / N : 0, K, N, T);
+        return;
+      }
       const uint16_t *CopyX = readCopy(X(0), Idx), *CopyW = readCopy(X(1), Idx);
       // A rounded product of bf16 values (Instr.round_bf16): cuBLAS writes
       // the bf16 result into y's copy (or scratch), widened into y: no fp32

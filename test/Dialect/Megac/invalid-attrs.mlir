@@ -206,7 +206,7 @@ module attributes {megac.pipeline_stages = 0 : i64} {
 // -----
 
 func.func @bad_fusion(%x: tensor<4xf32>) -> tensor<4xf32> {
-  // expected-error @+1 {{megac.fusion must name a kernel group as "a<number>", "b<number>", "d<number>", "e<number>", "g<number>", "n<number>", "r<number>", "t<number>" or "w<number>"}}
+  // expected-error @+1 {{megac.fusion must name a kernel group as "a<number>", "b<number>", "c<number>", "d<number>", "e<number>", "g<number>", "n<number>", "r<number>", "t<number>" or "w<number>"}}
   %y = megac.gelu %x {megac.fusion = "k1"} : (tensor<4xf32>) -> tensor<4xf32>
   return %y : tensor<4xf32>
 }

@@ -171,6 +171,68 @@ matchGemmGeluGrad(LinearOp linear, function_ref<bool(Operation *)> admissible) {
   return g;
 }
 
+/// The op that makes \p value for \p add alone: its defining op, or the
+/// op a rounding read by \p add alone rounds (null: none, or read
+/// elsewhere too).
+static Operation *makerFor(AddOp add, Value value) {
+  if (!value.hasOneUse() || soleUser(value) != add.getOperation())
+    return nullptr;
+  Operation *def = value.getDefiningOp();
+  if (auto round = dyn_cast_or_null<RoundBf16Op>(def))
+    def = round.getInput().hasOneUse() ? round.getInput().getDefiningOp()
+                                       : nullptr;
+  return def;
+}
+
+bool takesAddendAsC(AddOp add, Value product) {
+  Value other = residualOf(add, product);
+  if (!other)
+    return false;
+  Operation *maker = makerFor(add, other);
+  if (!maker)
+    return true; // read elsewhere too, or an argument: only a C
+  if (auto sum = dyn_cast<AddOp>(maker))
+    return !isa_and_nonnull<LinearOp>(sum.getLhs().getDefiningOp()) ||
+           !addsBias(sum, sum.getLhs()); // a "g" group's residual add
+  if (isa<LayerNormGradOp, EmbeddingGradOp>(maker))
+    return false; // an "n" or "t" group's
+  if (auto earlier = dyn_cast<LinearOp>(maker)) {
+    Operation *self = product.getDefiningOp();
+    if (auto round = dyn_cast_or_null<RoundBf16Op>(self))
+      self = round.getInput().getDefiningOp();
+    return self && earlier->getBlock() == self->getBlock() &&
+           earlier->isBeforeInBlock(self);
+  }
+  return true;
+}
+
+Value GemmAccumulate::into() const {
+  AddOp sum = add;
+  LinearOp product = linear;
+  return residualOf(sum, product.getResult());
+}
+
+Value GemmAccumulate::result() const { return roundedOr(round, add); }
+
+SmallVector<Operation *, 5> GemmAccumulate::ops() const {
+  return present({OpState(linear), OpState(add), OpState(round)});
+}
+
+std::optional<GemmAccumulate>
+matchGemmAccumulate(LinearOp linear,
+                    function_ref<bool(Operation *)> admissible) {
+  GemmAccumulate g;
+  g.linear = linear;
+  Value product = linear.getResult();
+  g.add = dyn_cast_or_null<AddOp>(soleUser(product));
+  if (!g.add || !admissible(g.add) || !takesAddendAsC(g.add, product))
+    return std::nullopt;
+  if (auto r = dyn_cast_or_null<RoundBf16Op>(soleUser(g.add.getResult()));
+      r && admissible(r))
+    g.round = r;
+  return g;
+}
+
 Value NormGradResidual::result() const { return roundedOr(round, add); }
 
 Value NormGradResidual::residualInput() const {

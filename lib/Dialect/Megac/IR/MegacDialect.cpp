@@ -341,14 +341,15 @@ LogicalResult MegacDialect::verifyOperationAttribute(Operation *op,
   if (name == kFusionAttrName) {
     auto group = dyn_cast<StringAttr>(value);
     if (!group || group.getValue().size() < 2 ||
-        !llvm::is_contained(StringRef("abdegnrtw"), group.getValue()[0]) ||
+        !llvm::is_contained(StringRef("abcdegnrtw"), group.getValue()[0]) ||
         !llvm::all_of(group.getValue().drop_front(),
                       [](char c) { return c >= '0' && c <= '9'; }))
-      return op->emitOpError("megac.fusion must name a kernel group as "
-                             "\"a<number>\", \"b<number>\", \"d<number>\", "
-                             "\"e<number>\", \"g<number>\", "
-                             "\"n<number>\", \"r<number>\", \"t<number>\" "
-                             "or \"w<number>\"");
+      return op->emitOpError(
+          "megac.fusion must name a kernel group as "
+          "\"a<number>\", \"b<number>\", \"c<number>\", \"d<number>\", "
+          "\"e<number>\", \"g<number>\", "
+          "\"n<number>\", \"r<number>\", \"t<number>\" "
+          "or \"w<number>\"");
     return success();
   }
   if (name == kPipelineStagesAttrName) {

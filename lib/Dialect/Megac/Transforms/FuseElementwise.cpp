@@ -108,7 +108,8 @@ struct FuseElementwisePass
       // product whose epilogue sums dy ("w"); an attention's dk and dv,
       // and its dq where it fits [with their roundings] ("a"); the
       // embedding's gradient and another gradient of the table added to
-      // it ("t").
+      // it ("t"); linear -> + another tensor of its shape, the product's
+      // C [-> round_bf16] ("c").
       for (Operation &op : body) {
         if (op.hasAttr(MegacDialect::kFusionAttrName))
           continue;
@@ -129,7 +130,8 @@ struct FuseElementwisePass
         };
         if (auto linear = dyn_cast<LinearOp>(op))
           take(matchGemmEpilogue(linear, admissible), "g") ||
-              take(matchGemmGeluGrad(linear, admissible), "d");
+              take(matchGemmGeluGrad(linear, admissible), "d") ||
+              take(matchGemmAccumulate(linear, admissible), "c");
         else if (auto grad = dyn_cast<LayerNormGradOp>(op))
           take(matchNormGradResidual(grad, admissible), "n");
         else if (auto gain = dyn_cast<LayerNormGainGradOp>(op))

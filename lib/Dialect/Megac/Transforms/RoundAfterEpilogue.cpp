@@ -48,7 +48,9 @@ struct RoundAfterEpiloguePass
   /// -> round -> add residual -> round: both first roundings go, the
   /// residual is added to the fp32 sum (cuBLASLt's C). linear -> round -> GeLU
   /// gradient (the product its output gradient) -> round: the first
-  /// rounding goes.
+  /// rounding goes. linear -> round -> add of another tensor of its type,
+  /// which the product takes as its C (takesAddendAsC) -> round: the first
+  /// rounding goes, the other is added to the fp32 product.
   static void fold(LinearOp linear) {
     auto productRound =
         dyn_cast_or_null<RoundBf16Op>(soleUser(linear.getResult()));
@@ -63,7 +65,16 @@ struct RoundAfterEpiloguePass
       return;
     }
     auto add = dyn_cast_or_null<AddOp>(soleUser(productRound.getResult()));
-    if (!add || !addsBias(add, productRound.getResult()))
+    if (!add)
+      return;
+    if (takesAddendAsC(add, rounded)) {
+      if (isa_and_nonnull<RoundBf16Op>(soleUser(add.getResult()))) {
+        add->replaceUsesOfWith(rounded, linear.getResult());
+        productRound.erase();
+      }
+      return;
+    }
+    if (!addsBias(add, rounded))
       return;
     auto sumRound = dyn_cast_or_null<RoundBf16Op>(soleUser(add.getResult()));
     if (!sumRound)

@@ -828,9 +828,8 @@ cublasStatus_t cublasGemmEx(cublasHandle_t H, cublasOperation_t TransA,
                             void *C, cudaDataType_t TypeC, int Ldc,
                             cublasComputeType_t, cublasGemmAlgo_t) {
   // fp32 results, or bf16 ones (rounded to nearest even from the fp32
-  // accumulation, as cuBLAS converts them) without a beta.
-  if (TypeC != CUDA_R_32F &&
-      (TypeC != CUDA_R_16BF || *static_cast<const float *>(Beta) != 0.0f))
+  // accumulation plus beta C, as cuBLAS converts them).
+  if (TypeC != CUDA_R_32F && TypeC != CUDA_R_16BF)
     return CUBLAS_STATUS_INVALID_VALUE;
   if (M < 0 || N < 0 || K < 0 ||
       Lda < std::max(1, TransA == CUBLAS_OP_N ? M : K) ||
@@ -839,7 +838,7 @@ cublasStatus_t cublasGemmEx(cublasHandle_t H, cublasOperation_t TransA,
   const float Al = *static_cast<const float *>(Alpha),
               Be = *static_cast<const float *>(Beta);
   const bool Slow = emuSlow(/*Epilogue=*/false);
-  traceProduct(M, N, K, 1, TypeA, TypeC);
+  traceProduct(M, N, K, 1, TypeA, TypeC, Be != 0.0f ? "c" : "");
   megac_emu::submit(H->Stream, [=] {
     if (Slow)
       std::this_thread::sleep_for(kEmuSlowMs);
@@ -852,7 +851,9 @@ cublasStatus_t cublasGemmEx(cublasHandle_t H, cublasOperation_t TransA,
               Ldb, 0, &Be, static_cast<float *>(C), Ldc, 0, 1);
       return;
     }
-    std::vector<float> Wide(size_t(Ldc) * size_t(N));
+    std::vector<float> Wide =
+        Be != 0.0f ? widenOperand(C, TypeC, size_t(Ldc) * size_t(N))
+                   : std::vector<float>(size_t(Ldc) * size_t(N));
     gemmNow(H, TransA, TransB, M, N, K, &Al, Aw.data(), Lda, 0, Bw.data(), Ldb,
             0, &Be, Wide.data(), Ldc, 0, 1);
     auto *Out = static_cast<uint16_t *>(C);
@@ -1177,8 +1178,10 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t Desc,
   if (!E.Known)
     return CUBLAS_STATUS_NOT_SUPPORTED; // (no other epilogue is emulated)
   // MEGAC_CUDA_EMU_LT_REFUSE=epilogues plays a cuBLASLt whose heuristic
-  // offers an algorithm that the product with an epilogue then refuses.
-  if (Op.Epilogue != CUBLASLT_EPILOGUE_DEFAULT &&
+  // offers an algorithm that the product with an epilogue (or a C to add)
+  // then refuses.
+  if ((Op.Epilogue != CUBLASLT_EPILOGUE_DEFAULT ||
+       *static_cast<const float *>(Beta) != 0.0f) &&
       megac_emu::knob("MEGAC_CUDA_EMU_LT_REFUSE", {"none", "epilogues"}) ==
           "epilogues")
     return CUBLAS_STATUS_NOT_SUPPORTED;

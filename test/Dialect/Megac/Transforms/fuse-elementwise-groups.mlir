@@ -30,7 +30,7 @@
 // ALL-NEXT: megac.mul {{.*}}megac.fusion = "e0"
 // ALL-NEXT: megac.add {{.*}}megac.fusion = "e0"
 // ALL-NEXT: megac.attention_grad {{.*}}megac.fusion = "a0"
-// BAD: error: megac-fuse-elementwise: 'x' in groups=ax names no kind of group (expected letters of abdegnrtw)
+// BAD: error: megac-fuse-elementwise: 'x' in groups=ax names no kind of group (expected letters of abcdegnrtw)
 func.func @layer(%x: tensor<2x8x16xf32>, %w: tensor<16x16xf32>, %b: tensor<16xf32>,
                  %s: tensor<2x8x16xf32>, %q: tensor<2x8x16xf32>, %k: tensor<2x8x16xf32>,
                  %v: tensor<2x8x16xf32>, %dy: tensor<2x8x16xf32>)

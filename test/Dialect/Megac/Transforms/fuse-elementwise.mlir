@@ -500,6 +500,65 @@ func.func @tied(%wte: tensor<32x8xf32>, %ids: tensor<2x4xi32>,
 
 // -----
 
+// Tests products that add another tensor of their shape as they write it
+// (cuBLAS's C): the gradient reaching q, k and v's shared input in a bf16
+// plan (after megac-round-after-epilogue), v's product rounded as it is
+// written (r0), k's adding it (c0) and q's adding that sum (c1), each
+// with the sum's rounding; an fp32 sum of two products, the later taking
+// the earlier as C (c2); and a product added to an argument (c3). A
+// product added to a LayerNorm's input gradient stays apart: the norm
+// gradient's group (n0) adds it. So does a product whose add reads it
+// twice.
+// CHECK-LABEL: func.func @accumulate
+// CHECK-NEXT: megac.linear {{.*}}megac.fusion = "r0"
+// CHECK-NEXT: megac.round_bf16 {{.*}}megac.fusion = "r0"
+// CHECK-NEXT: megac.linear {{.*}}megac.fusion = "c0"
+// CHECK-NEXT: megac.add {{.*}}megac.fusion = "c0"
+// CHECK-NEXT: megac.round_bf16 {{.*}}megac.fusion = "c0"
+// CHECK-NEXT: megac.linear {{.*}}megac.fusion = "c1"
+// CHECK-NEXT: megac.add {{.*}}megac.fusion = "c1"
+// CHECK-NEXT: megac.round_bf16 {{.*}}megac.fusion = "c1"
+// CHECK-NEXT: megac.linear %arg0, %arg3 {transpose_weight} :
+// CHECK-NEXT: megac.linear {{.*}}megac.fusion = "c2"
+// CHECK-NEXT: megac.add {{.*}}megac.fusion = "c2"
+// CHECK-NEXT: megac.linear {{.*}}megac.fusion = "c3"
+// CHECK-NEXT: megac.add {{.*}}megac.fusion = "c3"
+// CHECK-NEXT: megac.layer_norm_grad {{.*}}megac.fusion = "n0"
+// CHECK-NEXT: megac.linear %arg0, %arg3 {transpose_weight} :
+// CHECK-NEXT: megac.add {{.*}}megac.fusion = "n0"
+// CHECK-NEXT: megac.linear %arg0, %arg3 {transpose_weight} :
+// CHECK-NEXT: megac.add %{{[0-9]+}}, %{{[0-9]+}} :
+// CHECK-NEXT: return
+func.func @accumulate(%dv: tensor<2x8x16xf32>, %dk: tensor<2x8x16xf32>, %dq: tensor<2x8x16xf32>, %w: tensor<16x16xf32>, %g: tensor<16xf32>)
+    -> (tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>) {
+  %v = megac.linear %dv, %w {transpose_weight} : (tensor<2x8x16xf32>, tensor<16x16xf32>) -> tensor<2x8x16xf32>
+  %vr = megac.round_bf16 %v : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %k = megac.linear %dk, %w {transpose_weight} : (tensor<2x8x16xf32>, tensor<16x16xf32>) -> tensor<2x8x16xf32>
+  %s = megac.add %vr, %k : (tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %sr = megac.round_bf16 %s : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %q = megac.linear %dq, %w {transpose_weight} : (tensor<2x8x16xf32>, tensor<16x16xf32>) -> tensor<2x8x16xf32>
+  %t = megac.add %sr, %q : (tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %tr = megac.round_bf16 %t : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  // fp32: the later product takes the earlier.
+  %a = megac.linear %dv, %w {transpose_weight} : (tensor<2x8x16xf32>, tensor<16x16xf32>) -> tensor<2x8x16xf32>
+  %b = megac.linear %dk, %w {transpose_weight} : (tensor<2x8x16xf32>, tensor<16x16xf32>) -> tensor<2x8x16xf32>
+  %ab = megac.add %a, %b : (tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  // An argument as C.
+  %c = megac.linear %dq, %w {transpose_weight} : (tensor<2x8x16xf32>, tensor<16x16xf32>) -> tensor<2x8x16xf32>
+  %cx = megac.add %dk, %c : (tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  // A LayerNorm's input gradient: the norm gradient's group adds the
+  // product.
+  %n = megac.layer_norm_grad %dv, %g, %dk {epsilon = 1.0e-05 : f64} : (tensor<2x8x16xf32>, tensor<16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %m = megac.linear %dv, %w {transpose_weight} : (tensor<2x8x16xf32>, tensor<16x16xf32>) -> tensor<2x8x16xf32>
+  %nm = megac.add %n, %m : (tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  // Added to itself.
+  %d = megac.linear %dv, %w {transpose_weight} : (tensor<2x8x16xf32>, tensor<16x16xf32>) -> tensor<2x8x16xf32>
+  %dd = megac.add %d, %d : (tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  return %tr, %ab, %cx, %nm, %dd : tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>
+}
+
+// -----
+
 // Tests an attention's gradient steps: the query's, the key's and the
 // value's are one group (a0, one pass of the attention kernels for dq, dk
 // and dv) with their roundings in a bf16 plan. Steps of another dy (a1:

@@ -89,16 +89,13 @@ func.func @residual(%x: tensor<2x8x16xf32>, %w: tensor<16x16xf32>, %b: tensor<16
 
 // Tests what keeps its roundings: a rounded product read by more than its
 // bias add, a product whose rounding feeds a collective before the bias
-// (each rank rounds its partial sum), an add of a full tensor (a residual,
-// not a bias) straight after the product, and a rounded sum read by a
+// (each rank rounds its partial sum), and a rounded sum read by a
 // residual add and returned (the sum's rounding stays; the product's
 // goes).
 // CHECK-LABEL: func.func @kept
 // CHECK-COUNT-3: megac.round_bf16
 // CHECK: megac.all_reduce
-// CHECK-COUNT-2: megac.round_bf16
-// CHECK: megac.add
-// CHECK-NEXT: megac.round_bf16
+// CHECK: megac.round_bf16
 // CHECK-NEXT: %[[T:.*]] = megac.linear
 // CHECK-NEXT: %[[TS:.*]] = megac.add %[[T]], %arg2
 // CHECK-NEXT: %[[TSR:.*]] = megac.round_bf16 %[[TS]]
@@ -106,7 +103,7 @@ func.func @residual(%x: tensor<2x8x16xf32>, %w: tensor<16x16xf32>, %b: tensor<16
 // CHECK-NEXT: megac.round_bf16
 // CHECK: return
 func.func @kept(%x: tensor<2x8x16xf32>, %w: tensor<16x16xf32>, %b: tensor<16xf32>)
-    -> (tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>) {
+    -> (tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>) {
   %h = megac.linear %x, %w : (tensor<2x8x16xf32>, tensor<16x16xf32>) -> tensor<2x8x16xf32>
   %hr = megac.round_bf16 %h : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
   %s = megac.add %hr, %b : (tensor<2x8x16xf32>, tensor<16xf32>) -> tensor<2x8x16xf32>
@@ -116,17 +113,13 @@ func.func @kept(%x: tensor<2x8x16xf32>, %w: tensor<16x16xf32>, %b: tensor<16xf32
   %sum = megac.all_reduce %pr {axis = "tp"} : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
   %ps = megac.add %sum, %b : (tensor<2x8x16xf32>, tensor<16xf32>) -> tensor<2x8x16xf32>
   %psr = megac.round_bf16 %ps : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
-  %r = megac.linear %x, %w : (tensor<2x8x16xf32>, tensor<16x16xf32>) -> tensor<2x8x16xf32>
-  %rr = megac.round_bf16 %r : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
-  %res = megac.add %rr, %x : (tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
-  %resr = megac.round_bf16 %res : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
   %t = megac.linear %x, %w : (tensor<2x8x16xf32>, tensor<16x16xf32>) -> tensor<2x8x16xf32>
   %tr = megac.round_bf16 %t : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
   %ts = megac.add %tr, %b : (tensor<2x8x16xf32>, tensor<16xf32>) -> tensor<2x8x16xf32>
   %tsr = megac.round_bf16 %ts : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
   %tres = megac.add %x, %tsr : (tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
   %tresr = megac.round_bf16 %tres : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
-  return %sr, %hr, %psr, %resr, %tresr, %tsr : tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>
+  return %sr, %hr, %psr, %tresr, %tsr : tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>
 }
 
 // -----
@@ -191,4 +184,102 @@ func.func @norm_grad(%x: tensor<2x8x16xf32>, %g: tensor<16xf32>, %dy: tensor<2x8
   %kr = megac.round_bf16 %k : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
   %u = megac.add %kr, %r : (tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
   return %sr, %tr, %hr, %u : tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>
+}
+
+// -----
+
+// Tests products added to another tensor of their shape, which a GEMM
+// takes as C: the gradient reaching q, k and v's shared input, three
+// rounded products summed with the sums rounded. The first product keeps
+// its rounding (the second takes it as its C: the later of two products
+// takes the earlier); the second and third lose theirs, each sum reading
+// the fp32 product and rounded once. A product added to an argument loses
+// its rounding too.
+// CHECK-LABEL: func.func @accumulate
+// CHECK-NEXT: %[[V:.*]] = megac.linear %arg0, %arg3
+// CHECK-NEXT: %[[VR:.*]] = megac.round_bf16 %[[V]]
+// CHECK-NEXT: %[[K:.*]] = megac.linear %arg1, %arg3
+// CHECK-NEXT: %[[S:.*]] = megac.add %[[VR]], %[[K]]
+// CHECK-NEXT: %[[SR:.*]] = megac.round_bf16 %[[S]]
+// CHECK-NEXT: %[[Q:.*]] = megac.linear %arg2, %arg3
+// CHECK-NEXT: %[[T:.*]] = megac.add %[[SR]], %[[Q]]
+// CHECK-NEXT: %[[TR:.*]] = megac.round_bf16 %[[T]]
+// CHECK-NEXT: %[[P:.*]] = megac.linear %arg0, %arg3
+// CHECK-NEXT: %[[U:.*]] = megac.add %[[P]], %arg1
+// CHECK-NEXT: %[[UR:.*]] = megac.round_bf16 %[[U]]
+// CHECK-NEXT: return %[[TR]], %[[UR]]
+func.func @accumulate(%dv: tensor<2x8x16xf32>, %dk: tensor<2x8x16xf32>, %dq: tensor<2x8x16xf32>, %w: tensor<16x16xf32>)
+    -> (tensor<2x8x16xf32>, tensor<2x8x16xf32>) {
+  %v = megac.linear %dv, %w {transpose_weight} : (tensor<2x8x16xf32>, tensor<16x16xf32>) -> tensor<2x8x16xf32>
+  %vr = megac.round_bf16 %v : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %k = megac.linear %dk, %w {transpose_weight} : (tensor<2x8x16xf32>, tensor<16x16xf32>) -> tensor<2x8x16xf32>
+  %kr = megac.round_bf16 %k : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %s = megac.add %vr, %kr : (tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %sr = megac.round_bf16 %s : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %q = megac.linear %dq, %w {transpose_weight} : (tensor<2x8x16xf32>, tensor<16x16xf32>) -> tensor<2x8x16xf32>
+  %qr = megac.round_bf16 %q : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %t = megac.add %sr, %qr : (tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %tr = megac.round_bf16 %t : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %p = megac.linear %dv, %w {transpose_weight} : (tensor<2x8x16xf32>, tensor<16x16xf32>) -> tensor<2x8x16xf32>
+  %pr = megac.round_bf16 %p : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %u = megac.add %pr, %dk : (tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %ur = megac.round_bf16 %u : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  return %tr, %ur : tensor<2x8x16xf32>, tensor<2x8x16xf32>
+}
+
+// -----
+
+// Tests products that keep their roundings where their add belongs to
+// another group, or is not rounded: added to a LayerNorm's input gradient
+// (its "n" group adds the product as its residual), to a product with its
+// bias (the "g" group's residual add), to the embedding's gradient (its
+// "t" group) or added but not rounded.
+// CHECK-LABEL: func.func @accumulate_kept
+// CHECK-NEXT: megac.layer_norm_grad
+// CHECK-NEXT: megac.linear
+// CHECK-NEXT: megac.round_bf16
+// CHECK-NEXT: megac.add
+// CHECK-NEXT: megac.round_bf16
+// CHECK-NEXT: %[[B:.*]] = megac.linear
+// CHECK-NEXT: %[[BS:.*]] = megac.add %[[B]], %arg3
+// CHECK-NEXT: %[[P:.*]] = megac.linear
+// CHECK-NEXT: %[[PR:.*]] = megac.round_bf16 %[[P]]
+// CHECK-NEXT: megac.add %[[BS]], %[[PR]]
+// CHECK-NEXT: megac.round_bf16
+// CHECK-NEXT: %[[E:.*]] = megac.embedding_grad
+// CHECK-NEXT: %[[ER:.*]] = megac.round_bf16 %[[E]]
+// CHECK-NEXT: %[[O:.*]] = megac.linear
+// CHECK-NEXT: %[[OR:.*]] = megac.round_bf16 %[[O]]
+// CHECK-NEXT: megac.add %[[ER]], %[[OR]]
+// CHECK-NEXT: megac.round_bf16
+// CHECK-NEXT: %[[N:.*]] = megac.linear
+// CHECK-NEXT: %[[NR:.*]] = megac.round_bf16 %[[N]]
+// CHECK-NEXT: megac.add %[[NR]], %arg0
+// CHECK-NEXT: return
+func.func @accumulate_kept(%x: tensor<2x8x16xf32>, %g: tensor<16xf32>, %w: tensor<16x16xf32>, %b: tensor<16xf32>, %ids: tensor<2x8xi32>)
+    -> (tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<16x16xf32>, tensor<2x8x16xf32>) {
+  %n = megac.layer_norm_grad %x, %g, %x {epsilon = 1.0e-05 : f64} : (tensor<2x8x16xf32>, tensor<16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %nr = megac.round_bf16 %n : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %l = megac.linear %x, %w : (tensor<2x8x16xf32>, tensor<16x16xf32>) -> tensor<2x8x16xf32>
+  %lr = megac.round_bf16 %l : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %s = megac.add %nr, %lr : (tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %sr = megac.round_bf16 %s : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %bp = megac.linear %x, %w : (tensor<2x8x16xf32>, tensor<16x16xf32>) -> tensor<2x8x16xf32>
+  %bpr = megac.round_bf16 %bp : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %bs = megac.add %bpr, %b : (tensor<2x8x16xf32>, tensor<16xf32>) -> tensor<2x8x16xf32>
+  %bsr = megac.round_bf16 %bs : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %p = megac.linear %x, %w : (tensor<2x8x16xf32>, tensor<16x16xf32>) -> tensor<2x8x16xf32>
+  %pr = megac.round_bf16 %p : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %t = megac.add %bsr, %pr : (tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %tr = megac.round_bf16 %t : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %e = megac.embedding_grad %w, %ids, %x : (tensor<16x16xf32>, tensor<2x8xi32>, tensor<2x8x16xf32>) -> tensor<16x16xf32>
+  %er = megac.round_bf16 %e : (tensor<16x16xf32>) -> tensor<16x16xf32>
+  %o = megac.linear %w, %w : (tensor<16x16xf32>, tensor<16x16xf32>) -> tensor<16x16xf32>
+  %or = megac.round_bf16 %o : (tensor<16x16xf32>) -> tensor<16x16xf32>
+  %eo = megac.add %er, %or : (tensor<16x16xf32>, tensor<16x16xf32>) -> tensor<16x16xf32>
+  %eor = megac.round_bf16 %eo : (tensor<16x16xf32>) -> tensor<16x16xf32>
+  %m = megac.linear %x, %w : (tensor<2x8x16xf32>, tensor<16x16xf32>) -> tensor<2x8x16xf32>
+  %mr = megac.round_bf16 %m : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %u = megac.add %mr, %x : (tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  return %sr, %tr, %eor, %u : tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<16x16xf32>, tensor<2x8x16xf32>
 }

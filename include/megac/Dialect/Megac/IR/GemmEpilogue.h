@@ -7,9 +7,10 @@
 // gradient too, as can a weight gradient's product (cuBLASLt's BGRAD
 // epilogues), and one pass of the attention kernels gives dq, dk and dv.
 // The embedding's gradient can add another gradient of its table as it
-// writes. megac-fuse-elementwise marks such groups ("g", "d", "n", "b",
-// "w", "a", "t") and the plan emitter turns each into one linear_bias,
-// linear_gelu_grad, layer_norm_grad, layer_norm_gain_grad,
+// writes, and a product another tensor of its shape (cuBLAS's C).
+// megac-fuse-elementwise marks such groups ("g", "d", "c", "n", "b", "w",
+// "a", "t") and the plan emitter turns each into one linear_bias,
+// linear_gelu_grad, linear, layer_norm_grad, layer_norm_gain_grad,
 // linear_weight_grad, attention_grad or embedding_grad instruction;
 // both find the group's parts with the matchers below, so what one marks
 // the other emits.
@@ -95,6 +96,41 @@ struct GemmGeluGrad {
 std::optional<GemmGeluGrad>
 matchGemmGeluGrad(LinearOp linear,
                   llvm::function_ref<bool(mlir::Operation *)> admissible);
+
+/// Whether the product whose result (or rounding) is \p product, one of
+/// \p add's two addends, takes the other addend, a tensor of its type, as
+/// its C (cuBLAS adds it with beta = 1 as it writes the product: a "c"
+/// group). Not where the other could take this add into a group of its
+/// own instead: a product with its bias (the "g" group's residual add),
+/// a LayerNorm's input gradient ("n"), the embedding's gradient ("t"),
+/// each directly or through a rounding that only \p add reads; where the
+/// other is such a product without bias, the later of the two takes the
+/// earlier as its C (the earlier is written first). One answer for both
+/// megac-round-after-epilogue and megac-fuse-elementwise.
+bool takesAddendAsC(AddOp add, mlir::Value product);
+/// linear -> add of another tensor of the product's type [-> round_bf16],
+/// where the product takes it as its C (takesAddendAsC): a sum of
+/// products, like the gradient reaching q, k and v's shared input, or a
+/// product and another gradient. A bf16 plan rounds the sum
+/// (megac-round-after-epilogue took the product's rounding away: the
+/// other is added to the fp32 product, the sum rounded once). One product
+/// that reads the other as C and writes the sum ("c" groups): no pass
+/// over memory for the add.
+struct GemmAccumulate {
+  LinearOp linear;
+  AddOp add;
+  RoundBf16Op round; // null in an fp32 plan
+  /// The tensor added to the product (cuBLAS's C).
+  mlir::Value into() const;
+  /// What the group writes: the (rounded) sum.
+  mlir::Value result() const;
+  llvm::SmallVector<mlir::Operation *, 5> ops() const;
+};
+/// The group starting at \p linear, taking only ops \p admissible accepts;
+/// none where \p linear does not start one.
+std::optional<GemmAccumulate>
+matchGemmAccumulate(LinearOp linear,
+                    llvm::function_ref<bool(mlir::Operation *)> admissible);
 
 /// layer_norm_grad -> add residual [-> round_bf16]: the gradient reaching
 /// a LayerNorm's input through the norm, plus the residual stream's

@@ -17,7 +17,7 @@ namespace megac {
 
 /// The kinds of group megac-fuse-elementwise forms, by letter: its
 /// `groups` option's default, and a GPU target's choice.
-inline constexpr llvm::StringLiteral kAllFusionGroups = "abdegnrtw";
+inline constexpr llvm::StringLiteral kAllFusionGroups = "abcdegnrtw";
 
 #define GEN_PASS_DECL
 #include "megac/Dialect/Megac/Transforms/Passes.h.inc"

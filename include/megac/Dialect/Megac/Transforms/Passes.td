@@ -253,7 +253,13 @@ def FuseElementwisePass : Pass<"megac-fuse-elementwise", "mlir::ModuleOp"> {
     `megac.fusion = "tK"` the embedding's gradient and the add of another
     gradient of the table to it (a tied embedding's output layer's): the
     embedding gradient's kernel adds it as it writes, in place where
-    nothing else reads it. Marks with
+    nothing else reads it. Marks with `megac.fusion = "cK"` a product
+    (without a bias) whose only reader adds another tensor of its shape to
+    it, with the sum's rounding in a bf16 plan: the product reads the other
+    as its C (beta = 1) and writes the sum, no pass over memory for the
+    add; where both addends are such products the later takes the earlier
+    (the gradient reaching q, k and v's shared input: three products, two
+    "c" groups). Marks with
     `megac.fusion = "aK"` an attention's gradient steps of q, k and v (of
     k and v alone where the query's step is rounded otherwise or read
     before the others), with their roundings: one pass of the attention
@@ -287,7 +293,7 @@ def FuseElementwisePass : Pass<"megac-fuse-elementwise", "mlir::ModuleOp"> {
   let options = [
     Option<"groups", "groups", "std::string",
            /*default=*/"megac::kAllFusionGroups.str()",
-           "Kinds of group to form, by letter (a, b, d, e, g, n, r, t, w)">,
+           "Kinds of group to form, by letter (a, b, c, d, e, g, n, r, t, w)">,
   ];
 }
 
@@ -383,7 +389,14 @@ def RoundAfterEpiloguePass : Pass<"megac-round-after-epilogue", "mlir::ModuleOp"
     LayerNorm gradient whose only reader adds the residual stream's
     gradient to it (a tensor of its shape), the sum rounded: the sum reads
     the fp32 norm gradient, as the norm gradient's kernel adds the residual
-    before its one rounding.
+    before its one rounding. And a rounded product whose only reader adds
+    another tensor of its shape to it, the sum rounded, where the product
+    takes that tensor as its C (not where the other is itself a product
+    with a bias, a LayerNorm gradient or the embedding's gradient that
+    would add the product in its own group; of two bias-less products the
+    later takes the earlier): the sum reads the fp32 product, as a GEMM
+    with beta = 1 adds C before its one rounding (the gradient reaching q,
+    k and v's shared input, a sum of three products).
   }];
 }
 
