@@ -191,9 +191,17 @@ bool takesAddendAsC(AddOp add, Value product) {
   Operation *maker = makerFor(add, other);
   if (!maker)
     return true; // read elsewhere too, or an argument: only a C
-  if (auto sum = dyn_cast<AddOp>(maker))
-    return !isa_and_nonnull<LinearOp>(sum.getLhs().getDefiningOp()) ||
-           !addsBias(sum, sum.getLhs()); // a "g" group's residual add
+  if (auto sum = dyn_cast<AddOp>(maker)) {
+    // A product with its bias, its rounding not yet taken away (by
+    // megac-round-after-epilogue, in whichever order it meets the two):
+    // the add is a "g" group's residual add.
+    Value product = sum.getLhs();
+    if (auto round = product.getDefiningOp<RoundBf16Op>();
+        round && product.hasOneUse())
+      product = round.getInput();
+    return !isa_and_nonnull<LinearOp>(product.getDefiningOp()) ||
+           !addsBias(sum, sum.getLhs());
+  }
   if (isa<LayerNormGradOp, EmbeddingGradOp>(maker))
     return false; // an "n" or "t" group's
   if (auto earlier = dyn_cast<LinearOp>(maker)) {

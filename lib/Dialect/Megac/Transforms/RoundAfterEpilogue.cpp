@@ -67,15 +67,14 @@ struct RoundAfterEpiloguePass
     auto add = dyn_cast_or_null<AddOp>(soleUser(productRound.getResult()));
     if (!add)
       return;
-    if (takesAddendAsC(add, rounded)) {
-      if (isa_and_nonnull<RoundBf16Op>(soleUser(add.getResult()))) {
+    if (!addsBias(add, rounded)) {
+      if (takesAddendAsC(add, rounded) &&
+          isa_and_nonnull<RoundBf16Op>(soleUser(add.getResult()))) {
         add->replaceUsesOfWith(rounded, linear.getResult());
         productRound.erase();
       }
       return;
     }
-    if (!addsBias(add, rounded))
-      return;
     auto sumRound = dyn_cast_or_null<RoundBf16Op>(soleUser(add.getResult()));
     if (!sumRound)
       return;

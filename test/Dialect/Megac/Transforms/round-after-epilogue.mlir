@@ -232,8 +232,8 @@ func.func @accumulate(%dv: tensor<2x8x16xf32>, %dk: tensor<2x8x16xf32>, %dq: ten
 // Tests products that keep their roundings where their add belongs to
 // another group, or is not rounded: added to a LayerNorm's input gradient
 // (its "n" group adds the product as its residual), to a product with its
-// bias (the "g" group's residual add), to the embedding's gradient (its
-// "t" group) or added but not rounded.
+// bias (the "g" group's residual add, whichever product comes first), to
+// the embedding's gradient (its "t" group) or added but not rounded.
 // CHECK-LABEL: func.func @accumulate_kept
 // CHECK-NEXT: megac.layer_norm_grad
 // CHECK-NEXT: megac.linear
@@ -246,6 +246,12 @@ func.func @accumulate(%dv: tensor<2x8x16xf32>, %dk: tensor<2x8x16xf32>, %dq: ten
 // CHECK-NEXT: %[[PR:.*]] = megac.round_bf16 %[[P]]
 // CHECK-NEXT: megac.add %[[BS]], %[[PR]]
 // CHECK-NEXT: megac.round_bf16
+// CHECK-NEXT: %[[P2:.*]] = megac.linear
+// CHECK-NEXT: %[[P2R:.*]] = megac.round_bf16 %[[P2]]
+// CHECK-NEXT: %[[B2:.*]] = megac.linear
+// CHECK-NEXT: %[[B2S:.*]] = megac.add %[[B2]], %arg3
+// CHECK-NEXT: megac.add %[[P2R]], %[[B2S]]
+// CHECK-NEXT: megac.round_bf16
 // CHECK-NEXT: %[[E:.*]] = megac.embedding_grad
 // CHECK-NEXT: %[[ER:.*]] = megac.round_bf16 %[[E]]
 // CHECK-NEXT: %[[O:.*]] = megac.linear
@@ -257,7 +263,7 @@ func.func @accumulate(%dv: tensor<2x8x16xf32>, %dk: tensor<2x8x16xf32>, %dq: ten
 // CHECK-NEXT: megac.add %[[NR]], %arg0
 // CHECK-NEXT: return
 func.func @accumulate_kept(%x: tensor<2x8x16xf32>, %g: tensor<16xf32>, %w: tensor<16x16xf32>, %b: tensor<16xf32>, %ids: tensor<2x8xi32>)
-    -> (tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<16x16xf32>, tensor<2x8x16xf32>) {
+    -> (tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<16x16xf32>, tensor<2x8x16xf32>) {
   %n = megac.layer_norm_grad %x, %g, %x {epsilon = 1.0e-05 : f64} : (tensor<2x8x16xf32>, tensor<16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
   %nr = megac.round_bf16 %n : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
   %l = megac.linear %x, %w : (tensor<2x8x16xf32>, tensor<16x16xf32>) -> tensor<2x8x16xf32>
@@ -272,6 +278,16 @@ func.func @accumulate_kept(%x: tensor<2x8x16xf32>, %g: tensor<16xf32>, %w: tenso
   %pr = megac.round_bf16 %p : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
   %t = megac.add %bsr, %pr : (tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
   %tr = megac.round_bf16 %t : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  // The same with the product before the product with its bias (the pass
+  // meets it first, the bias sum still rounded).
+  %p2 = megac.linear %x, %w : (tensor<2x8x16xf32>, tensor<16x16xf32>) -> tensor<2x8x16xf32>
+  %p2r = megac.round_bf16 %p2 : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %bp2 = megac.linear %x, %w : (tensor<2x8x16xf32>, tensor<16x16xf32>) -> tensor<2x8x16xf32>
+  %bp2r = megac.round_bf16 %bp2 : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %bs2 = megac.add %bp2r, %b : (tensor<2x8x16xf32>, tensor<16xf32>) -> tensor<2x8x16xf32>
+  %bs2r = megac.round_bf16 %bs2 : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %t2 = megac.add %p2r, %bs2r : (tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %t2r = megac.round_bf16 %t2 : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
   %e = megac.embedding_grad %w, %ids, %x : (tensor<16x16xf32>, tensor<2x8xi32>, tensor<2x8x16xf32>) -> tensor<16x16xf32>
   %er = megac.round_bf16 %e : (tensor<16x16xf32>) -> tensor<16x16xf32>
   %o = megac.linear %w, %w : (tensor<16x16xf32>, tensor<16x16xf32>) -> tensor<16x16xf32>
@@ -281,5 +297,5 @@ func.func @accumulate_kept(%x: tensor<2x8x16xf32>, %g: tensor<16xf32>, %w: tenso
   %m = megac.linear %x, %w : (tensor<2x8x16xf32>, tensor<16x16xf32>) -> tensor<2x8x16xf32>
   %mr = megac.round_bf16 %m : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
   %u = megac.add %mr, %x : (tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
-  return %sr, %tr, %eor, %u : tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<16x16xf32>, tensor<2x8x16xf32>
+  return %sr, %tr, %t2r, %eor, %u : tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<16x16xf32>, tensor<2x8x16xf32>
 }
