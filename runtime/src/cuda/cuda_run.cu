@@ -1767,8 +1767,9 @@ private:
   /// c cuBLAS's C with beta = 1. Rounded (a bf16 plan) with bf16 operands
   /// and c of bf16 values: one cuBLASLt product reads c's bf16 bits and
   /// writes y's, the fp32 sum rounded once (where cuBLASLt has no
-  /// algorithm, or MEGAC_CUDA_EPILOGUES=0 keeps products off it, c's bits
-  /// are copied into y's and cuBLAS adds the product to them in place);
+  /// algorithm, MEGAC_CUDA_EPILOGUES=0 keeps products off it, or the
+  /// timed choice finds it slower, c's bits are copied into y's and cuBLAS
+  /// adds the product to them in place);
   /// else c goes into y's fp32 storage and the product adds to it
   /// (rounded after, where the plan rounds).
   void linearInto(const Instr &In, uint32_t Idx, int64_t M, int64_t K,
@@ -1793,16 +1794,22 @@ private:
         Y16 = YPart;
       const auto [Wa, Xa] =
           packOperands(f(W), K * N, CopyW, f(X), M * K, CopyX);
-      LtPlan *Pl = EpiloguesOff ? nullptr
-                                : &ltPlan(M, K, N, T, true, true,
-                                          CUBLASLT_EPILOGUE_DEFAULT);
-      if (!Pl || !Pl->Ok || !ltMatmul(*Pl, Wa, Xa, C16, Y16)) {
+      // C's bits copied into y's, the product added to them in place.
+      auto Plain = [&] {
         check(cudaMemcpyAsync(Y16, C16, size_t(NY) * 2,
                               cudaMemcpyDeviceToDevice, Compute),
               "cudaMemcpyAsync");
         colGemm(TW, CUBLAS_OP_N, N, M, K, f(W), T ? K : N, f(X), K, 1.0f, f(Y),
                 N, true, CopyW, CopyX, Y16);
-      }
+      };
+      LtPlan *Pl = EpiloguesOff ? nullptr
+                                : &ltPlan(M, K, N, T, true, true,
+                                          CUBLASLT_EPILOGUE_DEFAULT);
+      auto Epilogue = [&] { return ltMatmul(*Pl, Wa, Xa, C16, Y16); };
+      if (!Pl || !Pl->Ok ||
+          !(epilogueChosen(*Pl, Idx, /*WithC=*/true, Epilogue, Plain) &&
+            Epilogue()))
+        Plain();
       if (!Bf16Only[Y]) // else the bf16 result is all of y
         launchOn(Compute, widenBf16Kernel, wideBlocks(NY), kThreads, 0,
                  static_cast<const uint16_t *>(Y16), NY, f(Y));

@@ -809,10 +809,10 @@ cublasStatus_t cublasSgemmStridedBatched(
 
 /// MEGAC_CUDA_EMU_SLOW plays a device on which one kind of product is
 /// the slower (the emulation's own speeds say nothing of a GPU's): each
-/// product of that kind, cuBLASLt's with an epilogue (epilogues) or the
-/// plain ones (products: cublasGemmEx, and cuBLASLt without an epilogue),
-/// takes kEmuSlowMs more as the stream runs it. The backend's timed
-/// choice between the two (MEGAC_CUDA_EPILOGUES=timed) is tested with it.
+/// product of that kind, cuBLASLt's with an epilogue or a C to add
+/// (epilogues) or the plain ones (products: cublasGemmEx, and cuBLASLt
+/// without either), takes kEmuSlowMs more as the stream runs it. The backend's
+/// timed choice between the two (MEGAC_CUDA_EPILOGUES=timed) is tested with it.
 constexpr auto kEmuSlowMs = std::chrono::milliseconds(4);
 bool emuSlow(bool Epilogue) {
   const std::string Slow =
@@ -1204,7 +1204,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t Desc,
   }
   const float Alf = *static_cast<const float *>(Alpha),
               Bet = *static_cast<const float *>(Beta);
-  const bool Slow = emuSlow(Op.Epilogue != CUBLASLT_EPILOGUE_DEFAULT);
+  const bool Slow =
+      emuSlow(Op.Epilogue != CUBLASLT_EPILOGUE_DEFAULT || Bet != 0.0f);
   if (megac_emu::tracing()) {
     std::string Names;
     for (auto [On, Name] : {std::pair{E.Bias, "bias"},
