@@ -144,3 +144,25 @@ TEST(EpilogueEmu, GeluGradElementsAsTheFormula) {
 }
 
 } // namespace
+
+/// broadcastRowKernel: every row of the result the row's bits (the bias
+/// a product then adds as its C), four at a time and one at a time.
+TEST(EpilogueEmu, BroadcastRowFillsEveryRow) {
+  for (const Shape &Sh : kShapes) {
+    const int64_t N = Sh.Rows * Sh.Cols, O = Sh.Offset;
+    std::vector<uint16_t> Row(size_t(Sh.Cols + O)), Y(size_t(N + O + 4), 7);
+    for (int64_t C = 0; C < Sh.Cols; ++C)
+      Row[size_t(O + C)] = bitsHere(roundedHere(valueAt(C, 6)));
+    const uint16_t *Rp = Row.data() + O;
+    uint16_t *Yp = Y.data() + O;
+    const int64_t Cols = Sh.Cols;
+    launchBlocks(wideBlocks(N), [=] { broadcastRowKernel(Rp, Cols, N, Yp); });
+    for (int64_t I = 0; I < N; ++I) {
+      SCOPED_TRACE("element " + std::to_string(I) + " of " +
+                   std::to_string(Sh.Rows) + "x" + std::to_string(Sh.Cols) +
+                   " offset " + std::to_string(O));
+      ASSERT_EQ(Y[size_t(O + I)], Row[size_t(O + I % Sh.Cols)]);
+    }
+    EXPECT_EQ(Y[size_t(O + N)], 7); // nothing written past the end
+  }
+}

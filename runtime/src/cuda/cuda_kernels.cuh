@@ -176,6 +176,25 @@ __device__ __forceinline__ int64_t columnOf(int64_t I, int64_t Cols,
   return Small ? int64_t(uint32_t(I) % uint32_t(Cols)) : I % Cols;
 }
 
+/// Y [N / Cols rows of Cols] = \p Row (bf16 bits) in every row: a bias
+/// broadcast into a product's result, which the product then adds itself
+/// to as its C (beta = 1). Four elements a thread where the rows and
+/// pointers allow; launch with wideBlocks(N).
+__global__ void broadcastRowKernel(const uint16_t *Row, int64_t Cols, int64_t N,
+                                   uint16_t *Y) {
+  const bool Small = N <= int64_t(UINT32_MAX);
+  const int64_t Groups = Cols % 4 == 0 && vec4Aligned(Row, Y) ? N / 4 : 0;
+  MEGAC_GRID_LOOP(G, Groups) {
+    reinterpret_cast<Vec4<uint16_t> *>(Y)[G] =
+        *reinterpret_cast<const Vec4<uint16_t> *>(Row +
+                                                  columnOf(4 * G, Cols, Small));
+  }
+  MEGAC_GRID_LOOP(I, N - 4 * Groups) {
+    const int64_t At = 4 * Groups + I;
+    Y[At] = Row[columnOf(At, Cols, Small)];
+  }
+}
+
 /// linear_bias's epilogue where cuBLASLt applies none, over the fp32
 /// product T of \p N elements in rows of \p Cols: s = t + bias (fp32, or
 /// bf16 bits) (+ the residual \p Res, fp32 or bf16 bits, where not null);

@@ -1642,11 +1642,11 @@ private:
     plainLinearBias(In, Idx, M, K, N, T, CopyX, CopyW);
   }
 
-  /// linearBias without cuBLASLt's bf16 epilogues. fp32: cuBLASLt adds
-  /// the bias as it writes t (into the kept input of the GeLU, else y); or
-  /// the product, then the epilogue kernel. With the buffers kept in bf16
-  /// alone, a rounded group's product goes to scratch and the kernel
-  /// writes the copies.
+  /// linearBias without cuBLASLt's bf16 epilogues. A rounded bias alone:
+  /// biasAsC. fp32: cuBLASLt adds the bias as it writes t (into the kept
+  /// input of the GeLU, else y); or the product, then the epilogue kernel.
+  /// With the buffers kept in bf16 alone, a rounded group's product goes
+  /// to scratch and the kernel writes the copies.
   void plainLinearBias(const Instr &In, uint32_t Idx, int64_t M, int64_t K,
                        int64_t N, bool T, const uint16_t *CopyX,
                        const uint16_t *CopyW) {
@@ -1658,6 +1658,11 @@ private:
     const bool Residual = In.inputs()->size() == 4;
     const uint32_t Res = Residual ? In.inputs()->Get(3) : X;
     const int64_t NY = M * N;
+    if (Round && !Gelu && !Keep && !Residual && K > 0 && bf16Operands(In) &&
+        Bf16[Bias]) {
+      biasAsC(In, Idx, M, K, N, T, CopyX, CopyW);
+      return;
+    }
     const bool Fp32Out = f(Y) && (!Keep || f(Pre));
     float *Out = Fp32Out ? f(Keep ? Pre : Y)
                          : static_cast<float *>(scratch(size_t(NY) * 4));
@@ -1692,6 +1697,38 @@ private:
         epilogue(B, static_cast<const float *>(nullptr));
     });
     RoundedAsWritten = Round;
+  }
+
+  /// plainLinearBias of a rounded group with a bias alone, of bf16 values
+  /// throughout: the bias's bits broadcast into y's, then cuBLAS adds the
+  /// product to them (the bias its C, beta = 1) and rounds the fp32 sum
+  /// once, as cuBLASLt's bias epilogue does: 4 bytes an element more than
+  /// the epilogue product moves (the broadcast written, then read as C),
+  /// where an fp32 product and the epilogue kernel move 8 more (q, k and
+  /// v's products, half of a GPT layer's forward products).
+  void biasAsC(const Instr &In, uint32_t Idx, int64_t M, int64_t K, int64_t N,
+               bool T, const uint16_t *CopyX, const uint16_t *CopyW) {
+    const uint32_t X = In.inputs()->Get(0), W = In.inputs()->Get(1),
+                   Bias = In.inputs()->Get(2), Y = In.outputs()->Get(0);
+    const int64_t NY = M * N;
+    const uint16_t *Bias16 = readCopy(Bias, Idx);
+    uint16_t *Y16 = writeCopy(Y, Idx);
+    const auto [BiasPart, YPart] =
+        scratchParts<2>({Bias16 ? 0 : size_t(N) * 2, Y16 ? 0 : size_t(NY) * 2});
+    if (!Bias16) {
+      packBf16(f(Bias), N, BiasPart, /*Exact=*/true);
+      Bias16 = BiasPart;
+    }
+    if (!Y16)
+      Y16 = YPart;
+    launchOn(Compute, broadcastRowKernel, wideBlocks(NY), kThreads, 0, Bias16,
+             N, NY, Y16);
+    colGemm(T ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, f(W),
+            T ? K : N, f(X), K, 1.0f, f(Y), N, true, CopyW, CopyX, Y16);
+    if (!Bf16Only[Y]) // else the bf16 result is all of y
+      launchOn(Compute, widenBf16Kernel, wideBlocks(NY), kThreads, 0,
+               static_cast<const uint16_t *>(Y16), NY, f(Y));
+    RoundedAsWritten = true;
   }
 
   /// linear_gelu_grad: dx = GeLU's gradient at the kept input x, with the
