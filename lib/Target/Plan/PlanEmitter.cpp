@@ -537,19 +537,20 @@ private:
                      matchGemmAccumulate);
   }
 
-  /// A product with another tensor added as it is written (cuBLAS's C,
-  /// beta = 1; rounded after, in a bf16 plan): the linear instruction with
-  /// the other as a third input, writing the group's result.
-  LogicalResult emitLinearInto(GemmAccumulate g) {
-    if (failed(addBuffer(g.result(), "linear")))
+  /// \p op's instruction with \p addend, a tensor of its result's shape
+  /// added as it is written, as its last input (rounded after where \p
+  /// rounded), writing the group's \p result.
+  LogicalResult emitWithAddend(Operation *op, Value result, Value addend,
+                               bool rounded) {
+    if (failed(addBuffer(result, op->getName().stripDialect())))
       return failure();
-    buffers[g.linear.getResult()] = buffers.lookup(g.result());
-    roundingOutput = static_cast<bool>(g.round);
-    residualInput = g.into();
-    LogicalResult result = addInstruction(g.linear);
+    buffers[op->getResult(0)] = buffers.lookup(result);
+    roundingOutput = rounded;
+    residualInput = addend;
+    LogicalResult emitted = addInstruction(op);
     roundingOutput = false;
     residualInput = {};
-    return result;
+    return emitted;
   }
 
   /// The norm-gradient group marked \p group that \p op belongs to.
@@ -563,22 +564,6 @@ private:
           start = operand.getDefiningOp();
     return groupWith(op, group, dyn_cast_or_null<LayerNormGradOp>(start),
                      matchNormGradResidual);
-  }
-
-  /// A LayerNorm gradient with the residual gradient added as it is
-  /// written (rounded after, in a bf16 plan): the norm gradient's
-  /// instruction with the residual as a fourth input, writing the group's
-  /// result.
-  LogicalResult emitNormGradResidual(NormGradResidual g) {
-    if (failed(addBuffer(g.result(), "layer_norm_grad")))
-      return failure();
-    buffers[g.grad.getResult()] = buffers.lookup(g.result());
-    roundingOutput = static_cast<bool>(g.round);
-    residualInput = g.residualInput();
-    LogicalResult result = addInstruction(g.grad);
-    roundingOutput = false;
-    residualInput = {};
-    return result;
   }
 
   /// The group marked \p group that \p op belongs to, of a gradient op
@@ -776,7 +761,11 @@ private:
             return &op == g->ops().back() ? emitLinearBias(*g) : success();
         if (group.getValue().starts_with("c"))
           if (std::optional<GemmAccumulate> c = accumulateGroupOf(&op, group))
-            return &op == c->ops().back() ? emitLinearInto(*c) : success();
+            // A product with C (cuBLAS's, beta = 1): linear's third input.
+            return &op == c->ops().back()
+                       ? emitWithAddend(c->linear, c->result(), c->into(),
+                                        static_cast<bool>(c->round))
+                       : success();
         if (group.getValue().starts_with("d"))
           if (std::optional<GemmGeluGrad> d = geluGradGroupOf(&op, group))
             return &op == d->ops().back() ? emitLinearGeluGrad(*d) : success();
@@ -803,8 +792,12 @@ private:
                                           : success();
         if (group.getValue().starts_with("n"))
           if (std::optional<NormGradResidual> n = normGradGroupOf(&op, group))
-            return &op == n->ops().back() ? emitNormGradResidual(*n)
-                                          : success();
+            // The residual gradient: layer_norm_grad's fourth input.
+            return &op == n->ops().back()
+                       ? emitWithAddend(n->grad, n->result(),
+                                        n->residualInput(),
+                                        static_cast<bool>(n->round))
+                       : success();
       }
       // A sharding constraint is only an annotation: the collectives that
       // realize it are already in place, its result is its operand.

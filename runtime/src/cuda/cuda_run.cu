@@ -1699,6 +1699,24 @@ private:
     RoundedAsWritten = Round;
   }
 
+  /// For instruction \p Idx: the bf16 bits of its input \p In (\p NIn
+  /// bf16 values), from its copy, else packed into scratch; and where it
+  /// writes those of its output \p Out (\p NOut elements): its copy, else
+  /// scratch.
+  std::pair<const uint16_t *, uint16_t *> bitsInOut(uint32_t In, int64_t NIn,
+                                                    uint32_t Out, int64_t NOut,
+                                                    uint32_t Idx) {
+    const uint16_t *In16 = readCopy(In, Idx);
+    uint16_t *Out16 = writeCopy(Out, Idx);
+    const auto [InPart, OutPart] = scratchParts<2>(
+        {In16 ? 0 : size_t(NIn) * 2, Out16 ? 0 : size_t(NOut) * 2});
+    if (!In16) {
+      packBf16(f(In), NIn, InPart, /*Exact=*/true);
+      In16 = InPart;
+    }
+    return {In16, Out16 ? Out16 : OutPart};
+  }
+
   /// plainLinearBias of a rounded group with a bias alone, of bf16 values
   /// throughout: the bias's bits broadcast into y's, then cuBLAS adds the
   /// product to them (the bias its C, beta = 1) and rounds the fp32 sum
@@ -1711,16 +1729,7 @@ private:
     const uint32_t X = In.inputs()->Get(0), W = In.inputs()->Get(1),
                    Bias = In.inputs()->Get(2), Y = In.outputs()->Get(0);
     const int64_t NY = M * N;
-    const uint16_t *Bias16 = readCopy(Bias, Idx);
-    uint16_t *Y16 = writeCopy(Y, Idx);
-    const auto [BiasPart, YPart] =
-        scratchParts<2>({Bias16 ? 0 : size_t(N) * 2, Y16 ? 0 : size_t(NY) * 2});
-    if (!Bias16) {
-      packBf16(f(Bias), N, BiasPart, /*Exact=*/true);
-      Bias16 = BiasPart;
-    }
-    if (!Y16)
-      Y16 = YPart;
+    const auto [Bias16, Y16] = bitsInOut(Bias, N, Y, NY, Idx);
     launchOn(Compute, broadcastRowKernel, wideBlocks(NY), kThreads, 0, Bias16,
              N, NY, Y16);
     colGemm(T ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, f(W),
@@ -1819,18 +1828,14 @@ private:
     const uint16_t *CopyX = readCopy(X, Idx), *CopyW = readCopy(W, Idx);
     const cublasOperation_t TW = T ? CUBLAS_OP_T : CUBLAS_OP_N;
     if (In.round_bf16() && bf16Operands(In) && Bf16[C] && K > 0) {
-      const uint16_t *C16 = readCopy(C, Idx);
-      uint16_t *Y16 = writeCopy(Y, Idx);
-      const auto [CPart, YPart] =
-          scratchParts<2>({C16 ? 0 : size_t(NY) * 2, Y16 ? 0 : size_t(NY) * 2});
-      if (!C16) {
-        packBf16(f(C), NY, CPart, /*Exact=*/true);
-        C16 = CPart;
-      }
-      if (!Y16)
-        Y16 = YPart;
-      const auto [Wa, Xa] =
+      // (Named apart, not structured bindings: the lambdas below capture
+      // them, which C++17 does not allow of bindings.)
+      const auto Bits = bitsInOut(C, NY, Y, NY, Idx);
+      const uint16_t *C16 = Bits.first;
+      uint16_t *Y16 = Bits.second;
+      const auto Operands =
           packOperands(f(W), K * N, CopyW, f(X), M * K, CopyX);
+      const uint16_t *Wa = Operands.first, *Xa = Operands.second;
       // C's bits copied into y's, the product added to them in place.
       auto Plain = [&] {
         check(cudaMemcpyAsync(Y16, C16, size_t(NY) * 2,
