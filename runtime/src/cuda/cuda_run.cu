@@ -1251,13 +1251,16 @@ private:
   /// The plan of row-major y[M,N] = x[M,K] w with epilogue \p Epi, bf16
   /// (\p Bf16) or fp32 operands and a bf16 (\p Out16) or fp32 y, as
   /// column-major y^T = op(w^T) x^T. The epilogue's bias and auxiliary
-  /// matrix (leading dimension N, as y's) are of y's type.
+  /// matrix (leading dimension N, as y's) are of y's type. \p AddsC: a
+  /// plan of its own for a "c" group's product, which adds a C and no
+  /// epilogue (so that cuBLASLt refusing it, or its timed choice, leaves
+  /// the plain products of the shape alone).
   LtPlan &ltPlan(int64_t M, int64_t K, int64_t N, bool Transposed, bool Bf16,
-                 bool Out16, uint32_t Epi) {
+                 bool Out16, uint32_t Epi, bool AddsC = false) {
     // w^T is [N, K]: stored [K, N] row-major (column-major N x K, ld N), or
     // [N, K] row-major when transposed (column-major K x N, ld K).
     return ltColPlan(Transposed ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, N, M,
-                     K, Transposed ? K : N, K, Bf16, Out16, Epi);
+                     K, Transposed ? K : N, K, Bf16, Out16, Epi, AddsC);
   }
   /// The plan of column-major D[m,n] = op(A) op(B) over k, A and B whole
   /// matrices of leading dimensions \p Lda and \p Ldb (their rows, as
@@ -1265,9 +1268,9 @@ private:
   /// shape and epilogue.
   LtPlan &ltColPlan(cublasOperation_t TA, cublasOperation_t TB, int64_t Rows,
                     int64_t Cols, int64_t K, int64_t Lda, int64_t Ldb,
-                    bool Bf16, bool Out16, uint32_t Epi) {
+                    bool Bf16, bool Out16, uint32_t Epi, bool AddsC = false) {
     LtPlan &Pl = LtPlans[{int64_t(TA), int64_t(TB), Rows, Cols, K, Lda, Ldb,
-                          Bf16, Out16, int64_t(Epi)}];
+                          Bf16, Out16, int64_t(Epi), AddsC}];
     if (Pl.Desc)
       return Pl;
     Pl.Epilogue = Epi;
@@ -1844,9 +1847,10 @@ private:
         colGemm(TW, CUBLAS_OP_N, N, M, K, f(W), T ? K : N, f(X), K, 1.0f, f(Y),
                 N, true, CopyW, CopyX, Y16);
       };
-      LtPlan *Pl = EpiloguesOff ? nullptr
-                                : &ltPlan(M, K, N, T, true, true,
-                                          CUBLASLT_EPILOGUE_DEFAULT);
+      LtPlan *Pl = EpiloguesOff
+                       ? nullptr
+                       : &ltPlan(M, K, N, T, true, true,
+                                 CUBLASLT_EPILOGUE_DEFAULT, /*AddsC=*/true);
       auto Epilogue = [&] { return ltMatmul(*Pl, Wa, Xa, C16, Y16); };
       if (!Pl || !Pl->Ok ||
           !(epilogueChosen(*Pl, Idx, /*WithC=*/true, Epilogue, Plain) &&
@@ -4122,7 +4126,7 @@ private:
   bool AllGradsTogether = false;
   GrowingBuffer Scratch, BlasWorkspace;
   cublasLtHandle_t Lt = nullptr;
-  std::map<std::array<int64_t, 10>, LtPlan> LtPlans;
+  std::map<std::array<int64_t, 11>, LtPlan> LtPlans;
   void *Arena = nullptr;
   std::vector<void *> Ptr, Owned;
   std::vector<size_t> Bytes;

@@ -851,9 +851,15 @@ cublasStatus_t cublasGemmEx(cublasHandle_t H, cublasOperation_t TransA,
               Ldb, 0, &Be, static_cast<float *>(C), Ldc, 0, 1);
       return;
     }
-    std::vector<float> Wide =
-        Be != 0.0f ? widenOperand(C, TypeC, size_t(Ldc) * size_t(N))
-                   : std::vector<float>(size_t(Ldc) * size_t(N));
+    // (C's M rows of each column alone: past them a column's leading
+    // dimension holds nothing of C's.)
+    std::vector<float> Wide(size_t(Ldc) * size_t(N));
+    for (int Col = 0; Be != 0.0f && Col < N; ++Col)
+      for (int Row = 0; Row < M; ++Row) {
+        const size_t At = size_t(Col) * size_t(Ldc) + size_t(Row);
+        Wide[At] =
+            uintAsFloat(unsigned(static_cast<const uint16_t *>(C)[At]) << 16);
+      }
     gemmNow(H, TransA, TransB, M, N, K, &Al, Aw.data(), Lda, 0, Bw.data(), Ldb,
             0, &Be, Wide.data(), Ldc, 0, 1);
     auto *Out = static_cast<uint16_t *>(C);
