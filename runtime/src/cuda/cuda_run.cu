@@ -1719,6 +1719,14 @@ private:
     }
     return {In16, Out16 ? Out16 : OutPart};
   }
+  /// Output \p Y written rounded as the \p N bf16 bits \p Y16 (its copy,
+  /// or scratch): widened into its fp32 storage where it has one.
+  void roundedInBits(uint32_t Y, const uint16_t *Y16, int64_t N) {
+    if (!Bf16Only[Y]) // else the bf16 result is all of y
+      launchOn(Compute, widenBf16Kernel, wideBlocks(N), kThreads, 0, Y16, N,
+               f(Y));
+    RoundedAsWritten = true;
+  }
 
   /// plainLinearBias of a rounded group with a bias alone, of bf16 values
   /// throughout: the bias's bits broadcast into y's, then cuBLAS adds the
@@ -1737,10 +1745,7 @@ private:
              N, NY, Y16);
     colGemm(T ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, f(W),
             T ? K : N, f(X), K, 1.0f, f(Y), N, true, CopyW, CopyX, Y16);
-    if (!Bf16Only[Y]) // else the bf16 result is all of y
-      launchOn(Compute, widenBf16Kernel, wideBlocks(NY), kThreads, 0,
-               static_cast<const uint16_t *>(Y16), NY, f(Y));
-    RoundedAsWritten = true;
+    roundedInBits(Y, Y16, NY);
   }
 
   /// linear_gelu_grad: dx = GeLU's gradient at the kept input x, with the
@@ -1783,25 +1788,13 @@ private:
       LtPlan &Pl = ltPlan(M, K, N, T, true, true, CUBLASLT_EPILOGUE_DGELU);
       auto Epilogue = [&] {
         // Scratch only for what has no copy: x's bf16 bits, dx's.
-        const uint16_t *Kept16 = readCopy(Kept, Idx);
-        uint16_t *Y16 = writeCopy(Y, Idx);
-        const auto [KeptPart, YPart] = scratchParts<2>(
-            {Kept16 ? 0 : size_t(NY) * 2, Y16 ? 0 : size_t(NY) * 2});
-        if (!Kept16) {
-          packBf16(f(Kept), NY, KeptPart, /*Exact=*/true);
-          Kept16 = KeptPart;
-        }
-        if (!Y16)
-          Y16 = YPart;
+        const auto [Kept16, Y16] = bitsInOut(Kept, NY, Y, NY, Idx);
         ltPointer(Pl, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, Kept16);
         const auto [Wa, Dya] =
             packOperands(f(W), K * N, CopyW, f(Dy), M * K, CopyDy);
         if (!ltMatmul(Pl, Wa, Dya, nullptr, Y16))
           return false;
-        if (f(Y))
-          launchOn(Compute, widenBf16Kernel, wideBlocks(NY), kThreads, 0,
-                   static_cast<const uint16_t *>(Y16), NY, f(Y));
-        RoundedAsWritten = true;
+        roundedInBits(Y, Y16, NY);
         ++EpilogueProducts;
         return true;
       };
@@ -1856,10 +1849,7 @@ private:
           !(epilogueChosen(*Pl, Idx, /*WithC=*/true, Epilogue, Plain) &&
             Epilogue()))
         Plain();
-      if (!Bf16Only[Y]) // else the bf16 result is all of y
-        launchOn(Compute, widenBf16Kernel, wideBlocks(NY), kThreads, 0,
-                 static_cast<const uint16_t *>(Y16), NY, f(Y));
-      RoundedAsWritten = true;
+      roundedInBits(Y, Y16, NY);
       return;
     }
     withInput(C, Idx, [&](auto *From) {
@@ -2220,12 +2210,8 @@ private:
       }
       gemm(f(X(0)), N ? NY / N : 0, K, f(X(1)), N, T, f(Y), bf16Operands(In),
            CopyX, CopyW, Y16);
-      if (Y16) {
-        if (!Bf16Only[Y]) // else the bf16 result is all of y
-          launchOn(Compute, widenBf16Kernel, wideBlocks(NY), kThreads, 0,
-                   static_cast<const uint16_t *>(Y16), NY, f(Y));
-        RoundedAsWritten = true;
-      }
+      if (Y16)
+        roundedInBits(Y, Y16, NY);
       return;
     }
     case op::MatMul: {

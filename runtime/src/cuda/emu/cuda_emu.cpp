@@ -1186,8 +1186,9 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t Desc,
   // MEGAC_CUDA_EMU_LT_REFUSE=epilogues plays a cuBLASLt whose heuristic
   // offers an algorithm that the product with an epilogue (or a C to add)
   // then refuses.
-  if ((Op.Epilogue != CUBLASLT_EPILOGUE_DEFAULT ||
-       *static_cast<const float *>(Beta) != 0.0f) &&
+  const float Alf = *static_cast<const float *>(Alpha),
+              Bet = *static_cast<const float *>(Beta);
+  if ((Op.Epilogue != CUBLASLT_EPILOGUE_DEFAULT || Bet != 0.0f) &&
       megac_emu::knob("MEGAC_CUDA_EMU_LT_REFUSE", {"none", "epilogues"}) ==
           "epilogues")
     return CUBLAS_STATUS_NOT_SUPPORTED;
@@ -1208,8 +1209,6 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t Desc,
         (E.Aux && ltAlignment(Op.Aux) < Algo->data[kAlgoAlignAux]))
       return CUBLAS_STATUS_NOT_SUPPORTED;
   }
-  const float Alf = *static_cast<const float *>(Alpha),
-              Bet = *static_cast<const float *>(Beta);
   const bool Slow =
       emuSlow(Op.Epilogue != CUBLASLT_EPILOGUE_DEFAULT || Bet != 0.0f);
   if (megac_emu::tracing()) {
