@@ -407,7 +407,7 @@ COMPUTE_OPS = {"linear", "linear_bias", "linear_weight_grad", "matmul",
 
 
 def kernel_table(name, ops, steps, peak, bandwidth, limit=12):
-    """megac's time per op over its \p steps profiled steps against the
+    r"""megac's time per op over its \p steps profiled steps against the
     ceilings measured in this run."""
     print(f"\nmegac per op, {name} (`megac-run --profile` over {steps} steps; "
           "ceilings from this run):\n")
@@ -452,7 +452,7 @@ def megac_category(op):
 
 
 def category_table(name, torch_ms, megac_ops, megac_steps, limit=12):
-    """torch.compile's and megac's milliseconds a step by category, side
+    r"""torch.compile's and megac's milliseconds a step by category, side
     by side (megac's over its \p megac_steps profiled steps), then
     torch.compile's costliest kernels; returns the rows."""
     rows = []
