@@ -57,7 +57,12 @@ in reduced precision (PyTorch's default), MEGAC_CUDA_LT_REDUCTIONS=any;
 instead of cuBLASLt's BGRAD epilogues, the others kept,
 MEGAC_CUDA_BGRAD_EPILOGUE=0; `megac-cudnnfast` adds megac with cuDNN's
 attention backward as cuDNN and PyTorch run it by default instead of its
-deterministic plan, MEGAC_CUDA_CUDNN_DETERMINISTIC=0.)
+deterministic plan, MEGAC_CUDA_CUDNN_DETERMINISTIC=0; `megac-probe` adds
+megac timing each bf16 product shape, at its first use, also without
+its epilogue, with a bf16 result where it writes fp32, and with its
+operands in the other storage orders, MEGAC_CUDA_GEMM_PROBE=1: its table
+sets those times beside PyTorch's product of the same shape and storage
+orders, to tell what makes a shape slower than the ceiling.)
 
 MFU = model FLOPs per step / step time / the measured GEMM ceiling, with
 model FLOPs per token 6 N + 12 L H S (N parameters without the position
@@ -231,6 +236,7 @@ MEGAC_RUNNERS = {
     "megac-anyred": {"MEGAC_CUDA_LT_REDUCTIONS": "any"},
     "megac-nobgrad": {"MEGAC_CUDA_BGRAD_EPILOGUE": "0"},
     "megac-cudnnfast": {"MEGAC_CUDA_CUDNN_DETERMINISTIC": "0"},
+    "megac-probe": {"MEGAC_CUDA_GEMM_PROBE": "1"},
 }
 
 
@@ -270,7 +276,7 @@ def megac_row(plan, args, knobs, profiled):
     # The step time from a run without --profile (whose device events
     # around every instruction cost host time), the time per op from a
     # second run with it.
-    host, rates, choices, timed = None, None, [], []
+    host, rates, choices, timed, probed = None, None, [], [], []
     for extra in ([], ["--profile", profile, "-q"]) if profiled else ([],):
         # (The log's lines come at the first step, while products are
         # planned: they cost the timed steps nothing.)
@@ -280,11 +286,12 @@ def megac_row(plan, args, knobs, profiled):
                              env=dict(env, MEGAC_CUDA_LT_LOG="1"))
         if out.returncode != 0:
             return None, (out.stderr.strip().splitlines()[-1]
-                          if out.stderr else "failed"), None, None, ([], [])
+                          if out.stderr else "failed"), None, None, ([], [], [])
         if extra:
             choices = LT_CHOICE.findall(out.stderr)
         if not extra:
             timed = EPILOGUE_TIMED.findall(out.stderr)
+            probed = [parse_probe(m) for m in GEMM_PROBE.finditer(out.stderr)]
             rates = [json.loads(line)["tokens_per_s"]
                      for line in open(metrics)][3:]
             found = re.search(r"host issued a step's instructions in "
@@ -299,7 +306,7 @@ def megac_row(plan, args, knobs, profiled):
         # first (kernels loaded, products planned and timed).
         ops = (prof["ops"], prof.get("steps", args.steps + 3))
     return (args.batch * args.seq / (sum(rates) / len(rates)), "", ops, host,
-            (choices, timed))
+            (choices, timed, probed))
 
 
 # megac-run's line for a cuBLASLt product shape (MEGAC_CUDA_LT_LOG=1).
@@ -314,6 +321,60 @@ LT_CHOICE = re.compile(
 EPILOGUE_TIMED = re.compile(
     r"megac-run: epilogue timed (\d+x\d+x\d+) ([\w+]+): epilogue ([0-9.]+) ms, "
     r"plain ([0-9.]+) ms: (\w+)")
+
+
+# megac-run's line for a product shape it probed (MEGAC_CUDA_GEMM_PROBE=1):
+# the milliseconds a call as it runs, then in other ways ("-": none).
+GEMM_PROBE = re.compile(
+    r"megac-run: gemm probe (\d+)x(\d+)x(\d+) ([NT][NT]) (\w+->\w+) ([\w+]+): (.*)")
+
+
+def parse_probe(match):
+    """((m, n, k), ops, types, epilogue, [(way, ms or None)]) of a
+    GEMM_PROBE line."""
+    m, n, k, ops, types, epi, ways = match.groups()
+    parsed = []
+    for part in ways.split(", "):
+        way, ms = part.rsplit(" ", 1)
+        parsed.append((way, None if ms == "-" else float(ms)))
+    return (int(m), int(n), int(k)), ops, types, epi, parsed
+
+
+def torch_product_ms(torch, m, n, k, ops, reps=20):
+    r"""Milliseconds a call of PyTorch's bf16 product of column-major
+    D[m, n] = op(A) op(B) over k, \p ops ("NT": A as stored, B
+    transposed), as cuBLAS gets it: row-major D^T[n, m] = op(B)^T op(A)^T,
+    each operand a view of its storage that tells PyTorch the op."""
+    def operand(rows, cols, transposed):
+        # (rows x cols as the product reads it; stored the other way round
+        # where transposed.)
+        if transposed:
+            return torch.randn(cols, rows, device="cuda", dtype=torch.bfloat16).t()
+        return torch.randn(rows, cols, device="cuda", dtype=torch.bfloat16)
+    # op(B)^T is [n, k]: B stored column-major k x n (row-major [n, k])
+    # when op(B) = N; op(A)^T is [k, m] likewise.
+    bt = operand(n, k, ops[1] == "T")
+    at = operand(k, m, ops[0] == "T")
+    return time_steps(torch, lambda: bt @ at, reps) * 1e3
+
+
+def probe_table(name, probed, peak, torch):
+    """Each probed product shape: megac's milliseconds a call as it runs
+    and in the ways it does not, each with its share of the GEMM ceiling,
+    beside PyTorch's product of the same shape in each storage order (bf16
+    result, no epilogue)."""
+    print(f"\nGEMM probe, {name} (MEGAC_CUDA_GEMM_PROBE=1; column-major m x n x k; "
+          "ms a call, (share of the ceiling); torch: PyTorch's product):\n")
+    print("| product | ops | types | epilogue | megac: ways | torch: NN, NT, TN, TT |")
+    print("|---|---|---|---|---|---|")
+    for (m, n, k), ops, types, epi, ways in probed:
+        flops = 2.0 * m * n * k
+        def cell(ms):
+            return "-" if ms is None else f"{ms:.4f} ({flops / (ms * 1e-3) / peak:.2f})"
+        own = "; ".join(f"{way} {cell(ms)}" for way, ms in ways)
+        theirs = ", ".join(cell(torch_product_ms(torch, m, n, k, o))
+                           for o in ("NN", "NT", "TN", "TT"))
+        print(f"| {m}x{n}x{k} | {ops} | {types} | {epi} | {own} | {theirs} |")
 
 
 def timed_table(name, timed):
@@ -536,7 +597,7 @@ def main():
     print("|---|---:|---|---:|---:|---:|")
     tokens = args.batch * args.seq
     profiles, hosts, torch_kernels_of, megac_ops_of, skipped = [], [], {}, {}, []
-    lt_choices, epilogue_timings = [], []
+    lt_choices, epilogue_timings, probes = [], [], []
     with tempfile.TemporaryDirectory() as tmp:
         plans = {}
         for name, key in schedule(models, runners):
@@ -562,12 +623,14 @@ def main():
                     if name not in plans:
                         os.makedirs(os.path.join(tmp, name))
                         plans[name] = compile_megac(cfg, args, os.path.join(tmp, name))
-                    sec, why, ops, host, (lt, timed) = megac_row(
+                    sec, why, ops, host, (lt, timed, probed) = megac_row(
                         plans[name], args, MEGAC_RUNNERS[key], key in profiled)
                     if lt:
                         lt_choices.append((f"{name} ({key})", lt))
                     if timed:
                         epilogue_timings.append((f"{name} ({key})", timed))
+                    if probed:
+                        probes.append((f"{name} ({key})", probed))
                 if ops:
                     profiles.append((f"{name} ({key})",) + ops)
                     if key == "megac":
@@ -602,6 +665,8 @@ def main():
         choices_table(name, lt)
     for name, timed in epilogue_timings:
         timed_table(name, timed)
+    for name, probed in probes:
+        probe_table(name, probed, peak, torch)
     for name in models:
         if name in torch_kernels_of and name in megac_ops_of:
             category_table(name, torch_kernels_of[name], *megac_ops_of[name])

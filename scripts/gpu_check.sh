@@ -24,7 +24,7 @@ set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 LOGS="${1:?usage: gpu_check.sh LOGDIR [MODELS] [RUNNERS]}"
 MODELS="${2:-350M,1.3B,124M}"
-RUNNERS="${3:-eager,compile,megac,megac-epi,megac-noepi,megac-nobgrad,megac-anyred,megac-cudnnfast,megac-tune,megac-mma,megac-align64,megac-narrowkg,megac-sepdq,megac-narrow,megac-refwd,megac-noparam,megac-wmma,megac-nocopy,megac-fp32}"
+RUNNERS="${3:-eager,compile,megac,megac-probe,megac-epi,megac-noepi,megac-nobgrad,megac-anyred,megac-cudnnfast,megac-tune,megac-mma,megac-align64,megac-narrowkg,megac-sepdq,megac-narrow,megac-refwd,megac-noparam,megac-wmma,megac-nocopy,megac-fp32}"
 BUDGET="${BUDGET:-540}"
 # Seconds left of BUDGET, less the seconds $1 keeps back (default 0), at least 1.
 left() { local l=$((BUDGET - SECONDS - ${1:-0})); ((l > 0)) && echo "$l" || echo 1; }

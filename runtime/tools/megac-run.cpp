@@ -1459,7 +1459,8 @@ int runMain(int Argc, char **Argv) {
                  "MEGAC_CUDA_BF16_COPIES=0, MEGAC_CUDA_BF16_ONLY=0, "
                  "MEGAC_CUDA_FORWARD_STATS=0, MEGAC_CUDA_EPILOGUES=1|0, "
                  "MEGAC_CUDA_DQ_ATOMICS=0, MEGAC_CUDA_PARAM_COPIES=0, "
-                 "MEGAC_CUDA_GEMM_TUNE=1, MEGAC_CUDA_WIDE_FORWARD=0, "
+                 "MEGAC_CUDA_GEMM_TUNE=1, MEGAC_CUDA_GEMM_PROBE=1, "
+                 "MEGAC_CUDA_WIDE_FORWARD=0, "
                  "MEGAC_CUDA_WIDE_KEY_GRAD=0 "
                  "(docs/getting-started.md)")
       ->check(CLI::IsMember({"cpu", "cuda"}))

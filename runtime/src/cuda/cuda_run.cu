@@ -168,6 +168,16 @@ bool parameterCopiesAsked() {
 /// the timing's noise, and with it the last bits of a sum.
 bool gemmTuneAsked() { return knob("MEGAC_CUDA_GEMM_TUNE", {"0", "1"}) == "1"; }
 
+/// MEGAC_CUDA_GEMM_PROBE=1: each bf16 cuBLASLt product shape, at its first
+/// use, is also timed in the ways it does not run (probeLt): without its
+/// epilogue, with a bf16 result where it writes fp32, and with each other
+/// pair of its operands' storage orders; one line each on stderr. For the
+/// benchmark (runner megac-probe) to tell what makes a shape slow; the
+/// run's results are those of a run without it.
+bool gemmProbeAsked() {
+  return knob("MEGAC_CUDA_GEMM_PROBE", {"0", "1"}) == "1";
+}
+
 /// The alignment, in bytes, that cuBLASLt's heuristic is told every
 /// pointer has: the arena's (kArenaAlign, 256: cuBLASLt's own assumption,
 /// which its fastest Hopper kernels keep to), or
@@ -1216,8 +1226,14 @@ private:
     /// two ways cost differently.
     enum class Way : uint8_t { Untimed, Epilogue, Plain };
     Way Chosen[2] = {Way::Untimed, Way::Untimed};
-    /// Its product, for the log: column-major rows x cols x k.
+    /// Its product, for the log: column-major rows x cols x k, the
+    /// operands' ops and the types (probeLt remakes it in other ways).
     int64_t Rows = 0, Cols = 0, K = 0;
+    cublasOperation_t TA = CUBLAS_OP_N, TB = CUBLAS_OP_N;
+    bool Bf16 = false, Out16 = false;
+    /// MEGAC_CUDA_GEMM_PROBE=1: whether probeLt timed it (or it is one of
+    /// probeLt's own plans).
+    bool Probed = false;
     void destroy() {
       if (Desc)
         cublasLtMatmulDescDestroy(Desc);
@@ -1265,18 +1281,22 @@ private:
   /// The plan of column-major D[m,n] = op(A) op(B) over k, A and B whole
   /// matrices of leading dimensions \p Lda and \p Ldb (their rows, as
   /// stored), D's m; the types and epilogue as ltPlan's. Made once per
-  /// shape and epilogue.
+  /// shape and epilogue (probeLt's own plans, made while Probing, apart).
   LtPlan &ltColPlan(cublasOperation_t TA, cublasOperation_t TB, int64_t Rows,
                     int64_t Cols, int64_t K, int64_t Lda, int64_t Ldb,
                     bool Bf16, bool Out16, uint32_t Epi, bool AddsC = false) {
     LtPlan &Pl = LtPlans[{int64_t(TA), int64_t(TB), Rows, Cols, K, Lda, Ldb,
-                          Bf16, Out16, int64_t(Epi), AddsC}];
+                          Bf16, Out16, int64_t(Epi), AddsC, Probing}];
     if (Pl.Desc)
       return Pl;
     Pl.Epilogue = Epi;
     Pl.Rows = Rows;
     Pl.Cols = Cols;
     Pl.K = K;
+    Pl.TA = TA;
+    Pl.TB = TB;
+    Pl.Bf16 = Bf16;
+    Pl.Out16 = Out16;
     const cudaDataType_t In = Bf16 ? CUDA_R_16BF : CUDA_R_32F;
     const cudaDataType_t Out = Out16 ? CUDA_R_16BF : CUDA_R_32F;
     const int32_t OpA = TA, OpB = TB;
@@ -1349,7 +1369,7 @@ private:
       Pl.Ok = true;
       Pl.Algo = Found[0].algo;
       Pl.Workspace = Found[0].workspaceSize;
-      if (LtLog)
+      if (LtLog && !Probing)
         logLtChoice(TA, TB, Rows, Cols, K, Bf16, Out16, Epi, Found[0]);
       if (Count > 1)
         Pl.Candidates.assign(Found.begin(), Found.begin() + Count);
@@ -1429,11 +1449,9 @@ private:
     }
     if (!Pl.Candidates.empty() && C != D) // (a sum in place: not repeatable)
       tuneLt(Pl, W, X, C, D);
-    void *Ws = Pl.Workspace ? BlasWorkspace.Ptr : nullptr;
-    const float One = 1.0f, Zero = 0.0f;
-    const cublasStatus_t S = cublasLtMatmul(
-        Lt, Pl.Desc, &One, W, Pl.A, X, Pl.B, C ? &One : &Zero, C ? C : D, Pl.D,
-        D, Pl.D, &Pl.Algo, Ws, Pl.Workspace, Compute);
+    if (ProbeGemms && !Pl.Probed && C != D)
+      probeLt(Pl, W, X, C, D);
+    const cublasStatus_t S = ltLaunch(Pl, Pl.Algo, Pl.Workspace, W, X, C, D);
     if (S == CUBLAS_STATUS_SUCCESS)
       return true;
     Pl.Ok = false;
@@ -1445,6 +1463,88 @@ private:
                    "product and megac's kernels\n",
                    int(S));
     return false;
+  }
+
+  /// One launch of \p Pl's product with algorithm \p Algo (which needs
+  /// \p Workspace bytes) on \p W and \p X into \p D, adding \p C with
+  /// beta = 1 where not null.
+  cublasStatus_t ltLaunch(const LtPlan &Pl, const cublasLtMatmulAlgo_t &Algo,
+                          size_t Workspace, const void *W, const void *X,
+                          const void *C, void *D) {
+    const float One = 1.0f, Zero = 0.0f;
+    return cublasLtMatmul(Lt, Pl.Desc, &One, W, Pl.A, X, Pl.B, C ? &One : &Zero,
+                          C ? C : D, Pl.D, D, Pl.D, &Algo,
+                          Workspace ? BlasWorkspace.Ptr : nullptr, Workspace,
+                          Compute);
+  }
+
+  /// MEGAC_CUDA_GEMM_PROBE=1: times \p Pl as it runs (into \p D, adding
+  /// \p C where not null, its epilogue's outputs rewritten with the same
+  /// values, as tuneLt's runs) and in the ways it does not run, each into
+  /// a buffer of its own (ProbeOut) with no C: the same product without
+  /// its epilogue; with a bf16 result, where it writes fp32; with each
+  /// other pair of storage orders of its operands (the same bytes read as
+  /// the transposed matrix: a product of the same shape and cost, other
+  /// values). Says the milliseconds a call of each on stderr ("-" where
+  /// cuBLASLt has no algorithm or refuses it).
+  void probeLt(LtPlan &Pl, const void *W, const void *X, const void *C,
+               void *D) {
+    Pl.Probed = true;
+    if (!Pl.Bf16)
+      return; // (fp32 products are full fp32: not what the probe asks)
+    struct Way {
+      std::string Name;
+      cublasOperation_t TA, TB;
+      bool Out16;
+    };
+    std::vector<Way> Ways = {{"plain", Pl.TA, Pl.TB, Pl.Out16}};
+    if (!Pl.Out16)
+      Ways.push_back({"bf16-out", Pl.TA, Pl.TB, true});
+    for (cublasOperation_t TA : {CUBLAS_OP_N, CUBLAS_OP_T})
+      for (cublasOperation_t TB : {CUBLAS_OP_N, CUBLAS_OP_T})
+        if (TA != Pl.TA || TB != Pl.TB)
+          Ways.push_back(
+              {std::string(1, opLetter(TA)) + opLetter(TB), TA, TB, Pl.Out16});
+    const float Planned = msPerRun([&] {
+      return ltLaunch(Pl, Pl.Algo, Pl.Workspace, W, X, C, D) ==
+             CUBLAS_STATUS_SUCCESS;
+    });
+    std::string Line = "planned " + probeMs(Planned);
+    void *Out = ProbeOut.atLeast(size_t(Pl.Rows * Pl.Cols) * 4,
+                                 "the GEMM probe's results");
+    for (const Way &V : Ways) {
+      // Whole matrices of the way's storage orders (ltColPlan's leading
+      // dimensions: their rows as stored).
+      Probing = true;
+      LtPlan &Alt = ltColPlan(V.TA, V.TB, Pl.Rows, Pl.Cols, Pl.K,
+                              V.TA == CUBLAS_OP_N ? Pl.Rows : Pl.K,
+                              V.TB == CUBLAS_OP_N ? Pl.K : Pl.Cols, true,
+                              V.Out16, CUBLASLT_EPILOGUE_DEFAULT);
+      Probing = false;
+      Alt.Probed = true;
+      const float Ms = Alt.Ok ? msPerRun([&] {
+        return ltLaunch(Alt, Alt.Algo, Alt.Workspace, W, X, nullptr, Out) ==
+               CUBLAS_STATUS_SUCCESS;
+      })
+                              : -1.0f;
+      Line += ", " + V.Name + " " + probeMs(Ms);
+    }
+    std::fprintf(
+        stderr, "megac-run: gemm probe %lldx%lldx%lld %c%c %s->%s %s%s: %s\n",
+        static_cast<long long>(Pl.Rows), static_cast<long long>(Pl.Cols),
+        static_cast<long long>(Pl.K), opLetter(Pl.TA), opLetter(Pl.TB), "bf16",
+        Pl.Out16 ? "bf16" : "fp32", ltEpilogueName(Pl.Epilogue), C ? "+c" : "",
+        Line.c_str());
+  }
+  static char opLetter(cublasOperation_t Op) {
+    return Op == CUBLAS_OP_N ? 'N' : 'T';
+  }
+  static std::string probeMs(float Ms) {
+    if (Ms < 0)
+      return "-";
+    char Buf[32];
+    std::snprintf(Buf, sizeof Buf, "%.4f", double(Ms));
+    return Buf;
   }
 
   /// The device milliseconds a call of \p Run takes (Run returns whether
@@ -1479,19 +1579,15 @@ private:
               void *D) {
     std::vector<cublasLtMatmulHeuristicResult_t> Candidates;
     std::swap(Candidates, Pl.Candidates);
-    const float One = 1.0f, Zero = 0.0f;
     float Best = -1.0f, First = -1.0f;
     size_t Chosen = 0;
     for (size_t K = 0; K < Candidates.size(); ++K) {
       const cublasLtMatmulHeuristicResult_t &R = Candidates[K];
       if (R.workspaceSize > BlasWorkspace.Bytes)
         continue;
-      void *Ws = R.workspaceSize ? BlasWorkspace.Ptr : nullptr;
       auto Run = [&] {
-        return cublasLtMatmul(Lt, Pl.Desc, &One, W, Pl.A, X, Pl.B,
-                              C ? &One : &Zero, C ? C : D, Pl.D, D, Pl.D,
-                              &R.algo, Ws, R.workspaceSize,
-                              Compute) == CUBLAS_STATUS_SUCCESS;
+        return ltLaunch(Pl, R.algo, R.workspaceSize, W, X, C, D) ==
+               CUBLAS_STATUS_SUCCESS;
       };
       const float Ms = msPerRun(Run);
       if (Ms < 0)
@@ -4003,6 +4099,10 @@ private:
   /// chose another algorithm than the heuristic's first, and the
   /// milliseconds a call that saved them, summed over the shapes.
   const bool TuneGemms = gemmTuneAsked();
+  /// MEGAC_CUDA_GEMM_PROBE=1 (probeLt); Probing while it makes its own
+  /// plans (which the log leaves out).
+  const bool ProbeGemms = gemmProbeAsked();
+  bool Probing = false;
   /// MEGAC_CUDA_LT_REDUCTIONS=any (ltAnyReductionAsked), MEGAC_CUDA_LT_LOG=1
   /// (ltLogAsked).
   const bool LtAnyReduction = ltAnyReductionAsked(), LtLog = ltLogAsked();
@@ -4110,9 +4210,9 @@ private:
   /// the register-resident kernels then sum dq in fp32 beside the
   /// attention state (with MEGAC_CUDA_DQ_ATOMICS on).
   bool AllGradsTogether = false;
-  GrowingBuffer Scratch, BlasWorkspace;
+  GrowingBuffer Scratch, BlasWorkspace, ProbeOut;
   cublasLtHandle_t Lt = nullptr;
-  std::map<std::array<int64_t, 11>, LtPlan> LtPlans;
+  std::map<std::array<int64_t, 12>, LtPlan> LtPlans;
   void *Arena = nullptr;
   std::vector<void *> Ptr, Owned;
   std::vector<size_t> Bytes;

@@ -16,6 +16,9 @@ class _Tensor:
     def copy_(self, other):
         return self
 
+    def t(self):
+        return self
+
 
 def randn(*shape, device=None, dtype=None):
     return _Tensor()
