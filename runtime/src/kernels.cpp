@@ -728,17 +728,11 @@ MEGAC_VECTOR_CLONES void adamw(float *Param, const float *Grad, int64_t N,
                                double Coef, float *M, float *V, int64_t Step,
                                double Lr, double Beta1, double Beta2,
                                double Eps, double WeightDecay) {
-  const double Bc1 = 1.0 - std::pow(Beta1, double(Step));
-  const double Bc2 = 1.0 - std::pow(Beta2, double(Step));
-  for (int64_t I = 0; I < N; ++I) {
-    double G = double(Grad[I]) * Coef;
-    M[I] = float(Beta1 * M[I] + (1.0 - Beta1) * G);
-    V[I] = float(Beta2 * V[I] + (1.0 - Beta2) * G * G);
-    double Mhat = M[I] / Bc1, Vhat = V[I] / Bc2;
-    double P = Param[I];
-    Param[I] = float(P - Lr * (Mhat / (std::sqrt(Vhat) + Eps) +
-                               WeightDecay * P));
-  }
+  const megac_adamw_step S = megac_adamw_constants(
+      Coef, Lr, Beta1, Beta2, Eps, WeightDecay, std::pow(Beta1, double(Step)),
+      std::pow(Beta2, double(Step)));
+  for (int64_t I = 0; I < N; ++I)
+    megac_adamw(S, Param[I], Grad[I], M[I], V[I]);
 }
 
 double learningRate(double MaxLr, double MinLr, int64_t Warmup, int64_t Total,

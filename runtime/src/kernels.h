@@ -214,7 +214,9 @@ double sumSquares(const float *X, int64_t N);
 /// One AdamW step (t = \p Step, 1-based) on \p N elements, in place on
 /// \p Param, \p M and \p V: g = grad * coef; m = b1 m + (1-b1) g;
 /// v = b2 v + (1-b2) g^2; p -= lr (mhat / (sqrt(vhat) + eps) + wd p) with
-/// mhat = m / (1 - b1^t), vhat = v / (1 - b2^t).
+/// mhat = m / (1 - b1^t), vhat = v / (1 - b2^t); the ratio
+/// mhat / (sqrt(vhat) + eps) in float, the rest in double (megac_adamw,
+/// the device's formula too).
 void adamw(float *Param, const float *Grad, int64_t N, double Coef, float *M,
            float *V, int64_t Step, double Lr, double Beta1, double Beta2,
            double Eps, double WeightDecay);

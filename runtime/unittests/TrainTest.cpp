@@ -60,6 +60,55 @@ TEST(AdamW, MatchesHandComputationForTwoSteps) {
   EXPECT_NEAR(P[0], P0b, 1e-6);
 }
 
+// The update's ratio m^ / (sqrt(v^) + eps) is computed in float (the
+// rest in double): against the same update all in double, the moments are
+// the same bits and each parameter is within its own float rounding (one
+// spacing of floats at its value) plus the ratio's float rounding scaled
+// by the learning rate, over gradients from 1e-12 (below eps) to 10 and
+// parameters from 1e-3 to 10, for five steps.
+TEST(AdamW, RatioInFloatStaysWithinTheParametersRounding) {
+  const double B1 = 0.9, B2 = 0.95, Eps = 1e-8, Wd = 0.1, Lr = 3e-4, Coef = 0.7;
+  const int64_t N = 4096;
+  std::vector<float> P(N), M(N, 0.0f), V(N, 0.0f), G(N);
+  std::vector<double> Pd(N);
+  uint64_t State = 12345;
+  auto Uniform = [&State] { // in [0, 1)
+    State = State * 6364136223846793005ULL + 1442695040888963407ULL;
+    return double(State >> 11) / double(1ULL << 53);
+  };
+  for (int64_t I = 0; I < N; ++I)
+    P[size_t(I)] = float((Uniform() < 0.5 ? -1 : 1) *
+                         std::pow(10.0, -3.0 + 4.0 * Uniform()));
+  std::vector<float> Mr = M, Vr = V, Pr = P;
+  for (int64_t T = 1; T <= 5; ++T) {
+    for (int64_t I = 0; I < N; ++I)
+      G[size_t(I)] = float((Uniform() < 0.5 ? -1 : 1) *
+                           std::pow(10.0, -12.0 + 13.0 * Uniform()));
+    kernels::adamw(P.data(), G.data(), N, Coef, M.data(), V.data(), T, Lr, B1,
+                   B2, Eps, Wd);
+    const double Bc1 = 1.0 - std::pow(B1, double(T)),
+                 Bc2 = 1.0 - std::pow(B2, double(T));
+    for (size_t I = 0; I < size_t(N); ++I) {
+      const double Gd = double(G[I]) * Coef;
+      Mr[I] = float(B1 * Mr[I] + (1.0 - B1) * Gd);
+      Vr[I] = float(B2 * Vr[I] + (1.0 - B2) * Gd * Gd);
+      const double Ratio = (Mr[I] / Bc1) / (std::sqrt(Vr[I] / Bc2) + Eps);
+      const double Before = Pr[I];
+      Pr[I] = float(Before - Lr * (Ratio + Wd * Before));
+      ASSERT_EQ(M[I], Mr[I]) << "step " << T << " element " << I;
+      ASSERT_EQ(V[I], Vr[I]) << "step " << T << " element " << I;
+      const double Spacing =
+          std::nextafter(std::fabs(Pr[I]), INFINITY) - std::fabs(Pr[I]);
+      ASSERT_LE(std::fabs(double(P[I]) - Pr[I]),
+                Spacing + Lr * std::fabs(Ratio) * 1e-6)
+          << "step " << T << " element " << I;
+      // (Each step from the reference's parameter: the two runs' own
+      // roundings do not add up.)
+      P[I] = Pr[I];
+    }
+  }
+}
+
 TEST(LearningRate, WarmupPeakCosineEnd) {
   const double Max = 6e-4, Min = 6e-5;
   auto Lr = [&](int64_t T) {

@@ -460,21 +460,6 @@ __global__ void dropoutKernel(const float *X, int64_t N, Block Bl, uint64_t Key,
   }
 }
 
-/// AdamW with decoupled weight decay, the moments kept on the device.
-/// One parameter's AdamW step, in double as the CPU's (kernels.cpp).
-struct AdamWStep {
-  double C, Lr, Beta1, Beta2, Eps, WeightDecay, Bc1, Bc2;
-  __device__ __forceinline__ void operator()(float &Param, float Grad, float &M,
-                                             float &V) const {
-    const double G = double(Grad) * C;
-    M = float(Beta1 * M + (1.0 - Beta1) * G);
-    V = float(Beta2 * V + (1.0 - Beta2) * G * G);
-    const double Mhat = M / Bc1, Vhat = V / Bc2;
-    const double P = Param;
-    Param = float(P - Lr * (Mhat / (sqrt(Vhat) + Eps) + WeightDecay * P));
-  }
-};
-
 //===-- Many tensors a launch --------------------------------------------===//
 //
 // Ops a training step runs once per parameter (AdamW, the roundings of the
@@ -535,23 +520,27 @@ __device__ __forceinline__ void forThisUnit(const Entry *Table, int Count,
     F(E, 4 * E.Span.Groups + (U - E.Span.Groups), false);
 }
 
-/// One parameter's AdamW update in a multi-tensor launch: Param, M and V
-/// in place, Grad scaled by *Coef (the clipping coefficient).
-/// One tensor's AdamW update in a multi-tensor launch; Bits (null: none)
-/// gets the updated parameter's bf16 bits, rounded as round_bf16 rounds:
-/// the next step's rounding of the parameter, made here while the value
+/// One tensor's AdamW update (megac_adamw, the CPU's formula; decoupled
+/// weight decay, the moments kept on the device) in a multi-tensor launch; Bits
+/// (null: none) gets the updated parameter's bf16 bits, rounded as round_bf16
+/// rounds: the next step's rounding of the parameter, made here while the value
 /// is at hand (parameterCopies).
 struct AdamWSpan {
   float *Param, *M, *V;
   const float *Grad, *Coef;
   uint16_t *Bits;
-  double Lr, Beta1, Beta2, Eps, WeightDecay, Bc1, Bc2;
+  /// The step's constants, but the clipping coefficient (*Coef, computed
+  /// on the device).
+  megac_adamw_step Step;
   TensorSpan Span;
 };
 __global__ void adamwManyKernel(const AdamWSpan *Table, int Count) {
   forThisUnit(Table, Count, [](const AdamWSpan &E, int64_t U, bool Group) {
-    const AdamWStep Step{double(E.Coef[0]), E.Lr,  E.Beta1, E.Beta2, E.Eps,
-                         E.WeightDecay,     E.Bc1, E.Bc2};
+    megac_adamw_step S = E.Step;
+    S.c = double(E.Coef[0]);
+    auto Step = [&S](float &P, float G, float &M, float &V) {
+      megac_adamw(S, P, G, M, V);
+    };
     if (!Group) {
       Step(E.Param[U], E.Grad[U], E.M[U], E.V[U]);
       if (E.Bits)

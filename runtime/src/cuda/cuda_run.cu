@@ -3518,13 +3518,11 @@ private:
     E.Coef = f(In.inputs()->Get(2));
     E.M = static_cast<float *>(MomentM[Idx]);
     E.V = static_cast<float *>(MomentV[Idx]);
-    E.Lr = Lr;
-    E.Beta1 = In.floats()->Get(0);
-    E.Beta2 = In.floats()->Get(1);
-    E.Eps = In.floats()->Get(2);
-    E.WeightDecay = In.floats()->Get(3);
-    E.Bc1 = 1.0 - std::pow(E.Beta1, double(Step));
-    E.Bc2 = 1.0 - std::pow(E.Beta2, double(Step));
+    const double Beta1 = In.floats()->Get(0), Beta2 = In.floats()->Get(1);
+    // (The clipping coefficient, 0 here, is the kernel's to read.)
+    E.Step = megac_adamw_constants(
+        0.0, Lr, Beta1, Beta2, In.floats()->Get(2), In.floats()->Get(3),
+        std::pow(Beta1, double(Step)), std::pow(Beta2, double(Step)));
     E.Bits =
         CopyByUpdate[Idx] < Copy.size() ? Copy[CopyByUpdate[Idx]] : nullptr;
     E.Span.N = numel(Y);

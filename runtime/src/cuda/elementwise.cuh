@@ -1,6 +1,6 @@
 // megac's elementwise formulas, one text for every backend: GeLU and its
 // gradient (tanh form, in float), bf16 rounding to nearest even (NaN
-// stays NaN, overflow to infinity).
+// stays NaN, overflow to infinity), and one element of an AdamW update.
 //
 // Its users:
 // - the CUDA backend includes it (compiled by nvcc, or as host C++ on the
@@ -11,7 +11,9 @@
 // - the CPU kernels (runtime/src/kernels.h) include it, so that the CPU
 //   backend computes the same formulas as the device.
 //
-// Everything here is plain float arithmetic, conversions and selects:
+// Everything here is plain float arithmetic (AdamW's moments and update
+// in double), conversions and selects, with IEEE square roots and
+// divisions (nvcc's and NVRTC's defaults, -prec-sqrt and -prec-div):
 // loops over it vectorize on the CPU, and the CPU and the emulation give
 // the same bits (nvcc may contract products and sums into FMAs, so a GPU's
 // bits may differ by rounding).
@@ -26,6 +28,7 @@ __device__ __forceinline__ unsigned megac_float_bits(float x) {
 __device__ __forceinline__ float megac_bits_float(unsigned u) {
   return __uint_as_float(u);
 }
+__device__ __forceinline__ float megac_sqrtf(float x) { return sqrtf(x); }
 #else
 #define MEGAC_ELEMENTWISE_FN inline
 inline unsigned megac_float_bits(float x) {
@@ -38,6 +41,7 @@ inline float megac_bits_float(unsigned u) {
   __builtin_memcpy(&x, &u, 4);
   return x;
 }
+inline float megac_sqrtf(float x) { return __builtin_sqrtf(x); }
 #endif
 
 /// e^y within 1.3 ulp for y in [-87.3, 88.7] (measured against long
@@ -121,5 +125,49 @@ MEGAC_ELEMENTWISE_FN float megac_round_bf16(float x) {
   }
   return megac_bits_float(u & 0xffff0000u);
 }
+
+/// One tensor's AdamW constants for a step: the clipping coefficient c,
+/// the learning rate, the betas, the weight decay, and the bias
+/// corrections' reciprocals 1 / (1 - beta^t) and eps in float.
+struct megac_adamw_step {
+  double c, lr, beta1, beta2, weight_decay;
+  float inv_bc1, inv_bc2, eps;
+};
+
+/// One element of an AdamW update (megac.adamw): the moments of gradient
+/// g c in double, stored in float; the step's ratio m^ / (sqrt(v^) + eps)
+/// in float; the parameter's decay and step in double, stored in float.
+/// (The ratio in float, as PyTorch's fused AdamW computes it all: a
+/// double square root and two double divisions an element made the
+/// update bound by a GPU's double arithmetic, not its memory. The ratio's
+/// rounding, 1e-7 of it, moves the parameter by 1e-7 of the learning
+/// rate: far below the parameter's own float rounding.)
+MEGAC_ELEMENTWISE_FN void megac_adamw(const megac_adamw_step &s, float &param,
+                                      float grad, float &m, float &v) {
+  const double g = double(grad) * s.c;
+  m = float(s.beta1 * m + (1.0 - s.beta1) * g);
+  v = float(s.beta2 * v + (1.0 - s.beta2) * g * g);
+  const float ratio = (m * s.inv_bc1) / (megac_sqrtf(v * s.inv_bc2) + s.eps);
+  const double p = param;
+  param = float(p - s.lr * (double(ratio) + s.weight_decay * p));
+}
+
+#ifndef __CUDACC_RTC__
+/// (Host code, the CPU's kernels and the CUDA backend alike:) step t's
+/// constants, given beta1^t and beta2^t.
+inline megac_adamw_step megac_adamw_constants(double c, double lr, double beta1,
+                                              double beta2, double eps,
+                                              double weight_decay,
+                                              double beta1_t, double beta2_t) {
+  return {c,
+          lr,
+          beta1,
+          beta2,
+          weight_decay,
+          float(1.0 / (1.0 - beta1_t)),
+          float(1.0 / (1.0 - beta2_t)),
+          float(eps)};
+}
+#endif
 
 #endif // MEGAC_ELEMENTWISE_CUH
