@@ -140,11 +140,13 @@ void expectSameBits(const std::vector<float> &A, const std::vector<float> &B) {
 struct Shape {
   int64_t Rows, H, Offset; // Offset (elements) 1: unaligned rows
 };
-// The last two have more chunks of 64 rows than a block has warps (the
-// second pass's warps each take several) and columns past a block's 32.
+// The last three have more chunks of 64 rows than a block has warps (the
+// second pass's warps each take several) and columns past a block's 32;
+// the last, more than 8 a warp (the second pass loads 8 a warp at once,
+// then the rest one at a time).
 const Shape kShapes[] = {{1, 8, 0},     {3, 5, 0},    {130, 64, 0},
                          {129, 12, 1},  {200, 96, 0}, {0, 16, 0},
-                         {1100, 70, 0}, {600, 33, 1}};
+                         {1100, 70, 0}, {600, 33, 1}, {5000, 36, 0}};
 
 /// \p V as floats (T = float) or their bf16 bits (T = uint16_t), from
 /// element \p Offset of a buffer with room to spare (an offset of 1 leaves

@@ -1342,6 +1342,8 @@ layerNormGainPartsKernel(const TX *X, const TD *DY, const double *Stats,
 /// Pass 2 takes 32 columns a block (totalBlocks); of two sums in one
 /// launch (sumLeadingTotalKernel's Y2), twice the blocks.
 constexpr int kTotalColumns = 32;
+/// Pass 2's loads in flight a thread.
+constexpr int kTotalBatch = 8;
 inline unsigned totalBlocks(int64_t Inner, int Sums = 1) {
   return Sums *
          blocksFor((Inner + kTotalColumns - 1) / kTotalColumns * kThreads);
@@ -1375,9 +1377,25 @@ __global__ void sumLeadingTotalKernel(const double *Parts, int64_t Chunks,
        First += int64_t(Blocks) * kTotalColumns) {
     const int64_t J = First + Lane;
     double S = 0;
-    if (J < Inner)
-      for (int64_t C = Warp; C < Chunks; C += kWarps)
+    if (J < Inner) {
+      // kTotalBatch of the warp's chunks loaded at once, then added in
+      // order: the same sums in the same order (the same bits), one
+      // memory latency a batch instead of one a chunk (a chain of
+      // dependent adds holds each next load back otherwise).
+      int64_t C = Warp;
+      for (; C + (kTotalBatch - 1) * kWarps < Chunks;
+           C += kTotalBatch * kWarps) {
+        double P[kTotalBatch];
+#pragma unroll
+        for (int B = 0; B < kTotalBatch; ++B)
+          P[B] = Parts[(C + B * kWarps) * Inner + J];
+#pragma unroll
+        for (int B = 0; B < kTotalBatch; ++B)
+          S += P[B];
+      }
+      for (; C < Chunks; C += kWarps)
         S += Parts[C * Inner + J];
+    }
     Partial[Warp][Lane] = S;
     __syncthreads();
     if (Warp == 0 && J < Inner) {
