@@ -6,7 +6,9 @@
 // roundings (against round-to-nearest-even worked out here from the bits),
 // and every sum of squares bit for bit the same in a run as alone (and
 // within double rounding of a sum taken here), across tensors of no
-// elements, fewer than four, unaligned ones and ones of many blocks.
+// elements, fewer than four, unaligned ones and ones of many blocks. And
+// the loss's sum of its rows' losses: one block, in row order, the bits
+// of a sum taken here one row after another.
 //
 //===----------------------------------------------------------------------===//
 
@@ -128,6 +130,31 @@ TEST(MultiTensor, SumsOfSquaresAreTheSameInARunAsAlone) {
     EXPECT_EQ(InARun[T], float(Here)) << "tensor " << T;
   }
   EXPECT_EQ(InARun[0], 0.0f); // no elements
+}
+
+// Row losses whose sum depends on the order of the adds, even rounded to
+// float: ones, with 1e17 at a third of the rows and -1e17 at two thirds
+// (in row order the ones between the two vanish into 1e17; in another
+// order some would count); counts around the kernel's tile of 2048 rows
+// (staged in shared memory, then added by one thread) and a step's 8192
+// tokens.
+TEST(RowSum, LossesAddInRowOrderAcrossTiles) {
+  for (const int64_t N : {0, 1, 2047, 2048, 2049, 5000, 8192}) {
+    std::vector<double> Rows(static_cast<size_t>(N), 1.0);
+    if (N > 2) {
+      Rows[size_t(N / 3)] = 1e17;
+      Rows[size_t(2 * N / 3)] = -1e17;
+    }
+    double Here = 0;
+    for (const double R : Rows)
+      Here += R;
+    const double Norm = 3.0;
+    float Y = -1.0f;
+    const double *Rp = Rows.data();
+    float *Yp = &Y;
+    launchBlocks(1, [=] { sumRowsKernel(Rp, N, Norm, Yp); });
+    EXPECT_EQ(Y, float(Here / Norm)) << N << " rows";
+  }
 }
 
 } // namespace

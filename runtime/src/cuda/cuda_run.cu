@@ -2516,7 +2516,7 @@ private:
       });
       const double Norm =
           NumInts() && Int(0) > 0 ? double(Int(0)) : double(Rows);
-      launchOn(Compute, sumRowsKernel, 1, 1, 0,
+      launchOn(Compute, sumRowsKernel, 1, kThreads, 0,
                static_cast<const double *>(Out), Rows, Norm, f(Y));
       return;
     }
@@ -2538,7 +2538,7 @@ private:
                0, static_cast<const float *>(f(X(0))), Rows, Last / 3, Out);
       const double Norm =
           NumInts() && Int(0) > 0 ? double(Int(0)) : double(Rows);
-      launchOn(Compute, sumRowsKernel, 1, 1, 0,
+      launchOn(Compute, sumRowsKernel, 1, kThreads, 0,
                static_cast<const double *>(Out), Rows, Norm, f(Y));
       return;
     }
