@@ -30,8 +30,10 @@ namespace {
 struct Case {
   int64_t N, Offset;
 };
+// (The last: more than four times a launch's 1024 blocks of 256 threads
+// of groups of four, so that the sums' threads load four groups at once.)
 const Case kCases[] = {{0, 0},    {3, 0},     {4, 0}, {1029, 0},
-                       {1030, 1}, {70001, 0}, {5, 2}};
+                       {1030, 1}, {70001, 0}, {5, 2}, {4200003, 0}};
 
 std::vector<float> values(int64_t N, int Seed) {
   std::vector<float> V(static_cast<size_t>(N));

@@ -1437,6 +1437,7 @@ struct SumSquaresSpan {
   TensorSpan Span; // N, Groups; FirstBlock: its first part
   int64_t Blocks;  // its parts
 };
+constexpr int kSquaresBatch = 4;
 __global__ void sumSquaresPartsManyKernel(const SumSquaresSpan *Table,
                                           int Count, double *Parts) {
   __shared__ double Part[kThreads];
@@ -1445,8 +1446,24 @@ __global__ void sumSquaresPartsManyKernel(const SumSquaresSpan *Table,
   const int64_t First = Block * blockDim.x + threadIdx.x,
                 Stride = E.Blocks * blockDim.x;
   double S = 0;
-  for (int64_t G = First; G < E.Span.Groups; G += Stride) {
-    const Vec4<float> In = reinterpret_cast<const Vec4<float> *>(E.X)[G];
+  const Vec4<float> *X4 = reinterpret_cast<const Vec4<float> *>(E.X);
+  // kSquaresBatch of the thread's groups loaded at once, then added in
+  // order (the order of one at a time, the same bits): the chain of adds
+  // held each next load back, one memory latency a group.
+  int64_t G = First;
+  for (; G + (kSquaresBatch - 1) * Stride < E.Span.Groups;
+       G += kSquaresBatch * Stride) {
+    Vec4<float> In[kSquaresBatch];
+#pragma unroll
+    for (int B = 0; B < kSquaresBatch; ++B)
+      In[B] = X4[G + B * Stride];
+#pragma unroll
+    for (int B = 0; B < kSquaresBatch; ++B)
+      for (int K = 0; K < 4; ++K)
+        S += double(In[B].V[K]) * In[B].V[K];
+  }
+  for (; G < E.Span.Groups; G += Stride) {
+    const Vec4<float> In = X4[G];
     for (int K = 0; K < 4; ++K)
       S += double(In.V[K]) * In.V[K];
   }
