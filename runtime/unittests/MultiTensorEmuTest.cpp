@@ -7,8 +7,9 @@
 // and every sum of squares bit for bit the same in a run as alone (and
 // within double rounding of a sum taken here), across tensors of no
 // elements, fewer than four, unaligned ones and ones of many blocks. And
-// the loss's sum of its rows' losses: one block, in row order, the bits
-// of a sum taken here one row after another.
+// the loss's reductions: its sum of the rows' losses (one block, in row
+// order, the bits of a sum taken here one row after another), and each
+// row's softmax statistics and loss over rows a vocabulary wide.
 //
 //===----------------------------------------------------------------------===//
 
@@ -156,6 +157,46 @@ TEST(RowSum, LossesAddInRowOrderAcrossTiles) {
     float *Yp = &Y;
     launchBlocks(1, [=] { sumRowsKernel(Rp, N, Norm, Yp); });
     EXPECT_EQ(Y, float(Here / Norm)) << N << " rows";
+  }
+}
+
+// Rows as wide as GPT-2's vocabularies (50304, and 50257: rows starting
+// off a group of four), wider than a block's threads take in one batch
+// of four-wide loads each (4 x 4 x 256 logits): the loss logsumexp -
+// logit[label] and the statistics [max, sum of exp(logit - max)] against
+// a computation here in double (the kernel's terms are fp32 exps).
+TEST(Loss, WideRowsGiveTheirLogSumExp) {
+  for (const int64_t V : {50304, 50257}) {
+    const int64_t Rows = 3;
+    std::vector<float> L(static_cast<size_t>(Rows * V));
+    for (size_t I = 0; I < L.size(); ++I)
+      L[I] = float(std::sin(0.0137 * double(I)) * 6.0 +
+                   std::cos(0.71 * double(I)) * 2.0);
+    const std::vector<int32_t> Labels = {0, int32_t(V / 2), int32_t(V - 1)};
+    std::vector<double> Out(static_cast<size_t>(Rows)),
+        Stats(static_cast<size_t>(2 * Rows));
+    int Bad = 0;
+    const float *Lp = L.data();
+    const int32_t *Lab = Labels.data();
+    double *Op = Out.data(), *Sp = Stats.data();
+    int *Bp = &Bad;
+    launchBlocks(Rows, [=] {
+      crossEntropyRowsKernel<float>(Lp, Rows, V, V, Lab, Op, Sp, Bp);
+    });
+    EXPECT_EQ(Bad, 0);
+    for (int64_t R = 0; R < Rows; ++R) {
+      const float *Row = L.data() + R * V;
+      double Max = -INFINITY, Sum = 0;
+      for (int64_t J = 0; J < V; ++J)
+        Max = std::max(Max, double(Row[J]));
+      for (int64_t J = 0; J < V; ++J)
+        Sum += std::exp(double(Row[J]) - Max);
+      const double Loss = Max + std::log(Sum) - double(Row[Labels[size_t(R)]]);
+      SCOPED_TRACE("row " + std::to_string(R) + " of " + std::to_string(V));
+      EXPECT_EQ(Stats[size_t(2 * R)], Max);
+      EXPECT_NEAR(Stats[size_t(2 * R + 1)], Sum, Sum * 1e-6);
+      EXPECT_NEAR(Out[size_t(R)], Loss, 1e-5);
+    }
   }
 }
 
