@@ -163,6 +163,30 @@ __global__ void geluKernel(const float *X, int64_t N, float *Y) {
 /// Four values of T in one aligned access.
 template <class T> struct alignas(4 * sizeof(T)) Vec4 { T V[4]; };
 
+/// Calls \p Take(Src[I]) for I = First, First + Step, ... below End, in
+/// that order, loading Batch of them at once before taking them. Where a
+/// thread adds what it loads into one sum (a fixed order: the same bits
+/// every run, and the CPU's), the chain of adds holds each next load back
+/// (in-order issue): one memory latency a value, where a batch pays one
+/// for Batch values. The order of the takes is that of one at a time.
+template <int Batch, class T, class TakeFn>
+__device__ __forceinline__ void takeInBatches(const T *Src, int64_t First,
+                                              int64_t End, int64_t Step,
+                                              TakeFn &&Take) {
+  int64_t I = First;
+  for (; I + (Batch - 1) * Step < End; I += Batch * Step) {
+    T In[Batch];
+#pragma unroll
+    for (int B = 0; B < Batch; ++B)
+      In[B] = Src[I + B * Step];
+#pragma unroll
+    for (int B = 0; B < Batch; ++B)
+      Take(In[B]);
+  }
+  for (; I < End; I += Step)
+    Take(Src[I]);
+}
+
 /// Whether each of \p P may be read (or written) four values at a time.
 template <class... T>
 __host__ __device__ inline bool vec4Aligned(const T *...P) {
@@ -1000,7 +1024,6 @@ __host__ __device__ inline RowSpans rowSpans(const T *Row, int64_t V) {
   return {Head, (V - Head) / 4};
 }
 
-constexpr int kSoftmaxBatch = 4;
 template <class T>
 __device__ inline void rowSoftmaxDev(const T *Lr, int64_t V, double *Part,
                                      double &Max, double &Sum) {
@@ -1015,24 +1038,9 @@ __device__ inline void rowSoftmaxDev(const T *Lr, int64_t V, double *Part,
     for (int K = 0; K < 4; ++K)
       A.add(X[K]);
   };
-  // kSoftmaxBatch of the thread's groups loaded at once, then taken in
-  // order (the order of one at a time, the same bits): the chain of adds
-  // held each next load back, one memory latency a group, 49 a thread
-  // over a row of 50304.
-  const int64_t Step = blockDim.x;
-  int64_t G = threadIdx.x;
-  for (; G + (kSoftmaxBatch - 1) * Step < Sp.Groups;
-       G += kSoftmaxBatch * Step) {
-    Vec4<T> In[kSoftmaxBatch];
-#pragma unroll
-    for (int B = 0; B < kSoftmaxBatch; ++B)
-      In[B] = Body[G + B * Step];
-#pragma unroll
-    for (int B = 0; B < kSoftmaxBatch; ++B)
-      Take(In[B]);
-  }
-  for (; G < Sp.Groups; G += Step)
-    Take(Body[G]);
+  // (Four groups' loads in flight a thread: a row of 50304 is 49 groups
+  // a thread.)
+  takeInBatches<4>(Body, threadIdx.x, Sp.Groups, blockDim.x, Take);
   // The head and the tail, one at a time.
   const int64_t Loose = V - 4 * Sp.Groups;
   for (int64_t E = threadIdx.x; E < Loose; E += blockDim.x) {
@@ -1377,8 +1385,6 @@ layerNormGainPartsKernel(const TX *X, const TD *DY, const double *Stats,
 /// Pass 2 takes 32 columns a block (totalBlocks); of two sums in one
 /// launch (sumLeadingTotalKernel's Y2), twice the blocks.
 constexpr int kTotalColumns = 32;
-/// Pass 2's loads in flight a thread.
-constexpr int kTotalBatch = 8;
 inline unsigned totalBlocks(int64_t Inner, int Sums = 1) {
   return Sums *
          blocksFor((Inner + kTotalColumns - 1) / kTotalColumns * kThreads);
@@ -1413,23 +1419,9 @@ __global__ void sumLeadingTotalKernel(const double *Parts, int64_t Chunks,
     const int64_t J = First + Lane;
     double S = 0;
     if (J < Inner) {
-      // kTotalBatch of the warp's chunks loaded at once, then added in
-      // order: the same sums in the same order (the same bits), one
-      // memory latency a batch instead of one a chunk (a chain of
-      // dependent adds holds each next load back otherwise).
-      int64_t C = Warp;
-      for (; C + (kTotalBatch - 1) * kWarps < Chunks;
-           C += kTotalBatch * kWarps) {
-        double P[kTotalBatch];
-#pragma unroll
-        for (int B = 0; B < kTotalBatch; ++B)
-          P[B] = Parts[(C + B * kWarps) * Inner + J];
-#pragma unroll
-        for (int B = 0; B < kTotalBatch; ++B)
-          S += P[B];
-      }
-      for (; C < Chunks; C += kWarps)
-        S += Parts[C * Inner + J];
+      // (Eight chunks' loads in flight a thread.)
+      takeInBatches<8>(Parts + J, Warp * Inner, Chunks * Inner, kWarps * Inner,
+                       [&S](double P) { S += P; });
     }
     Partial[Warp][Lane] = S;
     __syncthreads();
@@ -1455,7 +1447,6 @@ struct SumSquaresSpan {
   TensorSpan Span; // N, Groups; FirstBlock: its first part
   int64_t Blocks;  // its parts
 };
-constexpr int kSquaresBatch = 4;
 __global__ void sumSquaresPartsManyKernel(const SumSquaresSpan *Table,
                                           int Count, double *Parts) {
   __shared__ double Part[kThreads];
@@ -1464,27 +1455,12 @@ __global__ void sumSquaresPartsManyKernel(const SumSquaresSpan *Table,
   const int64_t First = Block * blockDim.x + threadIdx.x,
                 Stride = E.Blocks * blockDim.x;
   double S = 0;
-  const Vec4<float> *X4 = reinterpret_cast<const Vec4<float> *>(E.X);
-  // kSquaresBatch of the thread's groups loaded at once, then added in
-  // order (the order of one at a time, the same bits): the chain of adds
-  // held each next load back, one memory latency a group.
-  int64_t G = First;
-  for (; G + (kSquaresBatch - 1) * Stride < E.Span.Groups;
-       G += kSquaresBatch * Stride) {
-    Vec4<float> In[kSquaresBatch];
-#pragma unroll
-    for (int B = 0; B < kSquaresBatch; ++B)
-      In[B] = X4[G + B * Stride];
-#pragma unroll
-    for (int B = 0; B < kSquaresBatch; ++B)
-      for (int K = 0; K < 4; ++K)
-        S += double(In[B].V[K]) * In[B].V[K];
-  }
-  for (; G < E.Span.Groups; G += Stride) {
-    const Vec4<float> In = X4[G];
-    for (int K = 0; K < 4; ++K)
-      S += double(In.V[K]) * In.V[K];
-  }
+  // (Four groups' loads in flight a thread.)
+  takeInBatches<4>(reinterpret_cast<const Vec4<float> *>(E.X), First,
+                   E.Span.Groups, Stride, [&S](const Vec4<float> &In) {
+                     for (int K = 0; K < 4; ++K)
+                       S += double(In.V[K]) * In.V[K];
+                   });
   for (int64_t I = First; I < E.Span.N - 4 * E.Span.Groups; I += Stride) {
     const float V = E.X[4 * E.Span.Groups + I];
     S += double(V) * V;
