@@ -1231,8 +1231,7 @@ private:
     int64_t Rows = 0, Cols = 0, K = 0;
     cublasOperation_t TA = CUBLAS_OP_N, TB = CUBLAS_OP_N;
     bool Bf16 = false, Out16 = false;
-    /// MEGAC_CUDA_GEMM_PROBE=1: whether probeLt timed it (or it is one of
-    /// probeLt's own plans).
+    /// MEGAC_CUDA_GEMM_PROBE=1: whether probeLt timed it.
     bool Probed = false;
     void destroy() {
       if (Desc)
@@ -1521,7 +1520,6 @@ private:
                               V.TB == CUBLAS_OP_N ? Pl.K : Pl.Cols, true,
                               V.Out16, CUBLASLT_EPILOGUE_DEFAULT);
       Probing = false;
-      Alt.Probed = true;
       const float Ms = Alt.Ok ? msPerRun([&] {
         return ltLaunch(Alt, Alt.Algo, Alt.Workspace, W, X, nullptr, Out) ==
                CUBLAS_STATUS_SUCCESS;

@@ -140,8 +140,9 @@ struct megac_adamw_step {
 /// (The ratio in float, as PyTorch's fused AdamW computes it all: a
 /// double square root and two double divisions an element made the
 /// update bound by a GPU's double arithmetic, not its memory. The ratio's
-/// rounding, 1e-7 of it, moves the parameter by 1e-7 of the learning
-/// rate: far below the parameter's own float rounding.)
+/// rounding, about 1e-7 of it, moves the parameter by about 1e-7 of the
+/// step lr |ratio|: below the parameter's own float rounding wherever |p|
+/// exceeds about that step.)
 MEGAC_ELEMENTWISE_FN void megac_adamw(const megac_adamw_step &s, float &param,
                                       float grad, float &m, float &v) {
   const double g = double(grad) * s.c;
