@@ -66,8 +66,25 @@ LIT=(/usr/lib/llvm-22/bin/lit)
 STAGES="${STAGES:-lit,bench}"
 if [[ ",$STAGES," == *,lit,* ]]; then
 echo "=== lit: the CUDA tests"
-timeout "$(limit "${CUDA_LIT_LIMIT:-150}" 240)" "$PY" "${LIT[@]}" -v -j "$(nproc)" build/test \
-  --filter "${LIT_FILTER:-cuda|profile}" 2>&1 | tee "$LOGS/lit-cuda.log" | tail -40
+FILTER="${LIT_FILTER:-cuda|profile}"
+LIT_S=$(limit "${CUDA_LIT_LIMIT:-150}" 240)
+# The CUDA tests took 78 s on an H200 (2026-11-27); a stage given less
+# (a small BUDGET keeps 240 s back for the benchmark) is cut short.
+((LIT_S < 120)) &&
+  echo "gpu_check: warning: the lit stage gets only ${LIT_S} s of BUDGET=${BUDGET} (the CUDA tests take about 80-100 s)"
+timeout "$LIT_S" "$PY" "${LIT[@]}" -v -j "$(nproc)" build/test \
+  --filter "$FILTER" 2>&1 | tee "$LOGS/lit-cuda.log" | tail -40
+if [[ ${PIPESTATUS[0]} == 124 ]]; then
+  # lit prints no summary when it is killed: name what did not finish,
+  # so that a cut stage never reads as a pass.
+  "$PY" "${LIT[@]}" --show-tests build/test 2>/dev/null | sed -n 's/^  \(megac :: \)/\1/p' |
+    grep -E "$FILTER" | sort >"$LOGS/lit-selected.txt"
+  sed -n 's/^[A-Z]*: \(megac :: [^ ]*\) (.*/\1/p' "$LOGS/lit-cuda.log" | sort >"$LOGS/lit-reported.txt"
+  echo "=== lit: STOPPED by its time limit (${LIT_S} s) after $(wc -l <"$LOGS/lit-reported.txt") of" \
+    "$(wc -l <"$LOGS/lit-selected.txt") tests; these did not finish (not passed):" | tee -a "$LOGS/lit-cuda.log"
+  comm -23 "$LOGS/lit-selected.txt" "$LOGS/lit-reported.txt" | sed 's/^/  /' | tee -a "$LOGS/lit-cuda.log"
+  rm -f "$LOGS/lit-selected.txt" "$LOGS/lit-reported.txt"
+fi
 # Tensors compared by absolute error (reference norm under the floor: the
 # key biases, whose gradient is rounding noise) are left out of "worst".
 echo "=== GPU against CPU: worst relative error per comparison the CUDA tests made"
@@ -92,8 +109,17 @@ pairs = [  # (test dir, reference, device result, compare options)
 ]
 for test, a, b, opts in pairs:
     d = os.path.join(out, test + ".test.tmp")
+    missing = [f for f in (a, b) if not os.path.exists(os.path.join(d, f))]
+    if missing:  # the test did not get that far (or no longer writes it)
+        print(f"{test}: {a} vs {b}: not compared, missing {', '.join(missing)}")
+        continue
     r = subprocess.run([sys.executable, "utils/compare_safetensors.py", os.path.join(d, a),
                         os.path.join(d, b), "--tol", "1"] + opts, capture_output=True, text=True)
+    if r.returncode:  # a tensor over --tol 1 exits 1 too; anything else is the tool failing
+        errors = [l for l in r.stderr.splitlines() if l.strip()]
+        if errors:
+            print(f"{test}: {a} vs {b}: compare failed: {errors[-1]}")
+            continue
     rel = [l for l in r.stdout.splitlines() if "relative L2 error" in l]
     worst = max(rel, key=lambda l: float(l.split()[-1]), default="(none)")
     print(f"{test}: {a} vs {b}: {len(rel)} tensors, worst {worst}")
