@@ -70,7 +70,7 @@ BENCH_KEEP=0
 if [[ ",$STAGES," == *,lit,* ]]; then
 echo "=== lit: the CUDA tests"
 FILTER="${LIT_FILTER:-cuda|profile}"
-LIT_S=$(limit "${CUDA_LIT_LIMIT:-150}" "$BENCH_KEEP")
+LIT_S=$(limit "${CUDA_LIT_LIMIT:-200}" "$BENCH_KEEP")
 # The CUDA tests took 78 s on an H200 (2026-11-27); a stage given less
 # (a small BUDGET keeps 240 s back for the benchmark) is cut short.
 ((LIT_S < 120)) &&
