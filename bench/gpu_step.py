@@ -467,6 +467,33 @@ COMPUTE_OPS = {"linear", "linear_bias", "linear_weight_grad", "matmul",
                "attention", "attention_grad"}
 
 
+def against_compile(steps):
+    """Each measured row's step time over torch.compile's on the same model
+    in the same run (below 1: faster than torch.compile), for the models
+    that have a torch.compile row. \p steps: {(model, runner label):
+    seconds, or None where the row failed}, in the order measured. Returns
+    (model, label, ms, ratio) rows, torch.compile's own left out."""
+    rows = []
+    for (model, label), sec in steps.items():
+        peer = steps.get((model, "torch.compile"))
+        if sec is None or not peer or label == "torch.compile":
+            continue
+        rows.append((model, label, sec * 1e3, sec / peer))
+    return rows
+
+
+def against_compile_table(steps):
+    rows = against_compile(steps)
+    if not rows:
+        return
+    print("\nStep time over torch.compile's on the same model, this run "
+          "(below 1: faster than torch.compile):\n")
+    print("| model | runner | step ms | / torch.compile |")
+    print("|---|---|---:|---:|")
+    for model, label, ms, ratio in rows:
+        print(f"| {model} | {label} | {ms:.1f} | {ratio:.3f} |")
+
+
 def kernel_table(name, ops, steps, peak, bandwidth, limit=12):
     r"""megac's time per op over its \p steps profiled steps against the
     ceilings measured in this run."""
@@ -597,6 +624,7 @@ def main():
     print("|---|---:|---|---:|---:|---:|")
     tokens = args.batch * args.seq
     profiles, hosts, torch_kernels_of, megac_ops_of, skipped = [], [], {}, {}, []
+    steps = {}  # (model, label) -> seconds a step (None: failed)
     lt_choices, epilogue_timings, probes = [], [], []
     with tempfile.TemporaryDirectory() as tmp:
         plans = {}
@@ -639,11 +667,13 @@ def main():
                     hosts.append((f"{name} ({key})", host))
             budget.record(name, key, time.monotonic() - began)
             flops = tokens * (6 * n + 12 * cfg["n_layer"] * cfg["n_embd"] * args.seq)
+            steps[(name, label)] = sec
             if sec is None:
                 print(f"| {name} | {n / 1e6:.0f}M | {label} | - | - | - ({why}) |", flush=True)
             else:
                 print(f"| {name} | {n / 1e6:.0f}M | {label} | {sec * 1e3:.1f} | "
                       f"{tokens / sec:.0f} | {flops / sec / peak:.3f} |", flush=True)
+    against_compile_table(steps)
     if skipped:
         print(f"\nNot run, for the time limit (--budget-s {args.budget_s:.0f}): "
               + ", ".join(skipped) + ".")
