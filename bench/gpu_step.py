@@ -468,7 +468,7 @@ COMPUTE_OPS = {"linear", "linear_bias", "linear_weight_grad", "matmul",
 
 
 def against_compile(steps):
-    """Each measured row's step time over torch.compile's on the same model
+    r"""Each measured row's step time over torch.compile's on the same model
     in the same run (below 1: faster than torch.compile), for the models
     that have a torch.compile row. \p steps: {(model, runner label):
     seconds, or None where the row failed}, in the order measured. Returns
