@@ -33,6 +33,7 @@
 #include "mlir/Pass/PassInstrumentation.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Support/FileUtilities.h"
+#include "mlir/Support/Timing.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Config/llvm-config.h"
@@ -646,12 +647,20 @@ int runCompile(int argc, char **argv) {
     return fail(problem);
   installOneLineDiagnostics(ctx);
 
+  // --mlir-timing: the passes' times, nested among the driver's own stages
+  // (reported when the manager goes out of scope; nothing without the flag).
+  DefaultTimingManager timingManager;
+  applyDefaultTimingManagerCLOptions(timingManager);
+  TimingScope timing = timingManager.getRootScope();
+
   std::string error;
   llvm::SourceMgr sourceMgr;
   uint64_t modelHash = 0;
+  TimingScope parseTiming = timing.nest("Parse the model");
   OwningOpRef<ModuleOp> module = loadModel(ctx, input, sourceMgr, &modelHash);
   if (!module)
     return 1;
+  parseTiming.stop();
 
   warnUnusedAxes(*module, mesh);
 
@@ -761,8 +770,12 @@ int runCompile(int argc, char **argv) {
     options.virtualStages = chunksPerRank;
   }
   megac::buildPartitionPipeline(pm, options);
-  if (failed(pm.run(*module)))
-    return 1;
+  {
+    TimingScope passTiming = timing.nest("Passes");
+    pm.enableTiming(passTiming);
+    if (failed(pm.run(*module)))
+      return 1;
+  }
   megac::PlanEmitOptions emitOptions{seed, modelHash, kProducer};
   emitOptions.target = target;
 #ifdef MEGAC_HAVE_NVRTC
@@ -808,9 +821,14 @@ int runCompile(int argc, char **argv) {
     module->print(out->os());
     out->keep();
   }
+  TimingScope emitTiming =
+      timing.nest(target == "cuda" ? "Emit the plan (and compile its kernels)"
+                                   : "Emit the plan");
   FailureOr<std::vector<uint8_t>> plan = megac::emitPlan(*module, emitOptions);
   if (failed(plan))
     return 1;
+  emitTiming.stop();
+  TimingScope checkTiming = timing.nest("Check the plan");
   // The schedule, as the plan's instruction streams realize it: every
   // transfer received, in an order that lets every rank finish.
   {
@@ -828,6 +846,7 @@ int runCompile(int argc, char **argv) {
   std::string message = megac_rt::verifyPlanBytes(*plan, loaded);
   if (!message.empty())
     return fail("internal error: the emitted plan does not verify: " + message);
+  checkTiming.stop();
   if (memoryReport || !deviceMemory.empty()) {
     std::optional<uint64_t> budget;
     if (!deviceMemory.empty()) {
@@ -839,11 +858,13 @@ int runCompile(int argc, char **argv) {
     if (failed(checkMemory(*loaded.program, budget, memoryReport)))
       return 1;
   }
+  TimingScope writeTiming = timing.nest("Write the plan");
   auto out = openOutputFile(output, &error);
   if (!out)
     return fail(error);
   out->os().write(reinterpret_cast<const char *>(plan->data()), plan->size());
   out->keep();
+  writeTiming.stop();
 
   if (!quiet) {
     // Summarize from the plan itself, as the runtime sees it.
