@@ -1855,7 +1855,14 @@ std::string verifyImpl(std::vector<uint8_t> &&Bytes, LoadedPlan &Out) {
   if (Crc != Pl->body_crc32())
     return "plan body checksum mismatch (file is corrupted: expected " +
            hex32(Pl->body_crc32()) + ", got " + hex32(Crc) + ")";
-  flatbuffers::Verifier BV(Pl->body()->data(), Pl->body()->size());
+  // The emitter writes a table the ranks share once, and the verifier
+  // visits it once per rank that refers to it: a grid of thousands of ranks
+  // visits millions of tables, past flatbuffers' default limit of 10^6. The
+  // body passed its checksum, so the limit here only bounds the time a
+  // maliciously shared body could take.
+  flatbuffers::Verifier::Options BodyOpts;
+  BodyOpts.max_tables = 1u << 30;
+  flatbuffers::Verifier BV(Pl->body()->data(), Pl->body()->size(), BodyOpts);
   if (!BV.VerifyBuffer<Program>(nullptr))
     return "malformed plan body (program flatbuffer structure check failed)";
   const Program *Prog = Pl->body_nested_root();

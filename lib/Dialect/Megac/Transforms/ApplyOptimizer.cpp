@@ -15,6 +15,8 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "llvm/ADT/StringMap.h"
+#include <cmath>
+#include <sstream>
 
 namespace megac {
 #define GEN_PASS_DEF_APPLYOPTIMIZERPASS
@@ -175,17 +177,49 @@ struct ApplyOptimizerPass
     return {};
   }
 
+  /// What is wrong with AdamW's and clipping's options, or "": checked
+  /// here, since an AdamW op built from them would not verify.
+  std::string hyperparameterProblem() const {
+    auto text = [](double value) { // as the user wrote it: 1.5, 1e-08
+      std::ostringstream out;
+      out << value;
+      return out.str();
+    };
+    for (auto [name, value] :
+         {std::pair<const char *, double>{"beta1", beta1}, {"beta2", beta2}})
+      if (!(value >= 0 && value < 1))
+        return std::string(name) + " must lie in [0, 1), got " + text(value);
+    struct NonNegative {
+      const char *name;
+      double value;
+      const char *note;
+    };
+    for (const NonNegative &option :
+         {NonNegative{"epsilon", epsilon, ""},
+          NonNegative{"weight-decay", weightDecay, ""},
+          NonNegative{"max-grad-norm", maxGradNorm, " (0: no clipping)"}})
+      if (!(option.value >= 0 && std::isfinite(option.value)))
+        return std::string(option.name) + " must be a finite number >= 0" +
+               option.note + ", got " + text(option.value);
+    return "";
+  }
+
   void runOnOperation() override {
     if (zeroStage < 0 || zeroStage > 1) {
       getOperation().emitError("zero-stage must be 0 or 1 (stages 2 and 3 "
                                "are not implemented)");
       return signalPassFailure();
     }
-    if (lr <= 0 || minLr < 0 || minLr > lr || warmupSteps < 0 ||
-        totalSteps <= 0) {
+    // Written as "not within" so that a NaN fails too.
+    if (!(lr > 0 && std::isfinite(lr)) || !(minLr >= 0) || !(minLr <= lr) ||
+        warmupSteps < 0 || totalSteps <= 0) {
       getOperation().emitError("invalid learning-rate schedule: need 0 <= "
                                "min-lr <= lr, lr > 0, warmup-steps >= 0 and "
                                "total-steps > 0");
+      return signalPassFailure();
+    }
+    if (std::string problem = hyperparameterProblem(); !problem.empty()) {
+      getOperation().emitError(problem);
       return signalPassFailure();
     }
     for (auto func : getOperation().getOps<func::FuncOp>())

@@ -16,3 +16,17 @@ func.func @unknown(%x: tensor<4xf32> {megac.param = {name = "x", init = "zeros"}
 }
 
 // SCHEDULE: error: invalid learning-rate schedule: need 0 <= min-lr <= lr, lr > 0, warmup-steps >= 0 and total-steps > 0
+
+// Out-of-range hyperparameters are named, not left to AdamW's verifier
+// (an op that cannot be built), NaN among them.
+// RUN: not megac-opt %s --megac-apply-optimizer="beta1=1.5" 2>&1 | FileCheck %s --check-prefix=BETA1
+// RUN: not megac-opt %s --megac-apply-optimizer="beta2=1" 2>&1 | FileCheck %s --check-prefix=BETA2
+// RUN: not megac-opt %s --megac-apply-optimizer="weight-decay=-1" 2>&1 | FileCheck %s --check-prefix=DECAY
+// RUN: not megac-opt %s --megac-apply-optimizer="max-grad-norm=nan" 2>&1 | FileCheck %s --check-prefix=CLIP
+// RUN: not megac-opt %s --megac-apply-optimizer="epsilon=-1e-8" 2>&1 | FileCheck %s --check-prefix=EPS
+// RUN: not megac-opt %s --megac-apply-optimizer="lr=nan" 2>&1 | FileCheck %s --check-prefix=SCHEDULE
+// BETA1: error: beta1 must lie in [0, 1), got 1.5
+// BETA2: error: beta2 must lie in [0, 1), got 1
+// DECAY: error: weight-decay must be a finite number >= 0, got -1
+// CLIP: error: max-grad-norm must be a finite number >= 0 (0: no clipping), got nan
+// EPS: error: epsilon must be a finite number >= 0, got -1e-08
