@@ -227,6 +227,9 @@ void writeCheckpointMeta(const std::string &Dir, const CheckpointMeta &M) {
             {"grid", M.grid},
             {"model_hash", M.modelHash},
             {"shards", Shards}};
+  if (M.hasData)
+    J["data"] = {
+        {"file", M.dataFile}, {"tokens", M.dataTokens}, {"sample", M.sample}};
   std::string Text = J.dump(2) + "\n";
   writeFileAtomic(join(join(Dir, StepName), "meta.json"), Text.data(),
                   Text.size());
@@ -288,6 +291,13 @@ CheckpointMeta readCheckpointMeta(const std::string &DirIn, const Program &P,
       I.bytes = S.at("bytes").get<uint64_t>();
       I.crc32 = S.at("crc32").get<uint32_t>();
       M.shards.push_back(I);
+    }
+    if (J.contains("data")) {
+      const json &D = J.at("data");
+      M.hasData = true;
+      M.dataFile = D.at("file").get<std::string>();
+      M.dataTokens = D.at("tokens").get<uint64_t>();
+      M.sample = D.at("sample").get<std::string>();
     }
   } catch (const RunError &) {
     throw;

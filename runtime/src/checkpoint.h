@@ -48,6 +48,13 @@ struct CheckpointMeta {
   std::string grid;
   uint64_t modelHash = 0;
   std::vector<ShardInfo> shards;
+  /// The data the run read: its token file's path as given and length
+  /// (empty and 0 for the seeded stream), and --sample's mode. Checkpoints
+  /// written before these fields existed say nothing: hasData is false.
+  bool hasData = false;
+  std::string dataFile;
+  uint64_t dataTokens = 0;
+  std::string sample;
 };
 
 /// "step-00000040".

@@ -38,21 +38,22 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <cerrno>
+#include <dlfcn.h>
+#include <fcntl.h>
 #include <map>
 #include <memory>
 #include <new>
 #include <numeric>
 #include <sstream>
-#include <thread>
-#include <dlfcn.h>
 #include <sys/stat.h>
+#include <thread>
 #include <unistd.h>
 
 using namespace megac_rt;
@@ -245,6 +246,7 @@ struct Setup {
   int64_t startStep = 0;
   uint32_t lossBuf = 0, logitsBuf = 0;
   std::string resumedFrom;
+  CheckpointMeta resumedMeta;
   FILE *metrics = nullptr;
   // Forward plans: the tokens the step read (the global batch + 1).
   std::vector<int32_t> forwardStream;
@@ -281,6 +283,59 @@ bool updatesParams(const RankProgram &RP) {
   return false;
 }
 
+/// Throws unless \p Path can be written as a file: its directory exists
+/// and takes a new file (tried by creating and removing one, which also
+/// holds for root and read-only mounts), or the file exists and opens for
+/// writing. Nothing is truncated.
+void checkWritableFile(const std::string &Path) {
+  const size_t Slash = Path.find_last_of('/');
+  const std::string Dir =
+      Slash == std::string::npos ? "." : Path.substr(0, Slash + 1);
+  struct stat St;
+  if (::stat(Dir.c_str(), &St) != 0 || !S_ISDIR(St.st_mode))
+    throw RunError(Path + ": the directory " + Dir + " does not exist");
+  if (::stat(Path.c_str(), &St) == 0) {
+    if (S_ISDIR(St.st_mode))
+      throw RunError(Path + ": is a directory, not a file");
+    const int Fd = ::open(Path.c_str(), O_WRONLY);
+    if (Fd < 0)
+      throw RunError(Path + ": cannot write: " + std::strerror(errno));
+    ::close(Fd);
+    return;
+  }
+  const int Fd = ::open(Path.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
+  if (Fd < 0)
+    throw RunError(Path + ": cannot create: " + std::strerror(errno));
+  ::close(Fd);
+  ::unlink(Path.c_str());
+}
+
+/// Throws unless \p Dir is (or is created now as) a directory this rank
+/// can write a file into: the checkpoint's shards are written at the end.
+void checkWritableDirectory(const std::string &Dir) {
+  std::string Prefix;
+  for (size_t At = 0; At != std::string::npos;) {
+    At = Dir.find('/', At + 1);
+    Prefix = Dir.substr(0, At);
+    if (!Prefix.empty() && ::mkdir(Prefix.c_str(), 0755) != 0 &&
+        errno != EEXIST)
+      throw RunError(Dir + ": cannot create checkpoint directory " + Prefix +
+                     ": " + std::strerror(errno));
+  }
+  struct stat St;
+  if (::stat(Dir.c_str(), &St) != 0 || !S_ISDIR(St.st_mode))
+    throw RunError(Dir + ": not a directory (--save-checkpoint takes one)");
+  const std::string Probe = Dir + "/.megac-write-probe-" +
+                            std::to_string(WorldRank) + "-" +
+                            std::to_string(::getpid());
+  const int Fd = ::open(Probe.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
+  if (Fd < 0)
+    throw RunError(
+        Dir + ": cannot write a checkpoint there: " + std::strerror(errno));
+  ::close(Fd);
+  ::unlink(Probe.c_str());
+}
+
 /// Option combinations that make no sense for the plan's mode.
 void checkModeOptions(const Options &O, const Setup &S, const Program &P) {
   const RankProgram &RP = *P.ranks()->Get(uint32_t(WorldRank));
@@ -291,18 +346,16 @@ void checkModeOptions(const Options &O, const Setup &S, const Program &P) {
   if (O.backend == "cuda" && !O.trace.empty())
     throw RunError("--trace records the CPU backend's instructions; the "
                    "CUDA backend has no timeline yet");
-  // Files written after the run: a directory that is not there fails now,
-  // not after the work.
-  for (const std::string *Out :
-       {&O.saveOutputs, &O.profile, &O.trace, &O.metrics}) {
-    if (Out->empty())
-      continue;
-    const size_t Slash = Out->find_last_of('/');
-    const std::string Dir = Slash == std::string::npos ? "." : Out->substr(0, Slash + 1);
-    struct stat St;
-    if (::stat(Dir.c_str(), &St) != 0 || !S_ISDIR(St.st_mode))
-      throw RunError(*Out + ": the directory " + Dir + " does not exist");
-  }
+  // Files written after the run (by rank 0) and the checkpoint directory
+  // (by every rank): one that cannot be written fails now, not after the
+  // work.
+  if (WorldRank == 0)
+    for (const std::string *Out :
+         {&O.saveOutputs, &O.profile, &O.trace, &O.metrics})
+      if (!Out->empty())
+        checkWritableFile(*Out);
+  if (!O.saveCheckpoint.empty())
+    checkWritableDirectory(O.saveCheckpoint);
   // (Pipeline plans are training plans: never Mode::Forward.)
   const bool Pipelined = P.pipeline_stages() > 1;
   if (S.mode == Mode::Generate) {
@@ -382,6 +435,70 @@ void checkModeOptions(const Options &O, const Setup &S, const Program &P) {
                    "--save-checkpoint with a training plan");
 }
 
+/// A resumed run continues its metrics file: the lines of steps up to the
+/// checkpoint's \p Step stay (a fresh run would have written them), later
+/// ones go (a run that went past the checkpoint before it stopped would
+/// otherwise list those steps twice), and so does a last line cut short.
+/// A file that is not there is left to the writer ("a" creates it).
+void keepMetricsUpTo(const std::string &Path, int64_t Step) {
+  std::FILE *In = std::fopen(Path.c_str(), "r");
+  if (!In)
+    return;
+  std::string Kept, Line;
+  bool Dropped = false;
+  for (int C; (C = std::fgetc(In)) != EOF;) {
+    Line.push_back(char(C));
+    if (C != '\n')
+      continue;
+    long long At = 0;
+    if (std::sscanf(Line.c_str(), "{\"step\": %lld,", &At) == 1 && At > Step)
+      Dropped = true;
+    else
+      Kept += Line;
+    Line.clear();
+  }
+  std::fclose(In);
+  Dropped |= !Line.empty(); // a last line cut short goes too
+  if (!Dropped)
+    return;
+  std::FILE *Out = std::fopen(Path.c_str(), "w");
+  if (!Out)
+    throw RunError(Path +
+                   ": cannot rewrite metrics file: " + std::strerror(errno));
+  const bool Ok = std::fwrite(Kept.data(), 1, Kept.size(), Out) == Kept.size();
+  if (std::fclose(Out) != 0 || !Ok)
+    throw RunError(Path + ": cannot rewrite metrics file");
+}
+
+/// Warns when a resumed training run reads other data than the run that
+/// saved the checkpoint did (a forgotten --data, another file, another
+/// --sample): its batches then differ from the uninterrupted run's. A
+/// warning, not an error (fine-tuning on new data is a resume too), and
+/// printed under --quiet, which silences progress, not warnings.
+void warnOtherData(const Options &O, const Setup &S) {
+  const CheckpointMeta &M = S.resumedMeta;
+  if (!M.hasData) // saved before checkpoints recorded their data
+    return;
+  auto Describe = [](const std::string &File, uint64_t Tokens,
+                     const std::string &Sample) {
+    return File.empty() ? std::string("the seeded token stream")
+                        : "--data " + File + " (" + std::to_string(Tokens) +
+                              " tokens, --sample " + Sample + ")";
+  };
+  const uint64_t Tokens = O.tokens.empty() ? 0 : S.stream.length();
+  const bool SameSource =
+      M.dataFile.empty() == O.tokens.empty() && M.dataTokens == Tokens;
+  if (SameSource && (O.tokens.empty() || M.sample == O.sample))
+    return;
+  std::fprintf(stderr,
+               "megac-run: warning: the checkpoint's run read %s; this run "
+               "reads %s, so its batches differ from those the saved run "
+               "would have read next (pass the same --data and --sample to "
+               "continue it)\n",
+               Describe(M.dataFile, M.dataTokens, M.sample).c_str(),
+               Describe(O.tokens, Tokens, O.sample).c_str());
+}
+
 /// Everything that can fail because of user input, without communication.
 void prepare(const Options &O, Setup &S) {
   std::string Err = loadPlanFile(O.plan, S.plan);
@@ -409,6 +526,7 @@ void prepare(const Options &O, Setup &S) {
     CheckpointMeta M = readCheckpointMeta(O.loadCheckpoint, P, StepDir);
     loadCheckpointShard(StepDir, M, *S.exec, S.mode == Mode::Train);
     S.resumedFrom = StepDir;
+    S.resumedMeta = M;
     if (S.mode == Mode::Train) {
       S.startStep = M.step;
       S.dataPos = M.dataPosition;
@@ -458,8 +576,13 @@ void prepare(const Options &O, Setup &S) {
   // modulo this stream's period it is a valid position of any stream.
   const uint64_t Period = S.stream.length() - Stride - 1;
   S.dataPos = Period ? S.dataPos % Period : 0;
+  if (!S.resumedFrom.empty() && WorldRank == 0)
+    warnOtherData(O, S);
   if (!O.metrics.empty() && WorldRank == 0) {
-    S.metrics = std::fopen(O.metrics.c_str(), "w");
+    if (!S.resumedFrom.empty())
+      keepMetricsUpTo(O.metrics, S.startStep);
+    S.metrics =
+        std::fopen(O.metrics.c_str(), S.resumedFrom.empty() ? "w" : "a");
     if (!S.metrics)
       throw RunError(O.metrics + ": cannot create metrics file: " +
                      std::strerror(errno));
@@ -590,6 +713,10 @@ bool saveCheckpoint(const Options &O, Setup &S, int64_t Step) {
     M.worldSize = P.world_size();
     M.grid = gridString(P);
     M.modelHash = P.model_hash();
+    M.hasData = true;
+    M.dataFile = O.tokens;
+    M.dataTokens = O.tokens.empty() ? 0 : S.stream.length();
+    M.sample = O.sample;
     for (int R = 0; R < WorldSize; ++R)
       M.shards.push_back({uint32_t(R), shardFileName(uint32_t(R)),
                           All[size_t(2 * R)], uint32_t(All[size_t(2 * R + 1)])});
@@ -1329,6 +1456,62 @@ int runGeneration(const Options &O, Setup &S) {
   return 0;
 }
 
+/// Option checks with messages a user can act on (CLI11's own ranges let
+/// NaN through, print a 300-digit bound, and say "not in range" of "abc").
+/// An empty path is refused: an unset shell variable would otherwise turn
+/// `--load-checkpoint "$CKPT"` into a silent fresh start.
+const CLI::Validator NonEmptyPath(
+    [](std::string &V) {
+      return V.empty() ? std::string("an empty path (an unset variable?)")
+                       : std::string();
+    },
+    "", "NonEmptyPath");
+
+CLI::Validator wholeNumberIn(int64_t Lo, int64_t Hi) {
+  return CLI::Validator(
+      [Lo, Hi](std::string &V) {
+        errno = 0;
+        char *End = nullptr;
+        const long long N = std::strtoll(V.c_str(), &End, 10);
+        if (V.empty() || *End || errno == ERANGE || N < Lo || N > Hi)
+          return "expected a whole number from " + std::to_string(Lo) + " to " +
+                 std::to_string(Hi) + ", got '" + V + "'";
+        return std::string();
+      },
+      "", "WholeNumber");
+}
+
+CLI::Validator finiteIn(double Lo, double Hi, const char *Range) {
+  return CLI::Validator(
+      [Lo, Hi, Range](std::string &V) {
+        char *End = nullptr;
+        const double X = std::strtod(V.c_str(), &End);
+        if (V.empty() || *End || !std::isfinite(X) || X < Lo || X > Hi)
+          return std::string("expected a number ") + Range + ", got '" + V +
+                 "'";
+        return std::string();
+      },
+      "", "FiniteNumber");
+}
+
+/// --seed: digits only, at most 2^64 - 1 (strtoull would wrap "-1" and
+/// clamp larger numbers silently).
+const CLI::Validator SeedValue(
+    [](std::string &V) {
+      errno = 0;
+      char *End = nullptr;
+      const bool Digits =
+          !V.empty() && V.find_first_not_of("0123456789") == std::string::npos;
+      if (Digits)
+        std::strtoull(V.c_str(), &End, 10);
+      if (!Digits || errno == ERANGE)
+        return "expected a whole number from 0 to 18446744073709551615, "
+               "got '" +
+               V + "'";
+      return std::string();
+    },
+    "", "Seed");
+
 int runMain(int Argc, char **Argv) {
   Options O;
   CLI::App App(
@@ -1369,16 +1552,20 @@ int runMain(int Argc, char **Argv) {
                  "batch*seq+1 tokens are used: tokens[b,s] = t[b*seq+s], "
                  "labels[b,s] = t[b*seq+s+1]. Default: a deterministic "
                  "stream derived from the seed")
-      ->option_text("FILE");
-  auto *WeightsOpt = App.add_option("--weights", O.weights,
-                 "HuggingFace safetensors checkpoint (F32, F16 or BF16). "
-                 "Each rank reads its slice of every parameter; names may "
-                 "carry a \"transformer.\" prefix. Default: seeded init")
-      ->option_text("FILE.safetensors");
+      ->option_text("FILE")
+      ->check(NonEmptyPath);
+  auto *WeightsOpt =
+      App.add_option("--weights", O.weights,
+                     "HuggingFace safetensors checkpoint (F32, F16 or BF16). "
+                     "Each rank reads its slice of every parameter; names may "
+                     "carry a \"transformer.\" prefix. Default: seeded init")
+          ->option_text("FILE.safetensors")
+          ->check(NonEmptyPath);
   App.add_option("--save-outputs", O.saveOutputs,
                  "Write the plan outputs plus the \"tokens\"/\"labels\" "
                  "inputs of the whole global batch as safetensors")
-      ->option_text("FILE.safetensors");
+      ->option_text("FILE.safetensors")
+      ->check(NonEmptyPath);
   App.add_option("--sample", O.sample,
                  "How training steps read --data: sequential (consecutive "
                  "global batches, the default) or random (each row a window "
@@ -1391,40 +1578,48 @@ int runMain(int Argc, char **Argv) {
                  "--backend cuda, the host's clock on the CPU), print the "
                  "costliest ops with their FLOP/s and bytes/s, and write "
                  "the summary per op as JSON")
-      ->option_text("FILE.json");
+      ->option_text("FILE.json")
+      ->check(NonEmptyPath);
   App.add_option("--trace", O.trace,
                  "Write the measured timeline (every instruction of every "
                  "rank; forward runs and training steps) as Chrome "
                  "trace-event JSON, for Perfetto or chrome://tracing")
-      ->option_text("FILE.json");
+      ->option_text("FILE.json")
+      ->check(NonEmptyPath);
   App.add_option("--data", O.tokens,
                  "Training data: a token file as for --tokens (e.g. from "
                  "utils/prepare_text.py), cut into global batches")
       ->option_text("FILE")
+      ->check(NonEmptyPath)
       ->excludes("--tokens");
   auto *StepsOpt =
       App.add_option("--steps", O.steps,
                      "Training steps to run (training plans; default 1). "
                      "After --load-checkpoint they continue the saved run")
-          ->check(CLI::Range(int64_t(1), int64_t(1) << 40))
+          ->check(wholeNumberIn(1, int64_t(1) << 40))
           ->option_text("N");
   App.add_option("--metrics", O.metrics,
                  "Write one JSON object per step: {\"step\", \"loss\", "
-                 "\"tokens_per_s\", \"lr\"}")
-      ->option_text("FILE.jsonl");
+                 "\"tokens_per_s\", \"lr\"}. With --load-checkpoint "
+                 "the file continues: its lines up to the checkpoint's "
+                 "step stay, later ones are dropped")
+      ->option_text("FILE.jsonl")
+      ->check(NonEmptyPath);
   App.add_option("--save-checkpoint", O.saveCheckpoint,
                  "Save a sharded checkpoint (DIR/step-NNNNNNNN/, DIR/latest) "
                  "at the end of training")
-      ->option_text("DIR");
+      ->option_text("DIR")
+      ->check(NonEmptyPath);
   App.add_option("--checkpoint-every", O.checkpointEvery,
                  "Also save every K steps")
-      ->check(CLI::Range(int64_t(1), int64_t(1) << 40))
+      ->check(wholeNumberIn(1, int64_t(1) << 40))
       ->option_text("K");
   auto *LoadOpt =
       App.add_option("--load-checkpoint", O.loadCheckpoint,
                      "Load parameters (and optimizer state) from DIR/latest "
                      "or a step directory and resume after its step")
-          ->option_text("DIR");
+          ->option_text("DIR")
+          ->check(NonEmptyPath);
   auto *GenOpt = App.add_option("--generate", O.prompt,
                                 "Generate text from this prompt (byte-level "
                                 "tokens; needs vocab >= 256)")
@@ -1432,22 +1627,23 @@ int runMain(int Argc, char **Argv) {
   App.add_option("--max-new-tokens", O.maxNewTokens,
                  "Tokens to generate (default 100; stops earlier when the "
                  "sequence is full)")
-      ->check(CLI::Range(int64_t(0), int64_t(1) << 40));
+      ->check(wholeNumberIn(0, int64_t(1) << 40));
   App.add_option("--temperature", O.temperature,
                  "Sampling temperature (default 0.8; 0 = greedy)")
-      ->check(CLI::Range(0.0, 1e6));
+      ->check(finiteIn(0.0, 1e6, "from 0 to 1e6"));
   App.add_option("--top-k", O.topK,
                  "Sample among the K most likely tokens (default 0 = all)")
-      ->check(CLI::Range(int64_t(0), int64_t(1) << 40));
+      ->check(wholeNumberIn(0, int64_t(1) << 40));
   auto *SeedOpt = App.add_option("--seed", O.seed,
                                  "Seed for parameter init, the default "
                                  "token stream and dropout masks (default: "
-                                 "the plan's seed)");
+                                 "the plan's seed)")
+                      ->check(SeedValue);
   App.add_option("--watchdog", O.watchdog,
                  "End the job (exit status 3) when this rank makes no "
                  "progress for this many seconds, as when a peer died or "
                  "hangs in a collective; 0: wait forever")
-      ->check(CLI::NonNegativeNumber)
+      ->check(finiteIn(0.0, 1e9, ">= 0"))
       ->default_str("300");
   App.add_flag("--quiet,-q", O.quiet, "Print nothing but errors");
   App.add_option("--backend", O.backend,
