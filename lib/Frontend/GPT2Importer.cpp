@@ -17,6 +17,7 @@
 #include "mlir/IR/Builders.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
+#include "llvm/Support/MathExtras.h"
 #include <cmath>
 
 using namespace mlir;
@@ -40,9 +41,11 @@ llvm::Expected<GPT2Config> parseGPT2Config(llvm::StringRef text) {
                   "' is not supported yet (only GPT-2-family configs are)");
 
   GPT2Config config;
-  // Returns the first present key among `names` as a positive integer.
+  // Returns the key among `names` (GPT-2's name and HF's generic alias) as
+  // a positive integer; both given must agree.
   auto getInt = [&](std::initializer_list<llvm::StringRef> names,
                     int64_t &out) -> llvm::Error {
+    llvm::StringRef found;
     for (llvm::StringRef name : names) {
       const llvm::json::Value *value = object->get(name);
       if (!value)
@@ -50,10 +53,16 @@ llvm::Expected<GPT2Config> parseGPT2Config(llvm::StringRef text) {
       std::optional<int64_t> number = value->getAsInteger();
       if (!number || *number <= 0)
         return fail("'" + name + "' must be a positive integer");
+      if (!found.empty() && *number != out)
+        return fail(llvm::formatv("'{0}' ({1}) and '{2}' ({3}) disagree", found,
+                                  out, name, *number)
+                        .str());
+      found = name;
       out = *number;
-      return llvm::Error::success();
     }
-    return fail("missing '" + *names.begin() + "'");
+    if (found.empty())
+      return fail("missing '" + *names.begin() + "'");
+    return llvm::Error::success();
   };
   if (auto err = getInt({"n_layer", "num_hidden_layers"}, config.numLayers))
     return std::move(err);
@@ -143,8 +152,12 @@ llvm::Expected<GPT2Config> parseGPT2Config(llvm::StringRef text) {
     return std::move(err);
   if (auto err = getRate("attn_pdrop", config.attentionDropout))
     return std::move(err);
-  if (auto tied = object->getBoolean("tie_word_embeddings"))
-    config.tieEmbeddings = *tied;
+  if (const llvm::json::Value *tied = object->get("tie_word_embeddings")) {
+    std::optional<bool> flag = tied->getAsBoolean();
+    if (!flag)
+      return fail("'tie_word_embeddings' must be true or false");
+    config.tieEmbeddings = *flag;
+  }
   if (auto name = object->getString("_name_or_path"))
     if (!name->empty())
       config.name = name->str();
@@ -152,6 +165,31 @@ llvm::Expected<GPT2Config> parseGPT2Config(llvm::StringRef text) {
     return fail(llvm::formatv("n_embd ({0}) must be divisible by n_head ({1})",
                               config.hidden, config.numHeads)
                     .str());
+  // Sizes no plan can hold: each parameter within a plan buffer's 2^40
+  // elements (checked here, where the config's keys can be named, rather
+  // than as an invalid model later), and a depth the compiler builds in
+  // reasonable time and memory.
+  constexpr int64_t kMaxElements = int64_t(1) << 40, kMaxLayers = 100000;
+  if (config.numLayers > kMaxLayers)
+    return fail(llvm::formatv("n_layer ({0}) exceeds {1} layers",
+                              config.numLayers, kMaxLayers)
+                    .str());
+  if (config.hidden > kMaxElements) // (so that 4 x n_embd cannot overflow)
+    return fail(
+        llvm::formatv("n_embd ({0}) exceeds 2^40", config.hidden).str());
+  for (auto [rows, rowsName] :
+       {std::pair<int64_t, const char *>{config.vocabSize, "vocab_size"},
+        {config.maxPositions, "n_positions"},
+        {mlpWidth(config), "the MLP width (n_inner)"},
+        {3 * config.hidden, "3 x n_embd"}}) {
+    int64_t elements;
+    if (llvm::MulOverflow(rows, config.hidden, elements) ||
+        elements > kMaxElements)
+      return fail(llvm::formatv("a parameter of {0} ({1}) x n_embd ({2}) "
+                                "would exceed 2^40 elements",
+                                rowsName, rows, config.hidden)
+                      .str());
+  }
   return config;
 }
 

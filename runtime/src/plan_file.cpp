@@ -306,7 +306,7 @@ const char *opcodeName(OpCode op) {
 namespace {
 
 /// Element counts above this are rejected as nonsense rather than attempted.
-constexpr int64_t kMaxElements = int64_t(1) << 40;
+constexpr int64_t kMaxElements = kMaxBufferElements;
 
 /// Checks one Program. Each check returns false after storing a message, so
 /// that the first problem found is the one reported.

@@ -41,6 +41,7 @@
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/MathExtras.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/SourceMgr.h"
@@ -109,7 +110,43 @@ std::optional<uint64_t> parseByteSize(llvm::StringRef text) {
     scale = 1024.0 * 1024 * 1024 * 1024;
   else if (!unit.empty())
     return std::nullopt;
+  // 2^64 bytes and more do not fit (the cast would wrap to nonsense).
+  if (!(value * scale < 18446744073709551616.0))
+    return std::nullopt;
   return static_cast<uint64_t>(value * scale);
+}
+
+/// The first tensor of the compiled (per-rank) \p module with more
+/// elements than a plan's buffer may hold, described; "" when none. The
+/// runtime would refuse such a plan, and the user's sizes are the cause.
+std::string findOversizedTensor(ModuleOp module) {
+  std::string found;
+  auto check = [&](Value value, Operation *owner) {
+    auto type = dyn_cast<RankedTensorType>(value.getType());
+    if (!found.empty() || !type || !type.hasStaticShape())
+      return;
+    int64_t elements = 1;
+    bool overflow = false;
+    for (int64_t size : type.getShape())
+      overflow |= llvm::MulOverflow(elements, size, elements);
+    if (!overflow && elements <= megac_rt::kMaxBufferElements)
+      return;
+    std::string shape;
+    llvm::raw_string_ostream os(shape);
+    llvm::interleave(type.getShape(), os, ", ");
+    found = "a rank's tensor of shape [" + shape + "] (" +
+            owner->getName().getStringRef().str() +
+            ") has more elements than a plan's buffer may hold (2^40)";
+  };
+  module.walk([&](Operation *op) {
+    for (Region &region : op->getRegions())
+      for (Block &block : region)
+        for (BlockArgument arg : block.getArguments())
+          check(arg, op);
+    for (Value result : op->getResults())
+      check(result, op);
+  });
+  return found;
 }
 
 /// Plans every rank's memory; prints the plans with \p report and fails,
@@ -223,9 +260,12 @@ mlir::LogicalResult checkMemory(const megac::plan::Program &program,
   else if (largest == worst.peakGradientBytes)
     hint = "gradients dominate: a larger tp axis splits them (sharding them "
            "over dp, ZeRO-2, is not implemented)";
-  else
+  else if (program.train())
     hint = "--micro-batches N divides the activations by about N; a larger "
            "tp axis or --precision bf16 also shrink them";
+  else // forward plans take no micro-batches
+    hint = "a smaller --batch, a larger tp axis or --precision bf16 shrink "
+           "the activations";
   fail(llvm::formatv("rank {0} needs {1} (parameters {2}, optimizer state "
                      "{3}, arena {4} with activations {5} at its peak) but "
                      "--device-memory is {6}; {7}",
@@ -776,6 +816,9 @@ int runCompile(int argc, char **argv) {
     if (failed(pm.run(*module)))
       return 1;
   }
+  if (std::string oversized = findOversizedTensor(*module); !oversized.empty())
+    return fail(oversized + ": a smaller --batch or --seq, or a larger "
+                            "grid, is needed");
   megac::PlanEmitOptions emitOptions{seed, modelHash, kProducer};
   emitOptions.target = target;
 #ifdef MEGAC_HAVE_NVRTC
@@ -853,7 +896,8 @@ int runCompile(int argc, char **argv) {
       budget = parseByteSize(deviceMemory);
       if (!budget)
         return fail("--device-memory: cannot read '" + deviceMemory +
-                    "' as a size (e.g. 80G, 512M, 1073741824)");
+                    "' as a size below 16777216T (e.g. 80G, 512M, "
+                    "1073741824)");
     }
     if (failed(checkMemory(*loaded.program, budget, memoryReport)))
       return 1;

@@ -54,6 +54,10 @@ namespace megac_rt {
 /// beta = 1), rounding the sum once.
 constexpr uint32_t kPlanFormatVersion = 15;
 
+/// The most elements one buffer of a plan may hold (2^40): the runtime
+/// refuses larger ones as nonsense, and the compiler refuses to emit them.
+constexpr int64_t kMaxBufferElements = int64_t(1) << 40;
+
 /// CRC-32 (IEEE 802.3, reflected, as zlib computes it).
 uint32_t crc32(const uint8_t *data, size_t size);
 
