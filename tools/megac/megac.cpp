@@ -785,7 +785,8 @@ int runCompile(int argc, char **argv) {
     noteGpuVocabulary(*module, quiet);
   // Pipeline parallelism: a pp axis splits the layers into stages.
   const int64_t pp = meshAxisSize(mesh, "pp");
-  if (virtualStages < 0)
+  // 0 is the option's "not given"; given, it must be positive.
+  if (virtualStages.getNumOccurrences() && virtualStages < 1)
     return fail("--virtual-stages must be positive, got " +
                 std::to_string(virtualStages.getValue()));
   int64_t chunksPerRank = virtualStages ? virtualStages.getValue()
@@ -1132,9 +1133,13 @@ int runInspect(int argc, char **argv) {
 
 /// Prints the cost-balanced stage partition of a model's blocks, each line
 /// after \p prefix.
-LogicalResult printPartition(llvm::StringRef path, int64_t stages,
-                             int64_t batch, int64_t seq,
+/// Prints how megac compile would split the model at \p path into
+/// \p ranks x \p chunksPerRank pipeline stages (model chunk c on rank
+/// c % ranks, as the schedules place them).
+LogicalResult printPartition(llvm::StringRef path, int64_t ranks,
+                             int64_t chunksPerRank, int64_t batch, int64_t seq,
                              llvm::StringRef prefix) {
+  const int64_t stages = ranks * chunksPerRank;
   DialectRegistry registry;
   megac::registerAllDialects(registry);
   MLIRContext ctx(registry);
@@ -1167,11 +1172,18 @@ LogicalResult printPartition(llvm::StringRef path, int64_t stages,
   for (int64_t k = 0; k < stages; ++k) {
     int64_t from = partition->firstBlock[k];
     int64_t to = k + 1 < stages ? partition->firstBlock[k + 1] : blocks;
-    llvm::outs() << prefix << llvm::formatv(
-        "stage {0}: blocks {1}..{2}{3}{4}, {5:F2} GFLOP per step\n", k, from,
-        to - 1, k == 0 ? " + embedding" : "",
-        k + 1 == stages ? " + head and loss" : "",
-        partition->stageCost[k] / 1e9);
+    const std::string where =
+        chunksPerRank > 1
+            ? llvm::formatv(" (rank {0}, chunk {1})", k % ranks, k / ranks)
+                  .str()
+            : std::string();
+    llvm::outs()
+        << prefix
+        << llvm::formatv(
+               "stage {0}{6}: blocks {1}..{2}{3}{4}, {5:F2} GFLOP per step\n",
+               k, from, to - 1, k == 0 ? " + embedding" : "",
+               k + 1 == stages ? " + head and loss" : "",
+               partition->stageCost[k] / 1e9, where);
   }
   llvm::outs() << prefix
                << llvm::formatv("partition: max/mean stage cost {0:F4}\n",
@@ -1222,6 +1234,11 @@ int runSchedule(int argc, char **argv) {
       "every rank finish; the bubble (idle time) is reported.\n");
   megac::PipelineSchedule schedule;
   std::string error;
+  // As megac compile: chunks only where the schedule interleaves them.
+  if (check.empty() && virtualStages.getNumOccurrences() &&
+      kind != "interleaved")
+    return fail("--virtual-stages " + std::to_string(virtualStages) +
+                " needs --schedule interleaved");
   if (!makeSchedule(kind, stages, microBatches, virtualStages, check, schedule,
                     error))
     return fail(error);
@@ -1248,7 +1265,8 @@ int runSchedule(int argc, char **argv) {
                 std::to_string(schedule.microBatches) +
                 " micro-batches (megac compile would refuse it)");
   if (!model.empty() &&
-      failed(printPartition(model, schedule.stages, batch, seq, prefix)))
+      failed(printPartition(model, schedule.stages, schedule.virtualStages,
+                            batch, seq, prefix)))
     return 1;
   llvm::outs() << prefix << llvm::formatv(
       "{0} stages, {1} micro-batches, {2} chunk(s) per rank: step {3:F2} "
