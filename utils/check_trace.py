@@ -4,7 +4,9 @@ or `megac-run --trace`) and summarizes it: one process per rank, named;
 complete events only; on each rank the instructions run one after another
 (no two spans overlap, in instruction order within a step). Prints, per
 rank, the number of instruction events, collectives and pipeline transfers,
-the span, and the rank's idle share of the whole trace (its bubble).
+the span, and the rank's idle share of the whole trace (its bubble): the time
+in no instruction or in a pipeline transfer, since a measured receive lasts
+as long as its rank waits for the peer stage.
 
   check_trace.py TRACE.json
 """
@@ -37,7 +39,7 @@ for rank in sorted(by_rank):
         end = e["ts"] + e["dur"]
     collectives = sum(e["cat"] == "collective" for e in spans)
     transfers = sum(e["cat"] == "transfer" for e in spans)
-    busy = sum(e["dur"] for e in spans)
+    busy = sum(e["dur"] for e in spans if e["cat"] != "transfer")
     idle = 1 - busy / (last - first) if last > first else 0.0
     print(f"{names[rank]}: {len(spans)} instructions, {collectives} collectives, "
           f"{transfers} transfers, {spans[0]['ts']:.0f}..{end:.0f} us, idle {idle:.3f}")

@@ -400,6 +400,16 @@ RunStats Executor::runRange(Collectives &C, uint32_t Begin, uint32_t End,
       const bool Tracing = Trace.size() < TraceLimit;
       const auto T0 = Tracing ? std::chrono::steady_clock::now()
                               : std::chrono::steady_clock::time_point();
+      // Every instruction's span, transfers too: a receive's span is the
+      // time its rank waited for the peer stage (a send's, posting it).
+      auto recordSpan = [&] {
+        if (!Tracing)
+          return;
+        const auto T1 = std::chrono::steady_clock::now();
+        using Us = std::chrono::duration<double, std::micro>;
+        Trace.push_back({I, Us(T0 - TraceEpoch).count(), Us(T1 - T0).count(),
+                         CurStep, CurMicro});
+      };
       if (In.op() == op::Send || In.op() == op::Recv) {
         try {
           transfer(In, C);
@@ -408,6 +418,7 @@ RunStats Executor::runRange(Collectives &C, uint32_t Begin, uint32_t End,
                          ", instruction " + std::to_string(I) + " (" +
                          opcodeName(In.op()) + "): " + E.what());
         }
+        recordSpan();
         ++Stats.instructions;
         continue;
       }
@@ -442,12 +453,7 @@ RunStats Executor::runRange(Collectives &C, uint32_t Begin, uint32_t End,
                        std::to_string(I) + " (" + opcodeName(In.op()) +
                        (Loc.empty() ? "" : " at " + Loc) + "): " + E.what());
       }
-      if (Tracing) {
-        const auto T1 = std::chrono::steady_clock::now();
-        using Us = std::chrono::duration<double, std::micro>;
-        Trace.push_back({I, Us(T0 - TraceEpoch).count(),
-                         Us(T1 - T0).count(), CurStep, CurMicro});
-      }
+      recordSpan();
       ++Stats.instructions;
       if (In.op() == op::AllReduce || In.op() == op::AllGather ||
           In.op() == op::ReduceScatter)

@@ -343,6 +343,9 @@ void checkModeOptions(const Options &O, const Setup &S, const Program &P) {
   if (S.mode == Mode::Generate && !O.profile.empty())
     throw RunError("--profile times forward runs and training steps, not "
                    "--generate");
+  if (S.mode == Mode::Generate && !O.trace.empty())
+    throw RunError("--trace records forward runs and training steps, not "
+                   "--generate");
   if (O.backend == "cuda" && !O.trace.empty())
     throw RunError("--trace records the CPU backend's instructions; the "
                    "CUDA backend has no timeline yet");
@@ -1272,10 +1275,11 @@ int runTraining(const Options &O, Setup &S) {
     return 1;
   double MaxSec = 0;
   MPI_Allreduce(&TotalSec, &MaxSec, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  info(O, "trained %lld steps (%lld..%lld): loss %.6f -> %.6f, %.0f tokens/s "
-          "mean, %.2f s",
-       (long long)O.steps, (long long)First, (long long)Last, FirstLoss,
-       LastLoss,
+  info(O,
+       "trained %lld step%s (%lld..%lld): loss %.6f -> %.6f, %.0f tokens/s "
+       "mean, %.2f s",
+       (long long)O.steps, O.steps == 1 ? "" : "s", (long long)First,
+       (long long)Last, FirstLoss, LastLoss,
        MaxSec > 0 ? double(Stride) * double(O.steps) / MaxSec : 0.0, MaxSec);
   return 0;
 }
@@ -1650,14 +1654,19 @@ int runMain(int Argc, char **Argv) {
                  "Execution backend: cpu, or cuda (libmegac_cuda.so beside "
                  "megac-run, or the library MEGAC_CUDA_PLUGIN names; "
                  "libmegac_cuda_emu.so runs it on a host emulation of CUDA). "
-                 "Knobs of the cuda backend, to compare its choices: "
-                 "MEGAC_CUDA_ATTENTION=mma|wmma|cudnn, "
+                 "Knobs of the cuda backend, to compare its choices "
+                 "(defaults first): "
+                 "MEGAC_CUDA_ATTENTION=auto|cudnn|mma|wmma, "
+                 "MEGAC_CUDA_CUDNN_DETERMINISTIC=1|0, "
+                 "MEGAC_CUDA_EPILOGUES=timed|1|0, "
+                 "MEGAC_CUDA_BGRAD_EPILOGUE=1|0, "
                  "MEGAC_CUDA_BF16_COPIES=0, MEGAC_CUDA_BF16_ONLY=0, "
-                 "MEGAC_CUDA_FORWARD_STATS=0, MEGAC_CUDA_EPILOGUES=1|0, "
+                 "MEGAC_CUDA_FORWARD_STATS=0, "
                  "MEGAC_CUDA_DQ_ATOMICS=0, MEGAC_CUDA_PARAM_COPIES=0, "
                  "MEGAC_CUDA_GEMM_TUNE=1, MEGAC_CUDA_GEMM_PROBE=1, "
                  "MEGAC_CUDA_WIDE_FORWARD=0, "
-                 "MEGAC_CUDA_WIDE_KEY_GRAD=0 "
+                 "MEGAC_CUDA_WIDE_KEY_GRAD=0, MEGAC_CUDA_LT_ALIGN=64, "
+                 "MEGAC_CUDA_LT_REDUCTIONS=any, MEGAC_CUDA_LT_LOG=1 "
                  "(docs/getting-started.md)")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->default_str("cpu");
@@ -1666,6 +1675,10 @@ int runMain(int Argc, char **Argv) {
                  "running it")
       ->check(CLI::IsMember({"text", "json"}))
       ->option_text("text|json");
+  App.set_version_flag("--version", std::string("megac-run (") + kMegacRelease +
+                                        ", plan format " +
+                                        std::to_string(kPlanFormatVersion) +
+                                        ")");
   App.footer("Exit status: 0 on success, 1 on any error (reported as one "
              "line \"megac-run: error: ...\" on stderr), 3 when the "
              "watchdog ends the job.");
@@ -1675,6 +1688,9 @@ int runMain(int Argc, char **Argv) {
     std::ostringstream Null;
     return WorldRank == 0 ? App.exit(E) : App.exit(E, Null, Null);
   } catch (const CLI::CallForAllHelp &E) {
+    std::ostringstream Null;
+    return WorldRank == 0 ? App.exit(E) : App.exit(E, Null, Null);
+  } catch (const CLI::CallForVersion &E) {
     std::ostringstream Null;
     return WorldRank == 0 ? App.exit(E) : App.exit(E, Null, Null);
   } catch (const CLI::ParseError &E) {
@@ -1717,10 +1733,12 @@ int runMain(int Argc, char **Argv) {
     return 0;
   }
 
-  info(O, "plan %s: model %s, grid %s (%u %s), batch %lld x seq %lld",
+  // The batch the user compiled (as megac compile's summary says it), not
+  // one data-parallel rank's micro-batch.
+  info(O, "plan %s: model %s, grid %s (%u %s), global batch %lld x seq %lld",
        O.plan.c_str(), P.model_name() ? P.model_name()->c_str() : "?",
        gridString(P).c_str(), P.world_size(),
-       P.world_size() == 1 ? "rank" : "ranks", (long long)P.batch(),
+       P.world_size() == 1 ? "rank" : "ranks", (long long)S.exec->globalBatch(),
        (long long)P.seq());
   unsigned long long Elems = S.exec->paramElements(), MaxElems = 0;
   MPI_Allreduce(&Elems, &MaxElems, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX,

@@ -335,7 +335,7 @@ private:
 };
 
 /// The producer named in every plan and by --version.
-constexpr const char *kProducer = "megac 0.1";
+constexpr const char *kProducer = megac_rt::kMegacRelease;
 
 /// Keeps --help to the subcommand's own options and MLIR's (--mlir-*):
 /// the LLVM libraries megac links register hundreds of code-generation

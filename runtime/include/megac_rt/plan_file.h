@@ -54,6 +54,10 @@ namespace megac_rt {
 /// beta = 1), rounding the sum once.
 constexpr uint32_t kPlanFormatVersion = 15;
 
+/// The release of megac (compiler and runtime): the producer a plan names
+/// and what `--version` prints.
+constexpr const char *kMegacRelease = "megac 0.1";
+
 /// The most elements one buffer of a plan may hold (2^40): the runtime
 /// refuses larger ones as nonsense, and the compiler refuses to emit them.
 constexpr int64_t kMaxBufferElements = int64_t(1) << 40;

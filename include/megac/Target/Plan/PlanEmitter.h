@@ -10,6 +10,7 @@
 #define MEGAC_TARGET_PLAN_PLANEMITTER_H
 
 #include "megac/Pipeline/Schedule.h"
+#include "megac_rt/plan_file.h"
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/Support/LLVM.h"
@@ -26,7 +27,7 @@ struct PlanEmitOptions {
   uint64_t seed = 1234;
   /// Hash of the model as given by the user (before any pass).
   uint64_t modelHash = 0;
-  std::string producer = "megac 0.1";
+  std::string producer = megac_rt::kMegacRelease;
   /// Pipeline parallelism (a module placed by megac-pipeline-stages): the
   /// schedule every pipeline rank follows, and its name for the plan.
   PipelineSchedule schedule;
