@@ -11,10 +11,11 @@
 #include "rng.h"
 
 #include <algorithm>
-#include <cstdint>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <fstream>
+#include <sys/stat.h>
 
 namespace megac_rt {
 
@@ -168,6 +169,9 @@ namespace {
 /// Reads \p Count tokens, or all of them when \p All (then at least Count).
 std::vector<int32_t> readTokens(const std::string &Path, size_t Count,
                                 int64_t Vocab, bool All) {
+  struct stat St;
+  if (::stat(Path.c_str(), &St) == 0 && S_ISDIR(St.st_mode))
+    throw RunError(Path + ": is a directory, not a token file");
   std::ifstream F(Path, std::ios::binary | std::ios::ate);
   if (!F)
     throw RunError(Path + ": cannot open token file: " + std::strerror(errno));

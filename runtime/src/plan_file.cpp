@@ -26,6 +26,7 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <sys/stat.h>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -1896,6 +1897,10 @@ std::string verifyPlanBytes(std::vector<uint8_t> bytes, LoadedPlan &out) {
 std::string loadPlanFile(const std::string &path, LoadedPlan &out) {
   try {
     out = LoadedPlan();
+    // (An ifstream opens a directory and reports a nonsense size.)
+    struct stat St;
+    if (::stat(path.c_str(), &St) == 0 && S_ISDIR(St.st_mode))
+      return path + ": is a directory, not a plan file";
     std::ifstream F(path, std::ios::binary | std::ios::ate);
     if (!F)
       return path + ": cannot open plan file: " + std::strerror(errno);

@@ -309,7 +309,23 @@ void installOneLineDiagnostics(MLIRContext &ctx) {
 /// Writes the IR after every pass to DIR/NN-<pass>.mlir.
 class DumpIRInstrumentation : public PassInstrumentation {
 public:
-  explicit DumpIRInstrumentation(std::string dir) : dir(std::move(dir)) {}
+  explicit DumpIRInstrumentation(std::string dir) : dir(std::move(dir)) {
+    removeEarlierDumps();
+  }
+
+  /// A directory used before keeps that run's numbered files: a forward
+  /// dump after a training one would leave two files of each number. Only
+  /// files named as dumps are removed ("NN-name.mlir").
+  void removeEarlierDumps() {
+    std::error_code ec;
+    for (llvm::sys::fs::directory_iterator it(dir, ec), end; it != end && !ec;
+         it.increment(ec)) {
+      llvm::StringRef name = llvm::sys::path::filename(it->path());
+      if (name.size() > 8 && llvm::isDigit(name[0]) && llvm::isDigit(name[1]) &&
+          name[2] == '-' && name.ends_with(".mlir"))
+        llvm::sys::fs::remove(it->path());
+    }
+  }
 
   void write(llvm::StringRef stage, Operation *op) {
     llvm::SmallString<256> path(dir);
@@ -534,7 +550,9 @@ int runCompile(int argc, char **argv) {
                       "the position table's length if shorter)"),
       cl::init(0), cl::cat(category));
   static cl::opt<uint64_t> seed(
-      "seed", cl::desc("Seed for parameter init and the default input batch"),
+      "seed",
+      cl::desc("Seed for parameter init and the default input batch "
+               "(default 1234)"),
       cl::init(1234), cl::cat(category));
   static cl::opt<std::string> dumpIR(
       "dump-ir", cl::desc("Write the IR after every pass to numbered files "
@@ -641,8 +659,8 @@ int runCompile(int argc, char **argv) {
       "megac compile pipeline options (a pp axis in --mesh, with --train)");
   static cl::opt<std::string> pipelineSchedule(
       "schedule",
-      cl::desc("Pipeline schedule: gpipe, 1f1b or interleaved (1F1B with "
-               "--virtual-stages chunks per rank)"),
+      cl::desc("Pipeline schedule: gpipe, 1f1b (the default) or interleaved "
+               "(1F1B with --virtual-stages chunks per rank)"),
       cl::init("1f1b"), cl::cat(pipelineCategory));
   static cl::opt<int64_t> virtualStages(
       "virtual-stages",
@@ -675,6 +693,13 @@ int runCompile(int argc, char **argv) {
       "  mpirun -np 4 megac-run train.mgc --steps 100 --data tokens.bin\n");
 
   auto start = std::chrono::steady_clock::now();
+  // A plan written over its own model (a slip of `-o model.mlir`) would
+  // lose the model.
+  bool sameFile = false;
+  if (!llvm::sys::fs::equivalent(input, output, sameFile) && sameFile)
+    return fail("-o " + output +
+                " is the model being compiled; the plan "
+                "would overwrite it");
   // 0 is the options' "not given"; given, a size must be positive.
   for (cl::opt<int64_t> *size : {&batch, &seq})
     if (size->getNumOccurrences() && *size <= 0)
@@ -737,6 +762,22 @@ int runCompile(int argc, char **argv) {
   if (!train && !gradients && recompute.getNumOccurrences())
     llvm::errs() << "megac: warning: --recompute has no effect without "
                     "--train or --gradients (there is no backward pass)\n";
+  if (!train && !gradients && bucketMB.getNumOccurrences())
+    llvm::errs() << "megac: warning: --bucket-mb has no effect without "
+                    "--train or --gradients (there are no gradients)\n";
+  if (train && zero >= 1 && meshAxisSize(mesh, "dp") <= 1)
+    llvm::errs() << "megac: warning: --zero " << zero
+                 << " has no effect without a dp axis in --mesh (nothing to "
+                    "shard the optimizer state over)\n";
+  if (sequenceParallel && meshAxisSize(mesh, "tp") <= 1)
+    llvm::errs() << "megac: warning: --sequence-parallel has no effect "
+                    "without a tp axis in --mesh\n";
+  if (scheduleFile.getNumOccurrences() &&
+      (pipelineSchedule.getNumOccurrences() ||
+       virtualStages.getNumOccurrences()))
+    llvm::errs() << "megac: warning: --pipeline-schedule " << scheduleFile
+                 << " decides the schedule and its chunks; --schedule and "
+                    "--virtual-stages are ignored\n";
   if (meshAxisSize(mesh, "pp") <= 1)
     for (cl::Option *option : std::initializer_list<cl::Option *>{
              &pipelineSchedule, &virtualStages, &scheduleFile})
@@ -1193,18 +1234,19 @@ LogicalResult printPartition(llvm::StringRef path, int64_t ranks,
 
 int runSchedule(int argc, char **argv) {
   static cl::OptionCategory category("megac schedule options");
-  static cl::opt<int64_t> stages("stages", cl::desc("Pipeline stages (ranks)"),
+  static cl::opt<int64_t> stages("stages",
+                                 cl::desc("Pipeline stages (ranks; default 4)"),
                                  cl::init(4), cl::cat(category));
   static cl::opt<int64_t> microBatches(
-      "micro-batches", cl::desc("Micro-batches per step"), cl::init(8),
-      cl::cat(category));
+      "micro-batches", cl::desc("Micro-batches per step (default 8)"),
+      cl::init(8), cl::cat(category));
   static cl::opt<std::string> kind(
-      "schedule", cl::desc("gpipe, 1f1b or interleaved"), cl::init("1f1b"),
-      cl::cat(category));
+      "schedule", cl::desc("gpipe, 1f1b (the default) or interleaved"),
+      cl::init("1f1b"), cl::cat(category));
   static cl::opt<int64_t> virtualStages(
       "virtual-stages",
-      cl::desc("Model chunks per rank (interleaved only)"), cl::init(2),
-      cl::cat(category));
+      cl::desc("Model chunks per rank (interleaved only; default 2)"),
+      cl::init(2), cl::cat(category));
   static cl::opt<std::string> check(
       "check",
       cl::desc("Check this schedule instead of generating one: one line per "
@@ -1219,10 +1261,14 @@ int runSchedule(int argc, char **argv) {
                "first stage, the head and loss with the last) and print the "
                "partition"),
       cl::value_desc("model.mlir"), cl::cat(category));
-  static cl::opt<int64_t> batch("batch", cl::desc("Batch size for --model"),
-                                cl::init(0), cl::cat(category));
-  static cl::opt<int64_t> seq("seq", cl::desc("Sequence length for --model"),
-                              cl::init(0), cl::cat(category));
+  static cl::opt<int64_t> batch(
+      "batch",
+      cl::desc("Batch size for --model (default: the model's, else 4)"),
+      cl::init(0), cl::cat(category));
+  static cl::opt<int64_t> seq(
+      "seq",
+      cl::desc("Sequence length for --model (default: the model's, else 64)"),
+      cl::init(0), cl::cat(category));
   std::string programName;
   auto args = shiftArgs(argc, argv, programName);
   cl::ParseCommandLineOptions(
