@@ -40,6 +40,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <climits>
 #include <cmath>
 #include <cstdarg>
 #include <cstdio>
@@ -409,6 +410,11 @@ void checkModeOptions(const Options &O, const Setup &S, const Program &P) {
       throw RunError(Plan + ": the plan updates parameters (adam_w) but does "
                             "not say where its forward part ends "
                             "(forward_end); refusing to generate with it");
+    // (Found here, before the prompt is echoed, rather than by the
+    // device session at the first token, where ranks end unevenly.)
+    if (Pipelined && O.backend == "cuda")
+      throw RunError("--generate from pipeline plans runs on the CPU "
+                     "backend (leave out --backend cuda)");
     if (O.prompt.empty())
       throw RunError("--generate needs a non-empty prompt");
     if (int64_t(O.prompt.size()) > P.seq())
@@ -471,6 +477,35 @@ void keepMetricsUpTo(const std::string &Path, int64_t Step) {
   const bool Ok = std::fwrite(Kept.data(), 1, Kept.size(), Out) == Kept.size();
   if (std::fclose(Out) != 0 || !Ok)
     throw RunError(Path + ": cannot rewrite metrics file");
+}
+
+/// Warns when --save-checkpoint names a directory that already holds a
+/// checkpoint this run did not load from: its `latest` will name this
+/// run's steps, beside the other run's.
+void warnForeignCheckpoint(const Options &O) {
+  if (O.saveCheckpoint.empty())
+    return;
+  struct stat St;
+  if (::stat((O.saveCheckpoint + "/latest").c_str(), &St) != 0)
+    return;
+  auto Real = [](const std::string &Path) {
+    char Buf[PATH_MAX];
+    return ::realpath(Path.c_str(), Buf) ? std::string(Buf) : Path;
+  };
+  const std::string Save = Real(O.saveCheckpoint);
+  if (!O.loadCheckpoint.empty()) {
+    // Loaded from DIR itself, or from one of its step directories.
+    const std::string Load = Real(O.loadCheckpoint);
+    const size_t Slash = Load.find_last_of('/');
+    if (Load == Save ||
+        (Slash != std::string::npos && Load.substr(0, Slash) == Save))
+      return;
+  }
+  std::fprintf(stderr,
+               "megac-run: warning: --save-checkpoint %s already holds a "
+               "checkpoint this run did not load; this run's checkpoints go "
+               "beside it and its 'latest' will name them\n",
+               O.saveCheckpoint.c_str());
 }
 
 /// Warns when a resumed training run reads other data than the run that
@@ -581,6 +616,8 @@ void prepare(const Options &O, Setup &S) {
   S.dataPos = Period ? S.dataPos % Period : 0;
   if (!S.resumedFrom.empty() && WorldRank == 0)
     warnOtherData(O, S);
+  if (WorldRank == 0)
+    warnForeignCheckpoint(O);
   if (!O.metrics.empty() && WorldRank == 0) {
     if (!S.resumedFrom.empty())
       keepMetricsUpTo(O.metrics, S.startStep);
