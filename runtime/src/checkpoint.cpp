@@ -371,10 +371,18 @@ void loadCheckpointShard(const std::string &StepDir, const CheckpointMeta &M,
     const TensorInfo *T = H.find(Name);
     if (!T)
       throw RunError(Shard + " has no tensor " + Name);
+    // Moments of another shape: most likely ZeRO on one side only (a
+    // ZeRO rank keeps 1/dp of each moment), which the shapes alone hide.
+    const bool Moment = Name.rfind("adam_", 0) == 0;
     if (T->dtype != "F32" || T->shape != Shape)
       throw RunError(Shard + ": tensor " + Name + " is " + T->dtype + " " +
                      listStr(T->shape) + " but the plan needs F32 " +
-                     listStr(Shape));
+                     listStr(Shape) +
+                     (Moment && T->dtype == "F32"
+                          ? " (a checkpoint saved with --zero 1 loads only "
+                            "into a ZeRO plan of the same grid, and one "
+                            "saved without only into a plan without)"
+                          : ""));
     std::string Want = sliceJson(Global, Offset);
     if (Meta.contains(Name) && Meta[Name].is_string() &&
         json::parse(Meta[Name].get<std::string>(), nullptr, false) !=
