@@ -169,6 +169,8 @@ llvm::Expected<GPT2Config> parseGPT2Config(llvm::StringRef text) {
   // elements (checked here, where the config's keys can be named, rather
   // than as an invalid model later), and a depth the compiler builds in
   // reasonable time and memory.
+  // (kMaxElements is megac_rt::kMaxBufferElements, which the runtime
+  // refuses past; the frontend does not depend on the runtime's headers.)
   constexpr int64_t kMaxElements = int64_t(1) << 40, kMaxLayers = 100000;
   if (config.numLayers > kMaxLayers)
     return fail(llvm::formatv("n_layer ({0}) exceeds {1} layers",

@@ -228,8 +228,10 @@ void writeCheckpointMeta(const std::string &Dir, const CheckpointMeta &M) {
             {"model_hash", M.modelHash},
             {"shards", Shards}};
   if (M.hasData)
-    J["data"] = {
-        {"file", M.dataFile}, {"tokens", M.dataTokens}, {"sample", M.sample}};
+    J["data"] = {{"file", M.dataFile},
+                 {"tokens", M.dataTokens},
+                 {"crc32", M.dataCrc},
+                 {"sample", M.sample}};
   std::string Text = J.dump(2) + "\n";
   writeFileAtomic(join(join(Dir, StepName), "meta.json"), Text.data(),
                   Text.size());
@@ -298,6 +300,10 @@ CheckpointMeta readCheckpointMeta(const std::string &DirIn, const Program &P,
       M.dataFile = D.at("file").get<std::string>();
       M.dataTokens = D.at("tokens").get<uint64_t>();
       M.sample = D.at("sample").get<std::string>();
+      if (D.contains("crc32")) {
+        M.hasDataCrc = true;
+        M.dataCrc = D.at("crc32").get<uint32_t>();
+      }
     }
   } catch (const RunError &) {
     throw;

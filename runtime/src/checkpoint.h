@@ -55,6 +55,9 @@ struct CheckpointMeta {
   std::string dataFile;
   uint64_t dataTokens = 0;
   std::string sample;
+  /// TokenSource::fingerprint of the tokens (checkpoints before it: none).
+  bool hasDataCrc = false;
+  uint32_t dataCrc = 0;
 };
 
 /// "step-00000040".

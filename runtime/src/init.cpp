@@ -8,6 +8,7 @@
 
 #include "init.h"
 #include "error.h"
+#include "megac_rt/plan_file.h"
 #include "rng.h"
 
 #include <algorithm>
@@ -148,6 +149,13 @@ TokenSource TokenSource::fromTokens(std::vector<int32_t> Tokens) {
   TokenSource S;
   S.T = std::move(Tokens);
   return S;
+}
+
+uint32_t TokenSource::fingerprint() const {
+  if (Seeded)
+    return 0;
+  return crc32(reinterpret_cast<const uint8_t *>(T.data()),
+               T.size() * sizeof(int32_t));
 }
 
 int32_t TokenSource::at(uint64_t I) const {

@@ -55,6 +55,9 @@ public:
   uint64_t length() const { return Seeded ? (uint64_t(1) << 62) : T.size(); }
   int32_t at(uint64_t I) const;
   bool isSeeded() const { return Seeded; }
+  /// CRC-32 of the tokens as little-endian int32s (0 for the seeded
+  /// stream): tells two data files of one length apart.
+  uint32_t fingerprint() const;
 
 private:
   bool Seeded = false;

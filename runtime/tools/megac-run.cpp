@@ -284,10 +284,10 @@ bool updatesParams(const RankProgram &RP) {
   return false;
 }
 
-/// Throws unless \p Path can be written as a file: its directory exists
-/// and takes a new file (tried by creating and removing one, which also
-/// holds for root and read-only mounts), or the file exists and opens for
-/// writing. Nothing is truncated.
+/// Throws unless \p Path can be written as a file: an existing one opens
+/// for writing (nothing is truncated), and its directory takes a new file
+/// (tried by creating and removing one, which also holds for root and
+/// read-only mounts), as writers that rename a temporary into place need.
 void checkWritableFile(const std::string &Path) {
   const size_t Slash = Path.find_last_of('/');
   const std::string Dir =
@@ -302,13 +302,15 @@ void checkWritableFile(const std::string &Path) {
     if (Fd < 0)
       throw RunError(Path + ": cannot write: " + std::strerror(errno));
     ::close(Fd);
-    return;
   }
-  const int Fd = ::open(Path.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
+  const std::string Probe =
+      Path + ".megac-write-probe-" + std::to_string(::getpid());
+  const int Fd = ::open(Probe.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
   if (Fd < 0)
-    throw RunError(Path + ": cannot create: " + std::strerror(errno));
+    throw RunError(Path + ": cannot create a file in " + Dir + ": " +
+                   std::strerror(errno));
   ::close(Fd);
-  ::unlink(Path.c_str());
+  ::unlink(Probe.c_str());
 }
 
 /// Throws unless \p Dir is (or is created now as) a directory this rank
@@ -337,6 +339,20 @@ void checkWritableDirectory(const std::string &Dir) {
   ::unlink(Probe.c_str());
 }
 
+/// Files written after the run (by rank 0) and the checkpoint directory
+/// (by every rank): one that cannot be written fails now, not after the
+/// work. Called once the options suit the plan, so that a refused run
+/// leaves no directory behind.
+void checkOutputsWritable(const Options &O) {
+  if (WorldRank == 0)
+    for (const std::string *Out :
+         {&O.saveOutputs, &O.profile, &O.trace, &O.metrics})
+      if (!Out->empty())
+        checkWritableFile(*Out);
+  if (!O.saveCheckpoint.empty())
+    checkWritableDirectory(O.saveCheckpoint);
+}
+
 /// Option combinations that make no sense for the plan's mode.
 void checkModeOptions(const Options &O, const Setup &S, const Program &P) {
   const RankProgram &RP = *P.ranks()->Get(uint32_t(WorldRank));
@@ -350,16 +366,6 @@ void checkModeOptions(const Options &O, const Setup &S, const Program &P) {
   if (O.backend == "cuda" && !O.trace.empty())
     throw RunError("--trace records the CPU backend's instructions; the "
                    "CUDA backend has no timeline yet");
-  // Files written after the run (by rank 0) and the checkpoint directory
-  // (by every rank): one that cannot be written fails now, not after the
-  // work.
-  if (WorldRank == 0)
-    for (const std::string *Out :
-         {&O.saveOutputs, &O.profile, &O.trace, &O.metrics})
-      if (!Out->empty())
-        checkWritableFile(*Out);
-  if (!O.saveCheckpoint.empty())
-    checkWritableDirectory(O.saveCheckpoint);
   // (Pipeline plans are training plans: never Mode::Forward.)
   const bool Pipelined = P.pipeline_stages() > 1;
   if (S.mode == Mode::Generate) {
@@ -519,14 +525,17 @@ void warnOtherData(const Options &O, const Setup &S) {
     return;
   auto Describe = [](const std::string &File, uint64_t Tokens,
                      const std::string &Sample) {
-    return File.empty() ? std::string("the seeded token stream")
-                        : "--data " + File + " (" + std::to_string(Tokens) +
-                              " tokens, --sample " + Sample + ")";
+    return (File.empty() ? std::string("the seeded token stream (")
+                         : "--data " + File + " (" + std::to_string(Tokens) +
+                               " tokens, ") +
+           "--sample " + Sample + ")";
   };
   const uint64_t Tokens = O.tokens.empty() ? 0 : S.stream.length();
+  // (Checkpoints saved before the fingerprint was recorded have none.)
   const bool SameSource =
-      M.dataFile.empty() == O.tokens.empty() && M.dataTokens == Tokens;
-  if (SameSource && (O.tokens.empty() || M.sample == O.sample))
+      M.dataFile.empty() == O.tokens.empty() && M.dataTokens == Tokens &&
+      (!M.hasDataCrc || M.dataCrc == S.stream.fingerprint());
+  if (SameSource && M.sample == O.sample)
     return;
   std::fprintf(stderr,
                "megac-run: warning: the checkpoint's run read %s; this run "
@@ -555,6 +564,7 @@ void prepare(const Options &O, Setup &S) {
            : P.train() ? Mode::Train
                        : Mode::Forward;
   checkModeOptions(O, S, P);
+  checkOutputsWritable(O);
   S.seed = O.haveSeed ? O.seed : P.seed();
   S.exec = std::make_unique<Executor>(P, uint32_t(WorldRank));
   S.exec->allocate();
@@ -618,15 +628,19 @@ void prepare(const Options &O, Setup &S) {
     warnOtherData(O, S);
   if (WorldRank == 0)
     warnForeignCheckpoint(O);
-  if (!O.metrics.empty() && WorldRank == 0) {
-    if (!S.resumedFrom.empty())
-      keepMetricsUpTo(O.metrics, S.startStep);
-    S.metrics =
-        std::fopen(O.metrics.c_str(), S.resumedFrom.empty() ? "w" : "a");
-    if (!S.metrics)
-      throw RunError(O.metrics + ": cannot create metrics file: " +
-                     std::strerror(errno));
-  }
+}
+
+/// Rank 0 opens --metrics (a resumed run continues the file), once every
+/// rank has prepared: a resume another rank refuses leaves it untouched.
+void openMetrics(const Options &O, Setup &S) {
+  if (O.metrics.empty() || WorldRank != 0 || S.mode != Mode::Train)
+    return;
+  if (!S.resumedFrom.empty())
+    keepMetricsUpTo(O.metrics, S.startStep);
+  S.metrics = std::fopen(O.metrics.c_str(), S.resumedFrom.empty() ? "w" : "a");
+  if (!S.metrics)
+    throw RunError(O.metrics +
+                   ": cannot create metrics file: " + std::strerror(errno));
 }
 
 std::string outputName(const Output &O, const RankProgram &RP) {
@@ -756,6 +770,8 @@ bool saveCheckpoint(const Options &O, Setup &S, int64_t Step) {
     M.hasData = true;
     M.dataFile = O.tokens;
     M.dataTokens = O.tokens.empty() ? 0 : S.stream.length();
+    M.hasDataCrc = true;
+    M.dataCrc = S.stream.fingerprint();
     M.sample = O.sample;
     for (int R = 0; R < WorldSize; ++R)
       M.shards.push_back({uint32_t(R), shardFileName(uint32_t(R)),
@@ -935,7 +951,8 @@ bool writeProfile(const Options &O, const Setup &S, const std::string &Where,
                                       : "; the first run of a kernel "
                                         "includes loading it");
       else
-        std::printf("  (collectives include waiting for peers)\n");
+        std::printf("  (collectives and pipeline receives include waiting for "
+                    "peers)\n");
       std::fflush(stdout);
     }
   }
@@ -1684,7 +1701,7 @@ int runMain(int Argc, char **Argv) {
                  "End the job (exit status 3) when this rank makes no "
                  "progress for this many seconds, as when a peer died or "
                  "hangs in a collective; 0: wait forever")
-      ->check(finiteIn(0.0, 1e9, ">= 0"))
+      ->check(finiteIn(0.0, 1e9, "from 0 to 1e9"))
       ->default_str("300");
   App.add_flag("--quiet,-q", O.quiet, "Print nothing but errors");
   App.add_option("--backend", O.backend,
@@ -1757,6 +1774,13 @@ int runMain(int Argc, char **Argv) {
     Err = "out of memory while preparing rank " + std::to_string(WorldRank);
   } catch (const std::exception &E) {
     Err = std::string("internal error: ") + E.what();
+  }
+  if (!agree(Err))
+    return 1;
+  try {
+    openMetrics(O, S);
+  } catch (const RunError &E) {
+    Err = E.what();
   }
   if (!agree(Err))
     return 1;

@@ -164,8 +164,11 @@ std::string compileWithNvrtc(const std::string &name, const std::string &source,
         continue;
       }
     }
-    if (stats)
+    if (stats) {
       ++stats->compiled;
+      if (stats->beforeFirstCompile)
+        std::call_once(stats->announced, stats->beforeFirstCompile);
+    }
     jobs.push_back(std::async(std::launch::async, [&, i, path] {
       std::string error = compileOne(name, source, archs[i], cubins[i]);
       if (error.empty() && !path.empty())

@@ -6,6 +6,8 @@
 #include "megac/Target/Plan/PlanEmitter.h"
 
 #include <atomic>
+#include <functional>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -19,9 +21,13 @@ const std::vector<std::string> &cudaArchitectures();
 /// ~/.cache/megac/kernels.
 std::string kernelCacheDir();
 
-/// How many cubins came from the cache and how many NVRTC compiled.
+/// How many cubins came from the cache and how many NVRTC compiled; and,
+/// where set, what to call (once, from whichever thread) before NVRTC
+/// compiles the first of them: compiling takes seconds, the cache none.
 struct KernelCacheStats {
   std::atomic<unsigned> hits{0}, compiled{0};
+  std::function<void()> beforeFirstCompile;
+  std::once_flag announced;
 };
 
 /// Compiles \p source (kernel \p name) for each architecture with NVRTC,

@@ -151,9 +151,11 @@ std::string findOversizedTensor(ModuleOp module) {
 
 /// Plans every rank's memory; prints the plans with \p report and fails,
 /// naming the rank, the breakdown and what would help, when one exceeds
-/// \p budget.
+/// \p budget. \p backward: the plan has a backward pass (--train or
+/// --gradients), so --micro-batches would apply.
 mlir::LogicalResult checkMemory(const megac::plan::Program &program,
-                                std::optional<uint64_t> budget, bool report) {
+                                std::optional<uint64_t> budget, bool report,
+                                bool backward) {
   using megac_rt::formatBytes;
   uint32_t worstRank = 0;
   megac_rt::MemoryPlan worst;
@@ -260,7 +262,7 @@ mlir::LogicalResult checkMemory(const megac::plan::Program &program,
   else if (largest == worst.peakGradientBytes)
     hint = "gradients dominate: a larger tp axis splits them (sharding them "
            "over dp, ZeRO-2, is not implemented)";
-  else if (program.train())
+  else if (backward)
     hint = "--micro-batches N divides the activations by about N; a larger "
            "tp axis or --precision bf16 also shrink them";
   else // forward plans take no micro-batches
@@ -309,20 +311,29 @@ void installOneLineDiagnostics(MLIRContext &ctx) {
 /// Writes the IR after every pass to DIR/NN-<pass>.mlir.
 class DumpIRInstrumentation : public PassInstrumentation {
 public:
-  explicit DumpIRInstrumentation(std::string dir) : dir(std::move(dir)) {
-    removeEarlierDumps();
+  DumpIRInstrumentation(std::string dir, llvm::StringRef input)
+      : dir(std::move(dir)) {
+    removeEarlierDumps(input);
   }
 
   /// A directory used before keeps that run's numbered files: a forward
   /// dump after a training one would leave two files of each number. Only
-  /// files named as dumps are removed ("NN-name.mlir").
-  void removeEarlierDumps() {
+  /// the names dumps take are removed ("00-input.mlir", "NN-megac-*.mlir",
+  /// every pass of the pipeline being megac's), and never \p keep (the
+  /// model being compiled, which may sit there under such a name).
+  void removeEarlierDumps(llvm::StringRef keep) {
     std::error_code ec;
     for (llvm::sys::fs::directory_iterator it(dir, ec), end; it != end && !ec;
          it.increment(ec)) {
       llvm::StringRef name = llvm::sys::path::filename(it->path());
-      if (name.size() > 8 && llvm::isDigit(name[0]) && llvm::isDigit(name[1]) &&
-          name[2] == '-' && name.ends_with(".mlir"))
+      const bool dumpName = name == "00-input.mlir" ||
+                            (name.size() > 3 && llvm::isDigit(name[0]) &&
+                             llvm::isDigit(name[1]) &&
+                             name.drop_front(2).starts_with("-megac-") &&
+                             name.ends_with(".mlir"));
+      bool isKept = false;
+      if (dumpName &&
+          !(!llvm::sys::fs::equivalent(it->path(), keep, isKept) && isKept))
         llvm::sys::fs::remove(it->path());
     }
   }
@@ -738,7 +749,8 @@ int runCompile(int argc, char **argv) {
       return fail("--dump-ir " + dumpIR + " is a file; it takes a directory");
     if (std::error_code ec = llvm::sys::fs::create_directories(dumpIR))
       return fail("cannot create " + dumpIR + ": " + ec.message());
-    auto instrumentation = std::make_unique<DumpIRInstrumentation>(dumpIR);
+    auto instrumentation =
+        std::make_unique<DumpIRInstrumentation>(dumpIR, input);
     instrumentation->write("input", module->getOperation());
     pm.addInstrumentation(std::move(instrumentation));
   }
@@ -772,7 +784,7 @@ int runCompile(int argc, char **argv) {
   if (sequenceParallel && meshAxisSize(mesh, "tp") <= 1)
     llvm::errs() << "megac: warning: --sequence-parallel has no effect "
                     "without a tp axis in --mesh\n";
-  if (scheduleFile.getNumOccurrences() &&
+  if (meshAxisSize(mesh, "pp") > 1 && scheduleFile.getNumOccurrences() &&
       (pipelineSchedule.getNumOccurrences() ||
        virtualStages.getNumOccurrences()))
     llvm::errs() << "megac: warning: --pipeline-schedule " << scheduleFile
@@ -865,6 +877,16 @@ int runCompile(int argc, char **argv) {
   emitOptions.target = target;
 #ifdef MEGAC_HAVE_NVRTC
   megac::KernelCacheStats kernelStats;
+  if (!quiet)
+    kernelStats.beforeFirstCompile = [] {
+      llvm::errs() << "megac: compiling generated CUDA kernels with NVRTC "
+                      "for "
+                   << llvm::join(megac::cudaArchitectures(), " and ")
+                   << (megac::kernelCacheDir().empty()
+                           ? " (seconds)...\n"
+                           : " (seconds; the kernel cache keeps them for "
+                             "later compiles)...\n");
+    };
   emitOptions.compileKernel = [&](const std::string &name,
                                   const std::string &source,
                                   megac::PlanEmitOptions::Binaries &binaries) {
@@ -941,7 +963,8 @@ int runCompile(int argc, char **argv) {
                     "' as a size below 16777216T (e.g. 80G, 512M, "
                     "1073741824)");
     }
-    if (failed(checkMemory(*loaded.program, budget, memoryReport)))
+    if (failed(checkMemory(*loaded.program, budget, memoryReport,
+                           train || gradients)))
       return 1;
   }
   TimingScope writeTiming = timing.nest("Write the plan");
@@ -1172,11 +1195,10 @@ int runInspect(int argc, char **argv) {
 // megac schedule
 //===----------------------------------------------------------------------===//
 
-/// Prints the cost-balanced stage partition of a model's blocks, each line
-/// after \p prefix.
 /// Prints how megac compile would split the model at \p path into
-/// \p ranks x \p chunksPerRank pipeline stages (model chunk c on rank
-/// c % ranks, as the schedules place them).
+/// \p ranks x \p chunksPerRank pipeline stages by cost (model chunk c on
+/// rank c % ranks, as the schedules place them), each line after
+/// \p prefix.
 LogicalResult printPartition(llvm::StringRef path, int64_t ranks,
                              int64_t chunksPerRank, int64_t batch, int64_t seq,
                              llvm::StringRef prefix) {
@@ -1281,7 +1303,7 @@ int runSchedule(int argc, char **argv) {
   megac::PipelineSchedule schedule;
   std::string error;
   // As megac compile: chunks only where the schedule interleaves them.
-  if (check.empty() && virtualStages.getNumOccurrences() &&
+  if (check.empty() && virtualStages.getNumOccurrences() && virtualStages > 1 &&
       kind != "interleaved")
     return fail("--virtual-stages " + std::to_string(virtualStages) +
                 " needs --schedule interleaved");

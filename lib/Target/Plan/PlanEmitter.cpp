@@ -27,6 +27,7 @@
 #include <type_traits>
 
 #include <functional>
+#include <future>
 #include <map>
 
 using namespace mlir;
@@ -1505,8 +1506,34 @@ FailureOr<std::vector<uint8_t>> emitPlan(ModuleOp module,
         config.getAs<IntegerAttr>("warmup_steps").getInt(),
         config.getAs<IntegerAttr>("total_steps").getInt());
   // Generated kernels: their steps, CUDA source and compiled binaries.
+  // Every kernel compiles at once (each in its own thread; the compiler
+  // may split further by architecture): the kernels are independent, and
+  // a cold compile is most of --target cuda's time.
+  const size_t numKernels = kernels.kernels.size();
+  std::vector<std::string> sources(numKernels), errors(numKernels);
+  std::vector<PlanEmitOptions::Binaries> compiled(numKernels);
+  if (numKernels && !options.compileKernel)
+    return module.emitError("--target cuda needs a CUDA kernel compiler "
+                            "(NVRTC); this megac was built without one");
+  {
+    std::vector<std::future<void>> jobs;
+    for (size_t k = 0; k < numKernels; ++k) {
+      const KernelTable::Entry &kernel = kernels.kernels[k];
+      sources[k] = cudaKernelSource(kernel.name, kernel.steps, kernel.inputs);
+      jobs.push_back(std::async(std::launch::async, [&, k] {
+        errors[k] = options.compileKernel(kernels.kernels[k].name, sources[k],
+                                          compiled[k]);
+      }));
+    }
+    for (std::future<void> &job : jobs)
+      job.get();
+  }
   std::vector<fb::Offset<mp::Kernel>> kernelOffsets;
-  for (const KernelTable::Entry &kernel : kernels.kernels) {
+  for (size_t k = 0; k < numKernels; ++k) {
+    const KernelTable::Entry &kernel = kernels.kernels[k];
+    if (!errors[k].empty())
+      return module.emitError("generated kernel ")
+             << kernel.name << " does not compile: " << errors[k];
     std::vector<fb::Offset<mp::FusedStep>> steps;
     for (auto &[name, args] : kernel.steps) {
       mp::OpCode code = name == "add"         ? mp::OpCode_Add
@@ -1517,16 +1544,8 @@ FailureOr<std::vector<uint8_t>> emitPlan(ModuleOp module,
       std::vector<int32_t> argv(args.begin(), args.end());
       steps.push_back(mp::CreateFusedStepDirect(fbb, code, &argv));
     }
-    std::string source =
-        cudaKernelSource(kernel.name, kernel.steps, kernel.inputs);
-    PlanEmitOptions::Binaries binaries;
-    if (!options.compileKernel)
-      return module.emitError("--target cuda needs a CUDA kernel compiler "
-                              "(NVRTC); this megac was built without one");
-    std::string error = options.compileKernel(kernel.name, source, binaries);
-    if (!error.empty())
-      return module.emitError("generated kernel ")
-             << kernel.name << " does not compile: " << error;
+    const std::string &source = sources[k];
+    PlanEmitOptions::Binaries &binaries = compiled[k];
     std::vector<fb::Offset<mp::KernelBinary>> binaryOffsets;
     for (auto &[arch, cubin] : binaries)
       binaryOffsets.push_back(

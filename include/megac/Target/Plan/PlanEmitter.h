@@ -37,7 +37,8 @@ struct PlanEmitOptions {
   /// compiled by \p compileKernel.
   std::string target = "cpu";
   /// Compiles the CUDA source of kernel \p name into (architecture, cubin)
-  /// pairs; returns an error message, or "" on success.
+  /// pairs; returns an error message, or "" on success. Called for every
+  /// kernel at once, from threads of its own: it must be thread-safe.
   using Binaries = std::vector<std::pair<std::string, std::vector<uint8_t>>>;
   std::function<std::string(const std::string &name,
                             const std::string &source, Binaries &binaries)>
