@@ -1150,6 +1150,9 @@ int runInspect(int argc, char **argv) {
       args.size(), args.data(),
       "megac inspect: print a plan (verified first) as text or JSON, or write "
       "its expected schedule as a trace.\n");
+  if (!trace.empty() && (json || rank.getNumOccurrences()))
+    return fail("--trace writes every rank's schedule as trace JSON; "
+                "--json and --rank choose what is printed instead");
   megac_rt::LoadedPlan plan;
   std::string message = megac_rt::loadPlanFile(input, plan);
   if (!message.empty())
@@ -1303,6 +1306,16 @@ int runSchedule(int argc, char **argv) {
   megac::PipelineSchedule schedule;
   std::string error;
   // As megac compile: chunks only where the schedule interleaves them.
+  // A checked file says its own shape: options that would shape a
+  // generated schedule are refused beside it, not silently dropped.
+  if (!check.empty())
+    for (cl::Option *option : std::initializer_list<cl::Option *>{
+             &stages, &microBatches, &kind, &virtualStages})
+      if (option->getNumOccurrences())
+        return fail("--" + option->ArgStr.str() +
+                    " shapes a generated schedule; --check " + check +
+                    " takes its ranks, micro-batches and chunks from the "
+                    "file");
   if (check.empty() && virtualStages.getNumOccurrences() && virtualStages > 1 &&
       kind != "interleaved")
     return fail("--virtual-stages " + std::to_string(virtualStages) +
