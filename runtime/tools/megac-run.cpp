@@ -375,6 +375,8 @@ void checkModeOptions(const Options &O, const Setup &S, const Program &P) {
                      "or --save-checkpoint");
     if (!O.saveOutputs.empty())
       throw RunError("--generate cannot be combined with --save-outputs");
+    if (!O.tokens.empty())
+      throw RunError("--generate reads its prompt, not --data or --tokens");
     if (P.vocab_size() < 256)
       throw RunError(Plan + ": --generate uses byte-level tokens and needs a "
                             "vocabulary of at least 256 (the plan has " +
@@ -430,6 +432,10 @@ void checkModeOptions(const Options &O, const Setup &S, const Program &P) {
     return;
   }
   if (S.mode == Mode::Forward) {
+    if (O.sample != "sequential")
+      throw RunError("--sample " + O.sample +
+                     " chooses training steps' windows; a forward run reads "
+                     "the first batch of its tokens");
     if (O.haveSteps && O.steps > 1)
       throw RunError(Plan + " is a forward plan (no training config): "
                             "--steps " +
