@@ -78,16 +78,6 @@ void fsyncDir(const std::string &Dir) {
     throw RunError(Dir + ": cannot sync directory: " + std::strerror(E));
 }
 
-void makeDirs(const std::string &Dir) {
-  std::error_code EC;
-  std::filesystem::create_directories(Dir, EC);
-  if (EC)
-    throw RunError(Dir + ": cannot create checkpoint directory: " +
-                   EC.message());
-  if (!std::filesystem::is_directory(Dir, EC))
-    throw RunError(Dir + ": not a directory");
-}
-
 std::vector<uint8_t> readWhole(const std::string &Path, bool &Missing) {
   Missing = false;
   std::ifstream F(Path, std::ios::binary | std::ios::ate);
@@ -112,6 +102,16 @@ std::string sliceJson(const std::vector<int64_t> &Global,
 }
 
 } // namespace
+
+void makeDirs(const std::string &Dir) {
+  std::error_code EC;
+  std::filesystem::create_directories(Dir, EC);
+  if (EC)
+    throw RunError(Dir +
+                   ": cannot create checkpoint directory: " + EC.message());
+  if (!std::filesystem::is_directory(Dir, EC))
+    throw RunError(Dir + ": not a directory");
+}
 
 std::string stepDirName(int64_t Step) {
   char Buf[32];

@@ -65,6 +65,11 @@ std::string stepDirName(int64_t Step);
 /// "rank-00003.safetensors".
 std::string shardFileName(uint32_t Rank);
 
+/// Creates \p Dir and its parents where missing. Throws RunError
+/// "<dir>: cannot create checkpoint directory: <why>", or "not a
+/// directory" where a file stands in the way.
+void makeDirs(const std::string &Dir);
+
 /// Writes \p Path atomically: temporary file, fsync, rename, fsync of the
 /// directory. Throws RunError "<path>: <what>".
 void writeFileAtomic(const std::string &Path, const void *Data, size_t Size);

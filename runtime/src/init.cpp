@@ -154,8 +154,10 @@ TokenSource TokenSource::fromTokens(std::vector<int32_t> Tokens) {
 uint32_t TokenSource::fingerprint() const {
   if (Seeded)
     return 0;
-  return crc32(reinterpret_cast<const uint8_t *>(T.data()),
-               T.size() * sizeof(int32_t));
+  if (!Fingerprint)
+    Fingerprint = crc32(reinterpret_cast<const uint8_t *>(T.data()),
+                        T.size() * sizeof(int32_t));
+  return *Fingerprint;
 }
 
 int32_t TokenSource::at(uint64_t I) const {

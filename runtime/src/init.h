@@ -12,6 +12,7 @@
 #include "safetensors.h"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -56,10 +57,13 @@ public:
   int32_t at(uint64_t I) const;
   bool isSeeded() const { return Seeded; }
   /// CRC-32 of the tokens as little-endian int32s (0 for the seeded
-  /// stream): tells two data files of one length apart.
+  /// stream): tells two data files of one length apart. Computed at the
+  /// first call (a pass over the whole file), then kept: every checkpoint
+  /// records it.
   uint32_t fingerprint() const;
 
 private:
+  mutable std::optional<uint32_t> Fingerprint;
   bool Seeded = false;
   uint64_t Base = 0;
   int64_t Vocab = 1;

@@ -284,10 +284,21 @@ bool updatesParams(const RankProgram &RP) {
   return false;
 }
 
+/// Creates the new file \p Probe and removes it again: "" where that
+/// works, else why not. The only sure test that a directory takes a file
+/// (permission bits say nothing for root or a read-only mount).
+std::string createAndRemove(const std::string &Probe) {
+  const int Fd = ::open(Probe.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
+  if (Fd < 0)
+    return std::strerror(errno);
+  ::close(Fd);
+  ::unlink(Probe.c_str());
+  return "";
+}
+
 /// Throws unless \p Path can be written as a file: an existing one opens
-/// for writing (nothing is truncated), and its directory takes a new file
-/// (tried by creating and removing one, which also holds for root and
-/// read-only mounts), as writers that rename a temporary into place need.
+/// for writing (nothing is truncated), and its directory takes a new file,
+/// as writers that rename a temporary into place need.
 void checkWritableFile(const std::string &Path) {
   const size_t Slash = Path.find_last_of('/');
   const std::string Dir =
@@ -303,40 +314,21 @@ void checkWritableFile(const std::string &Path) {
       throw RunError(Path + ": cannot write: " + std::strerror(errno));
     ::close(Fd);
   }
-  const std::string Probe =
-      Path + ".megac-write-probe-" + std::to_string(::getpid());
-  const int Fd = ::open(Probe.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
-  if (Fd < 0)
-    throw RunError(Path + ": cannot create a file in " + Dir + ": " +
-                   std::strerror(errno));
-  ::close(Fd);
-  ::unlink(Probe.c_str());
+  if (std::string Why = createAndRemove(Path + ".megac-write-probe-" +
+                                        std::to_string(::getpid()));
+      !Why.empty())
+    throw RunError(Path + ": cannot create a file in " + Dir + ": " + Why);
 }
 
 /// Throws unless \p Dir is (or is created now as) a directory this rank
 /// can write a file into: the checkpoint's shards are written at the end.
 void checkWritableDirectory(const std::string &Dir) {
-  std::string Prefix;
-  for (size_t At = 0; At != std::string::npos;) {
-    At = Dir.find('/', At + 1);
-    Prefix = Dir.substr(0, At);
-    if (!Prefix.empty() && ::mkdir(Prefix.c_str(), 0755) != 0 &&
-        errno != EEXIST)
-      throw RunError(Dir + ": cannot create checkpoint directory " + Prefix +
-                     ": " + std::strerror(errno));
-  }
-  struct stat St;
-  if (::stat(Dir.c_str(), &St) != 0 || !S_ISDIR(St.st_mode))
-    throw RunError(Dir + ": not a directory (--save-checkpoint takes one)");
-  const std::string Probe = Dir + "/.megac-write-probe-" +
-                            std::to_string(WorldRank) + "-" +
-                            std::to_string(::getpid());
-  const int Fd = ::open(Probe.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
-  if (Fd < 0)
-    throw RunError(
-        Dir + ": cannot write a checkpoint there: " + std::strerror(errno));
-  ::close(Fd);
-  ::unlink(Probe.c_str());
+  makeDirs(Dir);
+  if (std::string Why = createAndRemove(Dir + "/.megac-write-probe-" +
+                                        std::to_string(WorldRank) + "-" +
+                                        std::to_string(::getpid()));
+      !Why.empty())
+    throw RunError(Dir + ": cannot write a checkpoint there: " + Why);
 }
 
 /// Files written after the run (by rank 0) and the checkpoint directory
@@ -1709,7 +1701,7 @@ int runMain(int Argc, char **Argv) {
                  "hangs in a collective; 0: wait forever")
       ->check(finiteIn(0.0, 1e9, "from 0 to 1e9"))
       ->default_str("300");
-  App.add_flag("--quiet,-q", O.quiet, "Print nothing but errors");
+  App.add_flag("--quiet,-q", O.quiet, "Print nothing but warnings and errors");
   App.add_option("--backend", O.backend,
                  "Execution backend: cpu, or cuda (libmegac_cuda.so beside "
                  "megac-run, or the library MEGAC_CUDA_PLUGIN names; "
@@ -1744,13 +1736,7 @@ int runMain(int Argc, char **Argv) {
              "watchdog ends the job.");
   try {
     App.parse(Argc, Argv);
-  } catch (const CLI::CallForHelp &E) {
-    std::ostringstream Null;
-    return WorldRank == 0 ? App.exit(E) : App.exit(E, Null, Null);
-  } catch (const CLI::CallForAllHelp &E) {
-    std::ostringstream Null;
-    return WorldRank == 0 ? App.exit(E) : App.exit(E, Null, Null);
-  } catch (const CLI::CallForVersion &E) {
+  } catch (const CLI::Success &E) { // --help, --help-all, --version
     std::ostringstream Null;
     return WorldRank == 0 ? App.exit(E) : App.exit(E, Null, Null);
   } catch (const CLI::ParseError &E) {

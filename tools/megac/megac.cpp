@@ -331,9 +331,9 @@ public:
                              llvm::isDigit(name[1]) &&
                              name.drop_front(2).starts_with("-megac-") &&
                              name.ends_with(".mlir"));
-      bool isKept = false;
-      if (dumpName &&
-          !(!llvm::sys::fs::equivalent(it->path(), keep, isKept) && isKept))
+      bool isModel = false; // (stays false where the test fails)
+      (void)llvm::sys::fs::equivalent(it->path(), keep, isModel);
+      if (dumpName && !isModel)
         llvm::sys::fs::remove(it->path());
     }
   }
@@ -706,8 +706,9 @@ int runCompile(int argc, char **argv) {
   auto start = std::chrono::steady_clock::now();
   // A plan written over its own model (a slip of `-o model.mlir`) would
   // lose the model.
-  bool sameFile = false;
-  if (!llvm::sys::fs::equivalent(input, output, sameFile) && sameFile)
+  bool sameFile = false; // (stays false where the output does not exist)
+  (void)llvm::sys::fs::equivalent(input, output, sameFile);
+  if (sameFile)
     return fail("-o " + output +
                 " is the model being compiled; the plan "
                 "would overwrite it");
@@ -1305,7 +1306,6 @@ int runSchedule(int argc, char **argv) {
       "every rank finish; the bubble (idle time) is reported.\n");
   megac::PipelineSchedule schedule;
   std::string error;
-  // As megac compile: chunks only where the schedule interleaves them.
   // A checked file says its own shape: options that would shape a
   // generated schedule are refused beside it, not silently dropped.
   if (!check.empty())
@@ -1316,6 +1316,7 @@ int runSchedule(int argc, char **argv) {
                     " shapes a generated schedule; --check " + check +
                     " takes its ranks, micro-batches and chunks from the "
                     "file");
+  // As megac compile: chunks only where the schedule interleaves them.
   if (check.empty() && virtualStages.getNumOccurrences() && virtualStages > 1 &&
       kind != "interleaved")
     return fail("--virtual-stages " + std::to_string(virtualStages) +
