@@ -1832,7 +1832,8 @@ std::string verifyImpl(std::vector<uint8_t> &&Bytes, LoadedPlan &Out) {
   if (Bytes.size() < 8)
     return "file too small to be a megac plan (" +
            std::to_string(Bytes.size()) + " bytes)";
-  if (!PlanBufferHasIdentifier(Bytes.data()))
+  if (!hasPlanIdentifier(reinterpret_cast<const char *>(Bytes.data()),
+                         Bytes.size()))
     return "not a megac plan (missing \"MGCP\" file identifier)";
   if (Bytes.size() >= FLATBUFFERS_MAX_BUFFER_SIZE)
     return "file too large to be a megac plan";

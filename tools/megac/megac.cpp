@@ -71,10 +71,10 @@ OwningOpRef<ModuleOp> loadModel(MLIRContext &ctx, llvm::StringRef path,
     fail(error);
     return nullptr;
   }
-  // A plan (FlatBuffers, identifier "MGCP" at byte 4) given where a model
-  // belongs would otherwise meet the MLIR parser's "unexpected character".
-  if (file->getBuffer().size() >= 8 &&
-      file->getBuffer().substr(4, 4) == "MGCP") {
+  // A plan given where a model belongs would otherwise meet the MLIR
+  // parser's "unexpected character".
+  if (megac_rt::hasPlanIdentifier(file->getBufferStart(),
+                                  file->getBufferSize())) {
     fail(path + " is a megac plan, not a model: this command takes a model "
                 "in the megac dialect (.mlir); `megac inspect` prints a plan");
     return nullptr;
@@ -389,15 +389,39 @@ void hideForeignOptions() {
   }
 }
 
-llvm::SmallVector<char *> shiftArgs(int argc, char **argv,
-                                    std::string &programName) {
+/// Whether some single-value option was given more than once. LLVM's
+/// parser would keep the last value silently, and `--mesh tp=2 --mesh dp=2`
+/// reads as if the two combined; megac-run refuses repeats too.
+bool reportRepeatedOptions() {
+  bool repeated = false;
+  for (auto &entry : cl::getRegisteredOptions()) {
+    cl::Option *option = entry.second;
+    // Lists take every occurrence by design, and a repeated flag changes
+    // nothing; an option is registered under each of its names but
+    // reported once.
+    if (option->getNumOccurrences() > 1 &&
+        option->getNumOccurrencesFlag() == cl::Optional &&
+        option->getValueExpectedFlag() == cl::ValueRequired &&
+        entry.first == option->ArgStr) {
+      fail("--" + option->ArgStr + " given " +
+           llvm::Twine(option->getNumOccurrences()) + " times; give it once");
+      repeated = true;
+    }
+  }
+  return repeated;
+}
+
+/// Parses the options of subcommand argv[1], with argv[0] shown as
+/// "megac compile" so --help reads naturally. False (reported) when the
+/// command line must be refused.
+[[nodiscard]] bool parseSubcommand(int argc, char **argv, StringRef overview) {
   hideForeignOptions();
-  // argv[0] becomes "megac compile" so --help reads naturally.
-  programName = std::string(argv[0]) + " " + argv[1];
+  std::string programName = std::string(argv[0]) + " " + argv[1];
   llvm::SmallVector<char *> args = {programName.data()};
   for (int i = 2; i < argc; ++i)
     args.push_back(argv[i]);
-  return args;
+  cl::ParseCommandLineOptions(args.size(), args.data(), overview);
+  return !reportRepeatedOptions();
 }
 
 /// A pipeline schedule: read from \p file if given, else generated
@@ -692,16 +716,15 @@ int runCompile(int argc, char **argv) {
   registerPassManagerCLOptions();
   registerAsmPrinterCLOptions();
   registerDefaultTimingManagerCLOptions();
-  std::string programName;
-  auto args = shiftArgs(argc, argv, programName);
-  cl::ParseCommandLineOptions(
-      args.size(), args.data(),
-      "megac compile: partition a megac model over a device grid and write "
-      "an execution plan.\n\n"
-      "  megac compile model.mlir --mesh tp=4 -o model.mgc\n"
-      "  mpirun -np 4 megac-run model.mgc\n"
-      "  megac compile model.mlir --train --mesh dp=2,tp=2 -o train.mgc\n"
-      "  mpirun -np 4 megac-run train.mgc --steps 100 --data tokens.bin\n");
+  if (!parseSubcommand(
+          argc, argv,
+          "megac compile: partition a megac model over a device grid and write "
+          "an execution plan.\n\n"
+          "  megac compile model.mlir --mesh tp=4 -o model.mgc\n"
+          "  mpirun -np 4 megac-run model.mgc\n"
+          "  megac compile model.mlir --train --mesh dp=2,tp=2 -o train.mgc\n"
+          "  mpirun -np 4 megac-run train.mgc --steps 100 --data tokens.bin\n"))
+    return 1;
 
   auto start = std::chrono::steady_clock::now();
   // A plan written over its own model (a slip of `-o model.mlir`) would
@@ -1071,12 +1094,11 @@ int runImport(int argc, char **argv) {
   static cl::opt<std::string> output("o", cl::desc("Output file (default: -)"),
                                      cl::value_desc("file"), cl::init("-"),
                                      cl::cat(category));
-  std::string programName;
-  auto args = shiftArgs(argc, argv, programName);
-  cl::ParseCommandLineOptions(
-      args.size(), args.data(),
-      "megac import: generate a megac model from a HuggingFace config.\n\n"
-      "  megac import --hf-config config.json -o model.mlir\n");
+  if (!parseSubcommand(
+          argc, argv,
+          "megac import: generate a megac model from a HuggingFace config.\n\n"
+          "  megac import --hf-config config.json -o model.mlir\n"))
+    return 1;
   if (config.empty() == !tiny)
     return fail("give exactly one of --hf-config FILE or --tiny");
 
@@ -1145,12 +1167,11 @@ int runInspect(int argc, char **argv) {
                "collectives wait for their whole group) as Chrome "
                "trace-event JSON, for Perfetto, instead of printing"),
       cl::value_desc("file.json"), cl::cat(category));
-  std::string programName;
-  auto args = shiftArgs(argc, argv, programName);
-  cl::ParseCommandLineOptions(
-      args.size(), args.data(),
-      "megac inspect: print a plan (verified first) as text or JSON, or write "
-      "its expected schedule as a trace.\n");
+  if (!parseSubcommand(argc, argv,
+                       "megac inspect: print a plan (verified first) as text "
+                       "or JSON, or write "
+                       "its expected schedule as a trace.\n"))
+    return 1;
   if (!trace.empty() && (json || rank.getNumOccurrences()))
     return fail("--trace writes every rank's schedule as trace JSON; "
                 "--json and --rank choose what is printed instead");
@@ -1295,15 +1316,14 @@ int runSchedule(int argc, char **argv) {
       "seq",
       cl::desc("Sequence length for --model (default: the model's, else 64)"),
       cl::init(0), cl::cat(category));
-  std::string programName;
-  auto args = shiftArgs(argc, argv, programName);
-  cl::ParseCommandLineOptions(
-      args.size(), args.data(),
-      "megac schedule: generate a pipeline schedule (GPipe, 1F1B, "
-      "interleaved 1F1B) or check one written by hand. The schedule is "
-      "simulated (a backward pass takes twice a forward pass): every "
-      "activation and gradient sent must be received in an order that lets "
-      "every rank finish; the bubble (idle time) is reported.\n");
+  if (!parseSubcommand(
+          argc, argv,
+          "megac schedule: generate a pipeline schedule (GPipe, 1F1B, "
+          "interleaved 1F1B) or check one written by hand. The schedule is "
+          "simulated (a backward pass takes twice a forward pass): every "
+          "activation and gradient sent must be received in an order that lets "
+          "every rank finish; the bubble (idle time) is reported.\n"))
+    return 1;
   megac::PipelineSchedule schedule;
   std::string error;
   // A checked file says its own shape: options that would shape a

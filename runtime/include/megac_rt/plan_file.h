@@ -62,6 +62,12 @@ constexpr const char *kMegacRelease = "megac 0.1";
 /// refuses larger ones as nonsense, and the compiler refuses to emit them.
 constexpr int64_t kMaxBufferElements = int64_t(1) << 40;
 
+/// Whether \p bytes start like a plan file (the "MGCP" identifier at byte
+/// 4), so that tools reading models can name a plan given in their place.
+inline bool hasPlanIdentifier(const char *bytes, size_t size) {
+  return size >= 8 && megac::plan::PlanBufferHasIdentifier(bytes);
+}
+
 /// CRC-32 (IEEE 802.3, reflected, as zlib computes it).
 uint32_t crc32(const uint8_t *data, size_t size);
 
