@@ -189,7 +189,7 @@ std::vector<int32_t> readTokens(const std::string &Path, size_t Count,
   F.seekg(0);
   uint64_t Start = 0, Available = Size / 2;
   size_t Width = 2;
-  std::string Format = "raw uint16 tokens";
+  std::string Format = "raw uint16";
   if (Size >= 1024) {
     int32_t Hdr[256];
     if (!F.read(reinterpret_cast<char *>(Hdr), sizeof(Hdr)))
@@ -215,9 +215,8 @@ std::vector<int32_t> readTokens(const std::string &Path, size_t Count,
                    " bytes, an odd number: not raw uint16 tokens (nor an "
                    "llm.c token file)");
   if (Available < Count)
-    throw RunError(Path + ": " + Format + " holds " +
-                   std::to_string(Available) + " tokens but the plan needs " +
-                   std::to_string(Count));
+    throw RunError(Path + ": holds " + std::to_string(Available) + " tokens (" +
+                   Format + ") but the plan needs " + std::to_string(Count));
   if (All) {
     if (Available > uint64_t(SIZE_MAX / 8))
       throw RunError(Path + ": token file is too large");
