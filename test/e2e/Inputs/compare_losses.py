@@ -22,5 +22,7 @@ for other in series[1:]:
         sys.exit("different numbers of steps")
     for a, b in zip(series[0], other):
         worst = max(worst, abs(a - b) / abs(a))
-print(f"{len(series)} runs, step 1 losses agree within {worst:.1e} (tolerance {args.tol:g})")
+steps = len(series[0])
+print(f"{len(series)} runs, {steps} step{'' if steps == 1 else 's'}: "
+      f"losses agree within {worst:.1e} (tolerance {args.tol:g})")
 sys.exit(0 if worst <= args.tol else 1)

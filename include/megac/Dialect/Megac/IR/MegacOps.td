@@ -627,7 +627,8 @@ def Megac_CrossEntropyGradOp : Megac_ModelOp<"cross_entropy_grad"> {
 
     Rules: `cross_entropy_grad_c1` logits `[B, S, V]`, labels `[B, S]`,
     loss_grad a scalar; `cross_entropy_grad_c2` stats, if given, are
-    `[B, S, 3n]` with `n` dividing `V`; `classes`, if given, is positive.
+    `[B, S, 3n]` (the logits being the whole vocabulary or one of its `n`
+    blocks); `classes`, if given, is positive.
   }];
   let arguments = (ins Megac_F32Tensor:$logits, Megac_I32Tensor:$labels,
                        Megac_F32Tensor:$loss_grad,
