@@ -38,6 +38,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <climits>
@@ -997,11 +998,20 @@ std::unique_ptr<DeviceRun> openCudaRun(DeviceHost &Host) {
     throw RunError(Lib + " has no megacCreateCudaRun");
   // One device per rank: the launcher's local rank (the plugin takes the
   // only device visible where CUDA_VISIBLE_DEVICES leaves one).
+  // An empty variable is unset; anything but a whole number is refused
+  // (atoi took "abc" for device 0 and "3x" for 3).
   int Device = 0;
   for (const char *Var : {"OMPI_COMM_WORLD_LOCAL_RANK", "LOCAL_RANK",
                           "SLURM_LOCALID"})
-    if (const char *V = std::getenv(Var)) {
-      Device = std::atoi(V);
+    if (const char *V = std::getenv(Var); V && *V) {
+      char *End = nullptr;
+      errno = 0;
+      const long Value = std::strtol(V, &End, 10);
+      if (*End || errno || Value < 0 || Value > INT_MAX || !std::isdigit(*V))
+        throw RunError(std::string(Var) + " is '" + V +
+                       "': expected the launcher's local rank, a whole "
+                       "number (it picks this rank's device)");
+      Device = int(Value);
       break;
     }
   char Err[1024] = {0};
@@ -1363,8 +1373,10 @@ int runForwardOnDevice(const Options &O, Setup &S) {
   std::unique_ptr<DeviceSession> Dev = openDevice(*S.exec);
   if (!Dev)
     return 1;
-  std::string Err;
   double Ms = 0;
+  // A rank that fails mid-step leaves its peers inside a collective it never
+  // joins, where no agreement can reach them: abort the job, as training
+  // and the CPU backend do.
   try {
     if (!O.profile.empty())
       Dev->enableProfiling();
@@ -1377,10 +1389,8 @@ int runForwardOnDevice(const Options &O, Setup &S) {
       for (const Output *Out : *RP.outputs())
         Dev->pull(Out->buffer());
   } catch (const std::exception &Ex) {
-    Err = Ex.what();
+    abortJob(Ex);
   }
-  if (!agree(Err))
-    return 1;
   info(O, "forward step on %s: %u instructions in %.1f ms; %s",
        Dev->device().deviceName().c_str(),
        RP.instrs() ? RP.instrs()->size() : 0u, Ms,
@@ -1834,10 +1844,7 @@ int runMain(int Argc, char **Argv) {
       S.exec->enableTrace(kMaxTraceEvents);
     Stats = S.exec->run(Comm);
   } catch (const std::exception &E) {
-    std::fprintf(stderr, "megac-run: error: %s\n", oneLine(E.what()).c_str());
-    std::fflush(stderr);
-    MPI_Abort(MPI_COMM_WORLD, 1);
-    return 1;
+    abortJob(E);
   }
   double MaxSec = 0;
   MPI_Allreduce(&Stats.seconds, &MaxSec, 1, MPI_DOUBLE, MPI_MAX,

@@ -310,10 +310,10 @@ public:
           "cudaStreamCreateWithFlags");
     check(cudaStreamCreateWithFlags(&Comm, cudaStreamNonBlocking),
           "cudaStreamCreateWithFlags");
-    // Communicators first: every rank gets here (the factory checked the
-    // devices), so a later failure on one rank (memory) cannot leave the
-    // others waiting in NCCL's setup; the factory then agrees on success.
-    joinCommunicators(Rank, Boot);
+    // The communicators come last, joined by the factory once every rank
+    // has set up (joinCommunicators): a failure here on one rank (memory, a
+    // bad MEGAC_CUDA_* value) is then agreed on before any rank waits in
+    // NCCL's setup for it.
     check(cublasCreate(&Blas), "cublasCreate");
     // Plain fp32 products: no TF32, so results stay close to the CPU's.
     check(cublasSetMathMode(Blas, CUBLAS_PEDANTIC_MATH), "cublasSetMathMode");
@@ -818,9 +818,11 @@ public:
         ncclCommAbort(C);
   }
 
-private:
   /// One NCCL communicator per grid axis, over this rank's group along it;
   /// the group's first member makes the id, the launcher hands it round.
+  /// Collective over the world: every rank calls it (after all set up) and
+  /// every rank gathers once per axis, a failed id travelling as such, so
+  /// that all throw together rather than leave a peer in a gather.
   void joinCommunicators(uint32_t Rank, const DeviceBootstrap *Boot) {
     const uint32_t NA = P.axes() ? P.axes()->size() : 0;
     Comms.assign(NA, nullptr);
@@ -829,33 +831,52 @@ private:
     if (!Boot || !Boot->allGather)
       throw std::runtime_error("a plan of several ranks needs the "
                                "launcher's bootstrap");
-    std::vector<ncclUniqueId> All(P.world_size());
+    struct SharedId {
+      char Ok;
+      ncclUniqueId Id;
+    };
+    std::vector<SharedId> All(P.world_size());
+    std::string Error; // the first failure, here or (seen in All) a peer's
     for (uint32_t A = 0; A < NA; ++A) {
+      // (Every rank is in one group of every axis: the plan verifier
+      // checks that the groups partition the world.)
       const Group *Mine = nullptr;
       for (const Group *G : *P.axes()->Get(A)->groups())
         for (uint32_t R : *G->ranks())
           if (R == Rank)
             Mine = G;
-      if (!Mine)
-        throw std::runtime_error("rank " + std::to_string(Rank) +
-                                 " is in no group of axis " +
-                                 P.axes()->Get(A)->name()->str());
-      const uint32_t Leader = Mine->ranks()->Get(0);
+      const uint32_t Leader = Mine ? Mine->ranks()->Get(0) : Rank;
       int Index = 0;
-      for (uint32_t K = 0; K < Mine->ranks()->size(); ++K)
+      for (uint32_t K = 0; Mine && K < Mine->ranks()->size(); ++K)
         if (Mine->ranks()->Get(K) == Rank)
           Index = int(K);
-      ncclUniqueId Id{};
-      if (Rank == Leader)
-        check(ncclGetUniqueId(&Id), "ncclGetUniqueId");
-      if (!Boot->allGather(&Id, sizeof(Id), All.data(), Boot->Ctx))
+      SharedId Own{0, {}};
+      if (Error.empty() && !Mine)
+        Error = "rank " + std::to_string(Rank) + " is in no group of axis " +
+                P.axes()->Get(A)->name()->str();
+      if (Error.empty() && Rank == Leader)
+        if (ncclResult_t R = ncclGetUniqueId(&Own.Id); R != ncclSuccess)
+          Error = std::string("ncclGetUniqueId: ") + ncclGetErrorString(R);
+      Own.Ok = Error.empty();
+      // Every rank gathers once per axis, failed or not, so that none is
+      // left in a gather; after a failure, wherever, no rank joins more.
+      if (!Boot->allGather(&Own, sizeof(Own), All.data(), Boot->Ctx))
         throw std::runtime_error("the launcher could not share NCCL ids");
-      check(ncclCommInitRank(&Comms[A], int(Mine->ranks()->size()), All[Leader],
-                             Index),
-            "ncclCommInitRank");
+      for (uint32_t R = 0; R < P.world_size() && Error.empty(); ++R)
+        if (!All[R].Ok)
+          Error =
+              "rank " + std::to_string(R) + " could not join the communicators";
+      if (Error.empty())
+        if (ncclResult_t R = ncclCommInitRank(
+                &Comms[A], int(Mine->ranks()->size()), All[Leader].Id, Index);
+            R != ncclSuccess)
+          Error = std::string("ncclCommInitRank: ") + ncclGetErrorString(R);
     }
+    if (!Error.empty())
+      throw std::runtime_error(Error);
   }
 
+private:
   ncclComm_t comm(const Instr &In) const {
     // After the watchdog's abort the communicators are gone: no NCCL call
     // may use them (it ends the process a moment later).
@@ -4263,19 +4284,25 @@ private:
 
 namespace {
 /// Every rank learns whether all succeeded so far (\p Why empty); a rank
-/// that did, with a peer that did not, gets "rank R <\p PeerFailed>".
-/// Collective over the world when the plan has several ranks.
+/// that did, with a peer that did not, gets "rank R <\p PeerFailed>: <R's
+/// reason>", so that whichever rank the launcher lets speak names the
+/// cause. Collective over the world when the plan has several ranks.
 void agreeOnSuccess(const Program &P, const DeviceBootstrap *Boot,
                     std::string &Why, const char *PeerFailed) {
   if (P.world_size() <= 1 || !Boot || !Boot->allGather)
     return;
-  std::vector<char> Ok(P.world_size());
-  const char Mine = Why.empty();
-  if (!Boot->allGather(&Mine, 1, Ok.data(), Boot->Ctx) && Why.empty())
+  // Each rank's reason, cut to a fixed size (empty: it succeeded).
+  constexpr size_t kReasonBytes = 256;
+  char Mine[kReasonBytes] = {};
+  std::snprintf(Mine, sizeof(Mine), "%s", Why.c_str());
+  std::vector<char> All(P.world_size() * kReasonBytes);
+  if (!Boot->allGather(Mine, kReasonBytes, All.data(), Boot->Ctx) &&
+      Why.empty())
     Why = "the launcher could not share device status";
   for (uint32_t R = 0; R < P.world_size() && Why.empty(); ++R)
-    if (!Ok[R])
-      Why = "rank " + std::to_string(R) + " " + PeerFailed;
+    if (const char *Reason = &All[R * kReasonBytes]; *Reason)
+      Why = "rank " + std::to_string(R) + " " + PeerFailed + ": " +
+            std::string(Reason, strnlen(Reason, kReasonBytes));
 }
 } // namespace
 
@@ -4323,9 +4350,18 @@ extern "C" megac_rt::DeviceRun *megacCreateCudaRun(const Program *P,
   } catch (const std::exception &E) {
     Why = E.what();
   }
-  // Setting up can fail on one rank only (memory): all agree before any
-  // goes on to a collective the failed one would never join.
+  // Setting up can fail on one rank only (memory, a MEGAC_CUDA_* value set
+  // on one rank): all agree before any joins a communicator the failed one
+  // would never join.
   agreeOnSuccess(*P, Boot, Why, "could not set up its device");
+  if (Why.empty()) {
+    try {
+      Run->joinCommunicators(Rank, Boot);
+    } catch (const std::exception &E) {
+      Why = E.what();
+    }
+    agreeOnSuccess(*P, Boot, Why, "could not join the communicators");
+  }
   if (!Why.empty() && Run)
     Run->markFailed(); // peers may be gone: abort, do not wait for them
   if (!Why.empty()) {

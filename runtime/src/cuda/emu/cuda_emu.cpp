@@ -795,6 +795,15 @@ cublasStatus_t cublasSgemmStridedBatched(
   // On the handle's stream; alpha and beta are the caller's, read now,
   // and the arguments are checked now, as cuBLAS does.
   const float Al = *Alpha, Be = *Beta;
+  // MEGAC_CUDA_EMU_FAIL_GEMM=N: the Nth fp32 product of the process fails,
+  // as a device fault would, for the tests of one rank failing mid-step.
+  static const long FailAt = [] {
+    const char *E = std::getenv("MEGAC_CUDA_EMU_FAIL_GEMM");
+    return E ? std::atol(E) : 0L;
+  }();
+  static long Calls = 0;
+  if (FailAt > 0 && ++Calls == FailAt)
+    return CUBLAS_STATUS_EXECUTION_FAILED;
   if (M < 0 || N < 0 || K < 0 ||
       Lda < std::max(1, TransA == CUBLAS_OP_N ? M : K) ||
       Ldb < std::max(1, TransB == CUBLAS_OP_N ? K : N) || Ldc < std::max(1, M))
