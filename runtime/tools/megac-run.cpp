@@ -334,8 +334,7 @@ void checkWritableDirectory(const std::string &Dir) {
 
 /// Files written after the run (by rank 0) and the checkpoint directory
 /// (by every rank): one that cannot be written fails now, not after the
-/// work. Called once the options suit the plan, so that a refused run
-/// leaves no directory behind.
+/// work.
 void checkOutputsWritable(const Options &O) {
   if (WorldRank == 0)
     for (const std::string *Out :
@@ -563,7 +562,6 @@ void prepare(const Options &O, Setup &S) {
            : P.train() ? Mode::Train
                        : Mode::Forward;
   checkModeOptions(O, S, P);
-  checkOutputsWritable(O);
   S.seed = O.haveSeed ? O.seed : P.seed();
   S.exec = std::make_unique<Executor>(P, uint32_t(WorldRank));
   S.exec->allocate();
@@ -1779,7 +1777,11 @@ int runMain(int Argc, char **Argv) {
   }
   if (!agree(Err))
     return 1;
+  // Only once every rank has accepted the run (its checkpoint, weights and
+  // data too), so that a refused run leaves no directory behind.
   try {
+    if (O.dumpPlan.empty())
+      checkOutputsWritable(O);
     openMetrics(O, S);
   } catch (const RunError &E) {
     Err = E.what();
