@@ -137,6 +137,12 @@ SafetensorsFile::SafetensorsFile(const std::string &P) : Path(P) {
   struct stat St;
   if (::fstat(Fd, &St) != 0 || !S_ISREG(St.st_mode)) {
     ::close(Fd);
+    // A HuggingFace model directory holds its weights in model.safetensors.
+    if (S_ISDIR(St.st_mode))
+      throw RunError(Path + ": is a directory, not a safetensors file" +
+                     (::access((Path + "/model.safetensors").c_str(), R_OK) == 0
+                          ? " (pass " + Path + "/model.safetensors)"
+                          : std::string()));
     throw RunError(Path + ": not a regular file");
   }
   Size = size_t(St.st_size);

@@ -1,4 +1,7 @@
 // RUN: megac-opt %s --split-input-file --megac-accumulate-micro-batches=micro-batches=2 -verify-diagnostics
+// RUN: not megac-opt %s --split-input-file --megac-accumulate-micro-batches=micro-batches=0 2>&1 | FileCheck %s --check-prefix=ZERO
+// Tests that the option itself is checked, before any function.
+// ZERO: error: the number of micro-batches must be positive
 
 // Tests that accumulation needs the gradients of megac-autodiff.
 // expected-error@+1 {{megac-accumulate-micro-batches found no 'grad:' results; run megac-autodiff first}}
