@@ -375,8 +375,15 @@ void loadCheckpointShard(const std::string &StepDir, const CheckpointMeta &M,
                   const std::vector<int64_t> &Offset, float *Dst,
                   const std::vector<int64_t> &Shape) {
     const TensorInfo *T = H.find(Name);
+    // The grid matched (readCheckpointMeta), so on a pipeline the stages
+    // hold other layers: another schedule or --virtual-stages.
     if (!T)
-      throw RunError(Shard + " has no tensor " + Name);
+      throw RunError(Shard + " has no tensor " + Name +
+                     (E.program().pipeline_stages() > 1
+                          ? " (the plan that saved it split the layers "
+                            "into other pipeline stages: resume with the "
+                            "schedule and --virtual-stages that saved it)"
+                          : ""));
     // Moments of another shape: most likely ZeRO on one side only (a
     // ZeRO rank keeps 1/dp of each moment), which the shapes alone hide.
     const bool Moment = Name.rfind("adam_", 0) == 0;
