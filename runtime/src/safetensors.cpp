@@ -135,10 +135,11 @@ SafetensorsFile::SafetensorsFile(const std::string &P) : Path(P) {
     throw RunError(Path + ": cannot open weights file: " +
                    std::strerror(errno));
   struct stat St;
-  if (::fstat(Fd, &St) != 0 || !S_ISREG(St.st_mode)) {
+  const bool Stated = ::fstat(Fd, &St) == 0;
+  if (!Stated || !S_ISREG(St.st_mode)) {
     ::close(Fd);
     // A HuggingFace model directory holds its weights in model.safetensors.
-    if (S_ISDIR(St.st_mode))
+    if (Stated && S_ISDIR(St.st_mode))
       throw RunError(Path + ": is a directory, not a safetensors file" +
                      (::access((Path + "/model.safetensors").c_str(), R_OK) == 0
                           ? " (pass " + Path + "/model.safetensors)"

@@ -966,11 +966,17 @@ struct DeviceHost {
   Collectives *C;
 };
 
-/// The CUDA backend plugin: libmegac_cuda.so beside this executable, or
-/// the library MEGAC_CUDA_PLUGIN names (libmegac_cuda_emu.so runs the same
-/// backend on a host emulation of CUDA, for tests without a GPU).
-std::unique_ptr<DeviceRun> openCudaRun(DeviceHost &Host) {
-  const Program &P = Host.E->program();
+/// A failure every rank has agreed on and one of them has printed.
+struct AgreedFailure {};
+
+using CreateCudaRun = DeviceRun *(*)(const Program *, uint32_t, int,
+                                     const DeviceBootstrap *, char *, size_t);
+
+/// The CUDA backend plugin's entry: libmegac_cuda.so beside this
+/// executable, or the library MEGAC_CUDA_PLUGIN names (libmegac_cuda_emu.so
+/// runs the same backend on a host emulation of CUDA, for tests without a
+/// GPU).
+CreateCudaRun loadCudaPlugin() {
   char Self[4096];
   ssize_t Len = ::readlink("/proc/self/exe", Self, sizeof(Self) - 1);
   std::string Dir = Len > 0 ? std::string(Self, size_t(Len)) : "";
@@ -989,29 +995,50 @@ std::unique_ptr<DeviceRun> openCudaRun(DeviceHost &Host) {
                         : std::string(" (megac-run was built without the "
                                       "CUDA toolkit, or the CUDA driver is "
                                       "missing)")));
-  using Create = DeviceRun *(*)(const Program *, uint32_t, int,
-                                const DeviceBootstrap *, char *, size_t);
-  auto Fn = reinterpret_cast<Create>(::dlsym(Handle, "megacCreateCudaRun"));
+  auto Fn =
+      reinterpret_cast<CreateCudaRun>(::dlsym(Handle, "megacCreateCudaRun"));
   if (!Fn)
     throw RunError(Lib + " has no megacCreateCudaRun");
-  // One device per rank: the launcher's local rank (the plugin takes the
-  // only device visible where CUDA_VISIBLE_DEVICES leaves one).
-  // An empty variable is unset; anything but a whole number is refused
-  // (atoi took "abc" for device 0 and "3x" for 3).
-  int Device = 0;
+  return Fn;
+}
+
+/// One device per rank: the launcher's local rank (the plugin takes the
+/// only device visible where CUDA_VISIBLE_DEVICES leaves one). An empty
+/// variable is unset; anything but a whole number is refused (atoi took
+/// "abc" for device 0 and "3x" for 3).
+int localDevice() {
   for (const char *Var : {"OMPI_COMM_WORLD_LOCAL_RANK", "LOCAL_RANK",
                           "SLURM_LOCALID"})
     if (const char *V = std::getenv(Var); V && *V) {
       char *End = nullptr;
       errno = 0;
       const long Value = std::strtol(V, &End, 10);
-      if (*End || errno || Value < 0 || Value > INT_MAX || !std::isdigit(*V))
+      if (*End || errno || Value < 0 || Value > INT_MAX ||
+          !std::isdigit(static_cast<unsigned char>(*V)))
         throw RunError(std::string(Var) + " is '" + V +
                        "': expected the launcher's local rank, a whole "
                        "number (it picks this rank's device)");
-      Device = int(Value);
-      break;
+      return int(Value);
     }
+  return 0;
+}
+
+/// Opens this rank's device through the plugin. Collective over the world:
+/// what can fail on this rank alone (the plugin, the local rank) is agreed
+/// on before the plugin's own agreements, which every rank must enter.
+std::unique_ptr<DeviceRun> openCudaRun(DeviceHost &Host) {
+  const Program &P = Host.E->program();
+  CreateCudaRun Fn = nullptr;
+  int Device = 0;
+  std::string LocalErr;
+  try {
+    Fn = loadCudaPlugin();
+    Device = localDevice();
+  } catch (const RunError &E) {
+    LocalErr = E.what();
+  }
+  if (!agree(LocalErr))
+    throw AgreedFailure{};
   char Err[1024] = {0};
   // The plugin's communicators get their ids over MPI.
   DeviceBootstrap Boot;
@@ -1046,7 +1073,6 @@ std::unique_ptr<DeviceRun> openCudaRun(DeviceHost &Host) {
     throw RunError(std::string("--backend cuda: ") + Err);
   return std::unique_ptr<DeviceRun>(Run);
 }
-
 
 /// A rank's plan on the CUDA backend, beside the executor that still
 /// prepares its parameters and inputs on the host (and saves checkpoints).
@@ -1161,6 +1187,8 @@ std::unique_ptr<DeviceSession> openDevice(Executor &E,
   std::string Err;
   try {
     Dev = std::make_unique<DeviceSession>(E, C);
+  } catch (const AgreedFailure &) {
+    return nullptr;
   } catch (const std::exception &Ex) {
     Err = Ex.what();
   }

@@ -9,6 +9,7 @@
 #include "megac_rt/plan_file.h"
 #include "mlir/Support/FileUtilities.h"
 #include "mlir/Tools/mlir-opt/MlirOptMain.h"
+#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -16,10 +17,11 @@ namespace {
 
 /// A compiled plan given where MLIR belongs would meet the parser's
 /// "unexpected character" and have its binary bytes echoed to the terminal;
-/// name it instead. Unreadable files are left to MlirOptMain's own message,
-/// and stdin to MlirOptMain alone (reading it here would consume it).
+/// name it instead. Unreadable files are left to MlirOptMain's own message.
 bool isPlanFile(llvm::StringRef path) {
-  if (path == "-")
+  // Only regular files: reading stdin, a pipe or /dev/stdin here would
+  // consume what MlirOptMain is to read.
+  if (!llvm::sys::fs::is_regular_file(path))
     return false;
   std::string error;
   auto file = mlir::openInputFile(path, &error);

@@ -836,7 +836,8 @@ public:
       ncclUniqueId Id;
     };
     std::vector<SharedId> All(P.world_size());
-    std::string Error; // the first failure, here or (seen in All) a peer's
+    std::string Error;       // this rank's first failure
+    bool PeerFailed = false; // a failure another rank flagged in All
     for (uint32_t A = 0; A < NA; ++A) {
       // (Every rank is in one group of every axis: the plan verifier
       // checks that the groups partition the world.)
@@ -862,11 +863,9 @@ public:
       // left in a gather; after a failure, wherever, no rank joins more.
       if (!Boot->allGather(&Own, sizeof(Own), All.data(), Boot->Ctx))
         throw std::runtime_error("the launcher could not share NCCL ids");
-      for (uint32_t R = 0; R < P.world_size() && Error.empty(); ++R)
-        if (!All[R].Ok)
-          Error =
-              "rank " + std::to_string(R) + " could not join the communicators";
-      if (Error.empty())
+      for (uint32_t R = 0; R < P.world_size(); ++R)
+        PeerFailed |= !All[R].Ok;
+      if (Error.empty() && !PeerFailed)
         if (ncclResult_t R = ncclCommInitRank(
                 &Comms[A], int(Mine->ranks()->size()), All[Leader].Id, Index);
             R != ncclSuccess)
@@ -874,7 +873,14 @@ public:
     }
     if (!Error.empty())
       throw std::runtime_error(Error);
+    // (The factory's agreement gives this rank the failed one's reason.)
+    if (PeerFailed)
+      throw PeerJoinFailure{};
   }
+
+  /// Thrown by joinCommunicators on a rank that failed only because a peer
+  /// did.
+  struct PeerJoinFailure {};
 
 private:
   ncclComm_t comm(const Instr &In) const {
@@ -4354,13 +4360,20 @@ extern "C" megac_rt::DeviceRun *megacCreateCudaRun(const Program *P,
   // on one rank): all agree before any joins a communicator the failed one
   // would never join.
   agreeOnSuccess(*P, Boot, Why, "could not set up its device");
+  if (Why.empty() && !Run) // (an exception with an empty message)
+    Why = "could not set up its device";
   if (Why.empty()) {
+    bool PeerFailed = false;
     try {
       Run->joinCommunicators(Rank, Boot);
+    } catch (const megac_rt::CudaRun::PeerJoinFailure &) {
+      PeerFailed = true;
     } catch (const std::exception &E) {
       Why = E.what();
     }
     agreeOnSuccess(*P, Boot, Why, "could not join the communicators");
+    if (PeerFailed && Why.empty()) // (agreeOnSuccess names the peer)
+      Why = "a peer could not join the communicators";
   }
   if (!Why.empty() && Run)
     Run->markFailed(); // peers may be gone: abort, do not wait for them
