@@ -291,6 +291,7 @@ public:
     Major = Prop.major;
     SharedOptin = Prop.sharedMemPerBlockOptin;
     TimeEpilogues = Epilogues == EpilogueUse::Timed && !replicatedAcrossRanks();
+    TuneGemms = TuneGemmsAsked && !replicatedAcrossRanks();
     // (Read where cuDNN is not asked for too: a bad value is an error.)
     const bool CudnnDeterministic = cudnnDeterministicAsked();
     if (AttentionKind == "cudnn" || AttentionKind == "auto") {
@@ -584,6 +585,12 @@ public:
     Count(BiasGradEpilogues, BiasGradGroups,
           " bias gradients came from their weight gradient's product "
           "(cuBLASLt's BGRAD epilogue; the rest from column-sum kernels)");
+    if (TuneGemmsAsked && !TuneGemms)
+      Notes += std::string(Notes.empty() ? "" : "; ") +
+               "cuBLASLt product shapes left untuned (MEGAC_CUDA_GEMM_TUNE=1 "
+               "tunes them on grids of data and pipeline parallel axes "
+               "alone: ranks of another axis compute replicated values, and "
+               "tuned apart could choose apart)";
     if (TuneGemms) { // (said even where no shape had two algorithms to time)
       char Buf[200];
       std::snprintf(Buf, sizeof Buf,
@@ -4121,7 +4128,12 @@ private:
   /// MEGAC_CUDA_GEMM_TUNE=1 (tuneLt): product shapes timed, those that
   /// chose another algorithm than the heuristic's first, and the
   /// milliseconds a call that saved them, summed over the shapes.
-  const bool TuneGemms = gemmTuneAsked();
+  /// Tuned where asked on a grid whose axes of more than one rank are data
+  /// or pipeline parallel (set with the device): ranks of another axis
+  /// compute replicated values, and timed apart they could choose
+  /// algorithms apart, which differ in the last bits of a sum.
+  const bool TuneGemmsAsked = gemmTuneAsked();
+  bool TuneGemms = false;
   /// MEGAC_CUDA_GEMM_PROBE=1 (probeLt); Probing while it makes its own
   /// plans (which the log leaves out).
   const bool ProbeGemms = gemmProbeAsked();
