@@ -12,7 +12,9 @@
 #include <mpi.h>
 
 #include <climits>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 
 struct ncclComm {
   MPI_Comm Comm;
@@ -22,10 +24,31 @@ struct ncclComm {
 // queued one has no status to return.
 
 const char *ncclGetErrorString(ncclResult_t R) {
-  return R == ncclSuccess ? "no error" : "MPI call failed (emulated NCCL)";
+  switch (R) {
+  case ncclSuccess:
+    return "no error";
+  case ncclInternalError:
+    return "internal error (emulated NCCL: MEGAC_CUDA_EMU_FAIL_NCCL)";
+  default:
+    return "MPI call failed (emulated NCCL)";
+  }
+}
+
+/// MEGAC_CUDA_EMU_FAIL_NCCL=id: this process's ncclGetUniqueId fails;
+/// =init: its ncclCommInitRank fails once the group has met (the peers'
+/// succeed), as a real one can on one rank. For the tests of one rank
+/// failing to join the communicators (cuda-rank-failure.test).
+static bool ncclFails(const char *Call) {
+  static const std::string Asked = [] {
+    const char *E = std::getenv("MEGAC_CUDA_EMU_FAIL_NCCL");
+    return std::string(E ? E : "");
+  }();
+  return Asked == Call;
 }
 
 ncclResult_t ncclGetUniqueId(ncclUniqueId *Id) {
+  if (ncclFails("id"))
+    return ncclInternalError;
   std::memset(Id->internal, 0, sizeof(Id->internal));
   int Rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &Rank);
@@ -48,6 +71,11 @@ ncclResult_t ncclCommInitRank(ncclComm_t *Comm, int NRanks, ncclUniqueId Id,
     MPI_Comm_free(&C->Comm);
     delete C;
     return ncclSystemError;
+  }
+  if (ncclFails("init")) {
+    MPI_Comm_free(&C->Comm);
+    delete C;
+    return ncclInternalError;
   }
   *Comm = C;
   return ncclSuccess;

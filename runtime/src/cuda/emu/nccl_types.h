@@ -12,6 +12,7 @@
 enum ncclResult_t {
   ncclSuccess = 0,
   ncclSystemError = 2,
+  ncclInternalError = 3,
   ncclInvalidUsage = 5
 };
 enum ncclDataType_t { ncclFloat = 7 };
