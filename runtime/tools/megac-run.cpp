@@ -95,6 +95,10 @@ enum class Mode { Forward, Train, Generate };
 /// The device backend of this rank while one is open: the watchdog aborts
 /// its communicators before ending the process.
 std::atomic<DeviceRun *> LiveDevice{nullptr};
+/// Set while the CUDA backend sets itself up (its device, then the NCCL
+/// communicators, where a peer that never joins leaves this rank waiting
+/// inside NCCL): what the watchdog names instead of an instruction.
+std::atomic<bool> SettingUpDevice{false};
 
 class Watchdog {
 public:
@@ -127,7 +131,7 @@ private:
       if (std::chrono::duration<double>(Clock::now() - Since).count() <
           Seconds)
         continue;
-      std::string Where = "between instructions";
+      std::string Where = "waiting between instructions";
       const uint32_t I = E.currentInstruction();
       const RankProgram &RP = E.rankProgram();
       if (RP.instrs() && I < RP.instrs()->size()) {
@@ -135,8 +139,8 @@ private:
         // The CUDA backend issues work ahead of the device: it may be
         // waiting for everything up to I rather than in I itself.
         Where = (E.waitingForDevice()
-                     ? "for the device to finish instructions up to "
-                     : "in instruction ") +
+                     ? "waiting for the device to finish instructions up to "
+                     : "waiting in instruction ") +
                 std::to_string(I) + " (" + opcodeName(In.op());
         if (In.axis() >= 0 && E.program().axes())
           Where += " over " + E.program().axes()->Get(In.axis())->name()->str();
@@ -147,11 +151,15 @@ private:
           Where += " at " + In.loc()->str();
         Where += ")";
       }
+      Where += " of step " + std::to_string(E.publishedStep());
+      if (SettingUpDevice.load())
+        Where = "setting up the CUDA backend (its device, then the NCCL "
+                "communicators)";
       std::fprintf(stderr,
                    "megac-run: error: rank %d made no progress for %.0f s, "
-                   "waiting %s of step %lld; a peer rank is probably dead or "
-                   "hung, so this rank ends the job (--watchdog)\n",
-                   Rank, Seconds, Where.c_str(), (long long)E.publishedStep());
+                   "%s; a peer rank is probably dead or hung, so this rank "
+                   "ends the job (--watchdog)\n",
+                   Rank, Seconds, Where.c_str());
       std::fflush(stderr);
       if (DeviceRun *D = LiveDevice.load()) {
         // ncclCommAbort could itself block (the main thread may be inside
@@ -1067,8 +1075,10 @@ std::unique_ptr<DeviceRun> openCudaRun(DeviceHost &Host) {
     }
     return true;
   };
+  SettingUpDevice.store(true);
   DeviceRun *Run =
       Fn(&P, uint32_t(WorldRank), Device, &Boot, Err, sizeof(Err));
+  SettingUpDevice.store(false);
   if (!Run)
     throw RunError(std::string("--backend cuda: ") + Err);
   return std::unique_ptr<DeviceRun>(Run);

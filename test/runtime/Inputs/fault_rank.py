@@ -2,9 +2,12 @@
 """Runs a multi-rank job, and once it is training (METRICS has 2 lines)
 kills (SIGKILL) or freezes (SIGSTOP) its last rank. Reports how the job
 ended: the launcher's exit status, how long after the fault every rank
-was gone, and whether any rank process is left.
+was gone, and whether any rank process is left. With --signal NONE the
+job brings its own fault (an injected hang): the clock starts once its
+--ranks rank processes exist, and nothing is sent.
 
   fault_rank.py --signal KILL|STOP --metrics FILE -- LAUNCH COMMAND...
+  fault_rank.py --signal NONE --ranks N -- LAUNCH COMMAND...
 """
 import argparse
 import os
@@ -33,8 +36,9 @@ def rank_processes(pid):
 
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-parser.add_argument("--signal", choices=["KILL", "STOP"], required=True)
-parser.add_argument("--metrics", required=True)
+parser.add_argument("--signal", choices=["KILL", "STOP", "NONE"], required=True)
+parser.add_argument("--metrics")
+parser.add_argument("--ranks", type=int, default=2)
 parser.add_argument("--limit", type=float, default=30.0)
 parser.add_argument("command", nargs=argparse.REMAINDER)
 args = parser.parse_args()
@@ -42,24 +46,35 @@ command = args.command[1:] if args.command[:1] == ["--"] else args.command
 
 job = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                        text=True)
+if args.signal != "NONE" and not args.metrics:
+    parser.error("--signal KILL or STOP needs --metrics")
+
+
+def started():
+    """Whether the job has come as far as its fault."""
+    if args.signal == "NONE":
+        return len(rank_processes(job.pid)) >= args.ranks
+    try:
+        with open(args.metrics) as f:
+            return len(f.read().splitlines()) >= 2
+    except OSError:
+        return False
+
+
 deadline = time.time() + 120
 while time.time() < deadline:
     if job.poll() is not None:
         sys.exit(f"the job ended before the fault (status {job.returncode}):\n{job.stderr.read()}")
-    try:
-        with open(args.metrics) as f:
-            if len(f.read().splitlines()) >= 2:
-                break
-    except OSError:
-        pass
+    if started():
+        break
     time.sleep(0.05)
 else:
     job.kill()
-    sys.exit("the job did not start training within 120 s")
+    sys.exit("the job did not come to its fault within 120 s")
 ranks = rank_processes(job.pid)
-victim = ranks[-1]
 start = time.time()
-os.kill(victim, getattr(signal, "SIG" + args.signal))
+if args.signal != "NONE":
+    os.kill(ranks[-1], getattr(signal, "SIG" + args.signal))
 try:
     job.wait(timeout=args.limit + 30)
 except subprocess.TimeoutExpired:
@@ -74,7 +89,9 @@ while any(os.path.exists(f"/proc/{p}") and
 elapsed = time.time() - start
 left = [p for p in ranks if os.path.exists(f"/proc/{p}") and
         open(f"/proc/{p}/stat").read().split()[2] != "Z"]
-print(f"{len(ranks)} ranks; sent SIG{args.signal} to one")
+print(f"{len(ranks)} ranks; " + ("no signal sent (the job's own fault)"
+                                 if args.signal == "NONE" else
+                                 f"sent SIG{args.signal} to one"))
 print(f"job exit status: {'non-zero' if job.returncode != 0 else 'zero'} ({job.returncode})")
 print(f"every rank gone within {args.limit:.0f} s: {'yes' if elapsed <= args.limit and not left else 'no'}")
 print(f"rank processes left: {len(left)}")

@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <unistd.h>
 
 struct ncclComm {
   MPI_Comm Comm;
@@ -37,7 +38,9 @@ const char *ncclGetErrorString(ncclResult_t R) {
 /// MEGAC_CUDA_EMU_FAIL_NCCL=id: this process's ncclGetUniqueId fails;
 /// =init: its ncclCommInitRank fails once the group has met (the peers'
 /// succeed), as a real one can on one rank. For the tests of one rank
-/// failing to join the communicators (cuda-rank-failure.test).
+/// failing to join the communicators (cuda-rank-failure.test); =hang:
+/// its ncclCommInitRank never returns, as one waiting for a peer that
+/// never comes (fault.test).
 static bool ncclFails(const char *Call) {
   static const std::string Asked = [] {
     const char *E = std::getenv("MEGAC_CUDA_EMU_FAIL_NCCL");
@@ -58,6 +61,8 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId *Id) {
 
 ncclResult_t ncclCommInitRank(ncclComm_t *Comm, int NRanks, ncclUniqueId Id,
                               int Rank) {
+  while (ncclFails("hang"))
+    pause();
   int Leader = 0;
   std::memcpy(&Leader, Id.internal, sizeof(Leader));
   auto *C = new ncclComm;
