@@ -283,6 +283,23 @@ public:
         Progress(Boot ? Boot->progress : nullptr),
         TransferFn(Boot ? Boot->transfer : nullptr),
         ProgressCtx(Boot ? Boot->Ctx : nullptr) {
+    // A set-up that throws (memory, a bad MEGAC_CUDA_* value, a kernel
+    // that does not load) leaves no destructor to run: release what it
+    // made before passing the error on.
+    try {
+      setUp(Device);
+    } catch (...) {
+      release();
+      throw;
+    }
+  }
+
+  ~CudaRun() override { release(); }
+
+private:
+  /// The constructor's work: the device, its streams and handles, the
+  /// arena and the plan's kernels.
+  void setUp(int Device) {
     check(cudaSetDevice(Device), "cudaSetDevice");
     cudaDeviceProp Prop;
     check(cudaGetDeviceProperties(&Prop, Device), "cudaGetDeviceProperties");
@@ -437,7 +454,8 @@ public:
       kernel(K);
   }
 
-  ~CudaRun() override {
+  /// Everything setUp made, whatever part of it it got to.
+  void release() {
     // After a failure peers may be gone: abort first, or the sync below
     // could wait forever for a collective they will never join.
     if (Failed)
@@ -458,8 +476,10 @@ public:
         cuModuleUnload(M);
     for (void *Q : Owned)
       cudaFree(Q);
-    cublasDestroy(Blas);
-    cublasDestroy(BlasBf16);
+    if (Blas)
+      cublasDestroy(Blas);
+    if (BlasBf16)
+      cublasDestroy(BlasBf16);
     for (auto &KV : LtPlans)
       KV.second.destroy();
     if (Lt)
@@ -470,6 +490,7 @@ public:
       cudaStreamDestroy(Compute);
   }
 
+public:
   // Host copies go through the compute stream: a plain cudaMemcpy runs on
   // the legacy stream, which a non-blocking stream does not wait for, and
   // from pageable memory it may return before the data has landed. An
