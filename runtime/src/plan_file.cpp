@@ -2252,7 +2252,9 @@ std::string dumpPlanText(const LoadedPlan &plan, int rank) {
         }
         if (Kn->binaries())
           for (const KernelBinary *B : *Kn->binaries())
-            OS << "; " << str(B->arch()) << " cubin "
+            OS << "; " << str(B->arch())
+               << (str(B->arch()).rfind("compute_", 0) == 0 ? " ptx "
+                                                            : " cubin ")
                << (B->cubin() ? B->cubin()->size() : 0) << " bytes";
         OS << "\n";
       }

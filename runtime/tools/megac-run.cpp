@@ -1764,7 +1764,8 @@ int runMain(int Argc, char **Argv) {
                  "MEGAC_CUDA_GEMM_TUNE=1, MEGAC_CUDA_GEMM_PROBE=1, "
                  "MEGAC_CUDA_WIDE_FORWARD=0, "
                  "MEGAC_CUDA_WIDE_KEY_GRAD=0, MEGAC_CUDA_LT_ALIGN=64, "
-                 "MEGAC_CUDA_LT_REDUCTIONS=any, MEGAC_CUDA_LT_LOG=1 "
+                 "MEGAC_CUDA_LT_REDUCTIONS=any, MEGAC_CUDA_LT_LOG=1, "
+                 "MEGAC_CUDA_KERNEL_IMAGE=ptx "
                  "(docs/getting-started.md)")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->default_str("cpu");

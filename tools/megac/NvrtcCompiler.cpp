@@ -1,9 +1,10 @@
-//===- NvrtcCompiler.cpp - Generated CUDA kernels to cubins with NVRTC ----===//
+//===- NvrtcCompiler.cpp - Generated CUDA kernels to binaries with NVRTC --===//
 //
 // NVRTC compiles without a GPU, so `megac compile --target cuda` builds
 // every kernel it generates ahead of time, for each architecture the plan
-// supports, on any machine with the CUDA toolkit. The architectures
-// compile side by side, and each cubin goes into a cache keyed by all
+// supports (cubins, and PTX for later GPUs), on any machine with the CUDA
+// toolkit. The architectures compile side by side, and each binary goes
+// into a cache keyed by all
 // that determines it (NVRTC's version, the flags, the architecture and
 // the source), so that compiling a model again, or another model with the
 // same kernels, takes none of NVRTC's time.
@@ -24,14 +25,30 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <cstring>
 #include <future>
 #include <memory>
 
 namespace megac {
 
 const std::vector<std::string> &cudaArchitectures() {
-  static const std::vector<std::string> archs = {"sm_80", "sm_90"};
+  static const std::vector<std::string> archs = {"sm_80", "sm_90",
+                                                 "compute_90"};
   return archs;
+}
+
+bool isPtxArchitecture(const std::string &arch) {
+  return llvm::StringRef(arch).starts_with("compute_");
+}
+
+std::string cudaArchitecturesText() {
+  std::vector<std::string> cubins, ptx;
+  for (const std::string &arch : cudaArchitectures())
+    (isPtxArchitecture(arch) ? ptx : cubins).push_back(arch);
+  std::string text = llvm::join(cubins, " and ");
+  if (!ptx.empty())
+    text += ", with PTX for " + llvm::join(ptx, " and ");
+  return text;
 }
 
 std::string kernelCacheDir() {
@@ -55,9 +72,9 @@ namespace {
 /// CPU kernels compute, operation for operation.
 const char *const kFlags[] = {"--std=c++17", "-default-device", "--fmad=false"};
 
-/// Where the cubin of \p source for \p arch is cached in \p dir: a name
-/// from the SHA-256 of NVRTC's version, the flags, the architecture and
-/// the source.
+/// Where the binary (cubin or PTX) of \p source for \p arch is cached in
+/// \p dir: a name from the SHA-256 of NVRTC's version, the flags, the
+/// architecture and the source.
 std::string cachePath(const std::string &dir, const std::string &arch,
                       const std::string &source) {
   int major = 0, minor = 0;
@@ -69,26 +86,37 @@ std::string cachePath(const std::string &dir, const std::string &arch,
   hash.update(arch);
   hash.update(source);
   llvm::SmallString<256> path(dir);
-  llvm::sys::path::append(path, arch + "-" + llvm::toHex(hash.final(), true) +
-                                    ".cubin");
+  llvm::sys::path::append(path,
+                          arch + "-" + llvm::toHex(hash.final(), true) +
+                              (isPtxArchitecture(arch) ? ".ptx" : ".cubin"));
   return std::string(path);
 }
 
-/// A cached cubin, or empty where there is none (or it is not an ELF
-/// file: a cache entry someone damaged is compiled again).
-std::vector<uint8_t> readCached(const std::string &path) {
+/// Whether \p bytes look like a binary for \p arch: a cubin is an ELF
+/// file; PTX is text naming its target, ending in the NUL the driver's
+/// loader needs.
+bool looksLikeBinary(const std::string &arch, llvm::StringRef bytes) {
+  if (isPtxArchitecture(arch))
+    return bytes.ends_with(llvm::StringRef("\0", 1)) &&
+           bytes.contains(".target sm_" + arch.substr(strlen("compute_")));
+  return bytes.starts_with("\x7f"
+                           "ELF");
+}
+
+/// A cached binary for \p arch, or empty where there is none (or it is
+/// not one: a cache entry someone damaged is compiled again).
+std::vector<uint8_t> readCached(const std::string &path,
+                                const std::string &arch) {
   auto buffer = llvm::MemoryBuffer::getFile(path, /*IsText=*/false);
-  if (!buffer || (*buffer)->getBufferSize() < 4 ||
-      !(*buffer)->getBuffer().starts_with("\x7f"
-                                          "ELF"))
+  if (!buffer || !looksLikeBinary(arch, (*buffer)->getBuffer()))
     return {};
   llvm::StringRef bytes = (*buffer)->getBuffer();
   return std::vector<uint8_t>(bytes.begin(), bytes.end());
 }
 
-/// Stores \p cubin at \p path, best effort: into a file of its own, then
+/// Stores \p binary at \p path, best effort: into a file of its own, then
 /// renamed into place, so that a reader never sees half of one.
-void writeCached(const std::string &path, const std::vector<uint8_t> &cubin) {
+void writeCached(const std::string &path, const std::vector<uint8_t> &binary) {
   static std::atomic<unsigned> counter{0};
   if (llvm::sys::fs::create_directories(llvm::sys::path::parent_path(path)))
     return;
@@ -100,7 +128,7 @@ void writeCached(const std::string &path, const std::vector<uint8_t> &cubin) {
     llvm::raw_fd_ostream out(temp, error);
     if (error)
       return;
-    out.write(reinterpret_cast<const char *>(cubin.data()), cubin.size());
+    out.write(reinterpret_cast<const char *>(binary.data()), binary.size());
     out.close();
     if (out.has_error()) {
       out.clear_error();
@@ -112,9 +140,10 @@ void writeCached(const std::string &path, const std::vector<uint8_t> &cubin) {
     llvm::sys::fs::remove(temp);
 }
 
-/// Compiles \p source for \p arch into \p cubin; the error, or "".
+/// Compiles \p source for \p arch into \p binary (a cubin, or PTX for a
+/// virtual architecture, with its NUL); the error, or "".
 std::string compileOne(const std::string &name, const std::string &source,
-                       const std::string &arch, std::vector<uint8_t> &cubin) {
+                       const std::string &arch, std::vector<uint8_t> &binary) {
   nvrtcProgram program;
   if (nvrtcCreateProgram(&program, source.c_str(), (name + ".cu").c_str(), 0,
                          nullptr, nullptr) != NVRTC_SUCCESS)
@@ -134,10 +163,20 @@ std::string compileOne(const std::string &name, const std::string &source,
     return arch + ": " + nvrtcGetErrorString(result) + "\n" + log;
   }
   size_t size = 0;
+  if (isPtxArchitecture(arch)) {
+    // (The size counts the terminating NUL.)
+    if (nvrtcGetPTXSize(program, &size) != NVRTC_SUCCESS || size <= 1)
+      return arch + ": NVRTC produced no PTX";
+    binary.resize(size);
+    if (nvrtcGetPTX(program, reinterpret_cast<char *>(binary.data())) !=
+        NVRTC_SUCCESS)
+      return arch + ": nvrtcGetPTX failed";
+    return "";
+  }
   if (nvrtcGetCUBINSize(program, &size) != NVRTC_SUCCESS || size == 0)
     return arch + ": NVRTC produced no cubin";
-  cubin.resize(size);
-  if (nvrtcGetCUBIN(program, reinterpret_cast<char *>(cubin.data())) !=
+  binary.resize(size);
+  if (nvrtcGetCUBIN(program, reinterpret_cast<char *>(binary.data())) !=
       NVRTC_SUCCESS)
     return arch + ": nvrtcGetCUBIN failed";
   return "";
@@ -156,7 +195,7 @@ std::string compileWithNvrtc(const std::string &name, const std::string &source,
     const std::string path =
         dir.empty() ? "" : cachePath(dir, archs[i], source);
     if (!path.empty()) {
-      cubins[i] = readCached(path);
+      cubins[i] = readCached(path, archs[i]);
       if (!cubins[i].empty()) {
         if (stats)
           ++stats->hits;

@@ -1,4 +1,4 @@
-//===- NvrtcCompiler.h - Generated CUDA kernels to cubins -------*- C++ -*-===//
+//===- NvrtcCompiler.h - Generated CUDA kernels to binaries -----*- C++ -*-===//
 
 #ifndef MEGAC_TOOLS_NVRTCCOMPILER_H
 #define MEGAC_TOOLS_NVRTCCOMPILER_H
@@ -13,8 +13,18 @@
 
 namespace megac {
 
-/// The GPU architectures plans carry binaries for.
+/// The GPU architectures plans carry binaries for: cubins for sm_80 and
+/// sm_90 ("sm_XY"), and PTX for compute_90 ("compute_XY", a virtual
+/// architecture), which the driver compiles for a later GPU no cubin runs
+/// on (a cubin runs on its own major version alone).
 const std::vector<std::string> &cudaArchitectures();
+
+/// Whether \p arch names a virtual architecture, whose binary is PTX.
+bool isPtxArchitecture(const std::string &arch);
+
+/// The architectures as a compile's progress line names them: "sm_80 and
+/// sm_90, with PTX for compute_90".
+std::string cudaArchitecturesText();
 
 /// Where compiled kernels are cached: $MEGAC_KERNEL_CACHE ("off": no
 /// cache, ""), else $XDG_CACHE_HOME/megac/kernels, else

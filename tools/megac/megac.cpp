@@ -605,8 +605,10 @@ int runCompile(int argc, char **argv) {
       cl::desc("cpu (an attention's three gradient steps one instruction), "
                "or cuda: elementwise chains and GEMM epilogues fused "
                "(megac-fuse-elementwise), the chains as generated CUDA "
-               "kernels compiled with NVRTC for sm_80 and sm_90 and embedded "
-               "in the plan (the CPU backend runs them too); compiled "
+               "kernels compiled with NVRTC for sm_80 and sm_90 (with PTX "
+               "for compute_90, which the driver compiles for later GPUs) "
+               "and embedded in the plan (the CPU backend runs them too); "
+               "compiled "
                "kernels are cached in $MEGAC_KERNEL_CACHE (default "
                "~/.cache/megac/kernels; off: no cache)"),
       cl::init("cpu"), cl::cat(category));
@@ -905,7 +907,7 @@ int runCompile(int argc, char **argv) {
     kernelStats.beforeFirstCompile = [] {
       llvm::errs() << "megac: compiling generated CUDA kernels with NVRTC "
                       "for "
-                   << llvm::join(megac::cudaArchitectures(), " and ")
+                   << megac::cudaArchitecturesText()
                    << (megac::kernelCacheDir().empty()
                            ? " (seconds)...\n"
                            : " (seconds; the kernel cache keeps them for "

@@ -23,6 +23,7 @@
 #include "cuda_api.h"
 #include "cuda_kernels.cuh"
 #include "growing_buffer.h"
+#include "kernel_image.h"
 #ifdef MEGAC_HAVE_CUDNN_ATTENTION
 #include "cudnn_attention.h"
 #endif
@@ -159,6 +160,14 @@ bool wideKeyGradAsked() {
 /// step's AdamW wrote as it updated them (parameterCopies).
 bool parameterCopiesAsked() {
   return knob("MEGAC_CUDA_PARAM_COPIES", {"1", "0"}) == "1";
+}
+
+/// MEGAC_CUDA_KERNEL_IMAGE=ptx: the plan's generated kernels load from
+/// their PTX, compiled by the driver, where the device has a cubin too:
+/// the path a GPU later than the plan's cubins takes, for a test on this
+/// one.
+bool ptxKernelsAsked() {
+  return knob("MEGAC_CUDA_KERNEL_IMAGE", {"cubin", "ptx"}) == "ptx";
 }
 
 /// MEGAC_CUDA_GEMM_TUNE=1: each cuBLASLt product shape, at its first use,
@@ -306,6 +315,7 @@ private:
     Arch = "sm_" + std::to_string(Prop.major) + std::to_string(Prop.minor);
     Name = std::string(Prop.name) + " (" + Arch + ")";
     Major = Prop.major;
+    Minor = Prop.minor;
     SharedOptin = Prop.sharedMemPerBlockOptin;
     TimeEpilogues = Epilogues == EpilogueUse::Timed && !replicatedAcrossRanks();
     TuneGemms = TuneGemmsAsked && !replicatedAcrossRanks();
@@ -606,6 +616,12 @@ public:
     Count(BiasGradEpilogues, BiasGradGroups,
           " bias gradients came from their weight gradient's product "
           "(cuBLASLt's BGRAD epilogue; the rest from column-sum kernels)");
+    if (PtxModules)
+      Notes += (Notes.empty() ? "" : "; ") + std::to_string(PtxModules) +
+               " generated kernels loaded from the plan's " + PtxLoadedFor +
+               " PTX, compiled by the driver for " + Arch +
+               (PtxKernels ? " (MEGAC_CUDA_KERNEL_IMAGE=ptx)"
+                           : " (the plan has no cubin that runs there)");
     if (TuneGemmsAsked && !TuneGemms)
       Notes += std::string(Notes.empty() ? "" : "; ") +
                "cuBLASLt product shapes left untuned (MEGAC_CUDA_GEMM_TUNE=1 "
@@ -2226,25 +2242,46 @@ private:
       throw std::runtime_error("kernel " + Kn.name()->str() +
                                " does not compile on the host: " + Error);
 #else
-    // A cubin runs on its own architecture and on later minor versions of
-    // the same major one (sm_80 on sm_86 and sm_89).
-    const KernelBinary *Best = nullptr;
+    // The device's cubin, or PTX the driver compiles for it
+    // (kernel_image.h).
+    std::vector<std::string> Archs;
     if (Kn.binaries())
-      for (const KernelBinary *B : *Kn.binaries()) {
-        const std::string A = B->arch()->str();
-        if (A == Arch)
-          Best = B;
-        else if (!Best && A.size() == 5 && A[3] - '0' == Major &&
-                 A.substr(0, 3) == "sm_" && A <= Arch)
-          Best = B;
-      }
-    if (!Best)
-      throw std::runtime_error("kernel " + Kn.name()->str() +
-                               " has no binary for " + Arch);
-    // The plan's bytes are only 4-byte aligned; the loader gets 8.
-    std::vector<uint64_t> Image((Best->cubin()->size() + 7) / 8);
-    std::memcpy(Image.data(), Best->cubin()->data(), Best->cubin()->size());
-    check(cuModuleLoadData(&Modules[Index], Image.data()), "cuModuleLoadData");
+      for (const KernelBinary *B : *Kn.binaries())
+        Archs.push_back(B->arch() ? B->arch()->str() : "");
+    const int Pick = pickKernelImage(Archs, Major, Minor, PtxKernels);
+    const KernelBinary *Best =
+        Pick >= 0 ? Kn.binaries()->Get(uint32_t(Pick)) : nullptr;
+    if (!Best || !Best->cubin() || Best->cubin()->size() == 0) {
+      std::string Have;
+      for (const std::string &A : Archs)
+        Have += (Have.empty() ? "" : ", ") + A;
+      throw std::runtime_error(
+          "kernel " + Kn.name()->str() + " has no binary for " + Arch +
+          " (the plan has " + (Have.empty() ? "none" : Have) +
+          "; a plan compiled by this megac for --target cuda carries "
+          "cubins for sm_80 and sm_90 and PTX for compute_90)");
+    }
+    const bool FromPtx = parseArch(Archs[size_t(Pick)]).Ptx;
+    // The plan's bytes are only 4-byte aligned; the loader gets 8. PTX
+    // must end in a NUL (megac's does; a plan's may not: one is added).
+    const size_t Size = Best->cubin()->size();
+    std::vector<uint64_t> Image((Size + 1 + 7) / 8, 0);
+    std::memcpy(Image.data(), Best->cubin()->data(), Size);
+    if (CUresult R = cuModuleLoadData(&Modules[Index], Image.data());
+        R != CUDA_SUCCESS) {
+      const char *Msg = nullptr;
+      cuGetErrorString(R, &Msg);
+      throw std::runtime_error(
+          "cuModuleLoadData: kernel " + Kn.name()->str() + " (" +
+          Archs[size_t(Pick)] + (FromPtx ? " PTX" : " cubin") +
+          ") does not load on " + Arch + ": " + (Msg ? Msg : "unknown error") +
+          (FromPtx ? " (the driver may be older than the CUDA toolkit that "
+                     "compiled the plan)"
+                   : ""));
+    }
+    if (FromPtx && PtxLoadedFor.empty())
+      PtxLoadedFor = Archs[size_t(Pick)];
+    PtxModules += FromPtx;
 #endif
     check(cuModuleGetFunction(&Functions[Index], Modules[Index],
                               Kn.name()->c_str()),
@@ -4231,7 +4268,12 @@ private:
   const Program &P;
   const RankProgram &RP;
   std::string Arch, Name;
-  int Major = 0;
+  int Major = 0, Minor = 0;
+  /// MEGAC_CUDA_KERNEL_IMAGE=ptx (ptxKernelsAsked); the generated kernels
+  /// loaded from PTX, and the first one's architecture (runNotes).
+  const bool PtxKernels = ptxKernelsAsked();
+  unsigned PtxModules = 0;
+  std::string PtxLoadedFor;
   std::map<std::string, size_t> Allocated; // bytes allocate() took, by use
   size_t SharedOptin = 0; // dynamic shared memory a block may opt in to
   cublasHandle_t Blas = nullptr, BlasBf16 = nullptr;

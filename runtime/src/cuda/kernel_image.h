@@ -1,0 +1,90 @@
+//===- kernel_image.h - Which of a kernel's binaries a device loads -*- C++
+//-*-===//
+//
+// A plan carries each generated kernel as cubins ("sm_80", "sm_90") and as
+// PTX for a virtual architecture ("compute_90"). A cubin runs on its own
+// architecture and on later minor versions of the same major one (sm_80 on
+// sm_86 and sm_89), never on another major one; PTX for compute_XY is
+// compiled by the driver for any architecture from XY on (an sm_100 GPU
+// loads compute_90's PTX). Kept free of CUDA, so that the choice is tested
+// on any machine (KernelImageTest.cpp).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MEGAC_RT_CUDA_KERNEL_IMAGE_H
+#define MEGAC_RT_CUDA_KERNEL_IMAGE_H
+
+#include <string>
+#include <vector>
+
+namespace megac_rt {
+
+/// An architecture name read: "sm_90" is {90, false}, "compute_90" {90,
+/// true}, "sm_90a" {90, false} with Suffix true (an arch-specific cubin,
+/// which runs on that exact architecture alone). Version 0: not a name of
+/// either kind.
+struct ArchName {
+  int Version = 0;
+  bool Ptx = false;
+  bool Suffix = false;
+};
+
+inline ArchName parseArch(const std::string &Name) {
+  ArchName A;
+  size_t Pos = 0;
+  if (Name.rfind("sm_", 0) == 0)
+    Pos = 3;
+  else if (Name.rfind("compute_", 0) == 0) {
+    Pos = 8;
+    A.Ptx = true;
+  } else
+    return {};
+  size_t End = Pos;
+  while (End < Name.size() && Name[End] >= '0' && Name[End] <= '9')
+    ++End;
+  if (End == Pos || End - Pos > 4)
+    return {};
+  A.Version = std::stoi(Name.substr(Pos, End - Pos));
+  if (End != Name.size()) {
+    if (End + 1 != Name.size() || (Name[End] != 'a' && Name[End] != 'f'))
+      return {};
+    A.Suffix = true;
+  }
+  return A;
+}
+
+/// Which binary a device of compute capability \p Major.\p Minor loads
+/// among \p Archs (the kernel's binaries' names, in the plan's order):
+/// its own cubin; else the newest cubin of its major version below it;
+/// else the newest PTX it can compile; -1 where none runs there. With
+/// \p PreferPtx, the PTX wherever one can run (the path a later GPU
+/// takes, for a test on this one).
+inline int pickKernelImage(const std::vector<std::string> &Archs, int Major,
+                           int Minor, bool PreferPtx = false) {
+  const int Device = Major * 10 + Minor;
+  int Cubin = -1, CubinVersion = -1, Ptx = -1, PtxVersion = -1;
+  for (size_t I = 0; I < Archs.size(); ++I) {
+    const ArchName A = parseArch(Archs[I]);
+    if (!A.Version || A.Version > Device)
+      continue;
+    if (A.Ptx) {
+      if (A.Version > PtxVersion) {
+        Ptx = int(I);
+        PtxVersion = A.Version;
+      }
+      continue;
+    }
+    const bool Runs = A.Suffix ? A.Version == Device : A.Version / 10 == Major;
+    if (Runs && A.Version > CubinVersion) {
+      Cubin = int(I);
+      CubinVersion = A.Version;
+    }
+  }
+  if (PreferPtx && Ptx >= 0)
+    return Ptx;
+  return Cubin >= 0 ? Cubin : Ptx;
+}
+
+} // namespace megac_rt
+
+#endif // MEGAC_RT_CUDA_KERNEL_IMAGE_H
