@@ -162,23 +162,17 @@ std::string compileOne(const std::string &name, const std::string &source,
     nvrtcGetProgramLog(program, log.data());
     return arch + ": " + nvrtcGetErrorString(result) + "\n" + log;
   }
+  // PTX (its size counts the terminating NUL) or a cubin.
+  const bool ptx = isPtxArchitecture(arch);
+  const char *kind = ptx ? "PTX" : "cubin";
+  auto getSize = ptx ? nvrtcGetPTXSize : nvrtcGetCUBINSize;
+  auto get = ptx ? nvrtcGetPTX : nvrtcGetCUBIN;
   size_t size = 0;
-  if (isPtxArchitecture(arch)) {
-    // (The size counts the terminating NUL.)
-    if (nvrtcGetPTXSize(program, &size) != NVRTC_SUCCESS || size <= 1)
-      return arch + ": NVRTC produced no PTX";
-    binary.resize(size);
-    if (nvrtcGetPTX(program, reinterpret_cast<char *>(binary.data())) !=
-        NVRTC_SUCCESS)
-      return arch + ": nvrtcGetPTX failed";
-    return "";
-  }
-  if (nvrtcGetCUBINSize(program, &size) != NVRTC_SUCCESS || size == 0)
-    return arch + ": NVRTC produced no cubin";
+  if (getSize(program, &size) != NVRTC_SUCCESS || size <= (ptx ? 1u : 0u))
+    return arch + ": NVRTC produced no " + kind;
   binary.resize(size);
-  if (nvrtcGetCUBIN(program, reinterpret_cast<char *>(binary.data())) !=
-      NVRTC_SUCCESS)
-    return arch + ": nvrtcGetCUBIN failed";
+  if (get(program, reinterpret_cast<char *>(binary.data())) != NVRTC_SUCCESS)
+    return arch + ": NVRTC did not hand over its " + kind;
   return "";
 }
 
