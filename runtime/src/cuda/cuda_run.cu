@@ -621,7 +621,12 @@ public:
                " generated kernels loaded from the plan's " + PtxLoadedFor +
                " PTX, compiled by the driver for " + Arch +
                (PtxKernels ? " (MEGAC_CUDA_KERNEL_IMAGE=ptx)"
-                           : " (the plan has no cubin that runs there)");
+                           : " (the plan has no cubin that runs there)") +
+#ifdef MEGAC_CUDA_EMULATION
+               " [the emulation chose them as such a device would, and ran "
+               "their source]" +
+#endif
+               "";
     if (TuneGemmsAsked && !TuneGemms)
       Notes += std::string(Notes.empty() ? "" : "; ") +
                "cuBLASLt product shapes left untuned (MEGAC_CUDA_GEMM_TUNE=1 "
@@ -2216,6 +2221,29 @@ private:
     return Dr;
   }
 
+  /// The binary of \p Kn this device loads (pickKernelImage); an error
+  /// naming what the plan has where none runs here.
+  const KernelBinary &kernelImage(const Kernel &Kn) const {
+    std::vector<std::string> Archs;
+    if (Kn.binaries())
+      for (const KernelBinary *B : *Kn.binaries())
+        Archs.push_back(B->arch() ? B->arch()->str() : "");
+    const int Pick = pickKernelImage(Archs, Major, Minor, PtxKernels);
+    const KernelBinary *Bin =
+        Pick >= 0 ? Kn.binaries()->Get(uint32_t(Pick)) : nullptr;
+    if (!Bin || !Bin->cubin() || Bin->cubin()->size() == 0) {
+      std::string Have;
+      for (const std::string &A : Archs)
+        Have += (Have.empty() ? "" : ", ") + A;
+      throw std::runtime_error(
+          "kernel " + Kn.name()->str() + " has no binary for " + Arch +
+          " (the plan has " + (Have.empty() ? "none" : Have) +
+          "; a plan compiled by this megac for --target cuda carries "
+          "cubins for sm_80 and sm_90 and PTX for compute_90)");
+    }
+    return *Bin;
+  }
+
   CUfunction kernel(uint32_t Index) {
     if (Modules.size() <= Index) {
       Modules.resize(Index + 1, nullptr);
@@ -2224,9 +2252,21 @@ private:
     if (Functions[Index])
       return Functions[Index];
     const Kernel &Kn = *P.kernels()->Get(Index);
+    // The device's cubin, or PTX the driver compiles for it
+    // (kernel_image.h). The emulation chooses too, as a device of its
+    // MEGAC_CUDA_EMU_SM would, then runs the kernel's CUDA source (a plan
+    // written without NVRTC has no binaries: the source alone).
+    const KernelBinary *Bin = nullptr;
 #ifdef MEGAC_CUDA_EMULATION
-    // The host runs the kernel's CUDA source, not its cubins. Fused
-    // kernels take (y, y16, x0..xn-1, h0..hn-1, n, p0..pn-1).
+    if (Kn.binaries() && Kn.binaries()->size())
+      Bin = &kernelImage(Kn);
+#else
+    Bin = &kernelImage(Kn);
+#endif
+    const std::string BinArch = Bin ? Bin->arch()->str() : "";
+    const bool FromPtx = Bin && parseArch(BinArch).Ptx;
+#ifdef MEGAC_CUDA_EMULATION
+    // Fused kernels take (y, y16, x0..xn-1, h0..hn-1, n, p0..pn-1).
     std::vector<std::string> Types = {"float *", "unsigned short *"};
     for (unsigned K = 0; K < Kn.inputs(); ++K)
       Types.push_back("const float *");
@@ -2242,47 +2282,27 @@ private:
       throw std::runtime_error("kernel " + Kn.name()->str() +
                                " does not compile on the host: " + Error);
 #else
-    // The device's cubin, or PTX the driver compiles for it
-    // (kernel_image.h).
-    std::vector<std::string> Archs;
-    if (Kn.binaries())
-      for (const KernelBinary *B : *Kn.binaries())
-        Archs.push_back(B->arch() ? B->arch()->str() : "");
-    const int Pick = pickKernelImage(Archs, Major, Minor, PtxKernels);
-    const KernelBinary *Best =
-        Pick >= 0 ? Kn.binaries()->Get(uint32_t(Pick)) : nullptr;
-    if (!Best || !Best->cubin() || Best->cubin()->size() == 0) {
-      std::string Have;
-      for (const std::string &A : Archs)
-        Have += (Have.empty() ? "" : ", ") + A;
-      throw std::runtime_error(
-          "kernel " + Kn.name()->str() + " has no binary for " + Arch +
-          " (the plan has " + (Have.empty() ? "none" : Have) +
-          "; a plan compiled by this megac for --target cuda carries "
-          "cubins for sm_80 and sm_90 and PTX for compute_90)");
-    }
-    const bool FromPtx = parseArch(Archs[size_t(Pick)]).Ptx;
     // The plan's bytes are only 4-byte aligned; the loader gets 8. PTX
     // must end in a NUL (megac's does; a plan's may not: one is added).
-    const size_t Size = Best->cubin()->size();
+    const size_t Size = Bin->cubin()->size();
     std::vector<uint64_t> Image((Size + 1 + 7) / 8, 0);
-    std::memcpy(Image.data(), Best->cubin()->data(), Size);
+    std::memcpy(Image.data(), Bin->cubin()->data(), Size);
     if (CUresult R = cuModuleLoadData(&Modules[Index], Image.data());
         R != CUDA_SUCCESS) {
       const char *Msg = nullptr;
       cuGetErrorString(R, &Msg);
       throw std::runtime_error(
-          "cuModuleLoadData: kernel " + Kn.name()->str() + " (" +
-          Archs[size_t(Pick)] + (FromPtx ? " PTX" : " cubin") +
-          ") does not load on " + Arch + ": " + (Msg ? Msg : "unknown error") +
+          "cuModuleLoadData: kernel " + Kn.name()->str() + " (" + BinArch +
+          (FromPtx ? " PTX" : " cubin") + ") does not load on " + Arch + ": " +
+          (Msg ? Msg : "unknown error") +
           (FromPtx ? " (the driver may be older than the CUDA toolkit that "
                      "compiled the plan)"
                    : ""));
     }
-    if (FromPtx && PtxLoadedFor.empty())
-      PtxLoadedFor = Archs[size_t(Pick)];
-    PtxModules += FromPtx;
 #endif
+    if (FromPtx && PtxLoadedFor.empty())
+      PtxLoadedFor = BinArch;
+    PtxModules += FromPtx;
     check(cuModuleGetFunction(&Functions[Index], Modules[Index],
                               Kn.name()->c_str()),
           "cuModuleGetFunction");
