@@ -721,9 +721,18 @@ void saveOutputs(const Options &O, const Setup &S) {
                     {"seed", std::to_string(S.seed)}});
 }
 
+/// Ends the job after a failure on this rank alone, which its peers would
+/// otherwise wait for in a collective: MPI_Abort takes them down. A job of
+/// one rank has no peers, and ends with status 1 and the one line, as any
+/// other error does (MPI_Abort would add Open MPI's banner).
 [[noreturn]] void abortJob(const std::exception &E) {
+  std::fflush(stdout); // (what it printed comes before the error)
   std::fprintf(stderr, "megac-run: error: %s\n", oneLine(E.what()).c_str());
   std::fflush(stderr);
+  if (WorldSize == 1) {
+    MPI_Finalize();
+    std::exit(1);
+  }
   MPI_Abort(MPI_COMM_WORLD, 1);
   std::exit(1);
 }

@@ -3,7 +3,8 @@
 // The expectations follow CUDA's compatibility rules (the CUDA C
 // Programming Guide, "Binary Compatibility" and "PTX Compatibility"): a
 // cubin for sm_XY runs on sm_XZ for Z >= Y only; PTX for compute_XY
-// compiles for any sm from XY on; "a" cubins run on their own sm alone.
+// compiles for any sm from XY on; "a" binaries run on their own sm alone,
+// "f" ones within their major version from their minor on.
 //
 //===----------------------------------------------------------------------===//
 
@@ -24,7 +25,8 @@ TEST(KernelImage, ParsesArchitectureNames) {
   EXPECT_EQ(parseArch("compute_90").Version, 90);
   EXPECT_TRUE(parseArch("compute_90").Ptx);
   EXPECT_EQ(parseArch("sm_100").Version, 100);
-  EXPECT_TRUE(parseArch("sm_90a").Suffix);
+  EXPECT_EQ(parseArch("sm_90a").Suffix, 'a');
+  EXPECT_EQ(parseArch("compute_100f").Suffix, 'f');
   for (const char *Bad : {"", "sm_", "sm_x0", "gfx90a", "sm_90ab", "compute"})
     EXPECT_EQ(parseArch(Bad).Version, 0) << Bad;
 }
@@ -63,6 +65,17 @@ TEST(KernelImage, NewestApplicableWinsWhateverTheOrder) {
   EXPECT_EQ(pickKernelImage({"sm_90a", "compute_80"}, 9, 0), 0);
   EXPECT_EQ(pickKernelImage({"sm_90a", "compute_80"}, 10, 0), 1);
   EXPECT_EQ(pickKernelImage({"sm_80a", "sm_80"}, 8, 6), 1);
+}
+
+TEST(KernelImage, SuffixedBinariesStayWhereTheyCompile) {
+  // Arch-specific PTX compiles for its own architecture alone.
+  EXPECT_EQ(pickKernelImage({"compute_90a"}, 9, 0), 0);
+  EXPECT_EQ(pickKernelImage({"compute_90a"}, 10, 0), -1);
+  // Family-specific binaries: their major version, from their minor on.
+  EXPECT_EQ(pickKernelImage({"sm_100f"}, 10, 3), 0);
+  EXPECT_EQ(pickKernelImage({"compute_100f"}, 10, 3), 0);
+  EXPECT_EQ(pickKernelImage({"compute_100f"}, 12, 0), -1);
+  EXPECT_EQ(pickKernelImage({"sm_103f"}, 10, 0), -1);
 }
 
 } // namespace

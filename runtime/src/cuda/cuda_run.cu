@@ -620,8 +620,9 @@ public:
       Notes += (Notes.empty() ? "" : "; ") + std::to_string(PtxModules) +
                " generated kernels loaded from the plan's " + PtxLoadedFor +
                " PTX, compiled by the driver for " + Arch +
-               (PtxKernels ? " (MEGAC_CUDA_KERNEL_IMAGE=ptx)"
-                           : " (the plan has no cubin that runs there)") +
+               (PtxByKnob == PtxModules
+                    ? " (MEGAC_CUDA_KERNEL_IMAGE=ptx)"
+                    : " (the plan has no cubin that runs there)") +
 #ifdef MEGAC_CUDA_EMULATION
                " [the emulation chose them as such a device would, and ran "
                "their source]" +
@@ -2222,13 +2223,15 @@ private:
   }
 
   /// The binary of \p Kn this device loads (pickKernelImage); an error
-  /// naming what the plan has where none runs here.
-  const KernelBinary &kernelImage(const Kernel &Kn) const {
+  /// naming what the plan has where none runs here. \p ByKnob: the PTX
+  /// only because MEGAC_CUDA_KERNEL_IMAGE=ptx asked for it.
+  const KernelBinary &kernelImage(const Kernel &Kn, bool &ByKnob) const {
     std::vector<std::string> Archs;
     if (Kn.binaries())
       for (const KernelBinary *B : *Kn.binaries())
         Archs.push_back(B->arch() ? B->arch()->str() : "");
     const int Pick = pickKernelImage(Archs, Major, Minor, PtxKernels);
+    ByKnob = PtxKernels && Pick != pickKernelImage(Archs, Major, Minor);
     const KernelBinary *Bin =
         Pick >= 0 ? Kn.binaries()->Get(uint32_t(Pick)) : nullptr;
     if (!Bin || !Bin->cubin() || Bin->cubin()->size() == 0) {
@@ -2257,11 +2260,12 @@ private:
     // MEGAC_CUDA_EMU_SM would, then runs the kernel's CUDA source (a plan
     // written without NVRTC has no binaries: the source alone).
     const KernelBinary *Bin = nullptr;
+    bool ByKnob = false;
 #ifdef MEGAC_CUDA_EMULATION
     if (Kn.binaries() && Kn.binaries()->size())
-      Bin = &kernelImage(Kn);
+      Bin = &kernelImage(Kn, ByKnob);
 #else
-    Bin = &kernelImage(Kn);
+    Bin = &kernelImage(Kn, ByKnob);
 #endif
     const std::string BinArch = Bin ? Bin->arch()->str() : "";
     const bool FromPtx = Bin && parseArch(BinArch).Ptx;
@@ -2303,6 +2307,7 @@ private:
     if (FromPtx && PtxLoadedFor.empty())
       PtxLoadedFor = BinArch;
     PtxModules += FromPtx;
+    PtxByKnob += ByKnob;
     check(cuModuleGetFunction(&Functions[Index], Modules[Index],
                               Kn.name()->c_str()),
           "cuModuleGetFunction");
@@ -4292,7 +4297,7 @@ private:
   /// MEGAC_CUDA_KERNEL_IMAGE=ptx (ptxKernelsAsked); the generated kernels
   /// loaded from PTX, and the first one's architecture (runNotes).
   const bool PtxKernels = ptxKernelsAsked();
-  unsigned PtxModules = 0;
+  unsigned PtxModules = 0, PtxByKnob = 0;
   std::string PtxLoadedFor;
   std::map<std::string, size_t> Allocated; // bytes allocate() took, by use
   size_t SharedOptin = 0; // dynamic shared memory a block may opt in to

@@ -20,14 +20,28 @@
 namespace megac_rt {
 
 /// An architecture name read: "sm_90" is {90, false}, "compute_90" {90,
-/// true}, "sm_90a" {90, false} with Suffix true (an arch-specific cubin,
-/// which runs on that exact architecture alone). Version 0: not a name of
-/// either kind.
+/// true}. A suffix narrows where the binary runs: "a" (sm_90a,
+/// compute_90a: arch-specific) to that exact architecture, "f" (sm_100f:
+/// family-specific) to that major version from its minor on. Version 0:
+/// not a name of either kind.
 struct ArchName {
   int Version = 0;
   bool Ptx = false;
-  bool Suffix = false;
+  char Suffix = 0; // 0, 'a' or 'f'
 };
+
+/// Whether a binary named \p A runs on a device of compute capability
+/// \p Device (major * 10 + minor).
+inline bool archRunsOn(const ArchName &A, int Device) {
+  if (!A.Version || A.Version > Device)
+    return false;
+  if (A.Suffix == 'a')
+    return A.Version == Device;
+  // A cubin, and family-specific PTX, stay within their major version.
+  if (!A.Ptx || A.Suffix == 'f')
+    return A.Version / 10 == Device / 10;
+  return true;
+}
 
 inline ArchName parseArch(const std::string &Name) {
   ArchName A;
@@ -48,7 +62,7 @@ inline ArchName parseArch(const std::string &Name) {
   if (End != Name.size()) {
     if (End + 1 != Name.size() || (Name[End] != 'a' && Name[End] != 'f'))
       return {};
-    A.Suffix = true;
+    A.Suffix = Name[End];
   }
   return A;
 }
@@ -65,19 +79,13 @@ inline int pickKernelImage(const std::vector<std::string> &Archs, int Major,
   int Cubin = -1, CubinVersion = -1, Ptx = -1, PtxVersion = -1;
   for (size_t I = 0; I < Archs.size(); ++I) {
     const ArchName A = parseArch(Archs[I]);
-    if (!A.Version || A.Version > Device)
+    if (!archRunsOn(A, Device))
       continue;
-    if (A.Ptx) {
-      if (A.Version > PtxVersion) {
-        Ptx = int(I);
-        PtxVersion = A.Version;
-      }
-      continue;
-    }
-    const bool Runs = A.Suffix ? A.Version == Device : A.Version / 10 == Major;
-    if (Runs && A.Version > CubinVersion) {
-      Cubin = int(I);
-      CubinVersion = A.Version;
+    int &Best = A.Ptx ? Ptx : Cubin;
+    int &BestVersion = A.Ptx ? PtxVersion : CubinVersion;
+    if (A.Version > BestVersion) {
+      Best = int(I);
+      BestVersion = A.Version;
     }
   }
   if (PreferPtx && Ptx >= 0)
