@@ -13,6 +13,7 @@
 
 #include "NvrtcCompiler.h"
 
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"
@@ -31,7 +32,7 @@
 
 namespace megac {
 
-const std::vector<std::string> &cudaArchitectures() {
+const std::vector<std::string> &defaultCudaArchitectures() {
   static const std::vector<std::string> archs = {"sm_80", "sm_90",
                                                  "compute_90"};
   return archs;
@@ -41,13 +42,50 @@ bool isPtxArchitecture(const std::string &arch) {
   return llvm::StringRef(arch).starts_with("compute_");
 }
 
-std::string cudaArchitecturesText() {
+std::string checkCudaArchitectures(const std::vector<std::string> &archs) {
+  int count = 0;
+  std::vector<int> supported;
+  if (nvrtcGetNumSupportedArchs(&count) == NVRTC_SUCCESS && count > 0) {
+    supported.resize(size_t(count));
+    if (nvrtcGetSupportedArchs(supported.data()) != NVRTC_SUCCESS)
+      supported.clear();
+  }
+  std::vector<std::string> usable;
+  for (int version : supported)
+    if (version >= 80)
+      usable.push_back("sm_" + std::to_string(version));
+  const std::string expected =
+      "expected sm_XY (a cubin) or compute_XY (PTX), an \"a\" or \"f\" "
+      "suffix allowed, of an architecture this NVRTC compiles for from "
+      "sm_80 on: " +
+      llvm::join(usable, ", ");
+  if (archs.empty())
+    return "--cuda-arch names no architecture; " + expected;
+  for (size_t i = 0; i < archs.size(); ++i) {
+    llvm::StringRef name(archs[i]);
+    llvm::StringRef digits = name;
+    if (!digits.consume_front("sm_") && !digits.consume_front("compute_"))
+      return "--cuda-arch: '" + archs[i] + "': " + expected;
+    if (digits.ends_with("a") || digits.ends_with("f"))
+      digits = digits.drop_back();
+    unsigned version = 0;
+    if (digits.empty() || digits.getAsInteger(10, version) ||
+        !llvm::is_contained(supported, int(version)) || version < 80)
+      return "--cuda-arch: '" + archs[i] + "': " + expected;
+    if (llvm::is_contained(llvm::ArrayRef(archs).take_front(i), archs[i]))
+      return "--cuda-arch: '" + archs[i] + "' is named twice";
+  }
+  return "";
+}
+
+std::string cudaArchitecturesText(const std::vector<std::string> &archs) {
   std::vector<std::string> cubins, ptx;
-  for (const std::string &arch : cudaArchitectures())
+  for (const std::string &arch : archs)
     (isPtxArchitecture(arch) ? ptx : cubins).push_back(arch);
-  std::string text = llvm::join(cubins, " and ");
+  std::string text = cubins.empty() ? "" : "for " + llvm::join(cubins, " and ");
   if (!ptx.empty())
-    text += ", with PTX for " + llvm::join(ptx, " and ");
+    text += (cubins.empty() ? "to PTX for " : ", and to PTX for ") +
+            llvm::join(ptx, " and ");
   return text;
 }
 
@@ -179,10 +217,10 @@ std::string compileOne(const std::string &name, const std::string &source,
 } // namespace
 
 std::string compileWithNvrtc(const std::string &name, const std::string &source,
+                             const std::vector<std::string> &archs,
                              PlanEmitOptions::Binaries &binaries,
                              KernelCacheStats *stats) {
   const std::string dir = kernelCacheDir();
-  const std::vector<std::string> &archs = cudaArchitectures();
   std::vector<std::vector<uint8_t>> cubins(archs.size());
   std::vector<std::future<std::string>> jobs;
   for (size_t i = 0; i < archs.size(); ++i) {

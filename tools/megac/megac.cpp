@@ -612,6 +612,15 @@ int runCompile(int argc, char **argv) {
                "kernels are cached in $MEGAC_KERNEL_CACHE (default "
                "~/.cache/megac/kernels; off: no cache)"),
       cl::init("cpu"), cl::cat(category));
+  static cl::list<std::string> cudaArch(
+      "cuda-arch", cl::CommaSeparated,
+      cl::desc("With --target cuda: the architectures the generated kernels "
+               "are compiled for, sm_XY for a cubin (it runs on that major "
+               "version from its minor on) and compute_XY for PTX (the "
+               "driver compiles it for any later GPU); default "
+               "sm_80,sm_90,compute_90. sm_100 or sm_120 adds native "
+               "cubins for Blackwell GPUs"),
+      cl::value_desc("arch,..."), cl::cat(category));
   static cl::OptionCategory trainCategory(
       "megac compile training options (with --train)");
   static cl::opt<bool> train(
@@ -859,6 +868,21 @@ int runCompile(int argc, char **argv) {
   if (target != "cpu" && target != "cuda")
     return fail("--target must be cpu or cuda, got '" + target.getValue() +
                 "'");
+  if (cudaArch.getNumOccurrences() && target != "cuda")
+    return fail("--cuda-arch names the architectures of a --target cuda "
+                "plan's kernels; add --target cuda");
+#ifdef MEGAC_HAVE_NVRTC
+  const std::vector<std::string> archs =
+      cudaArch.getNumOccurrences()
+          ? std::vector<std::string>(cudaArch.begin(), cudaArch.end())
+          : megac::defaultCudaArchitectures();
+  if (std::string bad = megac::checkCudaArchitectures(archs); !bad.empty())
+    return fail(bad);
+#else
+  if (cudaArch.getNumOccurrences())
+    return fail("--cuda-arch: this megac was built without NVRTC (the CUDA "
+                "toolkit), so it compiles no kernels");
+#endif
   options.fusionGroups = target == "cuda" ? megac::kAllFusionGroups.str() : "a";
   if (target == "cuda")
     noteGpuVocabulary(*module, quiet);
@@ -904,10 +928,9 @@ int runCompile(int argc, char **argv) {
 #ifdef MEGAC_HAVE_NVRTC
   megac::KernelCacheStats kernelStats;
   if (!quiet)
-    kernelStats.beforeFirstCompile = [] {
+    kernelStats.beforeFirstCompile = [&archs] {
       llvm::errs() << "megac: compiling generated CUDA kernels with NVRTC "
-                      "for "
-                   << megac::cudaArchitecturesText()
+                   << megac::cudaArchitecturesText(archs)
                    << (megac::kernelCacheDir().empty()
                            ? " (seconds)...\n"
                            : " (seconds; the kernel cache keeps them for "
@@ -916,7 +939,7 @@ int runCompile(int argc, char **argv) {
   emitOptions.compileKernel = [&](const std::string &name,
                                   const std::string &source,
                                   megac::PlanEmitOptions::Binaries &binaries) {
-    return megac::compileWithNvrtc(name, source, binaries, &kernelStats);
+    return megac::compileWithNvrtc(name, source, archs, binaries, &kernelStats);
   };
 #endif
   if ((*module)->hasAttr(megac::MegacDialect::kPipelineStagesAttrName)) {

@@ -2241,8 +2241,8 @@ private:
       throw std::runtime_error(
           "kernel " + Kn.name()->str() + " has no binary for " + Arch +
           " (the plan has " + (Have.empty() ? "none" : Have) +
-          "; a plan compiled by this megac for --target cuda carries "
-          "cubins for sm_80 and sm_90 and PTX for compute_90)");
+          "; megac compile --cuda-arch names the architectures, and its "
+          "default, sm_80,sm_90,compute_90, runs on sm_80 and later)");
     }
     return *Bin;
   }
