@@ -66,12 +66,20 @@ std::string checkCudaArchitectures(const std::vector<std::string> &archs) {
     llvm::StringRef digits = name;
     if (!digits.consume_front("sm_") && !digits.consume_front("compute_"))
       return "--cuda-arch: '" + archs[i] + "': " + expected;
-    if (digits.ends_with("a") || digits.ends_with("f"))
+    const char suffix =
+        digits.ends_with("a") || digits.ends_with("f") ? digits.back() : 0;
+    if (suffix)
       digits = digits.drop_back();
     unsigned version = 0;
     if (digits.empty() || digits.getAsInteger(10, version) ||
         !llvm::is_contained(supported, int(version)) || version < 80)
       return "--cuda-arch: '" + archs[i] + "': " + expected;
+    // Arch-specific targets begin with sm_90, family-specific ones with
+    // sm_100.
+    if ((suffix == 'a' && version < 90) || (suffix == 'f' && version < 100))
+      return "--cuda-arch: '" + archs[i] + "': an \"" + suffix +
+             "\" target exists from " + (suffix == 'a' ? "sm_90" : "sm_100") +
+             " on";
     if (llvm::is_contained(llvm::ArrayRef(archs).take_front(i), archs[i]))
       return "--cuda-arch: '" + archs[i] + "' is named twice";
   }

@@ -24,7 +24,8 @@ const std::vector<std::string> &defaultCudaArchitectures();
 bool isPtxArchitecture(const std::string &arch);
 
 /// The error in a list of architectures for `--cuda-arch`, or "": each
-/// must be sm_XY or compute_XY (an "a" or "f" suffix allowed) of an
+/// must be sm_XY or compute_XY (an "a" suffix allowed from sm_90 on, an
+/// "f" one from sm_100 on) of an
 /// architecture this NVRTC compiles for, sm_80 or later (the CUDA backend
 /// needs bf16 tensor cores), and given once.
 std::string checkCudaArchitectures(const std::vector<std::string> &archs);
