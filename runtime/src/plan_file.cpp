@@ -13,6 +13,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "megac_rt/plan_file.h"
+#include "megac_rt/kernel_image.h"
 #include "plan_enums.h"
 
 #include <nlohmann/json.hpp>
@@ -2253,8 +2254,7 @@ std::string dumpPlanText(const LoadedPlan &plan, int rank) {
         if (Kn->binaries())
           for (const KernelBinary *B : *Kn->binaries())
             OS << "; " << str(B->arch())
-               << (str(B->arch()).rfind("compute_", 0) == 0 ? " ptx "
-                                                            : " cubin ")
+               << (parseArch(str(B->arch())).Ptx ? " ptx " : " cubin ")
                << (B->cubin() ? B->cubin()->size() : 0) << " bytes";
         OS << "\n";
       }

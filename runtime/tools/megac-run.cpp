@@ -131,35 +131,11 @@ private:
       if (std::chrono::duration<double>(Clock::now() - Since).count() <
           Seconds)
         continue;
-      std::string Where = "waiting between instructions";
-      const uint32_t I = E.currentInstruction();
-      const RankProgram &RP = E.rankProgram();
-      if (RP.instrs() && I < RP.instrs()->size()) {
-        const Instr &In = *RP.instrs()->Get(I);
-        // The CUDA backend issues work ahead of the device: it may be
-        // waiting for everything up to I rather than in I itself.
-        Where = (E.waitingForDevice()
-                     ? "waiting for the device to finish instructions up to "
-                     : "waiting in instruction ") +
-                std::to_string(I) + " (" + opcodeName(In.op());
-        if (In.axis() >= 0 && E.program().axes())
-          Where += " over " + E.program().axes()->Get(In.axis())->name()->str();
-        if ((In.op() == op::Send || In.op() == op::Recv) && In.ints())
-          Where += std::string(In.op() == op::Recv ? " from" : " to") +
-                   " rank " + std::to_string(In.ints()->Get(0));
-        if (In.loc() && In.loc()->size())
-          Where += " at " + In.loc()->str();
-        Where += ")";
-      }
-      Where += " of step " + std::to_string(E.publishedStep());
-      if (SettingUpDevice.load())
-        Where = "setting up the CUDA backend (its device, then the NCCL "
-                "communicators)";
       std::fprintf(stderr,
                    "megac-run: error: rank %d made no progress for %.0f s, "
                    "%s; a peer rank is probably dead or hung, so this rank "
                    "ends the job (--watchdog)\n",
-                   Rank, Seconds, Where.c_str());
+                   Rank, Seconds, whereWaiting().c_str());
       std::fflush(stderr);
       if (DeviceRun *D = LiveDevice.load()) {
         // ncclCommAbort could itself block (the main thread may be inside
@@ -174,6 +150,35 @@ private:
       }
       std::_Exit(3);
     }
+  }
+
+  /// What this rank waits for: its device's set-up, or the instruction
+  /// (and step) it has come to.
+  std::string whereWaiting() const {
+    if (SettingUpDevice.load())
+      return "setting up the CUDA backend (its device, then the NCCL "
+             "communicators)";
+    std::string Where = "waiting between instructions";
+    const uint32_t I = E.currentInstruction();
+    const RankProgram &RP = E.rankProgram();
+    if (RP.instrs() && I < RP.instrs()->size()) {
+      const Instr &In = *RP.instrs()->Get(I);
+      // The CUDA backend issues work ahead of the device: it may be
+      // waiting for everything up to I rather than in I itself.
+      Where = (E.waitingForDevice()
+                   ? "waiting for the device to finish instructions up to "
+                   : "waiting in instruction ") +
+              std::to_string(I) + " (" + opcodeName(In.op());
+      if (In.axis() >= 0 && E.program().axes())
+        Where += " over " + E.program().axes()->Get(In.axis())->name()->str();
+      if ((In.op() == op::Send || In.op() == op::Recv) && In.ints())
+        Where += std::string(In.op() == op::Recv ? " from" : " to") + " rank " +
+                 std::to_string(In.ints()->Get(0));
+      if (In.loc() && In.loc()->size())
+        Where += " at " + In.loc()->str();
+      Where += ")";
+    }
+    return Where + " of step " + std::to_string(E.publishedStep());
   }
 
   const Executor &E;

@@ -8,7 +8,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "cuda/kernel_image.h"
+#include "megac_rt/kernel_image.h"
 
 #include <gtest/gtest.h>
 

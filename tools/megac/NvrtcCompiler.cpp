@@ -4,14 +4,16 @@
 // every kernel it generates ahead of time, for each architecture the plan
 // supports (cubins, and PTX for later GPUs), on any machine with the CUDA
 // toolkit. The architectures compile side by side, and each binary goes
-// into a cache keyed by all
-// that determines it (NVRTC's version, the flags, the architecture and
-// the source), so that compiling a model again, or another model with the
-// same kernels, takes none of NVRTC's time.
+// into a cache keyed by all that determines it (NVRTC's version, the
+// flags, the architecture and the source), so that compiling a model
+// again, or another model with the same kernels, takes none of NVRTC's
+// time.
 //
 //===----------------------------------------------------------------------===//
 
 #include "NvrtcCompiler.h"
+
+#include "megac_rt/kernel_image.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
@@ -39,7 +41,7 @@ const std::vector<std::string> &defaultCudaArchitectures() {
 }
 
 bool isPtxArchitecture(const std::string &arch) {
-  return llvm::StringRef(arch).starts_with("compute_");
+  return megac_rt::parseArch(arch).Ptx;
 }
 
 std::string checkCudaArchitectures(const std::vector<std::string> &archs) {
@@ -62,24 +64,16 @@ std::string checkCudaArchitectures(const std::vector<std::string> &archs) {
   if (archs.empty())
     return "--cuda-arch names no architecture; " + expected;
   for (size_t i = 0; i < archs.size(); ++i) {
-    llvm::StringRef name(archs[i]);
-    llvm::StringRef digits = name;
-    if (!digits.consume_front("sm_") && !digits.consume_front("compute_"))
-      return "--cuda-arch: '" + archs[i] + "': " + expected;
-    const char suffix =
-        digits.ends_with("a") || digits.ends_with("f") ? digits.back() : 0;
-    if (suffix)
-      digits = digits.drop_back();
-    unsigned version = 0;
-    if (digits.empty() || digits.getAsInteger(10, version) ||
-        !llvm::is_contained(supported, int(version)) || version < 80)
+    const megac_rt::ArchName arch = megac_rt::parseArch(archs[i]);
+    if (arch.Version < 80 || !llvm::is_contained(supported, arch.Version))
       return "--cuda-arch: '" + archs[i] + "': " + expected;
     // Arch-specific targets begin with sm_90, family-specific ones with
     // sm_100.
-    if ((suffix == 'a' && version < 90) || (suffix == 'f' && version < 100))
-      return "--cuda-arch: '" + archs[i] + "': an \"" + suffix +
-             "\" target exists from " + (suffix == 'a' ? "sm_90" : "sm_100") +
-             " on";
+    if ((arch.Suffix == 'a' && arch.Version < 90) ||
+        (arch.Suffix == 'f' && arch.Version < 100))
+      return "--cuda-arch: '" + archs[i] + "': an \"" + arch.Suffix +
+             "\" target exists from " +
+             (arch.Suffix == 'a' ? "sm_90" : "sm_100") + " on";
     if (llvm::is_contained(llvm::ArrayRef(archs).take_front(i), archs[i]))
       return "--cuda-arch: '" + archs[i] + "' is named twice";
   }

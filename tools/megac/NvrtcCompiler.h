@@ -25,9 +25,9 @@ bool isPtxArchitecture(const std::string &arch);
 
 /// The error in a list of architectures for `--cuda-arch`, or "": each
 /// must be sm_XY or compute_XY (an "a" suffix allowed from sm_90 on, an
-/// "f" one from sm_100 on) of an
-/// architecture this NVRTC compiles for, sm_80 or later (the CUDA backend
-/// needs bf16 tensor cores), and given once.
+/// "f" one from sm_100 on) of an architecture this NVRTC compiles for,
+/// sm_80 or later (the CUDA backend needs bf16 tensor cores), and given
+/// once.
 std::string checkCudaArchitectures(const std::vector<std::string> &archs);
 
 /// \p archs as a compile's progress line names them: "for sm_80 and
@@ -49,7 +49,7 @@ struct KernelCacheStats {
 };
 
 /// Compiles \p source (kernel \p name) for each of \p archs with NVRTC,
-/// the architectures side by side, taking the cubins the kernel cache has
+/// the architectures side by side, taking the binaries the kernel cache has
 /// (kernelCacheDir) and adding those it compiles; counts both into \p
 /// stats where given. Returns the error (with NVRTC's log), or "".
 std::string compileWithNvrtc(const std::string &name, const std::string &source,

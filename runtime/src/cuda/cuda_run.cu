@@ -15,6 +15,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "device_run.h"
+#include "megac_rt/kernel_image.h"
 #include "megac_rt/memory_plan.h"
 #include "megac_rt/plan_file.h"
 #include "plan_enums.h"
@@ -23,7 +24,6 @@
 #include "cuda_api.h"
 #include "cuda_kernels.cuh"
 #include "growing_buffer.h"
-#include "kernel_image.h"
 #ifdef MEGAC_HAVE_CUDNN_ATTENTION
 #include "cudnn_attention.h"
 #endif

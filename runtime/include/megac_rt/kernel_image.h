@@ -1,5 +1,4 @@
-//===- kernel_image.h - Which of a kernel's binaries a device loads -*- C++
-//-*-===//
+//===- kernel_image.h - Which kernel binary a device loads -----*- C++ -*-===//
 //
 // A plan carries each generated kernel as cubins ("sm_80", "sm_90") and as
 // PTX for a virtual architecture ("compute_90"). A cubin runs on its own
@@ -7,12 +6,13 @@
 // sm_86 and sm_89), never on another major one; PTX for compute_XY is
 // compiled by the driver for any architecture from XY on (an sm_100 GPU
 // loads compute_90's PTX). Kept free of CUDA, so that the choice is tested
-// on any machine (KernelImageTest.cpp).
+// on any machine (KernelImageTest.cpp), and shared with megac, which reads
+// the same names in `--cuda-arch` and `megac inspect`.
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef MEGAC_RT_CUDA_KERNEL_IMAGE_H
-#define MEGAC_RT_CUDA_KERNEL_IMAGE_H
+#ifndef MEGAC_RT_KERNEL_IMAGE_H
+#define MEGAC_RT_KERNEL_IMAGE_H
 
 #include <string>
 #include <vector>
@@ -95,4 +95,4 @@ inline int pickKernelImage(const std::vector<std::string> &Archs, int Major,
 
 } // namespace megac_rt
 
-#endif // MEGAC_RT_CUDA_KERNEL_IMAGE_H
+#endif // MEGAC_RT_KERNEL_IMAGE_H
