@@ -8,6 +8,7 @@
 
 #include "checkpoint.h"
 #include "error.h"
+#include "file_io.h"
 
 #include <nlohmann/json.hpp>
 
@@ -58,26 +59,6 @@ std::string join(const std::string &Dir, const std::string &Name) {
   return Dir.empty() ? Name : stripSlashes(Dir) + "/" + Name;
 }
 
-std::string parentOf(const std::string &Path) {
-  size_t P = Path.rfind('/');
-  if (P == std::string::npos)
-    return ".";
-  return P == 0 ? "/" : Path.substr(0, P);
-}
-
-void fsyncDir(const std::string &Dir) {
-  int Fd = ::open(Dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (Fd < 0)
-    throw RunError(Dir + ": cannot open directory to sync it: " +
-                   std::strerror(errno));
-  int Rc = ::fsync(Fd);
-  int E = errno;
-  ::close(Fd);
-  // Some file systems refuse fsync on directories; that is not an error.
-  if (Rc != 0 && E != EINVAL && E != EROFS)
-    throw RunError(Dir + ": cannot sync directory: " + std::strerror(E));
-}
-
 std::vector<uint8_t> readWhole(const std::string &Path, bool &Missing) {
   Missing = false;
   std::ifstream F(Path, std::ios::binary | std::ios::ate);
@@ -123,41 +104,6 @@ std::string shardFileName(uint32_t Rank) {
   char Buf[48];
   std::snprintf(Buf, sizeof(Buf), "rank-%05u.safetensors", Rank);
   return Buf;
-}
-
-void writeFileAtomic(const std::string &Path, const void *Data, size_t Size) {
-  const std::string Tmp = Path + ".tmp";
-  int Fd = ::open(Tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (Fd < 0)
-    throw RunError(Path + ": cannot create " + Tmp + ": " +
-                   std::strerror(errno));
-  const uint8_t *P = static_cast<const uint8_t *>(Data);
-  size_t Left = Size;
-  while (Left) {
-    ssize_t N = ::write(Fd, P, Left);
-    if (N < 0 && errno == EINTR)
-      continue;
-    if (N <= 0) {
-      int E = errno;
-      ::close(Fd);
-      ::unlink(Tmp.c_str());
-      throw RunError(Path + ": error writing " + Tmp + ": " +
-                     std::strerror(E));
-    }
-    P += N;
-    Left -= size_t(N);
-  }
-  if (::fsync(Fd) != 0 || ::close(Fd) != 0) {
-    int E = errno;
-    ::unlink(Tmp.c_str());
-    throw RunError(Path + ": cannot sync " + Tmp + ": " + std::strerror(E));
-  }
-  if (::rename(Tmp.c_str(), Path.c_str()) != 0) {
-    int E = errno;
-    ::unlink(Tmp.c_str());
-    throw RunError(Path + ": cannot rename " + Tmp + ": " + std::strerror(E));
-  }
-  fsyncDir(parentOf(Path));
 }
 
 ShardInfo writeCheckpointShard(const std::string &Dir, int64_t Step,

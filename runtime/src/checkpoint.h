@@ -70,10 +70,6 @@ std::string shardFileName(uint32_t Rank);
 /// directory" where a file stands in the way.
 void makeDirs(const std::string &Dir);
 
-/// Writes \p Path atomically: temporary file, fsync, rename, fsync of the
-/// directory. Throws RunError "<path>: <what>".
-void writeFileAtomic(const std::string &Path, const void *Data, size_t Size);
-
 /// Writes this rank's shard into \p Dir/step-<Step>/ (creating both
 /// directories) and returns its description. Throws RunError.
 ShardInfo writeCheckpointShard(const std::string &Dir, int64_t Step,

@@ -202,11 +202,20 @@ std::vector<int32_t> readTokens(const std::string &Path, size_t Count,
       Width = Hdr[1] == 1 ? 2 : 4;
       Start = 1024;
       Format = "llm.c token file";
-      uint64_t InFile = (Size - 1024) / Width;
-      if (Hdr[2] < 0 || uint64_t(Hdr[2]) > InFile)
+      const uint64_t Body = Size - 1024;
+      if (Hdr[2] < 0)
+        throw RunError(Path +
+                       ": llm.c header announces a negative number "
+                       "of tokens (" +
+                       std::to_string(Hdr[2]) + "): a damaged header");
+      // As llm.c's own loader: the header's count is the file's.
+      if (uint64_t(Hdr[2]) * Width != Body)
         throw RunError(Path + ": llm.c header announces " +
                        std::to_string(Hdr[2]) + " tokens but the file holds " +
-                       std::to_string(InFile) + " (truncated?)");
+                       std::to_string(Body / Width) +
+                       (Body % Width ? " and a part of one" : "") +
+                       (uint64_t(Hdr[2]) * Width > Body ? " (truncated?)"
+                                                        : " (appended to?)"));
       Available = uint64_t(Hdr[2]);
     }
   }

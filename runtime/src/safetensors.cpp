@@ -9,6 +9,7 @@
 
 #include "safetensors.h"
 #include "error.h"
+#include "file_io.h"
 
 #include <nlohmann/json.hpp>
 
@@ -207,22 +208,7 @@ void writeSafetensors(const std::string &Path,
                       const std::vector<TensorToWrite> &Tensors,
                       const std::map<std::string, std::string> &Metadata) {
   std::vector<uint8_t> Image = safetensorsImage(Tensors, Metadata);
-  std::string Tmp = Path + ".tmp";
-  FILE *F = std::fopen(Tmp.c_str(), "wb");
-  if (!F)
-    throw RunError(Path + ": cannot create " + Tmp + ": " +
-                   std::strerror(errno));
-  bool Ok = std::fwrite(Image.data(), 1, Image.size(), F) == Image.size();
-  Ok = (std::fclose(F) == 0) && Ok;
-  if (!Ok) {
-    std::remove(Tmp.c_str());
-    throw RunError(Path + ": error writing " + Tmp);
-  }
-  if (std::rename(Tmp.c_str(), Path.c_str()) != 0) {
-    int E = errno;
-    std::remove(Tmp.c_str());
-    throw RunError(Path + ": cannot rename " + Tmp + ": " + std::strerror(E));
-  }
+  writeFileAtomic(Path, Image.data(), Image.size());
 }
 
 float halfToFloat(uint16_t H) {

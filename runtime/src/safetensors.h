@@ -75,7 +75,7 @@ std::vector<uint8_t>
 safetensorsImage(const std::vector<TensorToWrite> &Tensors,
                  const std::map<std::string, std::string> &Metadata);
 
-/// Writes \p Tensors to \p Path via "<Path>.tmp" and a rename, so a reader
+/// Writes \p Tensors to \p Path whole (writeFileAtomic), so a reader
 /// never sees a half-written file. Throws RunError "<path>: <what>".
 void writeSafetensors(const std::string &Path,
                       const std::vector<TensorToWrite> &Tensors,

@@ -136,11 +136,19 @@ std::string traceEventsJson(const Program &P, uint32_t Rank,
               "=" + std::to_string(R.coords()->Get(A));
   if (!Coords.empty())
     Name += " (" + Coords + ")";
-  nlohmann::json Events = nlohmann::json::array();
-  Events.push_back({{"name", "process_name"},
-                    {"ph", "M"},
-                    {"pid", Rank},
-                    {"args", {{"name", Name}}}});
+  // Each event is written as it is made: a document of all of them would
+  // take a kilobyte or two per event (a long --trace ran out of memory).
+  std::string Text;
+  auto Append = [&Text](const nlohmann::json &Event) {
+    // (Locations are the user's file names, not always UTF-8.)
+    Text += (Text.empty() ? "" : ",");
+    Text +=
+        Event.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  };
+  Append({{"name", "process_name"},
+          {"ph", "M"},
+          {"pid", Rank},
+          {"args", {{"name", Name}}}});
   for (const TraceSpan &S : Spans) {
     const Instr &In = *R.instrs()->Get(S.instr);
     nlohmann::json Args = {{"instr", S.instr}};
@@ -151,19 +159,18 @@ std::string traceEventsJson(const Program &P, uint32_t Rank,
     if (S.micro >= 0)
       Args["micro_batch"] = S.micro;
     const bool Comm = communicatesOp(In.op()) || transferOp(In.op());
-    Events.push_back({{"name", opcodeName(In.op())},
-                      {"cat", communicatesOp(In.op()) ? "collective"
-                              : transferOp(In.op())   ? "transfer"
-                                                      : "compute"},
-                      {"ph", "X"},
-                      {"pid", Rank},
-                      {"tid", Comm ? 1 : 0},
-                      {"ts", S.startUs},
-                      {"dur", S.durUs},
-                      {"args", Args}});
+    Append({{"name", opcodeName(In.op())},
+            {"cat", communicatesOp(In.op()) ? "collective"
+                    : transferOp(In.op())   ? "transfer"
+                                            : "compute"},
+            {"ph", "X"},
+            {"pid", Rank},
+            {"tid", Comm ? 1 : 0},
+            {"ts", S.startUs},
+            {"dur", S.durUs},
+            {"args", Args}});
   }
-  std::string Text = Events.dump();
-  return Text.substr(1, Text.size() - 2); // the elements, no brackets
+  return Text;
 }
 
 std::string traceFileJson(const std::vector<std::string> &PerRank) {

@@ -24,6 +24,7 @@
 #include "checkpoint.h"
 #include "error.h"
 #include "executor.h"
+#include "file_io.h"
 #include "init.h"
 #include "kernels.h"
 #include "megac_rt/trace.h"
@@ -53,6 +54,7 @@
 #include <memory>
 #include <new>
 #include <numeric>
+#include <set>
 #include <sstream>
 #include <sys/stat.h>
 #include <thread>
@@ -189,6 +191,9 @@ private:
 };
 
 int WorldRank = 0, WorldSize = 1;
+/// Whether a launcher started this process (mpirun, srun), read before
+/// MPI_Init: a process started alone gets PMIX_RANK from MPI_Init itself.
+bool LaunchedByLauncher = false;
 
 std::string oneLine(std::string S) {
   for (char &C : S)
@@ -234,13 +239,19 @@ std::string humanCount(uint64_t N) {
   return Buf;
 }
 
-/// If the process was started by a launcher MPI cannot see (torchrun), the
-/// world-size mismatch deserves a more specific hint.
-std::string launcherHint(uint32_t Want) {
+/// WORLD_SIZE of a launcher MPI cannot see (torchrun) where this process
+/// runs alone; 0 otherwise.
+long foreignWorldSize() {
   const char *Ws = std::getenv("WORLD_SIZE");
-  if (WorldSize == 1 && Ws && std::atoi(Ws) > 1 && !std::getenv("OMPI_COMM_WORLD_SIZE") &&
-      !std::getenv("PMI_SIZE") && !std::getenv("PMIX_RANK"))
-    return "; WORLD_SIZE=" + std::string(Ws) +
+  const long N = Ws ? std::atol(Ws) : 0;
+  return WorldSize == 1 && !LaunchedByLauncher && N > 1 ? N : 0;
+}
+
+/// How to launch a plan of \p Want ranks, more specific where torchrun
+/// seems to have started the process.
+std::string launcherHint(uint32_t Want) {
+  if (foreignWorldSize())
+    return "; WORLD_SIZE=" + std::string(std::getenv("WORLD_SIZE")) +
            " is set (torchrun?) but this megac-run communicates through MPI "
            "and sees a single process: launch with mpirun -np " +
            std::to_string(Want);
@@ -323,10 +334,14 @@ void checkWritableFile(const std::string &Path) {
   if (::stat(Path.c_str(), &St) == 0) {
     if (S_ISDIR(St.st_mode))
       throw RunError(Path + ": is a directory, not a file");
-    const int Fd = ::open(Path.c_str(), O_WRONLY);
+    // (Opening a pipe would wait for its reader, then end its input.)
+    const int Fd = S_ISREG(St.st_mode) ? ::open(Path.c_str(), O_WRONLY)
+                   : ::access(Path.c_str(), W_OK) == 0 ? INT_MAX
+                                                       : -1;
     if (Fd < 0)
       throw RunError(Path + ": cannot write: " + std::strerror(errno));
-    ::close(Fd);
+    if (Fd != INT_MAX)
+      ::close(Fd);
   }
   if (std::string Why = createAndRemove(Path + ".megac-write-probe-" +
                                         std::to_string(::getpid()));
@@ -345,10 +360,61 @@ void checkWritableDirectory(const std::string &Dir) {
     throw RunError(Dir + ": cannot write a checkpoint there: " + Why);
 }
 
+/// Which file \p Path names, links followed: its device and inode where
+/// it exists, else its directory's and its own name. Empty where the path
+/// names no regular file (a device such as /dev/null may take several
+/// outputs).
+std::string fileIdentity(const std::string &Path) {
+  struct stat St;
+  if (::stat(Path.c_str(), &St) == 0)
+    return S_ISREG(St.st_mode)
+               ? std::to_string(St.st_dev) + ":" + std::to_string(St.st_ino)
+               : "";
+  const std::string Target = writeTarget(Path);
+  const size_t Slash = Target.find_last_of('/');
+  const std::string Dir =
+      Slash == std::string::npos ? "." : Target.substr(0, Slash + 1);
+  if (::stat(Dir.c_str(), &St) != 0)
+    return "";
+  return std::to_string(St.st_dev) + ":" + std::to_string(St.st_ino) + "/" +
+         Target.substr(Slash == std::string::npos ? 0 : Slash + 1);
+}
+
+/// Refuses an output that would overwrite an input of the run (the plan,
+/// the weights, the tokens) or another output: written after the work,
+/// it would destroy the file without a word.
+void checkOutputsApart(const Options &O) {
+  std::vector<std::pair<std::string, const std::string *>> Seen = {
+      {"the plan", &O.plan},
+      {"--weights", &O.weights},
+      {"--data/--tokens", &O.tokens}};
+  const std::pair<std::string, const std::string *> Outputs[] = {
+      {"--save-outputs", &O.saveOutputs},
+      {"--metrics", &O.metrics},
+      {"--trace", &O.trace},
+      {"--profile", &O.profile}};
+  std::vector<std::string> Ids;
+  for (const auto &[Flag, Path] : Seen)
+    Ids.push_back(Path->empty() ? "" : fileIdentity(*Path));
+  for (const auto &[Flag, Path] : Outputs) {
+    if (Path->empty())
+      continue;
+    const std::string Id = fileIdentity(*Path);
+    for (size_t I = 0; I < Seen.size() && !Id.empty(); ++I)
+      if (Ids[I] == Id)
+        throw RunError(Flag + " " + *Path + " is the same file as " +
+                       Seen[I].first + " " + *Seen[I].second +
+                       ": writing it would destroy that; name another file");
+    Seen.push_back({Flag, Path});
+    Ids.push_back(Id);
+  }
+}
+
 /// Files written after the run (by rank 0) and the checkpoint directory
 /// (by every rank): one that cannot be written fails now, not after the
 /// work.
 void checkOutputsWritable(const Options &O) {
+  checkOutputsApart(O);
   if (WorldRank == 0)
     for (const std::string *Out :
          {&O.saveOutputs, &O.profile, &O.trace, &O.metrics})
@@ -356,6 +422,43 @@ void checkOutputsWritable(const Options &O) {
         checkWritableFile(*Out);
   if (!O.saveCheckpoint.empty())
     checkWritableDirectory(O.saveCheckpoint);
+}
+
+/// Warns about the tensors of --weights no parameter of the plan reads
+/// (a checkpoint of a larger model loads without an error otherwise),
+/// but for GPT-2's attention masks, which are buffers, not weights.
+void warnUnusedWeights(const Program &P, const SafetensorsFile &W) {
+  std::set<std::string> Used;
+  const std::string Pfx = "transformer.";
+  for (const RankProgram *R : *P.ranks())
+    if (R->params())
+      for (const Param *Pa : *R->params())
+        if (Pa->hf_name() && Pa->hf_name()->size()) {
+          const std::string N = Pa->hf_name()->str();
+          Used.insert(N);
+          Used.insert(N.rfind(Pfx, 0) == 0 ? N.substr(Pfx.size()) : Pfx + N);
+        }
+  auto EndsWith = [](const std::string &S, const std::string &End) {
+    return S.size() >= End.size() &&
+           S.compare(S.size() - End.size(), End.size(), End) == 0;
+  };
+  std::vector<std::string> Unused;
+  for (const auto &[Name, Info] : W.header().tensors)
+    if (!Used.count(Name) && !EndsWith(Name, ".attn.bias") &&
+        !EndsWith(Name, ".attn.masked_bias"))
+      Unused.push_back(Name);
+  if (Unused.empty())
+    return;
+  std::string List;
+  for (size_t I = 0; I < Unused.size() && I < 6; ++I)
+    List += (I ? ", " : "") + Unused[I];
+  if (Unused.size() > 6)
+    List += ", ...";
+  std::fprintf(stderr,
+               "megac-run: warning: %zu tensor%s of --weights %s %s not read "
+               "by the plan (%s): a checkpoint of another model?\n",
+               Unused.size(), Unused.size() == 1 ? "" : "s", W.path().c_str(),
+               Unused.size() == 1 ? "is" : "are", List.c_str());
 }
 
 /// Option combinations that make no sense for the plan's mode.
@@ -382,6 +485,10 @@ void checkModeOptions(const Options &O, const Setup &S, const Program &P) {
       throw RunError("--generate cannot be combined with --save-outputs");
     if (!O.tokens.empty())
       throw RunError("--generate reads its prompt, not --data or --tokens");
+    if (O.sample != "sequential")
+      throw RunError("--sample " + O.sample +
+                     " chooses training steps' windows; --generate reads its "
+                     "prompt");
     if (P.vocab_size() < 256)
       throw RunError(Plan + ": --generate uses byte-level tokens and needs a "
                             "vocabulary of at least 256 (the plan has " +
@@ -565,6 +672,14 @@ void prepare(const Options &O, Setup &S) {
   const Program &P = *S.plan.program;
   if (!O.dumpPlan.empty())
     return;
+  // Under torchrun each process would run the whole one-rank plan alone,
+  // all writing the same outputs.
+  if (foreignWorldSize() && P.world_size() == 1)
+    throw RunError("WORLD_SIZE=" + std::string(std::getenv("WORLD_SIZE")) +
+                   " is set (torchrun?) but this megac-run communicates "
+                   "through MPI and sees a single process; the plan has one "
+                   "rank: run it as one process (mpirun -np 1, or unset "
+                   "WORLD_SIZE)");
   if (int64_t(P.world_size()) != WorldSize)
     throw RunError("plan was compiled for " + std::to_string(P.world_size()) +
                    (P.world_size() == 1 ? " rank" : " ranks") + " (grid " +
@@ -595,6 +710,8 @@ void prepare(const Options &O, Setup &S) {
   } else if (!O.weights.empty()) {
     SafetensorsFile W(O.weights);
     S.loaded = S.exec->loadParams(W, S.seed);
+    if (WorldRank == 0)
+      warnUnusedWeights(P, W);
   } else {
     S.exec->initParams(S.seed);
   }
@@ -651,6 +768,28 @@ void openMetrics(const Options &O, Setup &S) {
   if (!S.metrics)
     throw RunError(O.metrics +
                    ": cannot create metrics file: " + std::strerror(errno));
+}
+
+/// Rank 0 appends step \p T's line to --metrics: "" where it was
+/// written, else why not.
+std::string writeMetricsLine(const Options &O, Setup &S, int64_t T, float Loss,
+                             double TokPerS, double Lr) {
+  if (!S.metrics)
+    return "";
+  char LossStr[64];
+  if (std::isfinite(Loss))
+    std::snprintf(LossStr, sizeof(LossStr), "%.9g", double(Loss));
+  else
+    std::snprintf(LossStr, sizeof(LossStr), "null");
+  errno = 0;
+  if (std::fprintf(S.metrics,
+                   "{\"step\": %lld, \"loss\": %s, \"tokens_per_s\": %.1f, "
+                   "\"lr\": %.9g}\n",
+                   (long long)T, LossStr, TokPerS, Lr) < 0 ||
+      std::fflush(S.metrics) != 0)
+    return O.metrics + ": cannot write the metrics of step " +
+           std::to_string(T) + ": " + std::strerror(errno ? errno : EIO);
+  return "";
 }
 
 std::string outputName(const Output &O, const RankProgram &RP) {
@@ -817,54 +956,67 @@ std::string clockString(double Sec) {
   return Buf;
 }
 
-/// Writes \p Text to \p Path; false if any part fails.
-bool writeTextFile(const std::string &Path, const std::string &Text) {
-  std::FILE *F = std::fopen(Path.c_str(), "wb");
-  if (!F)
-    return false;
-  const bool Written =
-      std::fwrite(Text.data(), 1, Text.size(), F) == Text.size();
-  return std::fclose(F) == 0 && Written;
+/// At most this many instructions are traced per rank (about 250 bytes of
+/// JSON each): a --trace of a long run holds its beginning.
+constexpr size_t kMaxTraceEvents = 1000000;
+
+/// Writes \p Text to \p Path whole (writeFileAtomic): "" where it was
+/// written, else why not.
+std::string writeTextFile(const std::string &Path, const std::string &Text) {
+  try {
+    writeFileAtomic(Path, Text.data(), Text.size());
+  } catch (const RunError &E) {
+    return E.what();
+  }
+  return "";
 }
 
 /// Gathers every rank's measured timeline to rank 0, which writes
 /// --trace. Collective over MPI_COMM_WORLD; false (everyone) on a failure.
+/// Rank 0 takes one rank's events at a time (each under the trace's cap,
+/// so within MPI's int counts) straight into the file's text.
 bool writeTrace(const Options &O, Setup &S) {
   const Program &P = *S.plan.program;
   std::string Mine = traceEventsJson(P, uint32_t(WorldRank), S.exec->trace());
-  int Len = int(Mine.size());
-  std::vector<int> Lens(size_t(WorldSize), 0), Offs(size_t(WorldSize), 0);
-  MPI_Gather(&Len, 1, MPI_INT, Lens.data(), 1, MPI_INT, 0, MPI_COMM_WORLD);
-  std::string All;
-  if (WorldRank == 0) {
-    size_t Total = 0;
-    for (int R = 0; R < WorldSize; ++R) {
-      Offs[size_t(R)] = int(Total);
-      Total += size_t(Lens[size_t(R)]);
-    }
-    All.resize(Total);
-  }
-  MPI_Gatherv(Mine.data(), Len, MPI_CHAR, All.data(), Lens.data(),
-              Offs.data(), MPI_CHAR, 0, MPI_COMM_WORLD);
   std::string Err;
-  if (WorldRank == 0) {
-    std::vector<std::string> PerRank;
-    for (int R = 0; R < WorldSize; ++R)
-      PerRank.push_back(All.substr(size_t(Offs[size_t(R)]),
-                                   size_t(Lens[size_t(R)])));
-    if (!writeTextFile(O.trace, traceFileJson(PerRank)))
-      Err = "cannot write the trace " + O.trace;
+  if (WorldRank != 0) {
+    const uint64_t Len = Mine.size();
+    MPI_Send(&Len, 1, MPI_UINT64_T, 0, 0, MPI_COMM_WORLD);
+    MPI_Send(Mine.data(), int(Len), MPI_CHAR, 0, 1, MPI_COMM_WORLD);
+  } else {
+    // traceFileJson's document, built in place: its head, each rank's
+    // events, its tail ("\n]}\n").
+    std::string File = traceFileJson({});
+    const std::string Tail = File.substr(File.size() - 4);
+    File.resize(File.size() - 4);
+    File.reserve(File.size() + Mine.size() + 8);
+    File += "\n";
+    File += Mine;
+    std::string().swap(Mine);
+    for (int R = 1; R < WorldSize; ++R) {
+      uint64_t Len = 0;
+      MPI_Recv(&Len, 1, MPI_UINT64_T, R, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      const size_t At = File.size();
+      File.resize(At + 2 + Len);
+      File[At] = ',';
+      File[At + 1] = '\n';
+      MPI_Recv(File.data() + At + 2, int(Len), MPI_CHAR, R, 1, MPI_COMM_WORLD,
+               MPI_STATUS_IGNORE);
+    }
+    File += Tail;
+    if (std::string Why = writeTextFile(O.trace, File); !Why.empty())
+      Err = "cannot write the trace: " + Why;
   }
   if (!agree(Err))
     return false;
-  info(O, "wrote the measured timeline to %s (%zu events on rank 0)",
-       O.trace.c_str(), S.exec->trace().size());
+  const size_t Events = S.exec->trace().size();
+  info(O, "wrote the measured timeline to %s (%zu events on rank 0%s)",
+       O.trace.c_str(), Events,
+       Events >= kMaxTraceEvents
+           ? ": the first instructions only, the trace's limit"
+           : "");
   return true;
 }
-
-/// At most this many instructions are traced per rank (about 100 bytes of
-/// JSON each).
-constexpr size_t kMaxTraceEvents = 2000000;
 
 /// Per instruction: milliseconds and runs, from the executor's trace (the
 /// CPU backend's --profile).
@@ -938,8 +1090,8 @@ bool writeProfile(const Options &O, const Setup &S, const std::string &Where,
       Json += Buf;
     }
     Json += "\n  ]\n}\n";
-    if (!writeTextFile(O.profile, Json))
-      Err = "cannot write the profile " + O.profile;
+    if (std::string Why = writeTextFile(O.profile, Json); !Why.empty())
+      Err = "cannot write the profile: " + Why;
     if (Err.empty() && !O.quiet) {
       std::printf("profile of rank 0 on %s: %.1f ms in %zu ops over %lld "
                   "step%s%s%s\n",
@@ -1262,8 +1414,7 @@ int runTraining(const Options &O, Setup &S) {
   // Redraw the progress line in place only on a terminal of our own: a
   // launcher (mpirun, srun) hands its ranks a pseudo-terminal even when its
   // own output goes to a file or a pipe, so under one print lines instead.
-  const bool Launched = std::getenv("OMPI_COMM_WORLD_SIZE") ||
-                        std::getenv("PMI_SIZE") || std::getenv("SLURM_NTASKS");
+  const bool Launched = LaunchedByLauncher || std::getenv("SLURM_NTASKS");
   const bool Tty =
       WorldRank == 0 && !O.quiet && !Launched && ::isatty(STDOUT_FILENO);
   const int64_t Every = std::max<int64_t>(1, O.steps / 20);
@@ -1332,18 +1483,11 @@ int runTraining(const Options &O, Setup &S) {
     }
     LastLoss = Loss;
     const double TokPerS = Sec > 0 ? double(Stride) / Sec : 0.0;
-    if (S.metrics) {
-      char LossStr[64];
-      if (std::isfinite(Loss))
-        std::snprintf(LossStr, sizeof(LossStr), "%.9g", double(Loss));
-      else
-        std::snprintf(LossStr, sizeof(LossStr), "null");
-      std::fprintf(S.metrics,
-                   "{\"step\": %lld, \"loss\": %s, \"tokens_per_s\": %.1f, "
-                   "\"lr\": %.9g}\n",
-                   (long long)T, LossStr, TokPerS, Lr);
-      std::fflush(S.metrics);
-    }
+    // A line that cannot be written (a full disk) ends the run on every
+    // rank, rather than leave a metrics file that stops without a word.
+    if (!O.metrics.empty() &&
+        !agree(writeMetricsLine(O, S, T, Loss, TokPerS, Lr)))
+      return 1;
     if (WorldRank == 0 && !O.quiet &&
         (Tty || (T - S.startStep) % Every == 0 || T == Last)) {
       const int64_t Done = T - S.startStep;
@@ -1916,6 +2060,8 @@ int runMain(int Argc, char **Argv) {
 } // namespace
 
 int main(int Argc, char **Argv) {
+  LaunchedByLauncher = std::getenv("OMPI_COMM_WORLD_SIZE") ||
+                       std::getenv("PMI_SIZE") || std::getenv("PMIX_RANK");
   MPI_Init(&Argc, &Argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &WorldRank);
   MPI_Comm_size(MPI_COMM_WORLD, &WorldSize);
@@ -1929,7 +2075,14 @@ int main(int Argc, char **Argv) {
     MPI_Abort(MPI_COMM_WORLD, 1);
     Rc = 1;
   }
-  std::fflush(stdout);
+  // A report nobody received (stdout a full disk, a closed pipe) is a
+  // failure too.
+  errno = 0;
+  if ((std::fflush(stdout) != 0 || std::ferror(stdout)) && Rc == 0) {
+    std::fprintf(stderr, "megac-run: error: cannot write standard output: %s\n",
+                 std::strerror(errno ? errno : EIO));
+    Rc = 1;
+  }
   MPI_Finalize();
   return Rc;
 }

@@ -1,0 +1,116 @@
+//===- file_io.cpp - Writing files whole, without harm --------------------===//
+
+#include "file_io.h"
+#include "error.h"
+
+#include <cerrno>
+#include <climits>
+#include <cstdint>
+#include <cstring>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace megac_rt {
+
+std::string parentOf(const std::string &Path) {
+  size_t P = Path.rfind('/');
+  if (P == std::string::npos)
+    return ".";
+  return P == 0 ? "/" : Path.substr(0, P);
+}
+
+void fsyncDir(const std::string &Dir) {
+  int Fd = ::open(Dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (Fd < 0)
+    throw RunError(
+        Dir + ": cannot open directory to sync it: " + std::strerror(errno));
+  int Rc = ::fsync(Fd);
+  int E = errno;
+  ::close(Fd);
+  // Some file systems refuse fsync on directories; that is not an error.
+  if (Rc != 0 && E != EINVAL && E != EROFS)
+    throw RunError(Dir + ": cannot sync directory: " + std::strerror(E));
+}
+
+std::string writeTarget(const std::string &Path) {
+  std::string Target = Path;
+  // (As many links as the kernel follows in one path.)
+  for (int Hops = 0; Hops < 40; ++Hops) {
+    struct stat St;
+    if (::lstat(Target.c_str(), &St) != 0 || !S_ISLNK(St.st_mode))
+      return Target;
+    char Buf[PATH_MAX];
+    const ssize_t N = ::readlink(Target.c_str(), Buf, sizeof(Buf) - 1);
+    if (N <= 0)
+      return Target;
+    std::string Link(Buf, size_t(N));
+    Target = Link[0] == '/' ? Link : parentOf(Target) + "/" + Link;
+  }
+  throw RunError(Path + ": too many levels of symbolic links");
+}
+
+namespace {
+
+/// Writes all of \p Data to \p Fd; false (errno set) on a failure.
+bool writeAll(int Fd, const void *Data, size_t Size) {
+  const uint8_t *P = static_cast<const uint8_t *>(Data);
+  while (Size) {
+    ssize_t N = ::write(Fd, P, Size);
+    if (N < 0 && errno == EINTR)
+      continue;
+    if (N <= 0) {
+      if (N == 0)
+        errno = EIO;
+      return false;
+    }
+    P += N;
+    Size -= size_t(N);
+  }
+  return true;
+}
+
+} // namespace
+
+void writeFileAtomic(const std::string &Path, const void *Data, size_t Size) {
+  const std::string Target = writeTarget(Path);
+  struct stat St;
+  if (::stat(Target.c_str(), &St) == 0 && !S_ISREG(St.st_mode)) {
+    if (S_ISDIR(St.st_mode))
+      throw RunError(Path + ": is a directory, not a file");
+    // A device or a pipe: what it takes, it takes in place.
+    int Fd = ::open(Target.c_str(), O_WRONLY | O_CLOEXEC);
+    if (Fd < 0)
+      throw RunError(Path + ": cannot write: " + std::strerror(errno));
+    const bool Ok = writeAll(Fd, Data, Size);
+    const int E = errno;
+    if (::close(Fd) != 0 || !Ok)
+      throw RunError(Path +
+                     ": error writing: " + std::strerror(Ok ? errno : E));
+    return;
+  }
+  const std::string Tmp = Target + ".tmp";
+  int Fd = ::open(Tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (Fd < 0)
+    throw RunError(Path + ": cannot create " + Tmp + ": " +
+                   std::strerror(errno));
+  if (!writeAll(Fd, Data, Size)) {
+    int E = errno;
+    ::close(Fd);
+    ::unlink(Tmp.c_str());
+    throw RunError(Path + ": error writing " + Tmp + ": " + std::strerror(E));
+  }
+  if (::fsync(Fd) != 0 || ::close(Fd) != 0) {
+    int E = errno;
+    ::unlink(Tmp.c_str());
+    throw RunError(Path + ": cannot sync " + Tmp + ": " + std::strerror(E));
+  }
+  if (::rename(Tmp.c_str(), Target.c_str()) != 0) {
+    int E = errno;
+    ::unlink(Tmp.c_str());
+    throw RunError(Path + ": cannot rename " + Tmp + ": " + std::strerror(E));
+  }
+  fsyncDir(parentOf(Target));
+}
+
+} // namespace megac_rt

@@ -1,0 +1,38 @@
+//===- file_io.h - Writing files whole, without harm ----------*- C++ -*-===//
+//
+// The runtime's files (outputs, checkpoint shards, meta.json) are written
+// whole or not at all: a temporary beside the file, synced, renamed over
+// it. Renaming is right only for a regular file: a path that is a
+// symbolic link means the file it leads to, and a device or a pipe
+// (`--save-outputs /dev/null`) is written in place, since renaming over it
+// would replace the device with a file.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MEGAC_RT_FILE_IO_H
+#define MEGAC_RT_FILE_IO_H
+
+#include <cstddef>
+#include <string>
+
+namespace megac_rt {
+
+/// The directory part of \p Path ("." for a bare name, "/" for "/x").
+std::string parentOf(const std::string &Path);
+
+/// fsync of a directory (after a rename into it). Throws RunError; file
+/// systems that cannot sync directories are not an error.
+void fsyncDir(const std::string &Dir);
+
+/// Where a write to \p Path lands: \p Path with its symbolic links
+/// followed (also a link to a file not yet there).
+std::string writeTarget(const std::string &Path);
+
+/// Writes \p Path atomically: a temporary, fsync, rename, fsync of the
+/// directory; in place where \p Path names an existing file that is not
+/// a regular one. Throws RunError "<path>: <what>".
+void writeFileAtomic(const std::string &Path, const void *Data, size_t Size);
+
+} // namespace megac_rt
+
+#endif // MEGAC_RT_FILE_IO_H
