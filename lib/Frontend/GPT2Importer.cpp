@@ -127,14 +127,14 @@ llvm::Expected<GPT2Config> parseGPT2Config(llvm::StringRef text) {
     return std::move(err);
   if (const llvm::json::Value *eps = object->get("layer_norm_epsilon")) {
     std::optional<double> value = eps->getAsNumber();
-    if (!value || !(*value > 0))
-      return fail("'layer_norm_epsilon' must be a positive number");
+    if (!value || !(*value > 0) || !std::isfinite(*value))
+      return fail("'layer_norm_epsilon' must be a positive, finite number");
     config.layerNormEpsilon = *value;
   }
   if (const llvm::json::Value *range = object->get("initializer_range")) {
     std::optional<double> value = range->getAsNumber();
-    if (!value || !(*value > 0))
-      return fail("'initializer_range' must be a positive number");
+    if (!value || !(*value > 0) || !std::isfinite(*value))
+      return fail("'initializer_range' must be a positive, finite number");
     config.initStd = *value;
   }
   auto getRate = [&](llvm::StringRef name, double &out) -> llvm::Error {

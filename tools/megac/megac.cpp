@@ -1142,6 +1142,19 @@ int runImport(int argc, char **argv) {
     return fail("--pad-vocab-to must be positive, got " +
                 std::to_string(padVocab.getValue()));
   parsed.padVocabTo = padVocab;
+  // The padded tables must fit a plan's buffer as the config's do
+  // (parseGPT2Config's 2^40 elements); a multiple past that would also
+  // overflow the rounding.
+  constexpr int64_t kMaxElements = int64_t(1) << 40;
+  int64_t tableElements = 0;
+  if (padVocab > kMaxElements ||
+      llvm::MulOverflow(megac::paddedVocab(parsed), parsed.hidden,
+                        tableElements) ||
+      tableElements > kMaxElements)
+    return fail("--pad-vocab-to " + std::to_string(padVocab.getValue()) +
+                " makes the embedding table exceed 2^40 elements (vocabulary " +
+                std::to_string(parsed.vocabSize) + " padded, x n_embd " +
+                std::to_string(parsed.hidden) + ")");
   if (dropout.getNumOccurrences()) {
     if (!(dropout >= 0.0 && dropout < 1.0))
       return fail("--dropout must lie in [0, 1)");

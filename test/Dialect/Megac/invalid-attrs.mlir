@@ -12,6 +12,17 @@ module attributes {megac.mesh = #megac.mesh<dp = 0>} {}
 
 // -----
 
+// Tests mesh_c3: at most 2^24 ranks, also where the product would wrap.
+// expected-error@+1 {{mesh_c3: the grid has more than 2^24 (16777216) ranks, a plan's limit}}
+module attributes {megac.mesh = #megac.mesh<a = 65536, b = 65536>} {}
+
+// -----
+
+// expected-error@+1 {{mesh_c3: the grid has more than 2^24 (16777216) ranks, a plan's limit}}
+module attributes {megac.mesh = #megac.mesh<a = 4611686018427387904, b = 4>} {}
+
+// -----
+
 // Tests that megac.mesh belongs on a module.
 // expected-error@+1 {{megac.mesh must be a #megac.mesh on a module}}
 func.func @mesh_on_func() attributes {megac.mesh = #megac.mesh<tp = 2>} {
@@ -69,8 +80,15 @@ func.func @param_c2(%w: tensor<8xf32> {megac.param = {name = "w", init = "xavier
 // -----
 
 // Tests param_c3: normal init needs a positive standard deviation.
-// expected-error@+1 {{param_c3: parameter 'w' with normal init needs a positive 'std'}}
+// expected-error@+1 {{param_c3: parameter 'w' with normal init needs a positive, finite 'std'}}
 func.func @param_c3(%w: tensor<8xf32> {megac.param = {name = "w", init = "normal"}}) {
+  return
+}
+
+// -----
+
+// expected-error@+1 {{param_c3: parameter 'w' with normal init needs a positive, finite 'std'}}
+func.func @param_c3_inf(%w: tensor<8xf32> {megac.param = {name = "w", init = "normal", std = 0x7FF0000000000000 : f64}}) {
   return
 }
 

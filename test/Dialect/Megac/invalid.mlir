@@ -137,8 +137,17 @@ func.func @layer_norm_c1(%x: tensor<4x128xf32>, %g: tensor<64xf32>, %b: tensor<1
 
 // Tests layer_norm_c2: epsilon must be positive.
 func.func @layer_norm_c2(%x: tensor<4x128xf32>, %g: tensor<128xf32>) {
-  // expected-error@+1 {{layer_norm_c2: epsilon must be positive}}
+  // expected-error@+1 {{layer_norm_c2: epsilon must be positive and finite}}
   %0 = megac.layer_norm %x, %g, %g {epsilon = 0.0 : f64} : (tensor<4x128xf32>, tensor<128xf32>, tensor<128xf32>) -> tensor<4x128xf32>
+  return
+}
+
+// -----
+
+// Tests layer_norm_c2: an infinite epsilon is no epsilon.
+func.func @layer_norm_c2_inf(%x: tensor<4x128xf32>, %g: tensor<128xf32>) {
+  // expected-error@+1 {{layer_norm_c2: epsilon must be positive and finite}}
+  %0 = megac.layer_norm %x, %g, %g {epsilon = 0x7FF0000000000000 : f64} : (tensor<4x128xf32>, tensor<128xf32>, tensor<128xf32>) -> tensor<4x128xf32>
   return
 }
 

@@ -81,6 +81,16 @@ LogicalResult MeshAttr::verify(function_ref<InFlightDiagnostic()> emitError,
       return emitError() << "mesh_c2: grid axis '" << axis.getValue()
                          << "' has size " << size << "; sizes must be >= 1";
   }
+  // The plan format's bound on the world (the runtime's plan verifier
+  // refuses more); checked one axis at a time so the product cannot wrap.
+  constexpr int64_t kMaxRanks = int64_t(1) << 24;
+  int64_t ranks = 1;
+  for (int64_t size : sizes) {
+    if (size > kMaxRanks || ranks * size > kMaxRanks)
+      return emitError() << "mesh_c3: the grid has more than 2^24 ("
+                         << kMaxRanks << ") ranks, a plan's limit";
+    ranks *= size;
+  }
   return success();
 }
 
@@ -216,9 +226,11 @@ static LogicalResult verifyParamSpec(Operation *op, DictionaryAttr spec,
            << "' needs init = \"normal\", \"zeros\" or \"ones\"";
   if (init.getValue() == "normal") {
     auto stddev = spec.getAs<FloatAttr>("std");
-    if (!stddev || !(stddev.getValueAsDouble() > 0.0))
+    if (!stddev || !(stddev.getValueAsDouble() > 0.0) ||
+        !std::isfinite(stddev.getValueAsDouble()))
       return op->emitOpError("param_c3: parameter '")
-             << name.getValue() << "' with normal init needs a positive 'std'";
+             << name.getValue()
+             << "' with normal init needs a positive, finite 'std'";
   }
   auto tensorType = dyn_cast<RankedTensorType>(argType);
   if (!tensorType || !tensorType.hasStaticShape() ||

@@ -199,9 +199,11 @@ LogicalResult LayerNormOp::inferReturnTypes(MLIRContext *,
                                     "vectors of the input's last dimension (",
                                hidden, "), got ", shapeString(type));
   }
-  if (!(adaptor.getEpsilon().convertToDouble() > 0.0))
-    return emitOptionalError(loc, "layer_norm_c2: epsilon must be positive, got ",
-                             adaptor.getEpsilon().convertToDouble());
+  if (!(adaptor.getEpsilon().convertToDouble() > 0.0) ||
+      !std::isfinite(adaptor.getEpsilon().convertToDouble()))
+    return emitOptionalError(
+        loc, "layer_norm_c2: epsilon must be positive and finite, got ",
+        adaptor.getEpsilon().convertToDouble());
   types.push_back(input);
   return success();
 }

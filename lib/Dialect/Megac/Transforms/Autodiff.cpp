@@ -28,6 +28,16 @@ using namespace megac;
 namespace {
 
 LogicalResult differentiate(func::FuncOp func) {
+  // Differentiating again would return every gradient twice (and --train
+  // would update each parameter twice).
+  for (unsigned i = 0; i < func.getNumResults(); ++i)
+    if (auto name = func.getResultAttrOfType<StringAttr>(
+            i, MegacDialect::kResultNameAttrName);
+        name && name.getValue().starts_with("grad:"))
+      return func.emitError()
+             << "megac-autodiff: the function is differentiated already (it "
+                "returns '"
+             << name.getValue() << "'); give the forward model";
   FailureOr<unsigned> lossIndex = findLoss(func, "megac-autodiff");
   if (failed(lossIndex))
     return failure();

@@ -14,11 +14,20 @@ FailureOr<unsigned> findLoss(func::FuncOp func, StringRef pass) {
   for (unsigned i = 0; i < func.getNumResults(); ++i) {
     auto name = func.getResultAttrOfType<StringAttr>(
         i, MegacDialect::kResultNameAttrName);
-    if (name && name.getValue() == "loss")
+    auto type = cast<RankedTensorType>(func.getResultTypes()[i]);
+    // A loss is one f32 number: the gradient of anything else is not
+    // what training means (and an integer result has none).
+    const bool scalarF32 = type.getRank() == 0 && type.getElementType().isF32();
+    if (name && name.getValue() == "loss") {
+      if (!scalarF32)
+        return func.emitError()
+               << pass << ": the result named 'loss' must be a scalar f32 "
+               << "(tensor<f32>), got " << type;
       return i;
+    }
     if (name && name.getValue().starts_with("grad:"))
       continue;
-    if (cast<RankedTensorType>(func.getResultTypes()[i]).getRank() == 0) {
+    if (scalarF32) {
       scalar = i;
       ++scalars;
     }
@@ -27,7 +36,7 @@ FailureOr<unsigned> findLoss(func::FuncOp func, StringRef pass) {
     return *scalar;
   return func.emitError() << pass
                           << " needs the loss: a scalar result named 'loss' "
-                             "(megac.name) or the only scalar result";
+                             "(megac.name) or the only scalar f32 result";
 }
 
 } // namespace megac

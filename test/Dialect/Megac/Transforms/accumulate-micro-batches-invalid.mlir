@@ -12,7 +12,7 @@ func.func @no_gradients(%l: tensor<f32>) -> (tensor<f32> {megac.name = "loss"}) 
 // -----
 
 // Tests that it needs to know the loss.
-// expected-error@+1 {{megac-accumulate-micro-batches needs the loss: a scalar result named 'loss' (megac.name) or the only scalar result}}
+// expected-error@+1 {{megac-accumulate-micro-batches needs the loss: a scalar result named 'loss' (megac.name) or the only scalar f32 result}}
 func.func @two_scalars(%a: tensor<f32>, %b: tensor<f32>) -> (tensor<f32>, tensor<f32>) {
   return %a, %b : tensor<f32>, tensor<f32>
 }

@@ -1,7 +1,7 @@
 // RUN: megac-opt %s --split-input-file --megac-autodiff -verify-diagnostics
 
 // Tests that the loss must be identifiable.
-// expected-error@+1 {{megac-autodiff needs the loss: a scalar result named 'loss' (megac.name) or the only scalar result}}
+// expected-error@+1 {{megac-autodiff needs the loss: a scalar result named 'loss' (megac.name) or the only scalar f32 result}}
 func.func @no_loss(%x: tensor<4xf32> {megac.param = {name = "x", init = "zeros"}}) -> tensor<4xf32> {
   return %x : tensor<4xf32>
 }
@@ -15,4 +15,32 @@ func.func @collective(%x: tensor<4x1x8xf32> {megac.param = {name = "x", init = "
   %0 = megac.all_reduce %x {axis = "tp"} : (tensor<4x1x8xf32>) -> tensor<4x1x8xf32>
   %1 = megac.cross_entropy %0, %y : (tensor<4x1x8xf32>, tensor<4x1xi32>) -> tensor<f32>
   return %1 : tensor<f32>
+}
+
+// -----
+
+// Tests that the loss must be one f32 number: an integer "loss" has no
+// gradient, and a tensor is not a loss.
+// expected-error@+1 {{megac-autodiff: the result named 'loss' must be a scalar f32 (tensor<f32>), got 'tensor<2x8xi32>'}}
+func.func @int_loss(%x: tensor<4xf32> {megac.param = {name = "x", init = "zeros"}},
+                    %y: tensor<2x8xi32> {megac.input = "labels"}) -> (tensor<4xf32>, tensor<2x8xi32> {megac.name = "loss"}) {
+  return %x, %y : tensor<4xf32>, tensor<2x8xi32>
+}
+
+// -----
+
+// expected-error@+1 {{megac-autodiff: the result named 'loss' must be a scalar f32 (tensor<f32>), got 'tensor<4xf32>'}}
+func.func @vector_loss(%x: tensor<4xf32> {megac.param = {name = "x", init = "zeros"}}) -> (tensor<4xf32> {megac.name = "loss"}) {
+  return %x : tensor<4xf32>
+}
+
+// -----
+
+// Tests that a function that returns gradients is not differentiated
+// again (each gradient would be returned twice).
+// expected-error@+1 {{megac-autodiff: the function is differentiated already (it returns 'grad:x'); give the forward model}}
+func.func @twice(%x: tensor<4x1x8xf32> {megac.param = {name = "x", init = "zeros"}},
+                 %y: tensor<4x1xi32> {megac.input = "labels"}) -> (tensor<f32> {megac.name = "loss"}, tensor<4x1x8xf32> {megac.name = "grad:x"}) {
+  %0 = megac.cross_entropy %x, %y : (tensor<4x1x8xf32>, tensor<4x1xi32>) -> tensor<f32>
+  return %0, %x : tensor<f32>, tensor<4x1x8xf32>
 }

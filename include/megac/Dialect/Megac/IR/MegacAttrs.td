@@ -21,7 +21,8 @@ def Megac_MeshAttr : Megac_Attr<"Mesh", "mesh"> {
     module attributes {megac.mesh = #megac.mesh<dp = 2, tp = 4>} { ... }
     ```
 
-    Rules: `mesh_c1` axis names are unique; `mesh_c2` every size is >= 1.
+    Rules: `mesh_c1` axis names are unique; `mesh_c2` every size is >= 1;
+    `mesh_c3` the grid has at most 2^24 ranks (a plan's limit).
   }];
   let parameters = (ins
     ArrayRefParameter<"::mlir::StringAttr">:$axes,

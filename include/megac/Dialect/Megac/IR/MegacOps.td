@@ -241,7 +241,7 @@ def Megac_LayerNormOp : Megac_ModelOp<"layer_norm", [Megac_Differentiable]> {
     ```
 
     Rules: `layer_norm_c1` gamma and beta are vectors as long as the input's
-    last dimension; `layer_norm_c2` epsilon is positive.
+    last dimension; `layer_norm_c2` epsilon is positive and finite.
   }];
   let arguments = (ins Megac_F32Tensor:$input, Megac_F32Tensor:$gamma,
                        Megac_F32Tensor:$beta,
