@@ -559,6 +559,23 @@ void noteGpuVocabulary(ModuleOp module, bool quiet) {
   });
 }
 
+/// Whether paths \p a and \p b name one file: the same file where both
+/// exist (links, hard links, "./x"), else the same absolute path ("-",
+/// standard output, included).
+bool sameFileOrPath(llvm::StringRef a, llvm::StringRef b) {
+  bool same = false;
+  if (!llvm::sys::fs::equivalent(a, b, same))
+    return same;
+  if (a == "-" || b == "-")
+    return a == b;
+  llvm::SmallString<256> absA(a), absB(b);
+  (void)llvm::sys::fs::make_absolute(absA);
+  (void)llvm::sys::fs::make_absolute(absB);
+  llvm::sys::path::remove_dots(absA, /*remove_dot_dot=*/true);
+  llvm::sys::path::remove_dots(absB, /*remove_dot_dot=*/true);
+  return absA == absB;
+}
+
 //===----------------------------------------------------------------------===//
 // megac compile
 //===----------------------------------------------------------------------===//
@@ -739,13 +756,17 @@ int runCompile(int argc, char **argv) {
 
   auto start = std::chrono::steady_clock::now();
   // A plan written over its own model (a slip of `-o model.mlir`) would
-  // lose the model.
-  bool sameFile = false; // (stays false where the output does not exist)
-  (void)llvm::sys::fs::equivalent(input, output, sameFile);
-  if (sameFile)
+  // lose the model, and two outputs of one name would lose one of them.
+  if (sameFileOrPath(input, output))
     return fail("-o " + output +
                 " is the model being compiled; the plan "
                 "would overwrite it");
+  if (!emitMLIR.empty() && sameFileOrPath(input, emitMLIR))
+    return fail("--emit-mlir " + emitMLIR +
+                " is the model being compiled; the IR would overwrite it");
+  if (!emitMLIR.empty() && sameFileOrPath(output, emitMLIR))
+    return fail("--emit-mlir " + emitMLIR +
+                " is the plan's file (-o); name another file");
   // 0 is the options' "not given"; given, a size must be positive.
   for (cl::opt<int64_t> *size : {&batch, &seq})
     if (size->getNumOccurrences() && *size <= 0)

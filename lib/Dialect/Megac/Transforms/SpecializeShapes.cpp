@@ -3,13 +3,16 @@
 // Models are usually written with dynamic batch and sequence dimensions; a
 // plan needs static shapes. This pass sets the data inputs' sizes and then
 // re-runs every op's type inference in program order, which also re-checks
-// each op's shape rules against the concrete sizes.
+// each op's shape rules against the concrete sizes. It also checks that
+// parameter and result names are unique.
 //
 //===----------------------------------------------------------------------===//
 
 #include "megac/Dialect/Megac/Transforms/Passes.h"
 
+#include "megac/Dialect/Megac/IR/MegacDialect.h"
 #include "megac/Dialect/Megac/IR/MegacOps.h"
+#include "llvm/ADT/StringMap.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
@@ -39,7 +42,39 @@ struct SpecializeShapesPass
     return ShapedType::isDynamic(current) ? fallback : current;
   }
 
+  /// Parameter and result names are the model's interface (checkpoints,
+  /// --weights and --save-outputs find tensors by them), so each is one
+  /// tensor's. The per-argument verifier cannot see two arguments at once;
+  /// this pass, every pipeline's first over the model, checks it.
+  static LogicalResult checkNamesUnique(func::FuncOp func) {
+    llvm::StringMap<unsigned> params, results;
+    for (unsigned i = 0; i < func.getNumArguments(); ++i)
+      if (auto spec = func.getArgAttrOfType<DictionaryAttr>(
+              i, MegacDialect::kParamAttrName))
+        if (auto name = spec.getAs<StringAttr>("name")) {
+          auto [it, fresh] = params.try_emplace(name.getValue(), i);
+          if (!fresh)
+            return func.emitError()
+                   << "parameter name '" << name.getValue()
+                   << "' is given to arguments " << it->second << " and " << i
+                   << "; each parameter needs its own";
+        }
+    for (unsigned i = 0; i < func.getNumResults(); ++i)
+      if (auto name = func.getResultAttrOfType<StringAttr>(
+              i, MegacDialect::kResultNameAttrName)) {
+        auto [it, fresh] = results.try_emplace(name.getValue(), i);
+        if (!fresh)
+          return func.emitError()
+                 << "result name '" << name.getValue()
+                 << "' is given to results " << it->second << " and " << i
+                 << "; each output needs its own";
+      }
+    return success();
+  }
+
   LogicalResult specialize(func::FuncOp func) {
+    if (failed(checkNamesUnique(func)))
+      return failure();
     if (batch < 0 || seq < 0)
       return func.emitError("batch and sequence sizes must be positive");
     if (microBatches < 1)

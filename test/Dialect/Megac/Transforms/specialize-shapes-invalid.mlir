@@ -15,3 +15,22 @@ func.func @too_long(%wpe: tensor<128x32xf32>, %ids: tensor<?x?xi32> {megac.input
 func.func @dynamic_param(%w: tensor<?x32xf32>) {
   return
 }
+
+// -----
+
+// Tests that two parameters of one name are refused: checkpoints and
+// --weights find a parameter by its name.
+// expected-error@+1 {{parameter name 'b' is given to arguments 0 and 1; each parameter needs its own}}
+func.func @same_param(%a: tensor<8xf32> {megac.param = {name = "b", init = "zeros"}},
+                      %b: tensor<8xf32> {megac.param = {name = "b", init = "zeros"}}) {
+  return
+}
+
+// -----
+
+// Tests that two results of one name are refused: --save-outputs would
+// keep one of them.
+// expected-error@+1 {{result name 'y' is given to results 0 and 1; each output needs its own}}
+func.func @same_result(%a: tensor<8xf32> {megac.param = {name = "a", init = "zeros"}}) -> (tensor<8xf32> {megac.name = "y"}, tensor<8xf32> {megac.name = "y"}) {
+  return %a, %a : tensor<8xf32>, tensor<8xf32>
+}

@@ -36,7 +36,8 @@ def SpecializeShapesPass : Pass<"megac-specialize-shapes", "mlir::ModuleOp"> {
     becomes the default 4 x 64), re-infers every result type in program order
     and updates the function type. Afterwards every value is static. With
     `micro-batches` m > 1 the batch is that of one micro-batch (the batch
-    divided by m, which must divide it).
+    divided by m, which must divide it). Being the first pass over the
+    model, it also refuses two parameters, or two results, of one name.
   }];
   let options = [
     Option<"batch", "batch", "int64_t", /*default=*/"0",
