@@ -379,6 +379,15 @@ func.func @slice_shard_c2(%x: tensor<4x128xf32>) {
 
 // -----
 
+// Tests slice_shard_c3: the element type is kept.
+func.func @slice_shard_c3(%x: tensor<4x128xi32>) {
+  // expected-error@+1 {{slice_shard_c3: the result's element type must be the input's}}
+  %0 = megac.slice_shard %x {axis = "tp", dim = 1 : i64} : (tensor<4x128xi32>) -> tensor<4x64xf32>
+  return
+}
+
+// -----
+
 // Tests sharding_constraint_c1: one entry per dimension, nothing partial.
 func.func @sharding_constraint_c1(%x: tensor<4x8xf32>) {
   // expected-error@+1 {{sharding_constraint_c1: the sharding needs one entry per dimension of [4x8] and no partial axis}}

@@ -448,6 +448,10 @@ LogicalResult ReduceScatterOp::verify() {
 }
 
 LogicalResult SliceShardOp::verify() {
+  if (getInput().getType().getElementType() !=
+      getResult().getType().getElementType())
+    return emitOpError("slice_shard_c3: the result's element type must be "
+                       "the input's");
   return verifyResizeAlongDim(*this, "slice_shard", getDim(), /*grows=*/false);
 }
 

@@ -4,7 +4,8 @@
 // plan needs static shapes. This pass sets the data inputs' sizes and then
 // re-runs every op's type inference in program order, which also re-checks
 // each op's shape rules against the concrete sizes. It also checks that
-// parameter and result names are unique.
+// parameter and result names are unique, and that the data inputs are
+// split alike.
 //
 //===----------------------------------------------------------------------===//
 
@@ -72,8 +73,41 @@ struct SpecializeShapesPass
     return success();
   }
 
+  /// The runtime hands every data input the same rows of the batch (one
+  /// batch_offset per rank), so the inputs must be split alike.
+  static LogicalResult checkInputsAlike(func::FuncOp func) {
+    std::optional<unsigned> first;
+    for (unsigned i = 0; i < func.getNumArguments(); ++i) {
+      if (!func.getArgAttr(i, MegacDialect::kInputAttrName))
+        continue;
+      if (!first) {
+        first = i;
+        continue;
+      }
+      Attribute a = func.getArgAttr(*first, MegacDialect::kShardingAttrName),
+                b = func.getArgAttr(i, MegacDialect::kShardingAttrName);
+      if (a != b) {
+        auto describe = [](Attribute s) {
+          std::string text;
+          llvm::raw_string_ostream os(text);
+          if (s)
+            os << s;
+          else
+            os << "not split";
+          return text;
+        };
+        return func.emitError()
+               << "data inputs must be split alike (each rank reads the "
+                  "same rows of every input): argument "
+               << *first << " is " << describe(a) << " but argument " << i
+               << " is " << describe(b);
+      }
+    }
+    return success();
+  }
+
   LogicalResult specialize(func::FuncOp func) {
-    if (failed(checkNamesUnique(func)))
+    if (failed(checkNamesUnique(func)) || failed(checkInputsAlike(func)))
       return failure();
     if (batch < 0 || seq < 0)
       return func.emitError("batch and sequence sizes must be positive");

@@ -34,3 +34,13 @@ func.func @same_param(%a: tensor<8xf32> {megac.param = {name = "b", init = "zero
 func.func @same_result(%a: tensor<8xf32> {megac.param = {name = "a", init = "zeros"}}) -> (tensor<8xf32> {megac.name = "y"}, tensor<8xf32> {megac.name = "y"}) {
   return %a, %a : tensor<8xf32>, tensor<8xf32>
 }
+
+// -----
+
+// Tests that data inputs must be split alike: each rank reads the same
+// rows of every input.
+// expected-error@+1 {{data inputs must be split alike (each rank reads the same rows of every input): argument 0 is #megac.sharding<[dp, _]> but argument 1 is not split}}
+func.func @inputs_apart(%ids: tensor<?x?xi32> {megac.input = "tokens", megac.sharding = #megac.sharding<[dp, _]>},
+                        %lab: tensor<?x?xi32> {megac.input = "labels"}) {
+  return
+}

@@ -21,6 +21,7 @@ def Megac_F32Tensor : RankedTensorOf<[F32]>;
 def Megac_Differentiable
     : DeclareOpInterfaceMethods<Megac_DifferentiableOpInterface>;
 def Megac_I32Tensor : RankedTensorOf<[I32]>;
+def Megac_F32OrI32Tensor : RankedTensorOf<[F32, I32]>;
 
 class Megac_Op<string mnemonic, list<Trait> traits = []>
     : Op<Megac_Dialect, mnemonic, traits>;
@@ -920,12 +921,15 @@ def Megac_SliceShardOp : Megac_CollectiveOp<"slice_shard"> {
         : (tensor<128x512xf32>) -> tensor<128x256xf32>
     ```
 
+    Token ids slice too (i32): labels read whole by every rank where the
+    logits they meet are split over the batch or the sequence.
+
     Rules: `slice_shard_c1` `dim` is a dimension of the input;
     `slice_shard_c2` the other dimensions are unchanged and the sliced one
-    does not grow.
+    does not grow; `slice_shard_c3` the element type is kept.
   }];
-  let arguments = (ins Megac_F32Tensor:$input, StrAttr:$axis, I64Attr:$dim);
-  let results = (outs Megac_F32Tensor:$result);
+  let arguments = (ins Megac_F32OrI32Tensor:$input, StrAttr:$axis, I64Attr:$dim);
+  let results = (outs Megac_F32OrI32Tensor:$result);
   let hasVerifier = 1;
 }
 

@@ -37,7 +37,8 @@ def SpecializeShapesPass : Pass<"megac-specialize-shapes", "mlir::ModuleOp"> {
     and updates the function type. Afterwards every value is static. With
     `micro-batches` m > 1 the batch is that of one micro-batch (the batch
     divided by m, which must divide it). Being the first pass over the
-    model, it also refuses two parameters, or two results, of one name.
+    model, it also refuses two parameters, or two results, of one name,
+    and data inputs split differently.
   }];
   let options = [
     Option<"batch", "batch", "int64_t", /*default=*/"0",
