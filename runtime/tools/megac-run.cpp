@@ -838,16 +838,36 @@ void saveOutputs(const Options &O, const Setup &S) {
     Ts.push_back({Name, T.isF32() ? "F32" : "I32", T.shape, T.data(),
                   T.bytes()});
   };
+  // With micro-batches an output computed per micro-batch (the logits of
+  // a gradients plan) holds the last one's rows: said in the file and on
+  // stderr rather than passed off as the batch's.
+  const int64_t M = S.exec->microBatches(), G = S.exec->globalBatch();
+  std::map<std::string, std::string> Meta = {{"producer", "megac-run"},
+                                             {"plan", O.plan},
+                                             {"seed", std::to_string(S.seed)}};
   if (RP.outputs())
-    for (const Output *Out : *RP.outputs())
-      Add(outputName(*Out, RP), S.exec->buffer(Out->buffer()));
+    for (const Output *Out : *RP.outputs()) {
+      const std::string Name = outputName(*Out, RP);
+      const Tensor &T = S.exec->buffer(Out->buffer());
+      if (M > 1 && !T.shape.empty() && T.shape[0] == G / M) {
+        const std::string Rows = "rows " + std::to_string(G - G / M) + ".." +
+                                 std::to_string(G - 1) + " of the batch's " +
+                                 std::to_string(G);
+        Meta[Name] = "the last micro-batch's " + Rows;
+        std::fprintf(stderr,
+                     "megac-run: warning: --save-outputs: %s holds the last "
+                     "of %lld micro-batches (%s)\n",
+                     Name.c_str(), (long long)M, Rows.c_str());
+      }
+      Add(Name, T);
+    }
   // The inputs of the whole global batch (outputs are whole too, so runs on
   // different grids save the same tensors), cut from the stream as every
   // rank cuts its rows.
   std::vector<Tensor> Global;
   if (RP.inputs())
     Global.reserve(RP.inputs()->size());
-  const int64_t G = S.exec->globalBatch(), Seq = S.plan.program->seq();
+  const int64_t Seq = S.plan.program->seq();
   if (RP.inputs())
     for (const Input *In : *RP.inputs()) {
       const size_t Shift = In->kind()->str() == "labels" ? 1 : 0;
@@ -859,10 +879,7 @@ void saveOutputs(const Options &O, const Setup &S) {
       Global.push_back(std::move(T));
       Add(In->kind()->str(), Global.back());
     }
-  writeSafetensors(O.saveOutputs, Ts,
-                   {{"producer", "megac-run"},
-                    {"plan", O.plan},
-                    {"seed", std::to_string(S.seed)}});
+  writeSafetensors(O.saveOutputs, Ts, Meta);
 }
 
 /// Ends the job after a failure on this rank alone, which its peers would
