@@ -79,6 +79,14 @@ OwningOpRef<ModuleOp> loadModel(MLIRContext &ctx, llvm::StringRef path,
                 "in the megac dialect (.mlir); `megac inspect` prints a plan");
     return nullptr;
   }
+  // So would a HuggingFace config, the usual start, given one step early.
+  if (file->getBuffer().ltrim().starts_with("{")) {
+    fail(path +
+         " looks like JSON (a HuggingFace config.json?), not a "
+         "model: `megac import --hf-config " +
+         path + " -o model.mlir` makes the model this command takes");
+    return nullptr;
+  }
   if (hash)
     *hash = llvm::xxh3_64bits(file->getBuffer());
   sourceMgr.AddNewSourceBuffer(std::move(file), llvm::SMLoc());
@@ -848,7 +856,9 @@ int runCompile(int argc, char **argv) {
   if (!train && !gradients && bucketMB.getNumOccurrences())
     llvm::errs() << "megac: warning: --bucket-mb has no effect without "
                     "--train or --gradients (there are no gradients)\n";
-  if (train && zero >= 1 && meshAxisSize(mesh, "dp") <= 1)
+  // (Only about values that are valid: an invalid one is an error below,
+  // and a warning first would only confuse.)
+  if (train && zero == 1 && meshAxisSize(mesh, "dp") <= 1)
     llvm::errs() << "megac: warning: --zero " << zero
                  << " has no effect without a dp axis in --mesh (nothing to "
                     "shard the optimizer state over)\n";
@@ -867,7 +877,7 @@ int runCompile(int argc, char **argv) {
       if (option->getNumOccurrences())
         llvm::errs() << "megac: warning: --" << option->ArgStr
                      << " has no effect without a pp axis in --mesh\n";
-  if (train && warmup > totalSteps)
+  if (train && totalSteps > 0 && warmup > totalSteps)
     llvm::errs() << "megac: warning: --warmup-steps " << warmup
                  << " exceeds --total-steps " << totalSteps
                  << ": the learning rate climbs to its peak and then drops "
