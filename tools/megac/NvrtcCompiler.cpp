@@ -155,11 +155,12 @@ std::vector<uint8_t> readCached(const std::string &path,
 }
 
 /// Stores \p binary at \p path, best effort: into a file of its own, then
-/// renamed into place, so that a reader never sees half of one.
-void writeCached(const std::string &path, const std::vector<uint8_t> &binary) {
+/// renamed into place, so that a reader never sees half of one. False
+/// where it could not.
+bool writeCached(const std::string &path, const std::vector<uint8_t> &binary) {
   static std::atomic<unsigned> counter{0};
   if (llvm::sys::fs::create_directories(llvm::sys::path::parent_path(path)))
-    return;
+    return false;
   const std::string temp = path + ".tmp" +
                            std::to_string(llvm::sys::Process::getProcessId()) +
                            "-" + std::to_string(counter++);
@@ -167,17 +168,20 @@ void writeCached(const std::string &path, const std::vector<uint8_t> &binary) {
     std::error_code error;
     llvm::raw_fd_ostream out(temp, error);
     if (error)
-      return;
+      return false;
     out.write(reinterpret_cast<const char *>(binary.data()), binary.size());
     out.close();
     if (out.has_error()) {
       out.clear_error();
       llvm::sys::fs::remove(temp);
-      return;
+      return false;
     }
   }
-  if (llvm::sys::fs::rename(temp, path))
+  if (llvm::sys::fs::rename(temp, path)) {
     llvm::sys::fs::remove(temp);
+    return false;
+  }
+  return true;
 }
 
 /// Compiles \p source for \p arch into \p binary (a cubin, or PTX for a
@@ -244,8 +248,9 @@ std::string compileWithNvrtc(const std::string &name, const std::string &source,
     }
     jobs.push_back(std::async(std::launch::async, [&, i, path] {
       std::string error = compileOne(name, source, archs[i], cubins[i]);
-      if (error.empty() && !path.empty())
-        writeCached(path, cubins[i]);
+      if (error.empty() && !path.empty() && !writeCached(path, cubins[i]) &&
+          stats)
+        ++stats->notStored;
       return error;
     }));
   }

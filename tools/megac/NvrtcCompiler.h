@@ -39,11 +39,13 @@ std::string cudaArchitecturesText(const std::vector<std::string> &archs);
 /// ~/.cache/megac/kernels.
 std::string kernelCacheDir();
 
-/// How many cubins came from the cache and how many NVRTC compiled; and,
+/// How many cubins came from the cache, how many NVRTC compiled and how
+/// many of those the cache could not store (a directory that cannot be
+/// written); and,
 /// where set, what to call (once, from whichever thread) before NVRTC
 /// compiles the first of them: compiling takes seconds, the cache none.
 struct KernelCacheStats {
-  std::atomic<unsigned> hits{0}, compiled{0};
+  std::atomic<unsigned> hits{0}, compiled{0}, notStored{0};
   std::function<void()> beforeFirstCompile;
   std::once_flag announced;
 };

@@ -1126,6 +1126,10 @@ int runCompile(int argc, char **argv) {
           cubins, kernelStats.compiled.load(), kernelStats.hits.load(),
           cache.empty()
               ? std::string(" (none: MEGAC_KERNEL_CACHE=off, or no HOME)")
+          : kernelStats.notStored
+              ? " (" + cache + ", which could not store " +
+                    std::to_string(kernelStats.notStored.load()) +
+                    " of them: not a writable directory?)"
               : " (" + cache + ")");
     }
 #endif
