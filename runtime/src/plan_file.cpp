@@ -1854,6 +1854,12 @@ std::string verifyImpl(std::vector<uint8_t> &&Bytes, LoadedPlan &Out) {
            std::to_string(kPlanFormatVersion) + ")";
   if (!Pl->body() || Pl->body()->size() == 0)
     return "plan has no body";
+  // The producer sits outside the checksummed body: printed by inspect
+  // and run, it must at least be text (megac writes ASCII).
+  if (Pl->producer())
+    for (unsigned char C : Pl->producer()->string_view())
+      if (C < 0x20 || C >= 0x7f)
+        return "plan header damaged (its producer string is not text)";
   uint32_t Crc = crc32(Pl->body()->data(), Pl->body()->size());
   if (Crc != Pl->body_crc32())
     return "plan body checksum mismatch (file is corrupted: expected " +
