@@ -73,13 +73,14 @@ bool writeAll(int Fd, const void *Data, size_t Size) {
 } // namespace
 
 void writeFileAtomic(const std::string &Path, const void *Data, size_t Size) {
-  const std::string Target = writeTarget(Path);
   struct stat St;
-  if (::stat(Target.c_str(), &St) == 0 && !S_ISREG(St.st_mode)) {
+  if (::stat(Path.c_str(), &St) == 0 && !S_ISREG(St.st_mode)) {
     if (S_ISDIR(St.st_mode))
       throw RunError(Path + ": is a directory, not a file");
-    // A device or a pipe: what it takes, it takes in place.
-    int Fd = ::open(Target.c_str(), O_WRONLY | O_CLOEXEC);
+    // A device or a pipe: what it takes, it takes in place, through the
+    // path itself (the kernel follows /dev/stdout's link to a pipe, which
+    // has no name to follow by hand).
+    int Fd = ::open(Path.c_str(), O_WRONLY | O_CLOEXEC);
     if (Fd < 0)
       throw RunError(Path + ": cannot write: " + std::strerror(errno));
     const bool Ok = writeAll(Fd, Data, Size);
@@ -89,6 +90,7 @@ void writeFileAtomic(const std::string &Path, const void *Data, size_t Size) {
                      ": error writing: " + std::strerror(Ok ? errno : E));
     return;
   }
+  const std::string Target = writeTarget(Path);
   const std::string Tmp = Target + ".tmp";
   int Fd = ::open(Tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (Fd < 0)

@@ -321,29 +321,34 @@ std::string createAndRemove(const std::string &Probe) {
   return "";
 }
 
-/// Throws unless \p Path can be written as a file: an existing one opens
-/// for writing (nothing is truncated), and its directory takes a new file,
-/// as writers that rename a temporary into place need.
+/// Throws unless \p Path can be written as file_io.h writes it: a device
+/// or a pipe in place (it must be writable), anything else by a temporary
+/// renamed over the file the path leads to (links followed), so that
+/// file, if there, opens for writing (nothing is truncated) and its
+/// directory takes a new file.
 void checkWritableFile(const std::string &Path) {
-  const size_t Slash = Path.find_last_of('/');
-  const std::string Dir =
-      Slash == std::string::npos ? "." : Path.substr(0, Slash + 1);
   struct stat St;
-  if (::stat(Dir.c_str(), &St) != 0 || !S_ISDIR(St.st_mode))
-    throw RunError(Path + ": the directory " + Dir + " does not exist");
-  if (::stat(Path.c_str(), &St) == 0) {
+  if (::stat(Path.c_str(), &St) == 0 && !S_ISREG(St.st_mode)) {
     if (S_ISDIR(St.st_mode))
       throw RunError(Path + ": is a directory, not a file");
     // (Opening a pipe would wait for its reader, then end its input.)
-    const int Fd = S_ISREG(St.st_mode) ? ::open(Path.c_str(), O_WRONLY)
-                   : ::access(Path.c_str(), W_OK) == 0 ? INT_MAX
-                                                       : -1;
+    if (::access(Path.c_str(), W_OK) != 0)
+      throw RunError(Path + ": cannot write: " + std::strerror(errno));
+    return;
+  }
+  const std::string Target = writeTarget(Path);
+  const size_t Slash = Target.find_last_of('/');
+  const std::string Dir =
+      Slash == std::string::npos ? "." : Target.substr(0, Slash + 1);
+  if (::stat(Dir.c_str(), &St) != 0 || !S_ISDIR(St.st_mode))
+    throw RunError(Path + ": the directory " + Dir + " does not exist");
+  if (::stat(Target.c_str(), &St) == 0) {
+    const int Fd = ::open(Target.c_str(), O_WRONLY);
     if (Fd < 0)
       throw RunError(Path + ": cannot write: " + std::strerror(errno));
-    if (Fd != INT_MAX)
-      ::close(Fd);
+    ::close(Fd);
   }
-  if (std::string Why = createAndRemove(Path + ".megac-write-probe-" +
+  if (std::string Why = createAndRemove(Target + ".megac-write-probe-" +
                                         std::to_string(::getpid()));
       !Why.empty())
     throw RunError(Path + ": cannot create a file in " + Dir + ": " + Why);
@@ -426,7 +431,8 @@ void checkOutputsWritable(const Options &O) {
 
 /// Warns about the tensors of --weights no parameter of the plan reads
 /// (a checkpoint of a larger model loads without an error otherwise),
-/// but for GPT-2's attention masks, which are buffers, not weights.
+/// but for GPT-2's attention masks, which are buffers, not weights, and
+/// lm_head.weight, which a tied model reads as wte.weight.
 void warnUnusedWeights(const Program &P, const SafetensorsFile &W) {
   std::set<std::string> Used;
   const std::string Pfx = "transformer.";
@@ -445,7 +451,7 @@ void warnUnusedWeights(const Program &P, const SafetensorsFile &W) {
   std::vector<std::string> Unused;
   for (const auto &[Name, Info] : W.header().tensors)
     if (!Used.count(Name) && !EndsWith(Name, ".attn.bias") &&
-        !EndsWith(Name, ".attn.masked_bias"))
+        !EndsWith(Name, ".attn.masked_bias") && Name != "lm_head.weight")
       Unused.push_back(Name);
   if (Unused.empty())
     return;
@@ -853,7 +859,7 @@ void saveOutputs(const Options &O, const Setup &S) {
         const std::string Rows = "rows " + std::to_string(G - G / M) + ".." +
                                  std::to_string(G - 1) + " of the batch's " +
                                  std::to_string(G);
-        Meta[Name] = "the last micro-batch's " + Rows;
+        Meta["output:" + Name] = "the last micro-batch's " + Rows;
         std::fprintf(stderr,
                      "megac-run: warning: --save-outputs: %s holds the last "
                      "of %lld micro-batches (%s)\n",
@@ -974,8 +980,9 @@ std::string clockString(double Sec) {
 }
 
 /// At most this many instructions are traced per rank (about 250 bytes of
-/// JSON each): a --trace of a long run holds its beginning.
-constexpr size_t kMaxTraceEvents = 1000000;
+/// JSON each): a --trace of a long run holds its beginning. A CPU
+/// --profile alone keeps only spans (32 bytes each), so it may keep more.
+constexpr size_t kMaxTraceEvents = 1000000, kMaxProfileSpans = 4000000;
 
 /// Writes \p Text to \p Path whole (writeFileAtomic): "" where it was
 /// written, else why not.
@@ -990,16 +997,20 @@ std::string writeTextFile(const std::string &Path, const std::string &Text) {
 
 /// Gathers every rank's measured timeline to rank 0, which writes
 /// --trace. Collective over MPI_COMM_WORLD; false (everyone) on a failure.
-/// Rank 0 takes one rank's events at a time (each under the trace's cap,
-/// so within MPI's int counts) straight into the file's text.
+/// Rank 0 takes one rank's events at a time straight into the file's
+/// text.
 bool writeTrace(const Options &O, Setup &S) {
   const Program &P = *S.plan.program;
   std::string Mine = traceEventsJson(P, uint32_t(WorldRank), S.exec->trace());
   std::string Err;
+  // (In pieces of at most 1 GiB: MPI counts are ints.)
+  constexpr uint64_t kPiece = uint64_t(1) << 30;
   if (WorldRank != 0) {
     const uint64_t Len = Mine.size();
     MPI_Send(&Len, 1, MPI_UINT64_T, 0, 0, MPI_COMM_WORLD);
-    MPI_Send(Mine.data(), int(Len), MPI_CHAR, 0, 1, MPI_COMM_WORLD);
+    for (uint64_t At = 0; At < Len; At += kPiece)
+      MPI_Send(Mine.data() + At, int(std::min(kPiece, Len - At)), MPI_CHAR, 0,
+               1, MPI_COMM_WORLD);
   } else {
     // traceFileJson's document, built in place: its head, each rank's
     // events, its tail ("\n]}\n").
@@ -1017,8 +1028,9 @@ bool writeTrace(const Options &O, Setup &S) {
       File.resize(At + 2 + Len);
       File[At] = ',';
       File[At + 1] = '\n';
-      MPI_Recv(File.data() + At + 2, int(Len), MPI_CHAR, R, 1, MPI_COMM_WORLD,
-               MPI_STATUS_IGNORE);
+      for (uint64_t Got = 0; Got < Len; Got += kPiece)
+        MPI_Recv(File.data() + At + 2 + Got, int(std::min(kPiece, Len - Got)),
+                 MPI_CHAR, R, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
     }
     File += Tail;
     if (std::string Why = writeTextFile(O.trace, File); !Why.empty())
@@ -1456,7 +1468,7 @@ int runTraining(const Options &O, Setup &S) {
     if (Dev)
       Dev->enableProfiling();
     else if (O.trace.empty())
-      E.enableTrace(kMaxTraceEvents);
+      E.enableTrace(kMaxProfileSpans);
   }
   if (!O.trace.empty()) {
     MPI_Barrier(MPI_COMM_WORLD); // a common origin for every rank's times
@@ -2057,7 +2069,7 @@ int runMain(int Argc, char **Argv) {
     MpiCollectives Comm(P, uint32_t(WorldRank));
     MPI_Barrier(MPI_COMM_WORLD);
     if (!O.trace.empty() || !O.profile.empty())
-      S.exec->enableTrace(kMaxTraceEvents);
+      S.exec->enableTrace(O.trace.empty() ? kMaxProfileSpans : kMaxTraceEvents);
     Stats = S.exec->run(Comm);
   } catch (const std::exception &E) {
     abortJob(E);
@@ -2078,7 +2090,8 @@ int runMain(int Argc, char **Argv) {
 
 int main(int Argc, char **Argv) {
   LaunchedByLauncher = std::getenv("OMPI_COMM_WORLD_SIZE") ||
-                       std::getenv("PMI_SIZE") || std::getenv("PMIX_RANK");
+                       std::getenv("PMI_SIZE") || std::getenv("PMI_RANK") ||
+                       std::getenv("PMIX_RANK");
   MPI_Init(&Argc, &Argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &WorldRank);
   MPI_Comm_size(MPI_COMM_WORLD, &WorldSize);

@@ -583,14 +583,14 @@ bool keepOutput(llvm::ToolOutputFile &out, llvm::StringRef path) {
 }
 
 /// Whether paths \p a and \p b name one file: the same file where both
-/// exist (links, hard links, "./x"), else the same absolute path ("-",
-/// standard output, included).
+/// exist (links, hard links, "./x"), else the same absolute path. "-" is
+/// no file (standard input or output: `compile - -o -` is a filter).
 bool sameFileOrPath(llvm::StringRef a, llvm::StringRef b) {
+  if (a == "-" || b == "-")
+    return false;
   bool same = false;
   if (!llvm::sys::fs::equivalent(a, b, same))
     return same;
-  if (a == "-" || b == "-")
-    return a == b;
   llvm::SmallString<256> absA(a), absB(b);
   (void)llvm::sys::fs::make_absolute(absA);
   (void)llvm::sys::fs::make_absolute(absB);

@@ -13,6 +13,7 @@
 
 #include "megac/Dialect/Megac/IR/MegacDialect.h"
 #include "megac/Dialect/Megac/IR/MegacOps.h"
+#include "megac/Dialect/Megac/IR/ShardingUtils.h"
 #include "llvm/ADT/StringMap.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -74,8 +75,26 @@ struct SpecializeShapesPass
   }
 
   /// The runtime hands every data input the same rows of the batch (one
-  /// batch_offset per rank), so the inputs must be split alike.
+  /// batch_offset per rank), so the inputs must be split alike: over the
+  /// same axes of more than one rank (no sharding, `_` and an axis of one
+  /// rank all mean whole).
   static LogicalResult checkInputsAlike(func::FuncOp func) {
+    MeshAttr mesh = getMesh(func->getParentOfType<ModuleOp>());
+    auto split = [&](unsigned arg) {
+      std::string text;
+      auto sharding = func.getArgAttrOfType<ShardingAttr>(
+          arg, MegacDialect::kShardingAttrName);
+      int64_t rank =
+          cast<RankedTensorType>(func.getArgument(arg).getType()).getRank();
+      for (int64_t d = 0; d < rank; ++d) {
+        StringRef axis = sharding && d < int64_t(sharding.getDims().size())
+                             ? sharding.getDims()[d].getValue()
+                             : "";
+        text += (d ? ", " : "[");
+        text += getAxisSizeOrOne(mesh, axis) > 1 ? axis.str() : "_";
+      }
+      return text + "]";
+    };
     std::optional<unsigned> first;
     for (unsigned i = 0; i < func.getNumArguments(); ++i) {
       if (!func.getArgAttr(i, MegacDialect::kInputAttrName))
@@ -84,24 +103,12 @@ struct SpecializeShapesPass
         first = i;
         continue;
       }
-      Attribute a = func.getArgAttr(*first, MegacDialect::kShardingAttrName),
-                b = func.getArgAttr(i, MegacDialect::kShardingAttrName);
-      if (a != b) {
-        auto describe = [](Attribute s) {
-          std::string text;
-          llvm::raw_string_ostream os(text);
-          if (s)
-            os << s;
-          else
-            os << "not split";
-          return text;
-        };
+      if (split(*first) != split(i))
         return func.emitError()
                << "data inputs must be split alike (each rank reads the "
                   "same rows of every input): argument "
-               << *first << " is " << describe(a) << " but argument " << i
-               << " is " << describe(b);
-      }
+               << *first << " is split " << split(*first) << " but argument "
+               << i << " " << split(i);
     }
     return success();
   }

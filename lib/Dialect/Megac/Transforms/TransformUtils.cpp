@@ -14,10 +14,12 @@ FailureOr<unsigned> findLoss(func::FuncOp func, StringRef pass) {
   for (unsigned i = 0; i < func.getNumResults(); ++i) {
     auto name = func.getResultAttrOfType<StringAttr>(
         i, MegacDialect::kResultNameAttrName);
-    auto type = cast<RankedTensorType>(func.getResultTypes()[i]);
+    Type type = func.getResultTypes()[i];
+    auto tensor = dyn_cast<RankedTensorType>(type);
     // A loss is one f32 number: the gradient of anything else is not
     // what training means (and an integer result has none).
-    const bool scalarF32 = type.getRank() == 0 && type.getElementType().isF32();
+    const bool scalarF32 =
+        tensor && tensor.getRank() == 0 && tensor.getElementType().isF32();
     if (name && name.getValue() == "loss") {
       if (!scalarF32)
         return func.emitError()

@@ -38,9 +38,22 @@ func.func @same_result(%a: tensor<8xf32> {megac.param = {name = "a", init = "zer
 // -----
 
 // Tests that data inputs must be split alike: each rank reads the same
-// rows of every input.
-// expected-error@+1 {{data inputs must be split alike (each rank reads the same rows of every input): argument 0 is #megac.sharding<[dp, _]> but argument 1 is not split}}
+// rows of every input. (`_`, no sharding and an axis of one rank are
+// alike: whole.)
+module attributes {megac.mesh = #megac.mesh<dp = 2, tp = 1>} {
+// expected-error@+1 {{data inputs must be split alike (each rank reads the same rows of every input): argument 0 is split [dp, _] but argument 1 [_, _]}}
 func.func @inputs_apart(%ids: tensor<?x?xi32> {megac.input = "tokens", megac.sharding = #megac.sharding<[dp, _]>},
+                        %lab: tensor<?x?xi32> {megac.input = "labels", megac.sharding = #megac.sharding<[tp, _]>}) {
+  return
+}
+}
+
+// -----
+
+// Tests that inputs alike pass: `_`, no sharding and dp of one rank.
+module attributes {megac.mesh = #megac.mesh<dp = 1, tp = 2>} {
+func.func @inputs_alike(%ids: tensor<?x?xi32> {megac.input = "tokens", megac.sharding = #megac.sharding<[dp, _]>},
                         %lab: tensor<?x?xi32> {megac.input = "labels"}) {
   return
+}
 }
