@@ -49,28 +49,36 @@ struct SpecializeShapesPass
   /// tensor's. The per-argument verifier cannot see two arguments at once;
   /// this pass, every pipeline's first over the model, checks it.
   static LogicalResult checkNamesUnique(func::FuncOp func) {
-    llvm::StringMap<unsigned> params, results;
+    /// Names of one kind ("parameter", "result"), each at its first index.
+    struct Names {
+      const char *kind, *places, *owner;
+      llvm::StringMap<unsigned> first;
+    };
+    Names params{"parameter", "arguments", "parameter"},
+        results{"result", "results", "output"};
+    auto claim = [&](Names &names, StringAttr name,
+                     unsigned i) -> LogicalResult {
+      if (!name)
+        return success();
+      auto [it, fresh] = names.first.try_emplace(name.getValue(), i);
+      if (fresh)
+        return success();
+      return func.emitError()
+             << names.kind << " name '" << name.getValue() << "' is given to "
+             << names.places << " " << it->second << " and " << i << "; each "
+             << names.owner << " needs its own";
+    };
     for (unsigned i = 0; i < func.getNumArguments(); ++i)
       if (auto spec = func.getArgAttrOfType<DictionaryAttr>(
               i, MegacDialect::kParamAttrName))
-        if (auto name = spec.getAs<StringAttr>("name")) {
-          auto [it, fresh] = params.try_emplace(name.getValue(), i);
-          if (!fresh)
-            return func.emitError()
-                   << "parameter name '" << name.getValue()
-                   << "' is given to arguments " << it->second << " and " << i
-                   << "; each parameter needs its own";
-        }
+        if (failed(claim(params, spec.getAs<StringAttr>("name"), i)))
+          return failure();
     for (unsigned i = 0; i < func.getNumResults(); ++i)
-      if (auto name = func.getResultAttrOfType<StringAttr>(
-              i, MegacDialect::kResultNameAttrName)) {
-        auto [it, fresh] = results.try_emplace(name.getValue(), i);
-        if (!fresh)
-          return func.emitError()
-                 << "result name '" << name.getValue()
-                 << "' is given to results " << it->second << " and " << i
-                 << "; each output needs its own";
-      }
+      if (failed(claim(results,
+                       func.getResultAttrOfType<StringAttr>(
+                           i, MegacDialect::kResultNameAttrName),
+                       i)))
+        return failure();
     return success();
   }
 
