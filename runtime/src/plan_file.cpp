@@ -26,6 +26,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <iostream>
 #include <sstream>
 #include <sys/stat.h>
 #include <unordered_map>
@@ -1902,25 +1903,51 @@ std::string verifyPlanBytes(std::vector<uint8_t> bytes, LoadedPlan &out) {
   }
 }
 
+/// Reads \p In to its end (a pipe has no size to ask for) into \p Bytes;
+/// "" or why not.
+static std::string readStream(std::istream &In, std::vector<uint8_t> &Bytes) {
+  char Chunk[1 << 16];
+  while (In.read(Chunk, sizeof(Chunk)) || In.gcount() > 0) {
+    Bytes.insert(Bytes.end(), Chunk, Chunk + In.gcount());
+    if (Bytes.size() >= FLATBUFFERS_MAX_BUFFER_SIZE)
+      return "too large to be a megac plan";
+  }
+  return In.bad() ? "error reading the plan" : "";
+}
+
 std::string loadPlanFile(const std::string &path, LoadedPlan &out) {
   try {
     out = LoadedPlan();
+    std::vector<uint8_t> Bytes;
+    // "-": the plan on standard input (`megac compile ... -o - | megac
+    // inspect -`).
+    if (path == "-") {
+      if (std::string Err = readStream(std::cin, Bytes); !Err.empty())
+        return "<stdin>: " + Err;
+      std::string Err = verifyPlanBytes(std::move(Bytes), out);
+      return Err.empty() ? Err : "<stdin>: " + Err;
+    }
     // (An ifstream opens a directory and reports a nonsense size.)
     struct stat St;
     if (::stat(path.c_str(), &St) == 0 && S_ISDIR(St.st_mode))
       return path + ": is a directory, not a plan file";
-    std::ifstream F(path, std::ios::binary | std::ios::ate);
+    std::ifstream F(path, std::ios::binary);
     if (!F)
       return path + ": cannot open plan file: " + std::strerror(errno);
-    std::streamoff Size = F.tellg();
-    if (Size < 0)
-      return path + ": cannot determine the size of the plan file";
-    if (uint64_t(Size) >= FLATBUFFERS_MAX_BUFFER_SIZE)
-      return path + ": file too large to be a megac plan";
-    std::vector<uint8_t> Bytes(static_cast<size_t>(Size));
-    F.seekg(0);
-    if (Size && !F.read(reinterpret_cast<char *>(Bytes.data()), Size))
-      return path + ": error reading the plan file";
+    F.seekg(0, std::ios::end);
+    std::streamoff Size = F ? std::streamoff(F.tellg()) : -1;
+    if (Size < 0) { // a pipe (/dev/stdin, <(...)): read to its end
+      F.clear();
+      if (std::string Err = readStream(F, Bytes); !Err.empty())
+        return path + ": " + Err;
+    } else {
+      if (uint64_t(Size) >= FLATBUFFERS_MAX_BUFFER_SIZE)
+        return path + ": file too large to be a megac plan";
+      Bytes.resize(static_cast<size_t>(Size));
+      F.seekg(0);
+      if (Size && !F.read(reinterpret_cast<char *>(Bytes.data()), Size))
+        return path + ": error reading the plan file";
+    }
     std::string Err = verifyPlanBytes(std::move(Bytes), out);
     return Err.empty() ? Err : path + ": " + Err;
   } catch (const std::exception &E) {

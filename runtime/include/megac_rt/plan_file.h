@@ -94,7 +94,7 @@ std::string verifyPlanBytes(std::vector<uint8_t> bytes, LoadedPlan &out);
 std::string checkPipelineTransfers(const megac::plan::Program &program);
 
 /// Reads `path` and verifies it; "" on success, else a one-line message that
-/// names the file.
+/// names the file. "-" reads standard input; a pipe is read to its end.
 std::string loadPlanFile(const std::string &path, LoadedPlan &out);
 
 /// Human-readable dump; `rank` < 0 prints every rank.
