@@ -1512,11 +1512,13 @@ int runTraining(const Options &O, Setup &S) {
     }
     LastLoss = Loss;
     const double TokPerS = Sec > 0 ? double(Stride) / Sec : 0.0;
-    // A line that cannot be written (a full disk) ends the run on every
-    // rank, rather than leave a metrics file that stops without a word.
-    if (!O.metrics.empty() &&
-        !agree(writeMetricsLine(O, S, T, Loss, TokPerS, Lr)))
-      return 1;
+    // A line that cannot be written (a full disk) ends the job, rather
+    // than leave a metrics file that stops without a word. Rank 0 alone
+    // knows: an agreement every step would add a host collective to each
+    // (and the watchdog would name it, not the step's own), so it aborts.
+    if (std::string Err = writeMetricsLine(O, S, T, Loss, TokPerS, Lr);
+        !Err.empty())
+      abortJob(RunError(Err));
     if (WorldRank == 0 && !O.quiet &&
         (Tty || (T - S.startStep) % Every == 0 || T == Last)) {
       const int64_t Done = T - S.startStep;
