@@ -809,6 +809,17 @@ void Executor::exec(uint32_t Idx, const Instr &In, Collectives &C,
       for (int64_t K = 0; K < Y.numel(); ++K)
         Y.f[size_t(K)] += A.f[size_t(K)];
     return;
+  case op::StackMicroBatches: {
+    // Micro-batch k's rows; a forward run alone (generation) is micro-batch 0.
+    const size_t Bytes = A.bytes();
+    if (size_t(CurMicro + 1) * Bytes > Y.bytes())
+      throw RunError("internal error: stack_micro_batches of micro-batch " +
+                     std::to_string(CurMicro) + " past its output");
+    std::memcpy(static_cast<unsigned char *>(Y.data()) +
+                    size_t(CurMicro) * Bytes,
+                A.data(), Bytes);
+    return;
+  }
   case op::Dropout: {
     // ints: stream, r, global_shape (r), offset (r); floats: rate. Training
     // steps key the mask with t (1-based); a plain forward run uses step 1;

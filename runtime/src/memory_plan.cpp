@@ -76,10 +76,11 @@ bool isWeightGradientOp(OpCode Op) {
          Op == op::LayerNormGainGrad;
 }
 
-/// Instructions whose output is a sum over the step's micro-batches:
-/// accumulate, and weight gradients written straight into their sum.
+/// Instructions whose output gathers the step's micro-batches: accumulate,
+/// weight gradients written straight into their sum, and the stacked rows
+/// of a per-row output.
 bool accumulates(const Instr &In) {
-  if (In.op() == op::Accumulate)
+  if (In.op() == op::Accumulate || In.op() == op::StackMicroBatches)
     return true;
   const size_t Flag =
       In.op() == op::LinearWeightGrad ? 1

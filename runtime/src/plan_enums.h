@@ -69,8 +69,10 @@ constexpr OpCode LinearBias = OpCode(40);
 constexpr OpCode LayerNormGainGrad = OpCode(41);
 // A product with GeLU's gradient as its epilogue (format version 10).
 constexpr OpCode LinearGeluGrad = OpCode(42);
+// Per-row outputs under gradient accumulation (format version 16).
+constexpr OpCode StackMicroBatches = OpCode(43);
 /// The highest opcode this runtime knows.
-constexpr OpCode LastOpCode = LinearGeluGrad;
+constexpr OpCode LastOpCode = StackMicroBatches;
 } // namespace op
 
 namespace dt {

@@ -268,6 +268,8 @@ const char *opcodeName(OpCode op) {
     return "cross_entropy_from_stats";
   case op::Accumulate:
     return "accumulate";
+  case op::StackMicroBatches:
+    return "stack_micro_batches";
   case op::RoundBf16:
     return "round_bf16";
   case op::SumLeading:
@@ -937,6 +939,14 @@ private:
     if (In.op() > op::LastOpCode)
       return fail(where() + ", instruction " + std::to_string(Idx) +
                   ": unknown opcode " + std::to_string(int(In.op())));
+    // Stacked rows are written once per micro-batch, so in the part that
+    // runs once per micro-batch.
+    if (In.op() == op::StackMicroBatches && P.micro_batches() > 1 &&
+        (RP->accumulate_end() < 0 || int64_t(Idx) >= RP->accumulate_end()))
+      return fail(Pfx +
+                  "stacks micro-batches' rows outside the part run "
+                  "once per micro-batch (accumulate_end " +
+                  std::to_string(RP->accumulate_end()) + ")");
     Ins.clear();
     if (In.inputs())
       Ins.assign(In.inputs()->begin(), In.inputs()->end());
@@ -1542,6 +1552,21 @@ private:
         return fail(Pfx + "output %" + std::to_string(Outs[0]) +
                     " is a parameter (accumulate sums into its own buffer)");
       return expectOutShape(in(0));
+    case op::StackMicroBatches: {
+      if (!expectCounts(1, 1))
+        return false;
+      if (Types[Ins[0]] != Types[Outs[0]])
+        return fail(Pfx + "changes the dtype");
+      if (isParamBuffer(Outs[0]))
+        return fail(Pfx + "output %" + std::to_string(Outs[0]) +
+                    " is a parameter (the stacked rows are a value of "
+                    "their own)");
+      if (in(0).empty())
+        return fail(Pfx + "input " + listStr(in(0)) + " has no rows");
+      Shape Want = in(0);
+      Want[0] *= std::max<int64_t>(1, P.micro_batches());
+      return expectOutShape(Want);
+    }
     case op::Assign: {
       if (!expectCounts(1, 1) || !allF32())
         return false;
@@ -2486,6 +2511,27 @@ std::string dumpPlanJson(const LoadedPlan &plan, int rank) {
                     {"total_steps", T->total_steps()}};
     else
       J["train"] = nullptr;
+    // What the text dump says of the target and its kernels, which the
+    // fused instructions name by index.
+    J["target"] = P.target() && P.target()->size() ? str(P.target()) : "cpu";
+    json Kernels = json::array();
+    if (P.kernels())
+      for (const Kernel *Kn : *P.kernels()) {
+        json Steps = json::array(), Binaries = json::array();
+        for (const FusedStep *St : *Kn->steps())
+          Steps.push_back(opcodeName(St->op()));
+        if (Kn->binaries())
+          for (const KernelBinary *B : *Kn->binaries())
+            Binaries.push_back(
+                {{"arch", str(B->arch())},
+                 {"kind", parseArch(str(B->arch())).Ptx ? "ptx" : "cubin"},
+                 {"bytes", B->cubin() ? B->cubin()->size() : 0}});
+        Kernels.push_back({{"name", str(Kn->name())},
+                           {"inputs", Kn->inputs()},
+                           {"steps", Steps},
+                           {"binaries", Binaries}});
+      }
+    J["kernels"] = Kernels;
     json Ranks = json::array();
     for (const RankProgram *R : *P.ranks())
       if (rank < 0 || uint32_t(rank) == R->rank())

@@ -515,14 +515,16 @@ void checkModeOptions(const Options &O, const Setup &S, const Program &P) {
     const int64_t Width = !Have.empty() && Have.back() >= P.vocab_size()
                               ? Have.back()
                               : P.vocab_size();
-    std::vector<int64_t> Want = {P.batch(), P.seq(), Width};
-    // (With micro-batches, the rows of one micro-batch.)
-    std::vector<int64_t> WantGlobal = {
-        std::max<int64_t>(P.global_batch() /
-                              std::max<int64_t>(1, P.micro_batches()),
+    // With micro-batches a gradients plan's logits stack every
+    // micro-batch's rows, a training plan's hold one micro-batch's;
+    // generation runs micro-batch 0, which holds row 0 either way.
+    const int64_t Rows = std::max(P.global_batch(), P.batch());
+    std::vector<int64_t> Want = {Rows, P.seq(), Width};
+    std::vector<int64_t> WantMicro = {
+        std::max<int64_t>(Rows / std::max<int64_t>(1, P.micro_batches()),
                           P.batch()),
         P.seq(), Width};
-    if (Have != Want && Have != WantGlobal)
+    if (Have != Want && Have != WantMicro)
       throw RunError(Plan + ": --generate needs logits of shape " +
                      shapeString(Want) + " (batch, seq, vocab)");
     bool HasTokens = false;
@@ -844,29 +846,13 @@ void saveOutputs(const Options &O, const Setup &S) {
     Ts.push_back({Name, T.isF32() ? "F32" : "I32", T.shape, T.data(),
                   T.bytes()});
   };
-  // With micro-batches an output computed per micro-batch (the logits of
-  // a gradients plan) holds the last one's rows: said in the file and on
-  // stderr rather than passed off as the batch's.
-  const int64_t M = S.exec->microBatches(), G = S.exec->globalBatch();
+  const int64_t G = S.exec->globalBatch();
   std::map<std::string, std::string> Meta = {{"producer", "megac-run"},
                                              {"plan", O.plan},
                                              {"seed", std::to_string(S.seed)}};
   if (RP.outputs())
-    for (const Output *Out : *RP.outputs()) {
-      const std::string Name = outputName(*Out, RP);
-      const Tensor &T = S.exec->buffer(Out->buffer());
-      if (M > 1 && !T.shape.empty() && T.shape[0] == G / M) {
-        const std::string Rows = "rows " + std::to_string(G - G / M) + ".." +
-                                 std::to_string(G - 1) + " of the batch's " +
-                                 std::to_string(G);
-        Meta["output:" + Name] = "the last micro-batch's " + Rows;
-        std::fprintf(stderr,
-                     "megac-run: warning: --save-outputs: %s holds the last "
-                     "of %lld micro-batches (%s)\n",
-                     Name.c_str(), (long long)M, Rows.c_str());
-      }
-      Add(Name, T);
-    }
+    for (const Output *Out : *RP.outputs())
+      Add(outputName(*Out, RP), S.exec->buffer(Out->buffer()));
   // The inputs of the whole global batch (outputs are whole too, so runs on
   // different grids save the same tensors), cut from the stream as every
   // rank cuts its rows.
@@ -1839,10 +1825,11 @@ int runMain(int Argc, char **Argv) {
       ->required();
   App.add_option("--tokens", O.tokens,
                  "Token file: raw little-endian uint16 (nanoGPT .bin) or an "
-                 "llm.c .bin with its 1024-byte header. The first "
-                 "batch*seq+1 tokens are used: tokens[b,s] = t[b*seq+s], "
-                 "labels[b,s] = t[b*seq+s+1]. Default: a deterministic "
-                 "stream derived from the seed")
+                 "llm.c .bin with its 1024-byte header. A forward or "
+                 "gradients plan reads the first B*seq+1 tokens, B the "
+                 "global batch: tokens[b,s] = t[b*seq+s], labels[b,s] = "
+                 "t[b*seq+s+1]; a training plan reads it as --data. "
+                 "Default: a deterministic stream derived from the seed")
       ->option_text("FILE")
       ->check(NonEmptyPath);
   auto *WeightsOpt =
@@ -1915,16 +1902,20 @@ int runMain(int Argc, char **Argv) {
                                 "Generate text from this prompt (byte-level "
                                 "tokens; needs vocab >= 256)")
                      ->option_text("PROMPT");
-  App.add_option("--max-new-tokens", O.maxNewTokens,
-                 "Tokens to generate (default 100; stops earlier when the "
-                 "sequence is full)")
-      ->check(wholeNumberIn(0, int64_t(1) << 40));
-  App.add_option("--temperature", O.temperature,
-                 "Sampling temperature (default 0.8; 0 = greedy)")
-      ->check(finiteIn(0.0, 1e6, "from 0 to 1e6"));
-  App.add_option("--top-k", O.topK,
-                 "Sample among the K most likely tokens (default 0 = all)")
-      ->check(wholeNumberIn(0, int64_t(1) << 40));
+  std::vector<CLI::Option *> GenerationOnly;
+  GenerationOnly.push_back(
+      App.add_option("--max-new-tokens", O.maxNewTokens,
+                     "Tokens to generate (default 100; stops earlier when the "
+                     "sequence is full)")
+          ->check(wholeNumberIn(0, int64_t(1) << 40)));
+  GenerationOnly.push_back(
+      App.add_option("--temperature", O.temperature,
+                     "Sampling temperature (default 0.8; 0 = greedy)")
+          ->check(finiteIn(0.0, 1e6, "from 0 to 1e6")));
+  GenerationOnly.push_back(
+      App.add_option("--top-k", O.topK,
+                     "Sample among the K most likely tokens (default 0 = all)")
+          ->check(wholeNumberIn(0, int64_t(1) << 40)));
   auto *SeedOpt = App.add_option("--seed", O.seed,
                                  "Seed for parameter init, the default "
                                  "token stream and dropout masks (default: "
@@ -1984,6 +1975,14 @@ int runMain(int Argc, char **Argv) {
   O.haveSeed = SeedOpt->count() > 0;
   O.haveSteps = StepsOpt->count() > 0;
   O.generate = GenOpt->count() > 0;
+  // As megac compile says of options that change nothing.
+  if (!O.generate && WorldRank == 0)
+    for (const CLI::Option *Opt : GenerationOnly)
+      if (Opt->count())
+        std::fprintf(stderr,
+                     "megac-run: warning: %s has no effect without "
+                     "--generate\n",
+                     Opt->get_name().c_str());
   if (WeightsOpt->count() && LoadOpt->count()) {
     if (WorldRank == 0)
       std::fprintf(stderr, "megac-run: error: --weights and "
@@ -2019,10 +2018,17 @@ int runMain(int Argc, char **Argv) {
   const Program &P = *S.plan.program;
 
   if (!O.dumpPlan.empty()) {
-    if (WorldRank == 0)
-      std::fputs(O.dumpPlan == "json" ? dumpPlanJson(S.plan).c_str()
-                                      : dumpPlanText(S.plan).c_str(),
-                 stdout);
+    // Its write error said here, while errno still holds it.
+    if (WorldRank == 0 &&
+        (std::fputs(O.dumpPlan == "json" ? dumpPlanJson(S.plan).c_str()
+                                         : dumpPlanText(S.plan).c_str(),
+                    stdout) == EOF ||
+         std::fflush(stdout) != 0)) {
+      std::fprintf(stderr,
+                   "megac-run: error: cannot write standard output: %s\n",
+                   std::strerror(errno));
+      return 1;
+    }
     return 0;
   }
 

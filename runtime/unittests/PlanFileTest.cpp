@@ -732,3 +732,38 @@ TEST(PlanFile, RejectsBadEpiloguesAndAccumulation) {
                            "no accumulate_end"),
             std::string::npos);
 }
+
+TEST(PlanFile, ChecksStackMicroBatches) {
+  // Format 16: a per-row output's rows over the step's micro-batches:
+  // micro-batch k's [r, ...] into rows [k r, (k + 1) r) of [m r, ...], the
+  // dtype kept, in the part run once per micro-batch.
+  auto Stack = [](std::vector<int64_t> OutShape, DType OutType, bool Inside) {
+    ProgramDesc P = test::programOf(2, 3, 8);
+    P.microBatches = 2;
+    P.globalBatch = 4;
+    RankDesc R;
+    uint32_t X = R.emit(op::Fill, {}, {2, 3}, {}, {1.0});
+    if (Inside)
+      R.accumulateEnd = 2;
+    uint32_t Y =
+        R.emit(op::StackMicroBatches, {X}, OutShape, {}, {}, -1, "", OutType);
+    if (!Inside)
+      R.accumulateEnd = 1;
+    R.outputs.push_back({"rows", Y, ""});
+    P.ranks.push_back(R);
+    return P;
+  };
+  EXPECT_EQ(verify(Stack({4, 3}, dt::F32, true)), "");
+  EXPECT_NE(verify(Stack({2, 3}, dt::F32, true))
+                .find("(stack_micro_batches): output has shape [2,3] but the "
+                      "inputs imply [4,3]"),
+            std::string::npos)
+      << verify(Stack({2, 3}, dt::F32, true));
+  EXPECT_NE(verify(Stack({4, 3}, dt::I32, true)).find("changes the dtype"),
+            std::string::npos);
+  EXPECT_NE(verify(Stack({4, 3}, dt::F32, false))
+                .find("stacks micro-batches' rows outside the part run once "
+                      "per micro-batch (accumulate_end 1)"),
+            std::string::npos)
+      << verify(Stack({4, 3}, dt::F32, false));
+}

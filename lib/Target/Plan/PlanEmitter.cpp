@@ -1182,6 +1182,8 @@ private:
         })
         .Case<AssignOp>([&](auto) { code = mp::OpCode_Assign; })
         .Case<AccumulateOp>([&](auto) { code = mp::OpCode_Accumulate; })
+        .Case<StackMicroBatchesOp>(
+            [&](auto) { code = mp::OpCode_StackMicroBatches; })
         .Case<RoundBf16Op>([&](auto) { code = mp::OpCode_RoundBf16; })
         .Case<DropoutOp>([&](DropoutOp d) {
           // The mask is drawn by global position: the plan says where this

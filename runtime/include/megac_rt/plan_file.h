@@ -52,7 +52,7 @@ namespace megac_rt {
 /// smaller HF tensor (Param.hf_shape) whose missing rows are zero.
 /// Version 15 let linear add a third input to its product (cuBLAS's C,
 /// beta = 1), rounding the sum once.
-constexpr uint32_t kPlanFormatVersion = 15;
+constexpr uint32_t kPlanFormatVersion = 16;
 
 /// The release of megac (compiler and runtime): the producer a plan names
 /// and what `--version` prints.

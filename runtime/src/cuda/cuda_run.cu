@@ -2762,6 +2762,18 @@ private:
       launchOn(Compute, accumulateKernel, blocksFor(NY), kThreads, 0, f(X(0)),
                NY, f(Y), int(Accumulating));
       return;
+    case op::StackMicroBatches: {
+      // Micro-batch k's rows (generation, a forward alone, is micro-batch 0).
+      const size_t Rows = Bytes[X(0)];
+      if (size_t(CurMicro + 1) * Rows > Bytes[Y])
+        throw std::runtime_error("stack_micro_batches of micro-batch " +
+                                 std::to_string(CurMicro) + " past its output");
+      check(
+          cudaMemcpyAsync(static_cast<char *>(Ptr[Y]) + size_t(CurMicro) * Rows,
+                          Ptr[X(0)], Rows, cudaMemcpyDeviceToDevice, Compute),
+          "cudaMemcpyAsync");
+      return;
+    }
     case op::Dropout: {
       // ints [stream, r, global shape (r), offset (r)], floats [rate].
       Block Bl{};

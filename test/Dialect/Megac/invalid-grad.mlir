@@ -372,3 +372,30 @@ func.func @sharding_constraint_c1_partial(%x: tensor<4x8xf32>) {
   %0 = megac.sharding_constraint %x {sharding = #megac.sharding<[dp, _], partial = [tp]>} : (tensor<4x8xf32>) -> tensor<4x8xf32>
   return
 }
+
+// -----
+
+// Tests stack_micro_batches_c1: a scalar has no rows to stack.
+func.func @stack_micro_batches_c1_scalar(%x: tensor<f32>) {
+  // expected-error@+1 {{stack_micro_batches_c1: the input must have rank >= 1 and count must be positive}}
+  %0 = megac.stack_micro_batches %x {count = 2 : i64} : (tensor<f32>) -> tensor<f32>
+  return
+}
+
+// -----
+
+// Tests stack_micro_batches_c1: the count must be positive.
+func.func @stack_micro_batches_c1_count(%x: tensor<2x8xf32>) {
+  // expected-error@+1 {{stack_micro_batches_c1: the input must have rank >= 1 and count must be positive}}
+  %0 = megac.stack_micro_batches %x {count = 0 : i64} : (tensor<2x8xf32>) -> tensor<2x8xf32>
+  return
+}
+
+// -----
+
+// Tests that the result holds count times the input's rows.
+func.func @stack_micro_batches_rows(%x: tensor<2x8xf32>) {
+  // expected-error@+1 {{inferred type(s) 'tensor<6x8xf32>' are incompatible with return type(s) of operation 'tensor<4x8xf32>'}}
+  %0 = megac.stack_micro_batches %x {count = 3 : i64} : (tensor<2x8xf32>) -> tensor<4x8xf32>
+  return
+}

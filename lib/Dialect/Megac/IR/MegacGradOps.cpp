@@ -424,6 +424,35 @@ ShardingRule AccumulateOp::getShardingRule() {
                          PartialPolicy::AllOperands);
 }
 
+LogicalResult StackMicroBatchesOp::inferReturnTypes(
+    MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
+    SmallVectorImpl<Type> &types) {
+  auto input = tensorTypeOf(adaptor.getInput());
+  const int64_t count = adaptor.getCount();
+  if (input.getRank() < 1 || count < 1)
+    return emitOptionalError(loc, "stack_micro_batches_c1: the input must "
+                                  "have rank >= 1 and count must be "
+                                  "positive");
+  SmallVector<int64_t> shape(input.getShape());
+  if (!ShapedType::isDynamic(shape[0]))
+    shape[0] *= count;
+  types.push_back(RankedTensorType::get(shape, input.getElementType()));
+  return success();
+}
+
+ShardingRule StackMicroBatchesOp::getShardingRule() {
+  // Whole on every rank: the global batch's rows of one micro-batch, which
+  // stack in order (a data-parallel split of the rows would interleave the
+  // ranks' rows with the micro-batches'). The gathers this asks for are
+  // one micro-batch's, as the returned value needs anyway.
+  const int64_t rank = tensorTypeOf(getInput()).getRank();
+  ShardingRule rule;
+  for (int64_t d = 0; d < rank; ++d)
+    rule.factors.push_back(
+        factor(FactorKind::Whole, {d}, d, d == 0 ? "micro-batch rows" : ""));
+  return rule;
+}
+
 ShardingRule CrossEntropyGradOp::getShardingRule() {
   // Without stats the softmax needs whole rows; with them (all blocks,
   // whole) each rank computes the gradient of its own vocabulary block.

@@ -59,6 +59,64 @@ struct AccumulateMicroBatchesPass
     return acc;
   }
 
+  /// Result \p i, if it holds a row per micro-batch row (computed from the
+  /// data inputs, with their leading dimension), becomes the step's rows:
+  /// megac.stack_micro_batches right where it is computed, so that
+  /// generation, which runs the forward part alone, still fills it.
+  void stackPerRowResult(func::FuncOp func, func::ReturnOp ret, unsigned i) {
+    if (microBatches < 2 || !stackRows)
+      return;
+    Value value = ret.getOperand(i);
+    auto type = dyn_cast<RankedTensorType>(value.getType());
+    Operation *def = value.getDefiningOp();
+    if (!type || type.getRank() < 1 || !def ||
+        !isa<MegacDialect>(def->getDialect()))
+      return;
+    std::optional<int64_t> rows = microBatchRowsReaching(value);
+    if (!rows || *rows != type.getDimSize(0))
+      return;
+    OpBuilder b(func.getContext());
+    b.setInsertionPointAfter(def);
+    auto stack = StackMicroBatchesOp::create(
+        b, value.getLoc(), value, static_cast<int64_t>(microBatches));
+    if (!getStages(def).empty())
+      setPlacement(stack, getStages(def), getPhase(def));
+    ret.setOperand(i, stack);
+    FunctionType type0 = func.getFunctionType();
+    SmallVector<Type> results(type0.getResults());
+    results[i] = stack.getType();
+    func.setType(
+        FunctionType::get(func.getContext(), type0.getInputs(), results));
+  }
+
+  /// The leading dimension of the data inputs (arguments that are not
+  /// parameters) \p value is computed from; none if it reads none, or
+  /// inputs of different leading dimensions.
+  static std::optional<int64_t> microBatchRowsReaching(Value value) {
+    std::optional<int64_t> rows;
+    bool agree = true;
+    llvm::DenseSet<Value> seen;
+    SmallVector<Value> worklist{value};
+    while (!worklist.empty()) {
+      Value v = worklist.pop_back_val();
+      if (!seen.insert(v).second)
+        continue;
+      if (auto arg = dyn_cast<BlockArgument>(v)) {
+        auto func = dyn_cast<func::FuncOp>(arg.getOwner()->getParentOp());
+        auto type = dyn_cast<RankedTensorType>(arg.getType());
+        if (!func || !type || type.getRank() < 1 ||
+            func.getArgAttr(arg.getArgNumber(), MegacDialect::kParamAttrName))
+          continue;
+        if (rows && *rows != type.getDimSize(0))
+          agree = false;
+        rows = type.getDimSize(0);
+        continue;
+      }
+      llvm::append_range(worklist, v.getDefiningOp()->getOperands());
+    }
+    return agree ? rows : std::nullopt;
+  }
+
   LogicalResult accumulate(func::FuncOp func) {
     FailureOr<unsigned> lossIndex =
         findLoss(func, "megac-accumulate-micro-batches");
@@ -71,8 +129,10 @@ struct AccumulateMicroBatchesPass
           i, MegacDialect::kResultNameAttrName);
       bool isGradient = name && name.getValue().starts_with("grad:");
       anyGradient |= isGradient;
-      if (!isGradient && i != *lossIndex)
+      if (!isGradient && i != *lossIndex) {
+        stackPerRowResult(func, ret, i);
         continue;
+      }
       Value value = ret.getOperand(i);
       // The loss is summed right where it is computed, so the forward part
       // (all generation runs) ends there; gradients at the end.

@@ -29,9 +29,12 @@ void buildPartitionPipeline(OpPassManager &pm, const PartitionOptions &options) 
   }
   // One micro-batch needs no accumulation, unless on a pipeline (the
   // pass decides).
+  // A training step's logits are for generation alone, which reads
+  // micro-batch 0's: stacking them would cost m times their memory.
   if (options.train || options.gradients)
     pm.addPass(createAccumulateMicroBatchesPass(
-        AccumulateMicroBatchesPassOptions{options.microBatches}));
+        AccumulateMicroBatchesPassOptions{options.microBatches,
+                                          /*stackRows=*/!options.train}));
   if (options.bf16)
     pm.addPass(createMixedPrecisionPass());
   if (options.train)

@@ -15,6 +15,15 @@ module attributes {megac.mesh = #megac.mesh<dp = 2, tp = 2>} {
     return %0 : tensor<4x8x16xf32>
   }
 
+  // CHECK-LABEL: func.func @stack_micro_batches
+  func.func @stack_micro_batches(%x: tensor<4x8x16xf32> {megac.sharding = #megac.sharding<[dp, _, tp]>}) -> tensor<8x8x16xf32> {
+    // Each micro-batch's rows are whole before they stack (a dp split of
+    // the rows would interleave ranks and micro-batches).
+    // CHECK: megac.stack_micro_batches {{.*}}megac.operand_shardings = [#megac.sharding<[_, _, _]>], megac.sharding = #megac.sharding<[_, _, _]>
+    %0 = megac.stack_micro_batches %x {count = 2 : i64} : (tensor<4x8x16xf32>) -> tensor<8x8x16xf32>
+    return %0 : tensor<8x8x16xf32>
+  }
+
   // CHECK-LABEL: func.func @layer_norm_gain_grad
   func.func @layer_norm_gain_grad(%x: tensor<4x8x16xf32> {megac.sharding = #megac.sharding<[dp, tp, _]>},
                                   %dy: tensor<4x8x16xf32> {megac.sharding = #megac.sharding<[dp, tp, _]>}) -> tensor<16xf32> {

@@ -718,6 +718,34 @@ def Megac_AccumulateOp : Megac_ModelOp<"accumulate", [], /*pure=*/0> {
   let results = (outs Megac_F32Tensor:$result);
 }
 
+def Megac_StackMicroBatchesOp
+    : Megac_ModelOp<"stack_micro_batches", [], /*pure=*/0> {
+  let summary = "Rows of a value over the micro-batches of a step, in order";
+  let description = [{
+    With gradient accumulation the forward part runs once per micro-batch,
+    so a per-row result (the logits of a gradients plan) holds one
+    micro-batch's rows. `stack_micro_batches` yields the whole step's rows:
+    micro-batch `k` writes its input into rows `[k * r, (k + 1) * r)` of the
+    result, where `r` is the input's leading dimension. The result is read
+    after the last micro-batch. Created by megac-accumulate-micro-batches
+    for the results that are neither the loss nor a gradient.
+
+    The input stays whole on every rank (its rows are one micro-batch of
+    the global batch, the order the result stacks them in).
+
+    ```mlir
+    %all = megac.stack_micro_batches %logits {count = 2 : i64}
+        : (tensor<2x8x64xf32>) -> tensor<4x8x64xf32>
+    ```
+
+    Rule: `stack_micro_batches_c1` the input has rank >= 1 and `count` is
+    positive. The result is the input with its leading dimension times
+    `count`.
+  }];
+  let arguments = (ins Megac_F32OrI32Tensor:$input, I64Attr:$count);
+  let results = (outs Megac_F32OrI32Tensor:$result);
+}
+
 def Megac_AdamWOp : Megac_ModelOp<"adamw", [MemoryEffects<[MemWrite]>],
                                   /*pure=*/0> {
   let summary = "AdamW update of a parameter, in place";

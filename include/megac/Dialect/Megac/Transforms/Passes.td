@@ -207,6 +207,11 @@ def AccumulateMicroBatchesPass
     rest (gradient reduction across data-parallel ranks, clipping, AdamW)
     once per step. Each micro-batch's loss is divided by the token count of
     the whole step, so the sums are the step's mean loss and its gradient.
+    Every other result computed from the data inputs with their leading
+    dimension (the logits) is wrapped in `megac.stack_micro_batches` right
+    where it is computed, so that it holds the whole step's rows (unless
+    `stack-rows=false`: a training step's logits, which only generation
+    reads, and that from micro-batch 0, would cost m times the memory).
 
     On a pipeline (ops placed on stages) the pass runs even for one
     micro-batch, since the pipeline's schedule needs the per-micro-batch
@@ -218,6 +223,9 @@ def AccumulateMicroBatchesPass
   let options = [
     Option<"microBatches", "micro-batches", "int64_t", /*default=*/"1",
            "Micro-batches per step (1: nothing to do, unless on a pipeline)">,
+    Option<"stackRows", "stack-rows", "bool", /*default=*/"true",
+           "Stack the other per-row results (the logits) over the "
+           "micro-batches">,
   ];
 }
 
