@@ -165,6 +165,23 @@ bool simulatePipeline(const PipelineSchedule &S, double ForwardTime,
         return false;
       }
     }
+    // Every task, before their order: a missing one (or a stray chunk
+    // number, which makes every rank's chunks count) is named as such.
+    for (int64_t Chunk = 0; Chunk < V; ++Chunk)
+      for (bool Backward : {false, true})
+        for (int64_t Micro = 0; Micro < M; ++Micro)
+          if (!Seen.count({Backward, Micro, Chunk})) {
+            Error = "rank " + std::to_string(R) + " never runs " +
+                    formatTask({Backward, Micro, Chunk}) + ": each rank runs " +
+                    std::to_string(M) +
+                    " micro-batches forward and backward through each of "
+                    "its " +
+                    std::to_string(V) + " chunk(s)" +
+                    (V > 1 ? " (chunks .0 to ." + std::to_string(V - 1) +
+                                 ", as the highest chunk number says)"
+                           : std::string());
+            return false;
+          }
     // Each pass of a chunk takes the micro-batches in order: the step's
     // sums (loss, gradients) start at micro-batch 0 and add the others.
     std::map<std::pair<bool, int64_t>, int64_t> Last;
@@ -178,14 +195,6 @@ bool simulatePipeline(const PipelineSchedule &S, double ForwardTime,
         return false;
       }
       It->second = T.microBatch;
-    }
-    if (int64_t(Seen.size()) != 2 * M * V) {
-      Error = "rank " + std::to_string(R) + " runs " +
-              std::to_string(Seen.size()) + " tasks, not the " +
-              std::to_string(2 * M * V) + " of " + std::to_string(M) +
-              " micro-batches forward and backward through " +
-              std::to_string(V) + " chunk(s)";
-      return false;
     }
   }
   auto modelChunk = [&](int64_t R, int64_t Chunk) { return Chunk * P + R; };

@@ -393,7 +393,9 @@ void hideForeignOptions() {
     if (name.starts_with("mlir-"))
       option->addCategory(mlirCategory);
     else if (!ours && name != "help" && name != "version")
-      option->setHiddenFlag(cl::Hidden);
+      // Really hidden: LLVM's own options (--mgpopt) are no help, not even
+      // as the "Did you mean" of a mistyped megac option.
+      option->setHiddenFlag(cl::ReallyHidden);
   }
 }
 
@@ -607,9 +609,11 @@ int runCompile(int argc, char **argv) {
   static cl::OptionCategory category("megac compile options");
   static cl::opt<std::string> input(cl::Positional, cl::Required,
                                     cl::desc("<model.mlir>"), cl::cat(category));
-  static cl::opt<std::string> output("o", cl::desc("Plan file to write (.mgc)"),
-                                     cl::value_desc("file"), cl::Required,
-                                     cl::cat(category));
+  // Required, but checked here: LLVM's "must be specified at least once!"
+  // is not megac's one-line error.
+  static cl::opt<std::string> output(
+      "o", cl::desc("Plan file to write (.mgc; required; - for stdout)"),
+      cl::value_desc("file"), cl::cat(category));
   static cl::opt<std::string> mesh(
       "mesh",
       cl::desc("Device grid as name=size pairs, outermost first: tp=4, "
@@ -636,7 +640,8 @@ int runCompile(int argc, char **argv) {
   static cl::opt<std::string> emitMLIR(
       "emit-mlir", cl::desc("Also write the final per-rank IR to this file"),
       cl::value_desc("file"), cl::cat(category));
-  static cl::opt<bool> quiet("quiet", cl::desc("Print nothing on success"),
+  static cl::opt<bool> quiet("quiet",
+                             cl::desc("Print nothing on success (also -q)"),
                              cl::cat(category));
   static cl::alias quietShort("q", cl::desc("Alias for --quiet"),
                               cl::aliasopt(quiet), cl::cat(category));
@@ -722,7 +727,7 @@ int runCompile(int argc, char **argv) {
                "recomputes, and with --sequence-parallel the LayerNorm "
                "outputs gathered again in the backward pass); full (keep "
                "only each transformer block's input, recompute the block's "
-               "forward in its backward)"),
+               "forward in its backward). Default none"),
       cl::init("none"), cl::cat(trainCategory));
   static cl::opt<bool> memoryReport(
       "memory-report",
@@ -778,6 +783,9 @@ int runCompile(int argc, char **argv) {
     return 1;
 
   auto start = std::chrono::steady_clock::now();
+  if (output.empty())
+    return fail("no plan file: name one with -o (e.g. -o model.mgc, or -o - "
+                "for standard output)");
   // A plan written over its own model (a slip of `-o model.mlir`) would
   // lose the model, and two outputs of one name would lose one of them.
   if (sameFileOrPath(input, output))
@@ -942,6 +950,30 @@ int runCompile(int argc, char **argv) {
                           : pipelineSchedule == "interleaved" ? 2
                                                               : 1;
   megac::PipelineSchedule schedule;
+  // The schedule's ranks and micro-batches are the grid's, every task runs
+  // once, in an order in which every rank finishes. A file's is checked
+  // before the passes, which take its chunk count from it (a stray ".1"
+  // would otherwise read as a model too short for twice the stages).
+  auto checkSchedule = [&]() -> bool {
+    if (schedule.stages != pp || schedule.microBatches != microBatches) {
+      fail(scheduleFile + ": the schedule has " +
+           std::to_string(schedule.stages) + " ranks and " +
+           std::to_string(schedule.microBatches) +
+           " micro-batches, but the grid has pp=" + std::to_string(pp) +
+           " and --micro-batches is " +
+           std::to_string(microBatches.getValue()));
+      return false;
+    }
+    megac::PipelineTiming timing;
+    std::string error;
+    if (!megac::simulatePipeline(schedule, 1.0, 2.0, timing, error)) {
+      fail((scheduleFile.empty() ? std::string("internal error: ")
+                                 : scheduleFile + ": ") +
+           error);
+      return false;
+    }
+    return true;
+  };
   if (pp > 1) {
     if (!train)
       return fail("a pp axis (pipeline parallelism) needs --train: the "
@@ -952,6 +984,8 @@ int runCompile(int argc, char **argv) {
       if (!makeSchedule("", pp, microBatches, 1, scheduleFile, schedule,
                         error))
         return fail(error);
+      if (!checkSchedule())
+        return 1;
       chunksPerRank = schedule.virtualStages;
     } else if (chunksPerRank > 1 && pipelineSchedule != "interleaved") {
       return fail("--virtual-stages " + std::to_string(chunksPerRank) +
@@ -995,22 +1029,11 @@ int runCompile(int argc, char **argv) {
                         schedule, error))
         return fail(error);
       emitOptions.scheduleName = pipelineSchedule;
+      if (!checkSchedule())
+        return 1;
     } else {
-      emitOptions.scheduleName = "file " + scheduleFile;
+      emitOptions.scheduleName = "file " + scheduleFile; // checked above
     }
-    if (schedule.stages != pp || schedule.microBatches != microBatches)
-      return fail(scheduleFile + ": the schedule has " +
-                  std::to_string(schedule.stages) + " ranks and " +
-                  std::to_string(schedule.microBatches) +
-                  " micro-batches, but the grid has pp=" + std::to_string(pp) +
-                  " and --micro-batches is " +
-                  std::to_string(microBatches.getValue()));
-    // Every task once, and an order in which every rank finishes.
-    megac::PipelineTiming timing;
-    if (!megac::simulatePipeline(schedule, 1.0, 2.0, timing, error))
-      return fail((scheduleFile.empty() ? std::string("internal error: ")
-                                        : scheduleFile + ": ") +
-                  error);
     emitOptions.schedule = schedule;
   } else if (pp > 1) {
     return fail("internal error: the pp axis was not split into stages");

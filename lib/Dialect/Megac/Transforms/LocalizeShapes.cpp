@@ -32,7 +32,21 @@ struct LocalizeShapesPass
       module.emitError("the module is already localized");
       return signalPassFailure();
     }
+    // Each op's local shapes come from the shardings propagation chose;
+    // without them the arguments would shrink under unchanged ops. (A
+    // module without a grid is one rank: nothing shrinks.)
     MeshAttr mesh = getMesh(module);
+    WalkResult unsharded = module.walk([&](ShardingRuleOpInterface op) {
+      if (!mesh || op->getNumOperands() == 0 ||
+          op->hasAttr(MegacDialect::kOperandShardingsAttrName) ||
+          op->hasAttr(MegacDialect::kShardingAttrName))
+        return WalkResult::advance();
+      op->emitOpError("has no shardings; run megac-propagate-sharding "
+                      "before megac-localize-shapes");
+      return WalkResult::interrupt();
+    });
+    if (unsharded.wasInterrupted())
+      return signalPassFailure();
     auto localize = [&](Value value) {
       if (auto type = dyn_cast<RankedTensorType>(value.getType()))
         value.setType(getLocalType(type, getSharding(value), mesh));

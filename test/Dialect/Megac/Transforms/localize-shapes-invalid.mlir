@@ -1,6 +1,19 @@
-// RUN: megac-opt %s --megac-localize-shapes -verify-diagnostics
+// RUN: megac-opt %s --split-input-file --megac-localize-shapes -verify-diagnostics
 
 // Tests that localizing twice is refused (shapes would shrink again).
 // expected-error@+1 {{the module is already localized}}
 module attributes {megac.localized, megac.mesh = #megac.mesh<tp = 2>} {
+}
+
+// -----
+
+// Tests that an op without the shardings propagation chooses is refused:
+// the split argument would shrink under a product whose type stays global.
+module attributes {megac.mesh = #megac.mesh<tp = 2>} {
+  func.func @unpropagated(%x: tensor<4x16xf32>,
+                          %w: tensor<16x32xf32> {megac.sharding = #megac.sharding<[_, tp]>}) -> tensor<4x32xf32> {
+    // expected-error@+1 {{'megac.linear' op has no shardings; run megac-propagate-sharding before megac-localize-shapes}}
+    %0 = megac.linear %x, %w : (tensor<4x16xf32>, tensor<16x32xf32>) -> tensor<4x32xf32>
+    return %0 : tensor<4x32xf32>
+  }
 }
