@@ -34,6 +34,7 @@
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Support/FileUtilities.h"
 #include "mlir/Support/Timing.h"
+#include "llvm/ADT/ScopeExit.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Config/llvm-config.h"
@@ -820,6 +821,19 @@ int runCompile(int argc, char **argv) {
   llvm::SourceMgr sourceMgr;
   uint64_t modelHash = 0;
   TimingScope parseTiming = timing.nest("Parse the model");
+  // From here a failure is the model's (or the grid's): as gcc and clang
+  // remove their -o file then, no older plan stays behind for a script to
+  // run in this one's place. (Option errors above leave it.)
+  bool compiled = false;
+  auto removeStalePlan = llvm::make_scope_exit([&] {
+    llvm::sys::fs::file_status status;
+    if (compiled || output == "-" || llvm::sys::fs::status(output, status) ||
+        !llvm::sys::fs::is_regular_file(status))
+      return;
+    if (!llvm::sys::fs::remove(output))
+      llvm::errs() << "megac: note: removed " << output
+                   << ", an earlier compile's plan\n";
+  });
   OwningOpRef<ModuleOp> module = loadModel(ctx, input, sourceMgr, &modelHash);
   if (!module)
     return 1;
@@ -1157,6 +1171,7 @@ int runCompile(int argc, char **argv) {
     }
 #endif
   }
+  compiled = true;
   return 0;
 }
 
