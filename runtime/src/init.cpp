@@ -176,9 +176,159 @@ uint64_t nextDataPosition(uint64_t Pos, uint64_t Stride, uint64_t Length) {
 }
 
 namespace {
+bool isRegularFile(const std::string &Path) {
+  struct stat St;
+  return ::stat(Path.c_str(), &St) == 0 && S_ISREG(St.st_mode);
+}
+
+const char kMegatronMagic[9] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', 0, 0};
+
+/// The prefix of a Megatron-LM indexed dataset (PREFIX.idx and
+/// PREFIX.bin, as its preprocess_data.py writes them) that \p Path names:
+/// PREFIX.bin with a Megatron index beside it, or PREFIX itself (Megatron's
+/// --data-path form) when no file of that name exists. "" otherwise.
+std::string megatronPrefix(const std::string &Path) {
+  auto HasMagic = [](const std::string &Idx) {
+    char Head[sizeof(kMegatronMagic)] = {};
+    std::ifstream F(Idx, std::ios::binary);
+    return F.read(Head, sizeof(Head)) &&
+           std::memcmp(Head, kMegatronMagic, sizeof(Head)) == 0;
+  };
+  const std::string Ext = ".bin";
+  if (Path.size() > Ext.size() &&
+      Path.compare(Path.size() - Ext.size(), Ext.size(), Ext) == 0) {
+    std::string Prefix = Path.substr(0, Path.size() - Ext.size());
+    return isRegularFile(Prefix + ".idx") && HasMagic(Prefix + ".idx") ? Prefix
+                                                                       : "";
+  }
+  struct stat St;
+  if (::stat(Path.c_str(), &St) != 0 && isRegularFile(Path + ".idx"))
+    return Path;
+  return "";
+}
+
+/// Reads \p Count tokens (all when \p All, then at least Count) of the
+/// Megatron indexed dataset \p Prefix: its sequences in index order, one
+/// stream, as the GPT dataset concatenates documents. The index is
+/// "MMIDIDX\0\0", version 1 (u64), the dtype code (u8), the sequence and
+/// document counts (u64), then per sequence its token count (i32) and byte
+/// offset in the .bin (i64), then the document index (i64). Every field is
+/// checked against the two files' sizes.
+std::vector<int32_t> readMegatronTokens(const std::string &Prefix, size_t Count,
+                                        int64_t Vocab, bool All) {
+  const std::string Idx = Prefix + ".idx", Bin = Prefix + ".bin";
+  std::ifstream I(Idx, std::ios::binary | std::ios::ate);
+  if (!I)
+    throw RunError(Idx +
+                   ": cannot open the Megatron index: " + std::strerror(errno));
+  const uint64_t IdxSize = uint64_t(I.tellg());
+  I.seekg(0);
+  char Magic[sizeof(kMegatronMagic)];
+  uint64_t Version = 0, NSeq = 0, NDoc = 0;
+  uint8_t Code = 0;
+  const uint64_t HeaderBytes = sizeof(Magic) + 8 + 1 + 8 + 8;
+  if (IdxSize < HeaderBytes || !I.read(Magic, sizeof(Magic)) ||
+      !I.read(reinterpret_cast<char *>(&Version), 8) ||
+      !I.read(reinterpret_cast<char *>(&Code), 1) ||
+      !I.read(reinterpret_cast<char *>(&NSeq), 8) ||
+      !I.read(reinterpret_cast<char *>(&NDoc), 8))
+    throw RunError(Idx + ": " + std::to_string(IdxSize) +
+                   " bytes, too short for a Megatron index header");
+  if (std::memcmp(Magic, kMegatronMagic, sizeof(Magic)) != 0)
+    throw RunError(Idx + ": not a Megatron index (it does not start with "
+                         "MMIDIDX)");
+  if (Version != 1)
+    throw RunError(Idx + ": Megatron index version " + std::to_string(Version) +
+                   " is not supported (expected 1)");
+  // Megatron's DType codes: 1 uint8, 2 int8, 3 int16, 4 int32, 5 int64,
+  // 6 float64, 7 float32, 8 uint16.
+  static const int Widths[9] = {0, 1, 1, 2, 4, 8, 0, 0, 2};
+  const bool Signed = Code >= 2 && Code <= 5;
+  if (Code < 1 || Code > 8 || Widths[Code] == 0)
+    throw RunError(Idx + ": dtype code " + std::to_string(int(Code)) +
+                   (Code == 6 || Code == 7
+                        ? " holds floating-point values, not token ids"
+                        : " is not one of Megatron's (1 to 8)"));
+  const uint64_t Width = uint64_t(Widths[Code]);
+  if (NSeq > IdxSize || NDoc > IdxSize ||
+      HeaderBytes + NSeq * 12 + NDoc * 8 != IdxSize)
+    throw RunError(Idx + ": announces " + std::to_string(NSeq) +
+                   " sequences and " + std::to_string(NDoc) +
+                   " documents, which need " +
+                   (NSeq > IdxSize || NDoc > IdxSize
+                        ? std::string("more bytes than it has")
+                        : std::to_string(HeaderBytes + NSeq * 12 + NDoc * 8) +
+                              " bytes, not " + std::to_string(IdxSize)) +
+                   ": a damaged index");
+  std::vector<int32_t> Sizes(NSeq);
+  std::vector<int64_t> Pointers(NSeq);
+  if (NSeq && (!I.read(reinterpret_cast<char *>(Sizes.data()),
+                       std::streamsize(NSeq * 4)) ||
+               !I.read(reinterpret_cast<char *>(Pointers.data()),
+                       std::streamsize(NSeq * 8))))
+    throw RunError(Idx + ": error reading the Megatron index");
+  std::ifstream B(Bin, std::ios::binary | std::ios::ate);
+  if (!B)
+    throw RunError(
+        Bin + ": cannot open the Megatron data file: " + std::strerror(errno));
+  const uint64_t BinSize = uint64_t(B.tellg());
+  uint64_t Total = 0;
+  for (uint64_t K = 0; K < NSeq; ++K) {
+    const int64_t At = Pointers[K], N = Sizes[K];
+    if (N < 0 || At < 0 || uint64_t(At) % Width != 0 ||
+        uint64_t(At) > BinSize ||
+        uint64_t(N) > (BinSize - uint64_t(At)) / Width)
+      throw RunError(Idx + ": sequence " + std::to_string(K) + " (" +
+                     std::to_string(N) + " tokens at byte " +
+                     std::to_string(At) + ") does not lie within " + Bin +
+                     " (" + std::to_string(BinSize) +
+                     " bytes): the index does not describe this data file");
+    Total += uint64_t(N);
+  }
+  if (Total < Count)
+    throw RunError(Prefix + ": holds " + std::to_string(Total) +
+                   " tokens (Megatron indexed dataset, " +
+                   std::to_string(NSeq) + " sequences) but the plan needs " +
+                   std::to_string(Count));
+  if (All) {
+    if (Total > uint64_t(SIZE_MAX / 8))
+      throw RunError(Prefix + ": token file is too large");
+    Count = size_t(Total);
+  }
+  std::vector<int32_t> T;
+  T.reserve(Count);
+  std::vector<uint8_t> Raw;
+  for (uint64_t K = 0; K < NSeq && T.size() < Count; ++K) {
+    const uint64_t N = std::min<uint64_t>(uint64_t(Sizes[K]), Count - T.size());
+    Raw.resize(size_t(N * Width));
+    B.clear();
+    B.seekg(std::streamoff(Pointers[K]));
+    if (N && !B.read(reinterpret_cast<char *>(Raw.data()),
+                     std::streamsize(Raw.size())))
+      throw RunError(Bin + ": error reading the Megatron data file");
+    for (uint64_t J = 0; J < N; ++J) {
+      uint64_t U = 0;
+      for (uint64_t Byte = 0; Byte < Width; ++Byte)
+        U |= uint64_t(Raw[size_t(J * Width + Byte)]) << (8 * Byte);
+      int64_t V = int64_t(U);
+      if (Signed && Width < 8 && (U >> (8 * Width - 1)) & 1)
+        V = int64_t(U) - (int64_t(1) << (8 * Width)); // sign-extend
+      if (V < 0 || V >= Vocab)
+        throw RunError(
+            Bin + ": token " + std::to_string(V) + " at position " +
+            std::to_string(T.size()) + " (sequence " + std::to_string(K) +
+            ") is outside the vocabulary (size " + std::to_string(Vocab) + ")");
+      T.push_back(int32_t(V));
+    }
+  }
+  return T;
+}
+
 /// Reads \p Count tokens, or all of them when \p All (then at least Count).
 std::vector<int32_t> readTokens(const std::string &Path, size_t Count,
                                 int64_t Vocab, bool All) {
+  if (std::string Prefix = megatronPrefix(Path); !Prefix.empty())
+    return readMegatronTokens(Prefix, Count, Vocab, All);
   struct stat St;
   if (::stat(Path.c_str(), &St) == 0 && S_ISDIR(St.st_mode))
     throw RunError(Path + ": is a directory, not a token file");

@@ -1824,8 +1824,10 @@ int runMain(int Argc, char **Argv) {
   App.add_option("plan", O.plan, "Plan file written by megac (.mgc)")
       ->required();
   App.add_option("--tokens", O.tokens,
-                 "Token file: raw little-endian uint16 (nanoGPT .bin) or an "
-                 "llm.c .bin with its 1024-byte header. A forward or "
+                 "Token file: raw little-endian uint16 (nanoGPT .bin), an "
+                 "llm.c .bin with its 1024-byte header, or a Megatron-LM "
+                 "indexed dataset (PREFIX or PREFIX.bin beside PREFIX.idx; "
+                 "its sequences in index order). A forward or "
                  "gradients plan reads the first B*seq+1 tokens, B the "
                  "global batch: tokens[b,s] = t[b*seq+s], labels[b,s] = "
                  "t[b*seq+s+1]; a training plan reads it as --data. "
