@@ -187,7 +187,7 @@ void Executor::initParams(uint64_t Seed) {
       initOne(*Pa, Bufs[Pa->buffer()], Seed);
 }
 
-size_t Executor::loadParams(const SafetensorsFile &File, uint64_t Seed) {
+size_t Executor::loadParams(const WeightFiles &File, uint64_t Seed) {
   size_t Loaded = 0;
   if (!RP.params())
     return 0;

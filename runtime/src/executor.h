@@ -188,7 +188,7 @@ public:
   void initParams(uint64_t Seed);
   /// Loads every parameter with an hf_name from \p File (others are
   /// initialized from \p Seed); returns how many were loaded.
-  size_t loadParams(const SafetensorsFile &File, uint64_t Seed);
+  size_t loadParams(const WeightFiles &File, uint64_t Seed);
   /// Whether the plan has a "labels" input (needs one more token).
   bool needsLabels() const;
   /// Global batch rows: Program.global_batch, or the local batch if 0.

@@ -46,23 +46,28 @@ void initParamSlice(const std::string &Name, InitMode Mode, double Std,
   });
 }
 
-void loadParamSlice(const SafetensorsFile &File, const std::string &Name,
+void loadParamSlice(const WeightFiles &Files, const std::string &Name,
                     const std::string &HfName, const ShapeVec &HfOffset,
                     const ShapeVec &Global, const ShapeVec &Offset,
                     const ShapeVec &Local, float *Out,
                     const ShapeVec &HfShape) {
-  const std::string &Path = File.path();
-  const TensorInfo *T = File.header().find(HfName);
+  WeightFiles::Found F = Files.find(HfName);
   std::string Alt;
-  if (!T) {
+  if (!F.tensor) {
     const std::string Pfx = "transformer.";
     Alt = HfName.compare(0, Pfx.size(), Pfx) == 0 ? HfName.substr(Pfx.size())
                                                   : Pfx + HfName;
-    T = File.header().find(Alt);
+    F = Files.find(Alt);
   }
-  if (!T)
-    throw RunError(Path + ": tensor \"" + HfName + "\" (for parameter " +
-                   Name + ") not found (also tried \"" + Alt + "\")");
+  if (!F.tensor)
+    throw RunError(Files.path() + ": tensor \"" + HfName +
+                   "\" (for parameter " + Name + ") not found (also tried \"" +
+                   Alt + "\")");
+  // Messages name the file that holds the tensor (a shard's, under an
+  // index).
+  const std::string &Path = F.file->path();
+  const TensorInfo *T = F.tensor;
+  const SafetensorsFile &File = *F.file;
   // A parameter that is the file's tensor itself must have its shape:
   // taking a corner of a larger tensor would load another model's weights
   // without a word. Only a parameter declared as a slice of a tensor of
@@ -91,7 +96,7 @@ void loadParamSlice(const SafetensorsFile &File, const std::string &Name,
       return;
     ShapeVec Kept = Local;
     Kept[0] = Rows;
-    loadParamSlice(File, Name, HfName, HfOffset, HfShape, Offset, Kept, Out,
+    loadParamSlice(Files, Name, HfName, HfOffset, HfShape, Offset, Kept, Out,
                    {});
     return;
   }

@@ -30,12 +30,12 @@ void initParamSlice(const std::string &Name, InitMode Mode, double Std,
                     const ShapeVec &Local, uint64_t Seed, float *Out);
 
 /// Copies the slice (\p Local at \p Offset of \p Global) of parameter
-/// \p Name out of tensor \p HfName (at \p HfOffset inside it) of \p File,
-/// converting F16/BF16 to float. Accepts the tensor name with or without a
-/// "transformer." prefix. A non-empty \p HfShape (a padded vocabulary) is
-/// the tensor's shape, with fewer rows than \p Global: the rows past it
-/// are zero. Throws RunError "<file>: <what>".
-void loadParamSlice(const SafetensorsFile &File, const std::string &Name,
+/// \p Name out of tensor \p HfName (at \p HfOffset inside it) of \p Files (a
+/// file, or the shard an index names), converting F16/BF16 to float. Accepts
+/// the tensor name with or without a "transformer." prefix. A non-empty \p
+/// HfShape (a padded vocabulary) is the tensor's shape, with fewer rows than \p
+/// Global: the rows past it are zero. Throws RunError "<file>: <what>".
+void loadParamSlice(const WeightFiles &Files, const std::string &Name,
                     const std::string &HfName, const ShapeVec &HfOffset,
                     const ShapeVec &Global, const ShapeVec &Offset,
                     const ShapeVec &Local, float *Out,

@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fcntl.h>
+#include <fstream>
 #include <stdexcept>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -141,10 +142,16 @@ SafetensorsFile::SafetensorsFile(const std::string &P) : Path(P) {
     ::close(Fd);
     // A HuggingFace model directory holds its weights in model.safetensors.
     if (Stated && S_ISDIR(St.st_mode))
-      throw RunError(Path + ": is a directory, not a safetensors file" +
-                     (::access((Path + "/model.safetensors").c_str(), R_OK) == 0
-                          ? " (pass " + Path + "/model.safetensors)"
-                          : std::string()));
+      throw RunError(
+          Path + ": is a directory, not a safetensors file" +
+          (::access((Path + "/model.safetensors").c_str(), R_OK) == 0
+               ? " (pass " + Path + "/model.safetensors)"
+           : ::access((Path + "/model.safetensors.index.json").c_str(), R_OK) ==
+                   0
+               ? " (pass " + Path +
+                     "/model.safetensors.index.json, the index "
+                     "of its shards)"
+               : std::string()));
     throw RunError(Path + ": not a regular file");
   }
   Size = size_t(St.st_size);
@@ -167,6 +174,79 @@ SafetensorsFile::SafetensorsFile(const std::string &P) : Path(P) {
     Base = nullptr;
     throw RunError(Path + ": " + E.what());
   }
+}
+
+namespace {
+bool endsWith(const std::string &S, const std::string &End) {
+  return S.size() >= End.size() &&
+         S.compare(S.size() - End.size(), End.size(), End) == 0;
+}
+} // namespace
+
+WeightFiles::WeightFiles(const std::string &P) : Path(P) {
+  if (!endsWith(Path, ".index.json")) {
+    Single = std::make_unique<SafetensorsFile>(Path);
+    return;
+  }
+  std::ifstream F(Path);
+  if (!F)
+    throw RunError(Path +
+                   ": cannot open weights index: " + std::strerror(errno));
+  nlohmann::json J;
+  try {
+    J = nlohmann::json::parse(F);
+  } catch (const std::exception &E) {
+    throw RunError(Path + ": not a safetensors index (JSON): " + E.what());
+  }
+  if (!J.is_object() || !J.contains("weight_map") ||
+      !J["weight_map"].is_object() || J["weight_map"].empty())
+    throw RunError(Path + ": a safetensors index needs a non-empty "
+                          "\"weight_map\" object (tensor name -> shard file)");
+  const std::string Dir = parentOf(Path);
+  for (const auto &[Name, Shard] : J["weight_map"].items()) {
+    if (!Shard.is_string())
+      throw RunError(Path + ": weight_map[\"" + Name +
+                     "\"] is not a file name");
+    const std::string File = Shard.get<std::string>();
+    // Shards lie beside their index (as HuggingFace saves them): a path
+    // elsewhere is a damaged or hostile index.
+    if (File.empty() || File.find('/') != std::string::npos || File == "." ||
+        File == "..")
+      throw RunError(Path + ": weight_map[\"" + Name + "\"] = \"" + File +
+                     "\" is not a file name beside the index");
+    ShardOf[Name] = Dir + "/" + File;
+  }
+}
+
+WeightFiles::~WeightFiles() = default;
+
+WeightFiles::Found WeightFiles::find(const std::string &Name) const {
+  if (Single) {
+    const TensorInfo *T = Single->header().find(Name);
+    return {T ? Single.get() : nullptr, T};
+  }
+  auto It = ShardOf.find(Name);
+  if (It == ShardOf.end())
+    return {};
+  std::unique_ptr<SafetensorsFile> &Shard = Shards[It->second];
+  if (!Shard)
+    Shard = std::make_unique<SafetensorsFile>(It->second);
+  const TensorInfo *T = Shard->header().find(Name);
+  if (!T)
+    throw RunError(Path + ": names " + It->second + " for tensor \"" + Name +
+                   "\", which that file does not hold");
+  return {Shard.get(), T};
+}
+
+std::vector<std::string> WeightFiles::names() const {
+  std::vector<std::string> Names;
+  if (Single)
+    for (const auto &[Name, Info] : Single->header().tensors)
+      Names.push_back(Name);
+  else
+    for (const auto &[Name, Shard] : ShardOf)
+      Names.push_back(Name);
+  return Names;
 }
 
 SafetensorsFile::~SafetensorsFile() {

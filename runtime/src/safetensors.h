@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -59,6 +60,36 @@ private:
   const uint8_t *Base = nullptr;
   size_t Size = 0;
   SafetensorsHeader Header;
+};
+
+/// The weights --weights names: one safetensors file, or a checkpoint
+/// sharded as HuggingFace saves large ones, named by its index
+/// (model.safetensors.index.json: "weight_map" from each tensor's name to
+/// the shard file holding it, beside the index). Shards are opened at
+/// their first use.
+class WeightFiles {
+public:
+  /// Throws RunError "<path>: <what>" (the index is checked whole: every
+  /// shard a plain file name beside it).
+  explicit WeightFiles(const std::string &Path);
+  ~WeightFiles();
+  struct Found {
+    const SafetensorsFile *file = nullptr; // null: no tensor of that name
+    const TensorInfo *tensor = nullptr;
+  };
+  /// The tensor \p Name and the file holding it. Throws RunError where
+  /// the index names a shard that does not hold it.
+  Found find(const std::string &Name) const;
+  /// Every tensor's name.
+  std::vector<std::string> names() const;
+  /// What --weights named (the file or the index).
+  const std::string &path() const { return Path; }
+
+private:
+  std::string Path;
+  std::unique_ptr<SafetensorsFile> Single;
+  std::map<std::string, std::string> ShardOf; // tensor -> shard path
+  mutable std::map<std::string, std::unique_ptr<SafetensorsFile>> Shards;
 };
 
 struct TensorToWrite {

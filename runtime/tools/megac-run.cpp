@@ -433,7 +433,7 @@ void checkOutputsWritable(const Options &O) {
 /// (a checkpoint of a larger model loads without an error otherwise),
 /// but for GPT-2's attention masks, which are buffers, not weights, and
 /// lm_head.weight, which a tied model reads as wte.weight.
-void warnUnusedWeights(const Program &P, const SafetensorsFile &W) {
+void warnUnusedWeights(const Program &P, const WeightFiles &W) {
   std::set<std::string> Used;
   const std::string Pfx = "transformer.";
   for (const RankProgram *R : *P.ranks())
@@ -449,7 +449,7 @@ void warnUnusedWeights(const Program &P, const SafetensorsFile &W) {
            S.compare(S.size() - End.size(), End.size(), End) == 0;
   };
   std::vector<std::string> Unused;
-  for (const auto &[Name, Info] : W.header().tensors)
+  for (const std::string &Name : W.names())
     if (!Used.count(Name) && !EndsWith(Name, ".attn.bias") &&
         !EndsWith(Name, ".attn.masked_bias") && Name != "lm_head.weight")
       Unused.push_back(Name);
@@ -716,7 +716,7 @@ void prepare(const Options &O, Setup &S) {
         S.seed = M.seed;
     }
   } else if (!O.weights.empty()) {
-    SafetensorsFile W(O.weights);
+    WeightFiles W(O.weights);
     S.loaded = S.exec->loadParams(W, S.seed);
     if (WorldRank == 0)
       warnUnusedWeights(P, W);
@@ -1836,7 +1836,9 @@ int runMain(int Argc, char **Argv) {
       ->check(NonEmptyPath);
   auto *WeightsOpt =
       App.add_option("--weights", O.weights,
-                     "HuggingFace safetensors checkpoint (F32, F16 or BF16). "
+                     "HuggingFace safetensors checkpoint (F32, F16 or BF16), "
+                     "or the index of a sharded one "
+                     "(model.safetensors.index.json). "
                      "Each rank reads its slice of every parameter; names may "
                      "carry a \"transformer.\" prefix. Default: seeded init")
           ->option_text("FILE.safetensors")

@@ -113,9 +113,9 @@ TEST(Safetensors, WriteReadRoundTripAndSliceLoad) {
                     {"tokens", "I32", {1, 3}, Tok.data(), 12}},
                    {{"producer", "test"}});
   {
-    SafetensorsFile F(Path);
-    ASSERT_NE(F.header().find("tokens"), nullptr);
-    EXPECT_EQ(F.header().dataStart % 8, 0u);
+    WeightFiles F(Path);
+    ASSERT_NE(F.find("tokens").tensor, nullptr);
+    EXPECT_EQ(SafetensorsFile(Path).header().dataStart % 8, 0u);
     // Parameter "w_part" = columns [2,4) of rows [1,3) of a [3,2] view
     // starting at hf_offset [0,2] of tensor "w": the global param is
     // [3,2], the local slice [2,2] at offset [1,0].
