@@ -68,6 +68,16 @@ if getattr(config, "megac_have_cuda_backend", False):
 nvidia_smi = shutil.which("nvidia-smi")
 if nvidia_smi and subprocess.run([nvidia_smi, "-L"], capture_output=True).returncode == 0:
     config.available_features.add("cuda")
+    # The first GPU's compute capability, as "cuda-sm90": tests of what a
+    # plan's per-architecture binaries do on one (cuda-ptx.test: compute_90
+    # PTX runs on 9.x alone, below it an sm_80 cubin is taken instead, and
+    # past it the PTX is taken for want of a cubin, not for the knob).
+    cap = subprocess.run([nvidia_smi, "--query-gpu=compute_cap",
+                          "--format=csv,noheader"], capture_output=True,
+                         text=True)
+    if cap.returncode == 0 and cap.stdout.strip():
+        config.available_features.add(
+            "cuda-sm" + cap.stdout.split()[0].replace(".", ""))
 
 # The CUDA backend's source on the host emulation of CUDA (always built):
 # `%cuda_emu megac-run ... --backend cuda` runs it without a GPU. Tests of

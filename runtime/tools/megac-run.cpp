@@ -52,6 +52,7 @@
 #include <fcntl.h>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <new>
 #include <numeric>
 #include <set>
@@ -97,6 +98,9 @@ enum class Mode { Forward, Train, Generate };
 /// The device backend of this rank while one is open: the watchdog aborts
 /// its communicators before ending the process.
 std::atomic<DeviceRun *> LiveDevice{nullptr};
+/// Held by the watchdog's abort and by the session clearing LiveDevice, so
+/// that the watchdog never aborts a device the main thread has freed.
+std::mutex LiveDeviceMutex;
 /// Set while the CUDA backend sets itself up (its device, then the NCCL
 /// communicators, where a peer that never joins leaves this rank waiting
 /// inside NCCL): what the watchdog names instead of an instruction.
@@ -139,12 +143,16 @@ private:
                    "ends the job (--watchdog)\n",
                    Rank, Seconds, whereWaiting().c_str());
       std::fflush(stderr);
-      if (DeviceRun *D = LiveDevice.load()) {
+      if (LiveDevice.load()) {
         // ncclCommAbort could itself block (the main thread may be inside
         // NCCL): give it a few seconds on its own thread, then exit anyway.
+        // (Under the mutex: a session ending meanwhile waits for it rather
+        // than free the device under it.)
         static std::atomic<bool> Done{false}; // outlives this frame
-        std::thread([D] {
-          D->abort();
+        std::thread([] {
+          std::lock_guard<std::mutex> Hold(LiveDeviceMutex);
+          if (DeviceRun *D = LiveDevice.load())
+            D->abort();
           Done.store(true);
         }).detach();
         for (int K = 0; K < 50 && !Done.load(); ++K)
@@ -1343,7 +1351,10 @@ public:
     for (AdamState &St : E.adamStates())
       Run->moments(St.instr, St.m.data(), St.v.data(), St.m.size(), false);
   }
-  ~DeviceSession() { LiveDevice.store(nullptr); }
+  ~DeviceSession() {
+    std::lock_guard<std::mutex> Hold(LiveDeviceMutex);
+    LiveDevice.store(nullptr);
+  }
   void enableProfiling() { Run->enableProfiling(); }
   DeviceRun::ProfiledSteps profile(std::vector<double> &Ms,
                                    std::vector<uint64_t> &Runs) const {

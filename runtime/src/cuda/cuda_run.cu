@@ -477,7 +477,9 @@ private:
       cudaEventDestroy(E);
     if (Ready)
       cudaEventDestroy(Ready);
-    if (!Aborted.load())
+    // (Taking the flag: a watchdog's abort() coming now finds it taken
+    // and leaves the communicators alone.)
+    if (!Aborted.exchange(true))
       for (ncclComm_t C : Comms)
         if (C)
           ncclCommDestroy(C);
