@@ -13,6 +13,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "megac/Dialect/Megac/IR/MegacOps.h"
+#include "megac/Dialect/Megac/IR/ShardingUtils.h"
 #include "megac/Frontend/GPT2Importer.h"
 #include "megac/InitAll.h"
 #include "megac/Pipeline/Partition.h"
@@ -840,6 +841,14 @@ int runCompile(int argc, char **argv) {
   parseTiming.stop();
 
   warnUnusedAxes(*module, mesh);
+  // The grid the passes partition over: --mesh, else the module's own
+  // megac.mesh. The options' checks below ask it, not --mesh alone.
+  std::string grid = mesh;
+  if (grid.empty())
+    if (megac::MeshAttr own = megac::getMesh(*module))
+      for (auto [axis, size] : llvm::zip(own.getAxes(), own.getSizes()))
+        grid +=
+            (grid.empty() ? "" : ",") + axis.str() + "=" + std::to_string(size);
 
   PassManager pm(&ctx);
   if (failed(applyPassManagerCLOptions(pm)))
@@ -880,25 +889,25 @@ int runCompile(int argc, char **argv) {
                     "--train or --gradients (there are no gradients)\n";
   // (Only about values that are valid: an invalid one is an error below,
   // and a warning first would only confuse.)
-  if (train && zero == 1 && meshAxisSize(mesh, "dp") <= 1)
+  if (train && zero == 1 && meshAxisSize(grid, "dp") <= 1)
     llvm::errs() << "megac: warning: --zero " << zero
-                 << " has no effect without a dp axis in --mesh (nothing to "
+                 << " has no effect without a dp axis in the grid (nothing to "
                     "shard the optimizer state over)\n";
-  if (sequenceParallel && meshAxisSize(mesh, "tp") <= 1)
+  if (sequenceParallel && meshAxisSize(grid, "tp") <= 1)
     llvm::errs() << "megac: warning: --sequence-parallel has no effect "
-                    "without a tp axis in --mesh\n";
-  if (meshAxisSize(mesh, "pp") > 1 && scheduleFile.getNumOccurrences() &&
+                    "without a tp axis in the grid\n";
+  if (meshAxisSize(grid, "pp") > 1 && scheduleFile.getNumOccurrences() &&
       (pipelineSchedule.getNumOccurrences() ||
        virtualStages.getNumOccurrences()))
     llvm::errs() << "megac: warning: --pipeline-schedule " << scheduleFile
                  << " decides the schedule and its chunks; --schedule and "
                     "--virtual-stages are ignored\n";
-  if (meshAxisSize(mesh, "pp") <= 1)
+  if (meshAxisSize(grid, "pp") <= 1)
     for (cl::Option *option : std::initializer_list<cl::Option *>{
              &pipelineSchedule, &virtualStages, &scheduleFile})
       if (option->getNumOccurrences())
         llvm::errs() << "megac: warning: --" << option->ArgStr
-                     << " has no effect without a pp axis in --mesh\n";
+                     << " has no effect without a pp axis in the grid\n";
   if (train && totalSteps > 0 && warmup > totalSteps)
     llvm::errs() << "megac: warning: --warmup-steps " << warmup
                  << " exceeds --total-steps " << totalSteps
@@ -955,7 +964,7 @@ int runCompile(int argc, char **argv) {
   if (target == "cuda")
     noteGpuVocabulary(*module, quiet);
   // Pipeline parallelism: a pp axis splits the layers into stages.
-  const int64_t pp = meshAxisSize(mesh, "pp");
+  const int64_t pp = meshAxisSize(grid, "pp");
   // 0 is the option's "not given"; given, it must be positive.
   if (virtualStages.getNumOccurrences() && virtualStages < 1)
     return fail("--virtual-stages must be positive, got " +

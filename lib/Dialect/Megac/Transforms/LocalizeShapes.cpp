@@ -70,6 +70,15 @@ struct LocalizeShapesPass
           localHeads(attention);
         if (auto attentionGrad = dyn_cast<AttentionGradOp>(op))
           localHeads(attentionGrad);
+        // A reshape's and a fill's shape attribute is their result's shape:
+        // the local one now.
+        auto localShape = [](Value result) {
+          return cast<RankedTensorType>(result.getType()).getShape();
+        };
+        if (auto reshape = dyn_cast<ReshapeOp>(op))
+          reshape.setShape(localShape(reshape.getResult()));
+        if (auto fill = dyn_cast<FillOp>(op))
+          fill.setShape(localShape(fill.getResult()));
         // Cross-entropy statistics count only the local vocabulary blocks.
         if (auto stats = dyn_cast<CrossEntropyStatsOp>(op)) {
           ShardingAttr sharding = getShardingOrReplicated(stats.getResult());

@@ -28,3 +28,20 @@ func.func @single(%x: tensor<4x16xf32>) -> tensor<4x16xf32> {
   %0 = megac.gelu %x : (tensor<4x16xf32>) -> tensor<4x16xf32>
   return %0 : tensor<4x16xf32>
 }
+
+// -----
+
+// Tests that a reshape's and a fill's shape attribute, which is their
+// result's shape, becomes the local one (a reshape after a dp-split
+// embedding once failed reshape_c1 here).
+// CHECK-LABEL: func.func @shape_attributes
+module attributes {megac.mesh = #megac.mesh<dp = 2>} {
+  func.func @shape_attributes(%x: tensor<2x8xf32> {megac.sharding = #megac.sharding<[dp, _]>}) -> tensor<2x2x4xf32> {
+    // CHECK: megac.reshape %{{.*}} {{{.*}}shape = array<i64: 1, 2, 4>} : (tensor<1x8xf32>) -> tensor<1x2x4xf32>
+    %0 = megac.reshape %x {shape = array<i64: 2, 2, 4>, megac.sharding = #megac.sharding<[dp, _, _]>} : (tensor<2x8xf32>) -> tensor<2x2x4xf32>
+    // CHECK: megac.fill {{{.*}}shape = array<i64: 1, 2, 4>{{.*}}} : () -> tensor<1x2x4xf32>
+    %1 = megac.fill {shape = array<i64: 2, 2, 4>, value = 1.0 : f64, megac.sharding = #megac.sharding<[dp, _, _]>} : () -> tensor<2x2x4xf32>
+    %2 = megac.add %0, %1 {megac.sharding = #megac.sharding<[dp, _, _]>} : (tensor<2x2x4xf32>, tensor<2x2x4xf32>) -> tensor<2x2x4xf32>
+    return %2 : tensor<2x2x4xf32>
+  }
+}
