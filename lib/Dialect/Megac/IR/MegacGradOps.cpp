@@ -10,6 +10,8 @@
 
 #include "OpUtils.h"
 
+#include <limits>
+
 using namespace mlir;
 using namespace megac;
 using namespace megac::detail;
@@ -434,8 +436,13 @@ LogicalResult StackMicroBatchesOp::inferReturnTypes(
                                   "have rank >= 1 and count must be "
                                   "positive");
   SmallVector<int64_t> shape(input.getShape());
-  if (!ShapedType::isDynamic(shape[0]))
+  if (!ShapedType::isDynamic(shape[0])) {
+    if (shape[0] > 0 && count > std::numeric_limits<int64_t>::max() / shape[0])
+      return emitOptionalError(loc, "stack_micro_batches_c1: ", shape[0],
+                               " rows times count ", count,
+                               " overflows a dimension");
     shape[0] *= count;
+  }
   types.push_back(RankedTensorType::get(shape, input.getElementType()));
   return success();
 }

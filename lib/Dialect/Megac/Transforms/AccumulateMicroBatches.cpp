@@ -16,6 +16,8 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
 
+#include <limits>
+
 namespace megac {
 #define GEN_PASS_DEF_ACCUMULATEMICROBATCHESPASS
 #include "megac/Dialect/Megac/Transforms/Passes.h.inc"
@@ -63,18 +65,23 @@ struct AccumulateMicroBatchesPass
   /// data inputs, with their leading dimension), becomes the step's rows:
   /// megac.stack_micro_batches right where it is computed, so that
   /// generation, which runs the forward part alone, still fills it.
-  void stackPerRowResult(func::FuncOp func, func::ReturnOp ret, unsigned i) {
+  LogicalResult stackPerRowResult(func::FuncOp func, func::ReturnOp ret,
+                                  unsigned i) {
     if (microBatches < 2 || !stackRows)
-      return;
+      return success();
     Value value = ret.getOperand(i);
     auto type = dyn_cast<RankedTensorType>(value.getType());
     Operation *def = value.getDefiningOp();
     if (!type || type.getRank() < 1 || !def ||
         !isa<MegacDialect>(def->getDialect()))
-      return;
+      return success();
     std::optional<int64_t> rows = microBatchRowsReaching(value);
     if (!rows || *rows != type.getDimSize(0))
-      return;
+      return success();
+    if (*rows > std::numeric_limits<int64_t>::max() / microBatches)
+      return func.emitError("megac-accumulate-micro-batches: ")
+             << *rows << " rows times " << static_cast<int64_t>(microBatches)
+             << " micro-batches overflow a dimension";
     OpBuilder b(func.getContext());
     b.setInsertionPointAfter(def);
     auto stack = StackMicroBatchesOp::create(
@@ -87,6 +94,7 @@ struct AccumulateMicroBatchesPass
     results[i] = stack.getType();
     func.setType(
         FunctionType::get(func.getContext(), type0.getInputs(), results));
+    return success();
   }
 
   /// The leading dimension of the data inputs (arguments that are not
@@ -130,7 +138,8 @@ struct AccumulateMicroBatchesPass
       bool isGradient = name && name.getValue().starts_with("grad:");
       anyGradient |= isGradient;
       if (!isGradient && i != *lossIndex) {
-        stackPerRowResult(func, ret, i);
+        if (failed(stackPerRowResult(func, ret, i)))
+          return failure();
         continue;
       }
       Value value = ret.getOperand(i);

@@ -52,6 +52,24 @@ struct ApplyOptimizerPass
         if (it == params.end())
           return func.emitError("gradient result '")
                  << name.getValue() << "' names no parameter";
+        // The update needs the gradient in the parameter's shape (global
+        // shapes: before megac-localize-shapes, where the two agree).
+        if (it->second.getType() != ret.getOperand(i).getType())
+          return func.emitError("gradient result '")
+                 << name.getValue() << "' has type "
+                 << ret.getOperand(i).getType()
+                 << " but its parameter has type " << it->second.getType()
+                 << (func->getParentOfType<ModuleOp>()->hasAttr(
+                         MegacDialect::kLocalizedAttrName)
+                         ? " (the module is localized: run "
+                           "megac-apply-optimizer before "
+                           "megac-localize-shapes)"
+                         : "");
+        if (llvm::any_of(updates,
+                         [&](auto &u) { return u.first == it->second; }))
+          return func.emitError("parameter '")
+                 << name.getValue().drop_front(5)
+                 << "' has two gradient results; it would be updated twice";
         updates.push_back({it->second, ret.getOperand(i)});
         continue;
       }

@@ -43,6 +43,14 @@ struct AssignStagesPass
           << static_cast<int64_t>(virtualStages);
       return signalPassFailure();
     }
+    // (Past the plan format's 2^24 ranks no model has the blocks, and the
+    // product could overflow.)
+    if (virtualStages > (int64_t(1) << 24)) {
+      module.emitError("megac-assign-stages: virtual-stages ")
+          << static_cast<int64_t>(virtualStages)
+          << " is too large (at most 16777216)";
+      return signalPassFailure();
+    }
     int64_t stages = pp * virtualStages;
     if (stages <= 1)
       return;

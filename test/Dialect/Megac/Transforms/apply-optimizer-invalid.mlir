@@ -15,6 +15,23 @@ func.func @unknown(%x: tensor<4xf32> {megac.param = {name = "x", init = "zeros"}
   return %x : tensor<4xf32>
 }
 
+// -----
+
+// Tests that a gradient must have its parameter's type (AdamW once aborted
+// on per-rank gradients of global parameters).
+// expected-error@+1 {{gradient result 'grad:w' has type 'tensor<16x4xf32>' but its parameter has type 'tensor<8x4xf32>'}}
+func.func @shape(%w: tensor<8x4xf32> {megac.param = {init = "zeros", name = "w"}}, %g: tensor<16x4xf32>) -> (tensor<16x4xf32> {megac.name = "grad:w"}) {
+  return %g : tensor<16x4xf32>
+}
+
+// -----
+
+// Tests that a parameter has one gradient (two would update it twice).
+// expected-error@+1 {{parameter 'w' has two gradient results; it would be updated twice}}
+func.func @twice(%w: tensor<8x4xf32> {megac.param = {init = "zeros", name = "w"}}, %g: tensor<8x4xf32>) -> (tensor<8x4xf32> {megac.name = "grad:w"}, tensor<8x4xf32> {megac.name = "grad:w"}) {
+  return %g, %g : tensor<8x4xf32>, tensor<8x4xf32>
+}
+
 // SCHEDULE: error: invalid learning-rate schedule: need 0 <= min-lr <= lr, lr > 0, warmup-steps >= 0 and total-steps > 0
 
 // Out-of-range hyperparameters are named, not left to AdamW's verifier

@@ -3,6 +3,7 @@
 // RUN: not megac-opt %s --megac-set-mesh=mesh=pp=3 --megac-assign-stages 2>&1 | FileCheck %s --check-prefix=FEW
 // RUN: megac-opt %s --megac-assign-stages | FileCheck %s --check-prefix=NONE
 // RUN: not megac-opt %s --megac-set-mesh=mesh=pp=2 --megac-assign-stages=virtual-stages=0 2>&1 | FileCheck %s --check-prefix=ZERO
+// RUN: not megac-opt %s --megac-set-mesh=mesh=pp=2 --megac-assign-stages=virtual-stages=9223372036854775807 2>&1 | FileCheck %s --check-prefix=HUGE
 
 // Tests megac-assign-stages and megac-pipeline-stages on two blocks with a
 // tied embedding, on pp=2. The embedding and block 0 form stage 0, block 1,
@@ -41,6 +42,8 @@
 // FOUR: error: megac-assign-stages: cannot split 2 transformer blocks into 4 pipeline stages
 // FEW: error: megac-assign-stages: cannot split 2 transformer blocks into 3 pipeline stages
 // ZERO: error: megac-assign-stages: virtual-stages must be positive, got 0
+// (The stage count once overflowed and nothing was placed.)
+// HUGE: error: megac-assign-stages: virtual-stages 9223372036854775807 is too large (at most 16777216)
 // Without a pp axis nothing is placed.
 // NONE-NOT: megac.stage
 func.func @two_blocks(%wte: tensor<64x16xf32> {megac.param = {name = "wte", init = "normal", std = 0.02 : f64}},
