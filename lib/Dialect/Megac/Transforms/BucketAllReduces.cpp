@@ -50,6 +50,15 @@ struct BucketAllReducesPass
   void runOnOperation() override {
     if (bucketBytes <= 0)
       return;
+    // Buckets count real (per-rank) bytes, and localizing a bucket later
+    // would shrink its operands under its results. (Without a grid the
+    // shapes are one rank's already.)
+    if (getOperation()->hasAttr(MegacDialect::kMeshAttrName) &&
+        !getOperation()->hasAttr(MegacDialect::kLocalizedAttrName)) {
+      getOperation().emitError("megac-bucket-all-reduces runs on per-rank "
+                               "IR: run megac-localize-shapes first");
+      return signalPassFailure();
+    }
     for (auto func : getOperation().getOps<func::FuncOp>())
       if (!func.isExternal())
         bucketFunction(func.getBody().front());

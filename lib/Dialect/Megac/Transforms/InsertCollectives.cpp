@@ -158,9 +158,10 @@ struct InsertCollectivesPass
             continue;
           for (StringAttr axis : to.getPartial())
             if (!have.isPartialOn(axis.getValue())) {
-              op->emitOpError("internal error: operand ")
+              op->emitOpError("operand ")
                   << index << " is required partial over '" << axis.getValue()
-                  << "' but is not";
+                  << "' but is not: the shardings are stale (ops added "
+                     "after megac-propagate-sharding? run it again)";
               return signalPassFailure();
             }
           bool again = regather && !isa<func::ReturnOp>(op) &&

@@ -47,6 +47,27 @@ struct LocalizeShapesPass
     });
     if (unsharded.wasInterrupted())
       return signalPassFailure();
+    // Every operand as its op requires it: megac-insert-collectives has
+    // made it so. Localized without them, a partial sum would stay partial
+    // and a split operand meet an op expecting it whole.
+    WalkResult unmet = module.walk([&](Operation *op) {
+      auto required =
+          op->getAttrOfType<ArrayAttr>(MegacDialect::kOperandShardingsAttrName);
+      if (!mesh || !required || required.size() != op->getNumOperands())
+        return WalkResult::advance();
+      for (auto [index, want] : llvm::enumerate(required)) {
+        ShardingAttr have = getShardingOrReplicated(op->getOperand(index));
+        if (have == want)
+          continue;
+        op->emitOpError("operand ")
+            << index << " is " << have << " but the op requires " << want
+            << "; run megac-insert-collectives before megac-localize-shapes";
+        return WalkResult::interrupt();
+      }
+      return WalkResult::advance();
+    });
+    if (unmet.wasInterrupted())
+      return signalPassFailure();
     auto localize = [&](Value value) {
       if (auto type = dyn_cast<RankedTensorType>(value.getType()))
         value.setType(getLocalType(type, getSharding(value), mesh));

@@ -17,3 +17,16 @@ module attributes {megac.mesh = #megac.mesh<tp = 2>} {
     return %0 : tensor<4x32xf32>
   }
 }
+
+// -----
+
+// Tests that an operand not as its op requires is refused: without
+// megac-insert-collectives the split product would meet the softmax's
+// whole-row requirement unreduced (once localized silently).
+module attributes {megac.mesh = #megac.mesh<tp = 2>} {
+  func.func @uncollected(%x: tensor<4x16xf32> {megac.sharding = #megac.sharding<[_, tp]>}) -> tensor<4x16xf32> {
+    // expected-error@+1 {{'megac.softmax' op operand 0 is #megac.sharding<[_, tp]> but the op requires #megac.sharding<[_, _]>; run megac-insert-collectives before megac-localize-shapes}}
+    %0 = megac.softmax %x {megac.operand_shardings = [#megac.sharding<[_, _]>], megac.sharding = #megac.sharding<[_, _]>} : (tensor<4x16xf32>) -> tensor<4x16xf32>
+    return %0 : tensor<4x16xf32>
+  }
+}

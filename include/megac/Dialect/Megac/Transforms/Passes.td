@@ -123,8 +123,13 @@ def LocalizeShapesPass : Pass<"megac-localize-shapes", "mlir::ModuleOp"> {
   let description = [{
     Divides every split dimension by its axis size, in function signatures
     and results, and rescales attributes that count split things (the number
-    of attention heads). Collectives change shape accordingly. Marks the
+    of attention heads, cross-entropy blocks) or hold a result's shape
+    (`reshape`, `fill`). Collectives change shape accordingly. Marks the
     module `megac.localized`.
+
+    Runs after megac-propagate-sharding and megac-insert-collectives: on a
+    grid, an op without shardings, or an operand not as its op requires
+    it, is refused (localized, a partial sum would stay partial).
   }];
 }
 

@@ -1,0 +1,11 @@
+// RUN: megac-opt %s --megac-bucket-all-reduces -verify-diagnostics
+
+// Tests that a module on a grid must be localized first: buckets count
+// per-rank bytes, and a bucket localized later would keep global results.
+// expected-error@+1 {{megac-bucket-all-reduces runs on per-rank IR: run megac-localize-shapes first}}
+module attributes {megac.mesh = #megac.mesh<dp = 2>} {
+  func.func @global(%a: tensor<4xf32>) -> tensor<4xf32> {
+    %0 = megac.all_reduce %a {axis = "dp"} : (tensor<4xf32>) -> tensor<4xf32>
+    return %0 : tensor<4xf32>
+  }
+}
