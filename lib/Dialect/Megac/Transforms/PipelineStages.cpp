@@ -113,6 +113,13 @@ struct PipelineStagesPass
     ModuleOp module = getOperation();
     if (!module->hasAttr(MegacDialect::kPipelineStagesAttrName))
       return;
+    // The step's part reads the micro-batches' only through their sums,
+    // which megac-accumulate-micro-batches makes (it marks the module).
+    if (!module->hasAttr(MegacDialect::kMicroBatchesAttrName)) {
+      module.emitError("megac-pipeline-stages needs the micro-batch sums: "
+                       "run megac-accumulate-micro-batches first");
+      return signalPassFailure();
+    }
     for (auto func : module.getOps<func::FuncOp>())
       if (!func.isExternal() &&
           (failed(place(func)) || failed(insertTransfers(func))))

@@ -4,6 +4,7 @@
 // RUN: megac-opt %s --megac-assign-stages | FileCheck %s --check-prefix=NONE
 // RUN: not megac-opt %s --megac-set-mesh=mesh=pp=2 --megac-assign-stages=virtual-stages=0 2>&1 | FileCheck %s --check-prefix=ZERO
 // RUN: not megac-opt %s --megac-set-mesh=mesh=pp=2 --megac-assign-stages=virtual-stages=9223372036854775807 2>&1 | FileCheck %s --check-prefix=HUGE
+// RUN: not megac-opt %s --megac-set-mesh=mesh=pp=2 --megac-assign-stages --megac-autodiff --megac-apply-optimizer --megac-pipeline-stages 2>&1 | FileCheck %s --check-prefix=NOSUMS
 
 // Tests megac-assign-stages and megac-pipeline-stages on two blocks with a
 // tied embedding, on pp=2. The embedding and block 0 form stage 0, block 1,
@@ -43,6 +44,8 @@
 // FEW: error: megac-assign-stages: cannot split 2 transformer blocks into 3 pipeline stages
 // ZERO: error: megac-assign-stages: virtual-stages must be positive, got 0
 // (The stage count once overflowed and nothing was placed.)
+// Without the micro-batch sums (once an 'internal error' on the adamw):
+// NOSUMS: error: megac-pipeline-stages needs the micro-batch sums: run megac-accumulate-micro-batches first
 // HUGE: error: megac-assign-stages: virtual-stages 9223372036854775807 is too large (at most 16777216)
 // Without a pp axis nothing is placed.
 // NONE-NOT: megac.stage
