@@ -184,6 +184,21 @@ bool endsWith(const std::string &S, const std::string &End) {
 } // namespace
 
 WeightFiles::WeightFiles(const std::string &P) : Path(P) {
+  // A HuggingFace model directory: its model.safetensors, else the index
+  // of its shards (as from_pretrained looks).
+  struct stat St;
+  if (::stat(Path.c_str(), &St) == 0 && S_ISDIR(St.st_mode)) {
+    const std::string Dir = Path;
+    for (const char *Name :
+         {"/model.safetensors", "/model.safetensors.index.json"})
+      if (::access((Dir + Name).c_str(), F_OK) == 0) {
+        Path = Dir + Name;
+        break;
+      }
+    if (Path == Dir)
+      throw RunError(Dir + ": a directory holding neither model.safetensors "
+                           "nor model.safetensors.index.json");
+  }
   if (!endsWith(Path, ".index.json")) {
     Single = std::make_unique<SafetensorsFile>(Path);
     return;

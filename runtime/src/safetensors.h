@@ -69,8 +69,10 @@ private:
 /// their first use.
 class WeightFiles {
 public:
-  /// Throws RunError "<path>: <what>" (the index is checked whole: every
-  /// shard a plain file name beside it).
+  /// \p Path: a safetensors file, an index, or a HuggingFace model
+  /// directory (its model.safetensors, else its index). Throws RunError
+  /// "<path>: <what>" (the index is checked whole: every shard a plain file
+  /// name beside it).
   explicit WeightFiles(const std::string &Path);
   ~WeightFiles();
   struct Found {
@@ -82,7 +84,7 @@ public:
   Found find(const std::string &Name) const;
   /// Every tensor's name.
   std::vector<std::string> names() const;
-  /// What --weights named (the file or the index).
+  /// The file or index read (in a directory, the one found there).
   const std::string &path() const { return Path; }
 
 private:

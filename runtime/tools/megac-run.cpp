@@ -1848,8 +1848,9 @@ int runMain(int Argc, char **Argv) {
   auto *WeightsOpt =
       App.add_option("--weights", O.weights,
                      "HuggingFace safetensors checkpoint (F32, F16 or BF16), "
-                     "or the index of a sharded one "
-                     "(model.safetensors.index.json). "
+                     "the index of a sharded one "
+                     "(model.safetensors.index.json), or a model directory "
+                     "holding either. "
                      "Each rank reads its slice of every parameter; names may "
                      "carry a \"transformer.\" prefix. Default: seeded init")
           ->option_text("FILE.safetensors")
