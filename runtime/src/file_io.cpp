@@ -13,6 +13,11 @@
 
 namespace megac_rt {
 
+bool endsWith(const std::string &S, const std::string &End) {
+  return S.size() >= End.size() &&
+         S.compare(S.size() - End.size(), End.size(), End) == 0;
+}
+
 std::string parentOf(const std::string &Path) {
   size_t P = Path.rfind('/');
   if (P == std::string::npos)

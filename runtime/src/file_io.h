@@ -20,6 +20,9 @@ namespace megac_rt {
 /// The directory part of \p Path ("." for a bare name, "/" for "/x").
 std::string parentOf(const std::string &Path);
 
+/// Whether \p S ends with \p End (file extensions, tensor-name suffixes).
+bool endsWith(const std::string &S, const std::string &End);
+
 /// fsync of a directory (after a rename into it). Throws RunError; file
 /// systems that cannot sync directories are not an error.
 void fsyncDir(const std::string &Dir);

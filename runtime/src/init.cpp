@@ -8,6 +8,7 @@
 
 #include "init.h"
 #include "error.h"
+#include "file_io.h"
 #include "megac_rt/plan_file.h"
 #include "rng.h"
 
@@ -181,6 +182,14 @@ uint64_t nextDataPosition(uint64_t Pos, uint64_t Stride, uint64_t Length) {
 }
 
 namespace {
+/// The \p Width-byte little-endian unsigned value at \p P (token files).
+uint64_t loadLittleEndian(const uint8_t *P, size_t Width) {
+  uint64_t V = 0;
+  for (size_t B = 0; B < Width; ++B)
+    V |= uint64_t(P[B]) << (8 * B);
+  return V;
+}
+
 bool isRegularFile(const std::string &Path) {
   struct stat St;
   return ::stat(Path.c_str(), &St) == 0 && S_ISREG(St.st_mode);
@@ -199,10 +208,8 @@ std::string megatronPrefix(const std::string &Path) {
     return F.read(Head, sizeof(Head)) &&
            std::memcmp(Head, kMegatronMagic, sizeof(Head)) == 0;
   };
-  const std::string Ext = ".bin";
-  if (Path.size() > Ext.size() &&
-      Path.compare(Path.size() - Ext.size(), Ext.size(), Ext) == 0) {
-    std::string Prefix = Path.substr(0, Path.size() - Ext.size());
+  if (Path.size() > 4 && endsWith(Path, ".bin")) {
+    std::string Prefix = Path.substr(0, Path.size() - 4);
     return isRegularFile(Prefix + ".idx") && HasMagic(Prefix + ".idx") ? Prefix
                                                                        : "";
   }
@@ -312,9 +319,7 @@ std::vector<int32_t> readMegatronTokens(const std::string &Prefix, size_t Count,
                      std::streamsize(Raw.size())))
       throw RunError(Bin + ": error reading the Megatron data file");
     for (uint64_t J = 0; J < N; ++J) {
-      uint64_t U = 0;
-      for (uint64_t Byte = 0; Byte < Width; ++Byte)
-        U |= uint64_t(Raw[size_t(J * Width + Byte)]) << (8 * Byte);
+      const uint64_t U = loadLittleEndian(&Raw[size_t(J * Width)], Width);
       int64_t V = int64_t(U);
       if (Signed && Width < 8 && (U >> (8 * Width - 1)) & 1)
         V = int64_t(U) - (int64_t(1) << (8 * Width)); // sign-extend
@@ -394,9 +399,7 @@ std::vector<int32_t> readTokens(const std::string &Path, size_t Count,
     throw RunError(Path + ": error reading token file");
   std::vector<int32_t> T(Count);
   for (size_t I = 0; I < Count; ++I) {
-    uint32_t V = 0;
-    for (size_t B = 0; B < Width; ++B)
-      V |= uint32_t(Raw[I * Width + B]) << (8 * B);
+    const uint64_t V = loadLittleEndian(&Raw[I * Width], Width);
     if (int64_t(V) >= Vocab)
       throw RunError(Path + ": token " + std::to_string(V) + " at position " +
                      std::to_string(I) + " is outside the vocabulary (size " +

@@ -1557,10 +1557,6 @@ private:
         return false;
       if (Types[Ins[0]] != Types[Outs[0]])
         return fail(Pfx + "changes the dtype");
-      if (isParamBuffer(Outs[0]))
-        return fail(Pfx + "output %" + std::to_string(Outs[0]) +
-                    " is a parameter (the stacked rows are a value of "
-                    "their own)");
       if (in(0).empty())
         return fail(Pfx + "input " + listStr(in(0)) + " has no rows");
       Shape Want = in(0);

@@ -140,18 +140,9 @@ SafetensorsFile::SafetensorsFile(const std::string &P) : Path(P) {
   const bool Stated = ::fstat(Fd, &St) == 0;
   if (!Stated || !S_ISREG(St.st_mode)) {
     ::close(Fd);
-    // A HuggingFace model directory holds its weights in model.safetensors.
+    // (WeightFiles reads a model directory's files.)
     if (Stated && S_ISDIR(St.st_mode))
-      throw RunError(
-          Path + ": is a directory, not a safetensors file" +
-          (::access((Path + "/model.safetensors").c_str(), R_OK) == 0
-               ? " (pass " + Path + "/model.safetensors)"
-           : ::access((Path + "/model.safetensors.index.json").c_str(), R_OK) ==
-                   0
-               ? " (pass " + Path +
-                     "/model.safetensors.index.json, the index "
-                     "of its shards)"
-               : std::string()));
+      throw RunError(Path + ": is a directory, not a safetensors file");
     throw RunError(Path + ": not a regular file");
   }
   Size = size_t(St.st_size);
@@ -175,13 +166,6 @@ SafetensorsFile::SafetensorsFile(const std::string &P) : Path(P) {
     throw RunError(Path + ": " + E.what());
   }
 }
-
-namespace {
-bool endsWith(const std::string &S, const std::string &End) {
-  return S.size() >= End.size() &&
-         S.compare(S.size() - End.size(), End.size(), End) == 0;
-}
-} // namespace
 
 WeightFiles::WeightFiles(const std::string &P) : Path(P) {
   // A HuggingFace model directory: its model.safetensors, else the index

@@ -452,14 +452,10 @@ void warnUnusedWeights(const Program &P, const WeightFiles &W) {
           Used.insert(N);
           Used.insert(N.rfind(Pfx, 0) == 0 ? N.substr(Pfx.size()) : Pfx + N);
         }
-  auto EndsWith = [](const std::string &S, const std::string &End) {
-    return S.size() >= End.size() &&
-           S.compare(S.size() - End.size(), End.size(), End) == 0;
-  };
   std::vector<std::string> Unused;
   for (const std::string &Name : W.names())
-    if (!Used.count(Name) && !EndsWith(Name, ".attn.bias") &&
-        !EndsWith(Name, ".attn.masked_bias") && Name != "lm_head.weight")
+    if (!Used.count(Name) && !endsWith(Name, ".attn.bias") &&
+        !endsWith(Name, ".attn.masked_bias") && Name != "lm_head.weight")
       Unused.push_back(Name);
   if (Unused.empty())
     return;

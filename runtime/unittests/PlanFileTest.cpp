@@ -737,7 +737,8 @@ TEST(PlanFile, ChecksStackMicroBatches) {
   // Format 16: a per-row output's rows over the step's micro-batches:
   // micro-batch k's [r, ...] into rows [k r, (k + 1) r) of [m r, ...], the
   // dtype kept, in the part run once per micro-batch.
-  auto Stack = [](std::vector<int64_t> OutShape, DType OutType, bool Inside) {
+  auto Stack = [](std::vector<int64_t> OutShape, DType OutType, bool Inside,
+                  bool IntoParam = false) {
     ProgramDesc P = test::programOf(2, 3, 8);
     P.microBatches = 2;
     P.globalBatch = 4;
@@ -747,6 +748,15 @@ TEST(PlanFile, ChecksStackMicroBatches) {
       R.accumulateEnd = 2;
     uint32_t Y =
         R.emit(op::StackMicroBatches, {X}, OutShape, {}, {}, -1, "", OutType);
+    if (IntoParam)
+      R.params.push_back({"p",
+                          Y,
+                          OutShape,
+                          std::vector<int64_t>(2, 0),
+                          ik::Zeros,
+                          0.0,
+                          "",
+                          {}});
     if (!Inside)
       R.accumulateEnd = 1;
     R.outputs.push_back({"rows", Y, ""});
@@ -766,4 +776,10 @@ TEST(PlanFile, ChecksStackMicroBatches) {
                       "per micro-batch (accumulate_end 1)"),
             std::string::npos)
       << verify(Stack({4, 3}, dt::F32, false));
+  // (The check every instruction gets: only adam_w and assign write one.)
+  EXPECT_NE(verify(Stack({4, 3}, dt::F32, true, true))
+                .find("output 0 (%1) is the parameter p (only adam_w and "
+                      "assign write parameters)"),
+            std::string::npos)
+      << verify(Stack({4, 3}, dt::F32, true, true));
 }

@@ -81,14 +81,12 @@ LogicalResult MeshAttr::verify(function_ref<InFlightDiagnostic()> emitError,
       return emitError() << "mesh_c2: grid axis '" << axis.getValue()
                          << "' has size " << size << "; sizes must be >= 1";
   }
-  // The plan format's bound on the world (the runtime's plan verifier
-  // refuses more); checked one axis at a time so the product cannot wrap.
-  constexpr int64_t kMaxRanks = int64_t(1) << 24;
+  // Checked one axis at a time so the product cannot wrap.
   int64_t ranks = 1;
   for (int64_t size : sizes) {
-    if (size > kMaxRanks || ranks * size > kMaxRanks)
+    if (size > kMaxGridRanks || ranks * size > kMaxGridRanks)
       return emitError() << "mesh_c3: the grid has more than 2^24 ("
-                         << kMaxRanks << ") ranks, a plan's limit";
+                         << kMaxGridRanks << ") ranks, a plan's limit";
     ranks *= size;
   }
   return success();

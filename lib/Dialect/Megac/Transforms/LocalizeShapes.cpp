@@ -26,34 +26,25 @@ using namespace megac;
 namespace {
 struct LocalizeShapesPass
     : public megac::impl::LocalizeShapesPassBase<LocalizeShapesPass> {
-  void runOnOperation() override {
-    ModuleOp module = getOperation();
-    if (module->hasAttr(MegacDialect::kLocalizedAttrName)) {
-      module.emitError("the module is already localized");
-      return signalPassFailure();
-    }
-    // Each op's local shapes come from the shardings propagation chose;
-    // without them the arguments would shrink under unchanged ops. (A
-    // module without a grid is one rank: nothing shrinks.)
-    MeshAttr mesh = getMesh(module);
-    WalkResult unsharded = module.walk([&](ShardingRuleOpInterface op) {
-      if (!mesh || op->getNumOperands() == 0 ||
-          op->hasAttr(MegacDialect::kOperandShardingsAttrName) ||
-          op->hasAttr(MegacDialect::kShardingAttrName))
-        return WalkResult::advance();
-      op->emitOpError("has no shardings; run megac-propagate-sharding "
-                      "before megac-localize-shapes");
-      return WalkResult::interrupt();
-    });
-    if (unsharded.wasInterrupted())
-      return signalPassFailure();
-    // Every operand as its op requires it: megac-insert-collectives has
-    // made it so. Localized without them, a partial sum would stay partial
-    // and a split operand meet an op expecting it whole.
-    WalkResult unmet = module.walk([&](Operation *op) {
+  /// On a grid, local shapes come from the shardings propagation chose and
+  /// the collectives megac-insert-collectives placed: every op that has a
+  /// sharding rule and operands carries its shardings, and every operand
+  /// is as its op requires (else a partial sum would stay partial, or a
+  /// split operand meet an op expecting it whole).
+  static LogicalResult checkCollectivesInserted(ModuleOp module) {
+    WalkResult result = module.walk([&](Operation *op) {
       auto required =
           op->getAttrOfType<ArrayAttr>(MegacDialect::kOperandShardingsAttrName);
-      if (!mesh || !required || required.size() != op->getNumOperands())
+      if (!required) {
+        if (isa<ShardingRuleOpInterface>(op) && op->getNumOperands() > 0 &&
+            !op->hasAttr(MegacDialect::kShardingAttrName)) {
+          op->emitOpError("has no shardings; run megac-propagate-sharding "
+                          "before megac-localize-shapes");
+          return WalkResult::interrupt();
+        }
+        return WalkResult::advance();
+      }
+      if (required.size() != op->getNumOperands())
         return WalkResult::advance();
       for (auto [index, want] : llvm::enumerate(required)) {
         ShardingAttr have = getShardingOrReplicated(op->getOperand(index));
@@ -66,7 +57,17 @@ struct LocalizeShapesPass
       }
       return WalkResult::advance();
     });
-    if (unmet.wasInterrupted())
+    return failure(result.wasInterrupted());
+  }
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    if (module->hasAttr(MegacDialect::kLocalizedAttrName)) {
+      module.emitError("the module is already localized");
+      return signalPassFailure();
+    }
+    MeshAttr mesh = getMesh(module);
+    if (mesh && failed(checkCollectivesInserted(module)))
       return signalPassFailure();
     auto localize = [&](Value value) {
       if (auto type = dyn_cast<RankedTensorType>(value.getType()))

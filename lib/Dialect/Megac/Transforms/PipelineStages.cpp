@@ -43,12 +43,12 @@ struct AssignStagesPass
           << static_cast<int64_t>(virtualStages);
       return signalPassFailure();
     }
-    // (Past the plan format's 2^24 ranks no model has the blocks, and the
-    // product could overflow.)
-    if (virtualStages > (int64_t(1) << 24)) {
+    // (Past a grid's rank limit no model has the blocks, and the product
+    // could overflow.)
+    if (virtualStages > kMaxGridRanks) {
       module.emitError("megac-assign-stages: virtual-stages ")
-          << static_cast<int64_t>(virtualStages)
-          << " is too large (at most 16777216)";
+          << static_cast<int64_t>(virtualStages) << " is too large (at most "
+          << kMaxGridRanks << ")";
       return signalPassFailure();
     }
     int64_t stages = pp * virtualStages;

@@ -23,4 +23,12 @@
 
 #include "megac/Dialect/Megac/IR/MegacInterfaces.h.inc"
 
+namespace megac {
+/// The most ranks a grid may have: the plan format's bound on the world
+/// (the runtime's plan verifier refuses more). Also bounds counts that
+/// multiply grid axes (pipeline stages times chunks), so products of two
+/// such stay far from overflow.
+constexpr int64_t kMaxGridRanks = int64_t(1) << 24;
+} // namespace megac
+
 #endif // MEGAC_DIALECT_MEGAC_IR_MEGACDIALECT_H
