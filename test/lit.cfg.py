@@ -54,6 +54,10 @@ if mpirun:
     config.available_features.add("mpi")
     config.substitutions.append(("%mpirun", mpirun + " --oversubscribe -np"))
 
+# PyTorch's own torchrun (torchrun-real.test), where torch is installed.
+if mpirun and shutil.which("torchrun") and shutil.which("ompi-server"):
+    config.available_features.add("torchrun")
+
 if subprocess.run([python, "-c", "import numpy"], capture_output=True).returncode == 0:
     config.available_features.add("numpy")
 

@@ -18,7 +18,8 @@ using namespace megac::plan;
 
 namespace megac_rt {
 
-MpiCollectives::MpiCollectives(const Program &P, uint32_t Rank) {
+MpiCollectives::MpiCollectives(const Program &P, uint32_t Rank,
+                               MPI_Comm World) {
   const RankProgram &RP = *P.ranks()->Get(Rank);
   size_t NAxes = P.axes() ? P.axes()->size() : 0;
   for (size_t A = 0; A < NAxes; ++A) {
@@ -29,10 +30,10 @@ MpiCollectives::MpiCollectives(const Program &P, uint32_t Rank) {
         if (R == Rank)
           Color = int(G);
     MPI_Comm C;
-    MPI_Comm_split(MPI_COMM_WORLD, Color, int(RP.coords()->Get(A)), &C);
+    MPI_Comm_split(World, Color, int(RP.coords()->Get(A)), &C);
     Comms.push_back(C);
   }
-  MPI_Comm_dup(MPI_COMM_WORLD, &P2P);
+  MPI_Comm_dup(World, &P2P);
   int *Limit = nullptr, Found = 0;
   MPI_Comm_get_attr(P2P, MPI_TAG_UB, &Limit, &Found);
   if (Found && Limit)

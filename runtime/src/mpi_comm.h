@@ -1,6 +1,6 @@
 //===- mpi_comm.h - MPI implementation of Collectives ---------*- C++ -*-===//
 //
-// One sub-communicator per grid axis, split from MPI_COMM_WORLD so that the
+// One sub-communicator per grid axis, split from the world so that the
 // communicator rank of every process equals its coordinate on that axis
 // (its position in its group), which is the order AllGather concatenates in.
 //
@@ -19,8 +19,9 @@ namespace megac_rt {
 
 class MpiCollectives : public Collectives {
 public:
-  /// Collective over MPI_COMM_WORLD: every rank must call it.
-  MpiCollectives(const megac::plan::Program &P, uint32_t Rank);
+  /// Collective over \p World (MPI_COMM_WORLD, or the world a
+  /// torchrun-style launch joined): every rank must call it.
+  MpiCollectives(const megac::plan::Program &P, uint32_t Rank, MPI_Comm World);
   ~MpiCollectives() override;
   MpiCollectives(const MpiCollectives &) = delete;
   MpiCollectives &operator=(const MpiCollectives &) = delete;

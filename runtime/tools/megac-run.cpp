@@ -31,6 +31,7 @@
 #include "mpi_comm.h"
 #include "rng.h"
 #include "safetensors.h"
+#include "torchrun_world.h"
 
 #include "megac_rt/plan_file.h"
 #include "cuda/device_run.h"
@@ -55,6 +56,7 @@
 #include <mutex>
 #include <new>
 #include <numeric>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <sys/stat.h>
@@ -199,8 +201,12 @@ private:
 };
 
 int WorldRank = 0, WorldSize = 1;
-/// Whether a launcher started this process (mpirun, srun), read before
-/// MPI_Init: a process started alone gets PMIX_RANK from MPI_Init itself.
+/// Every rank of the job: MPI_COMM_WORLD under an MPI launcher, the joined
+/// world under a torchrun-style one (torchrun_world.h).
+MPI_Comm World = MPI_COMM_WORLD;
+/// Whether a launcher started this process (mpirun, srun, torchrun), read
+/// before MPI_Init: a process started alone gets PMIX_RANK from MPI_Init
+/// itself.
 bool LaunchedByLauncher = false;
 
 std::string oneLine(std::string S) {
@@ -215,7 +221,7 @@ std::string oneLine(std::string S) {
 /// rank gets false.
 bool agree(const std::string &Err) {
   int Mine = Err.empty() ? WorldSize : WorldRank, Lowest = WorldSize;
-  MPI_Allreduce(&Mine, &Lowest, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  MPI_Allreduce(&Mine, &Lowest, 1, MPI_INT, MPI_MIN, World);
   if (Lowest == WorldRank)
     std::fprintf(stderr, "megac-run: error: %s\n", oneLine(Err).c_str());
   return Lowest == WorldSize;
@@ -247,23 +253,11 @@ std::string humanCount(uint64_t N) {
   return Buf;
 }
 
-/// WORLD_SIZE of a launcher MPI cannot see (torchrun) where this process
-/// runs alone; 0 otherwise.
-long foreignWorldSize() {
-  const char *Ws = std::getenv("WORLD_SIZE");
-  const long N = Ws ? std::atol(Ws) : 0;
-  return WorldSize == 1 && !LaunchedByLauncher && N > 1 ? N : 0;
-}
-
-/// How to launch a plan of \p Want ranks, more specific where torchrun
-/// seems to have started the process.
+/// How to launch a plan of \p Want ranks.
 std::string launcherHint(uint32_t Want) {
-  if (foreignWorldSize())
-    return "; WORLD_SIZE=" + std::string(std::getenv("WORLD_SIZE")) +
-           " is set (torchrun?) but this megac-run communicates through MPI "
-           "and sees a single process: launch with mpirun -np " +
-           std::to_string(Want);
-  return "; launch with mpirun -np " + std::to_string(Want);
+  const std::string N = std::to_string(Want);
+  return "; launch with mpirun -np " + N + " (or torchrun --nproc-per-node " +
+         N + " --no-python)";
 }
 
 /// State built in the failure-prone phase.
@@ -684,14 +678,6 @@ void prepare(const Options &O, Setup &S) {
   const Program &P = *S.plan.program;
   if (!O.dumpPlan.empty())
     return;
-  // Under torchrun each process would run the whole one-rank plan alone,
-  // all writing the same outputs.
-  if (foreignWorldSize() && P.world_size() == 1)
-    throw RunError("WORLD_SIZE=" + std::string(std::getenv("WORLD_SIZE")) +
-                   " is set (torchrun?) but this megac-run communicates "
-                   "through MPI and sees a single process; the plan has one "
-                   "rank: run it as one process (mpirun -np 1, or unset "
-                   "WORLD_SIZE)");
   if (int64_t(P.world_size()) != WorldSize)
     throw RunError("plan was compiled for " + std::to_string(P.world_size()) +
                    (P.world_size() == 1 ? " rank" : " ranks") + " (grid " +
@@ -890,7 +876,7 @@ void saveOutputs(const Options &O, const Setup &S) {
     MPI_Finalize();
     std::exit(1);
   }
-  MPI_Abort(MPI_COMM_WORLD, 1);
+  MPI_Abort(World, 1);
   std::exit(1);
 }
 
@@ -900,11 +886,11 @@ std::unique_ptr<MpiCollectives> joinCollectives(const Program &P,
                                                 int WorldRank) {
   std::unique_ptr<MpiCollectives> Comm;
   try {
-    Comm = std::make_unique<MpiCollectives>(P, uint32_t(WorldRank));
+    Comm = std::make_unique<MpiCollectives>(P, uint32_t(WorldRank), World);
   } catch (const std::exception &Ex) {
     abortJob(Ex);
   }
-  MPI_Barrier(MPI_COMM_WORLD);
+  MPI_Barrier(World);
   return Comm;
 }
 
@@ -927,8 +913,7 @@ bool saveCheckpoint(const Options &O, Setup &S, int64_t Step) {
     return false;
   uint64_t Send[2] = {Mine.bytes, Mine.crc32};
   std::vector<uint64_t> All(size_t(2 * WorldSize));
-  MPI_Gather(Send, 2, MPI_UINT64_T, All.data(), 2, MPI_UINT64_T, 0,
-             MPI_COMM_WORLD);
+  MPI_Gather(Send, 2, MPI_UINT64_T, All.data(), 2, MPI_UINT64_T, 0, World);
   crashHookAfterShards();
   if (WorldRank == 0) {
     CheckpointMeta M;
@@ -986,7 +971,7 @@ std::string writeTextFile(const std::string &Path, const std::string &Text) {
 }
 
 /// Gathers every rank's measured timeline to rank 0, which writes
-/// --trace. Collective over MPI_COMM_WORLD; false (everyone) on a failure.
+/// --trace. Collective over World; false (everyone) on a failure.
 /// Rank 0 takes one rank's events at a time straight into the file's
 /// text.
 bool writeTrace(const Options &O, Setup &S) {
@@ -997,10 +982,10 @@ bool writeTrace(const Options &O, Setup &S) {
   constexpr uint64_t kPiece = uint64_t(1) << 30;
   if (WorldRank != 0) {
     const uint64_t Len = Mine.size();
-    MPI_Send(&Len, 1, MPI_UINT64_T, 0, 0, MPI_COMM_WORLD);
+    MPI_Send(&Len, 1, MPI_UINT64_T, 0, 0, World);
     for (uint64_t At = 0; At < Len; At += kPiece)
       MPI_Send(Mine.data() + At, int(std::min(kPiece, Len - At)), MPI_CHAR, 0,
-               1, MPI_COMM_WORLD);
+               1, World);
   } else {
     // traceFileJson's document, built in place: its head, each rank's
     // events, its tail ("\n]}\n").
@@ -1013,14 +998,14 @@ bool writeTrace(const Options &O, Setup &S) {
     std::string().swap(Mine);
     for (int R = 1; R < WorldSize; ++R) {
       uint64_t Len = 0;
-      MPI_Recv(&Len, 1, MPI_UINT64_T, R, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      MPI_Recv(&Len, 1, MPI_UINT64_T, R, 0, World, MPI_STATUS_IGNORE);
       const size_t At = File.size();
       File.resize(At + 2 + Len);
       File[At] = ',';
       File[At + 1] = '\n';
       for (uint64_t Got = 0; Got < Len; Got += kPiece)
         MPI_Recv(File.data() + At + 2 + Got, int(std::min(kPiece, Len - Got)),
-                 MPI_CHAR, R, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+                 MPI_CHAR, R, 1, World, MPI_STATUS_IGNORE);
     }
     File += Tail;
     if (std::string Why = writeTextFile(O.trace, File); !Why.empty())
@@ -1188,6 +1173,10 @@ CreateCudaRun loadCudaPlugin() {
                         : std::string(" (megac-run was built without the "
                                       "CUDA toolkit, or the CUDA driver is "
                                       "missing)")));
+  // The emulation's NCCL is MPI: it needs this job's world.
+  if (auto *SetWorld = reinterpret_cast<void (*)(MPI_Comm)>(
+          ::dlsym(Handle, "megacEmuSetWorld")))
+    SetWorld(World);
   auto Fn =
       reinterpret_cast<CreateCudaRun>(::dlsym(Handle, "megacCreateCudaRun"));
   if (!Fn)
@@ -1237,8 +1226,8 @@ std::unique_ptr<DeviceRun> openCudaRun(DeviceHost &Host) {
   DeviceBootstrap Boot;
   Boot.Ctx = &Host;
   Boot.allGather = [](const void *Mine, size_t Bytes, void *All, void *) {
-    return MPI_Allgather(Mine, int(Bytes), MPI_BYTE, All, int(Bytes),
-                         MPI_BYTE, MPI_COMM_WORLD) == MPI_SUCCESS;
+    return MPI_Allgather(Mine, int(Bytes), MPI_BYTE, All, int(Bytes), MPI_BYTE,
+                         World) == MPI_SUCCESS;
   };
   // The device's progress is the watchdog's heartbeat.
   Boot.progress = [](uint32_t I, bool Waiting, void *Ctx) {
@@ -1464,7 +1453,7 @@ int runTraining(const Options &O, Setup &S) {
       E.enableTrace(kMaxProfileSpans);
   }
   if (!O.trace.empty()) {
-    MPI_Barrier(MPI_COMM_WORLD); // a common origin for every rank's times
+    MPI_Barrier(World); // a common origin for every rank's times
     E.enableTrace(kMaxTraceEvents);
   }
   for (int64_t T = First; T <= Last; ++T) {
@@ -1487,7 +1476,7 @@ int runTraining(const Options &O, Setup &S) {
                  : 0.0f;
       // A pipeline's loss lives on its last stage; every rank reports it.
       if (LossRoot >= 0)
-        MPI_Bcast(&Loss, 1, MPI_FLOAT, LossRoot, MPI_COMM_WORLD);
+        MPI_Bcast(&Loss, 1, MPI_FLOAT, LossRoot, World);
     } catch (const std::exception &Ex) {
       abortJob(Ex);
     }
@@ -1554,7 +1543,7 @@ int runTraining(const Options &O, Setup &S) {
       !writeDeviceOrHostProfile(O, S, Dev.get(), Last - First + 1))
     return 1;
   double MaxSec = 0;
-  MPI_Allreduce(&TotalSec, &MaxSec, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Allreduce(&TotalSec, &MaxSec, 1, MPI_DOUBLE, MPI_MAX, World);
   info(O,
        "trained %lld step%s (%lld..%lld): loss %.6f -> %.6f, %.0f tokens/s "
        "mean, %.2f s",
@@ -1721,7 +1710,7 @@ int runGeneration(const Options &O, Setup &S) {
     }
     // The ranks holding logits hold the same ones; the chooser's token is
     // everyone's.
-    MPI_Bcast(&Next, 1, MPI_INT, Chooser, MPI_COMM_WORLD);
+    MPI_Bcast(&Next, 1, MPI_INT, Chooser, World);
     Toks.push_back(Next);
     ++New;
     if (WorldRank == 0) {
@@ -1812,9 +1801,14 @@ int runMain(int Argc, char **Argv) {
       "Start one process per rank of the plan's grid:\n"
       "  mpirun -np N megac-run model.mgc      (Open MPI / MPICH)\n"
       "  srun -n N --mpi=pmix megac-run model.mgc   (Slurm)\n"
+      "  torchrun --nproc-per-node N --no-python megac-run model.mgc\n"
       "  megac-run model.mgc                   (single-rank plans)\n"
-      "torchrun --no-python works only for single-rank plans: this build "
-      "communicates through MPI, which cannot see torchrun's process group.\n\n"
+      "Under torchrun (or any launcher that sets RANK, WORLD_SIZE, "
+      "MASTER_ADDR and MASTER_PORT and no MPI variables) the processes join "
+      "one MPI world themselves: rank 0 starts Open MPI's ompi-server and "
+      "meets the others at MASTER_ADDR, on MASTER_PORT (the next port where "
+      "torchrun's own store holds it; MEGAC_RENDEZVOUS_PORT overrides), "
+      "waiting MEGAC_RENDEZVOUS_TIMEOUT seconds (300) for all of them.\n\n"
       "Parameters are loaded from a HuggingFace safetensors checkpoint "
       "(--weights) or initialized from a seed such that every sharding of a "
       "model starts from the same weights. Inputs are cut from a token "
@@ -2052,8 +2046,7 @@ int runMain(int Argc, char **Argv) {
        P.world_size() == 1 ? "rank" : "ranks", (long long)S.exec->globalBatch(),
        (long long)P.seq());
   unsigned long long Elems = S.exec->paramElements(), MaxElems = 0;
-  MPI_Allreduce(&Elems, &MaxElems, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX,
-                MPI_COMM_WORLD);
+  MPI_Allreduce(&Elems, &MaxElems, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, World);
   if (!S.resumedFrom.empty()) {
     info(O, "parameters: %s elements per rank (loaded from checkpoint %s)",
          humanCount(MaxElems).c_str(), S.resumedFrom.c_str());
@@ -2086,8 +2079,8 @@ int runMain(int Argc, char **Argv) {
   // internal error; abort the whole job rather than leave peers waiting.
   RunStats Stats;
   try {
-    MpiCollectives Comm(P, uint32_t(WorldRank));
-    MPI_Barrier(MPI_COMM_WORLD);
+    MpiCollectives Comm(P, uint32_t(WorldRank), World);
+    MPI_Barrier(World);
     if (!O.trace.empty() || !O.profile.empty())
       S.exec->enableTrace(O.trace.empty() ? kMaxProfileSpans : kMaxTraceEvents);
     Stats = S.exec->run(Comm);
@@ -2095,8 +2088,7 @@ int runMain(int Argc, char **Argv) {
     abortJob(E);
   }
   double MaxSec = 0;
-  MPI_Allreduce(&Stats.seconds, &MaxSec, 1, MPI_DOUBLE, MPI_MAX,
-                MPI_COMM_WORLD);
+  MPI_Allreduce(&Stats.seconds, &MaxSec, 1, MPI_DOUBLE, MPI_MAX, World);
   info(O, "forward step: %zu instructions (%zu collectives) per rank in %.1f ms",
        Stats.instructions, Stats.collectives, MaxSec * 1e3);
   if (!O.trace.empty() && !writeTrace(O, S))
@@ -2106,15 +2098,38 @@ int runMain(int Argc, char **Argv) {
   return reportForward(O, S);
 }
 
+/// Prints a failure that happened before the ranks could agree on anything.
+int failAlone(const std::exception &E) {
+  std::fprintf(stderr, "megac-run: error: %s\n", oneLine(E.what()).c_str());
+  std::fflush(stderr);
+  return 1;
+}
+
 } // namespace
 
 int main(int Argc, char **Argv) {
   LaunchedByLauncher = std::getenv("OMPI_COMM_WORLD_SIZE") ||
                        std::getenv("PMI_SIZE") || std::getenv("PMI_RANK") ||
                        std::getenv("PMIX_RANK");
-  MPI_Init(&Argc, &Argv);
-  MPI_Comm_rank(MPI_COMM_WORLD, &WorldRank);
-  MPI_Comm_size(MPI_COMM_WORLD, &WorldSize);
+  // A torchrun-style launch: the separately started processes join one MPI
+  // world before anything else runs. A rank that cannot join exits at once;
+  // the launcher then ends the others, as for any failed rank.
+  std::optional<TorchrunLaunch> Torchrun;
+  std::unique_ptr<TorchrunWorld> Joined;
+  try {
+    Torchrun = torchrunLaunch();
+    if (Torchrun) {
+      Joined = std::make_unique<TorchrunWorld>(*Torchrun, &Argc, &Argv);
+      World = Joined->world();
+      LaunchedByLauncher = true;
+    }
+  } catch (const RunError &E) {
+    std::_Exit(failAlone(E));
+  }
+  if (!Torchrun)
+    MPI_Init(&Argc, &Argv);
+  MPI_Comm_rank(World, &WorldRank);
+  MPI_Comm_size(World, &WorldSize);
   int Rc;
   try {
     Rc = runMain(Argc, Argv);
@@ -2122,7 +2137,7 @@ int main(int Argc, char **Argv) {
     std::fprintf(stderr, "megac-run: error: internal error: %s\n",
                  oneLine(E.what()).c_str());
     std::fflush(stderr);
-    MPI_Abort(MPI_COMM_WORLD, 1);
+    MPI_Abort(World, 1);
     Rc = 1;
   }
   // A report nobody received (stdout a full disk, a closed pipe) is a
@@ -2133,6 +2148,11 @@ int main(int Argc, char **Argv) {
                  std::strerror(errno ? errno : EIO));
     Rc = 1;
   }
+  // (The joined world's ranks finish together: rank 0's ompi-server
+  // must outlive every rank's MPI_Finalize.)
+  if (Torchrun)
+    MPI_Barrier(World);
   MPI_Finalize();
+  Joined.reset();
   return Rc;
 }

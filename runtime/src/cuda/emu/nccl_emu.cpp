@@ -1,9 +1,10 @@
 //===- nccl_emu.cpp - NCCL's collectives as MPI's, for the emulation ------===//
 //
 // The emulated backend runs in megac-run's MPI processes, so a
-// communicator is an MPI communicator split from the world: the unique id
-// carries the world rank of the group's first member, which colours the
-// split. Device memory is host memory, so buffers go to MPI as they are.
+// communicator is an MPI communicator split from megac-run's world: the
+// unique id carries the world rank of the group's first member, which
+// colours the split. Device memory is host memory, so buffers go to MPI as they
+// are.
 //
 //===----------------------------------------------------------------------===//
 
@@ -20,6 +21,13 @@
 struct ncclComm {
   MPI_Comm Comm;
 };
+
+/// The launcher's world: MPI_COMM_WORLD, unless megac-run joined a
+/// torchrun-style launch into another (it says so through
+/// megacEmuSetWorld before the backend starts).
+static MPI_Comm EmuWorld = MPI_COMM_WORLD;
+
+extern "C" void megacEmuSetWorld(MPI_Comm World) { EmuWorld = World; }
 
 // MPI's default error handler ends the job on a failed collective, so a
 // queued one has no status to return.
@@ -54,7 +62,7 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId *Id) {
     return ncclInternalError;
   std::memset(Id->internal, 0, sizeof(Id->internal));
   int Rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &Rank);
+  MPI_Comm_rank(EmuWorld, &Rank);
   std::memcpy(Id->internal, &Rank, sizeof(Rank));
   return ncclSuccess;
 }
@@ -66,7 +74,7 @@ ncclResult_t ncclCommInitRank(ncclComm_t *Comm, int NRanks, ncclUniqueId Id,
   int Leader = 0;
   std::memcpy(&Leader, Id.internal, sizeof(Leader));
   auto *C = new ncclComm;
-  if (MPI_Comm_split(MPI_COMM_WORLD, Leader, Rank, &C->Comm) != MPI_SUCCESS) {
+  if (MPI_Comm_split(EmuWorld, Leader, Rank, &C->Comm) != MPI_SUCCESS) {
     delete C;
     return ncclSystemError;
   }

@@ -1,0 +1,116 @@
+#!/usr/bin/env python3
+"""Starts N processes the way `torchrun --no-python` does, without torch.
+
+Every process gets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE,
+GROUP_RANK, MASTER_ADDR and MASTER_PORT and nothing from an MPI launcher,
+so megac-run must join them itself (runtime/src/torchrun_world.h). As
+torchrun does, the launcher ends the other processes (SIGTERM, then SIGKILL
+after a grace period) as soon as one exits non-zero, and exits with that
+status.
+
+  launch_like_torchrun.py --nproc N [--master-port P] [--skip-ranks 1,2]
+      [--rank-env R:NAME=VALUE ...] [--agent-store] -- COMMAND ARGS...
+
+--skip-ranks leaves ranks out (a rank that never comes, for tests of the
+rendezvous timeout); --rank-env sets a variable for one rank only;
+--agent-store says, as torchrun's elastic agent does, that the launcher's
+own store holds MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE=True), and holds
+it: it listens there, so megac-run must not.
+"""
+
+import argparse
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nproc", type=int, required=True)
+    ap.add_argument("--master-port", type=int, default=0)
+    ap.add_argument("--skip-ranks", default="")
+    ap.add_argument("--rank-env", action="append", default=[])
+    ap.add_argument("--agent-store", action="store_true")
+    ap.add_argument("--grace", type=float, default=5.0)
+    ap.add_argument("command", nargs=argparse.REMAINDER)
+    a = ap.parse_args()
+    cmd = a.command[1:] if a.command[:1] == ["--"] else a.command
+    if not cmd:
+        ap.error("no command")
+    skip = {int(r) for r in a.skip_ranks.split(",") if r}
+    store = None
+    port = a.master_port
+    if a.agent_store:
+        store = socket.socket()
+        store.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        store.bind(("0.0.0.0", port))
+        store.listen()
+        port = store.getsockname()[1]
+    elif not port:
+        port = free_port()
+
+    base = {k: v for k, v in os.environ.items()
+            if not k.startswith(("OMPI_COMM_WORLD", "PMI_", "PMIX_"))}
+    procs = {}
+    for rank in range(a.nproc):
+        if rank in skip:
+            continue
+        env = dict(base, RANK=str(rank), LOCAL_RANK=str(rank),
+                   WORLD_SIZE=str(a.nproc), LOCAL_WORLD_SIZE=str(a.nproc),
+                   GROUP_RANK="0", MASTER_ADDR="127.0.0.1",
+                   MASTER_PORT=str(port))
+        if a.agent_store:
+            env["TORCHELASTIC_USE_AGENT_STORE"] = "True"
+        for item in a.rank_env:
+            r, _, kv = item.partition(":")
+            name, _, value = kv.partition("=")
+            if int(r) == rank:
+                env[name] = value
+        procs[rank] = subprocess.Popen(cmd, env=env)
+
+    # Ended itself (a test's timeout): the ranks go too, as under torchrun.
+    def end_all(signum, _frame):
+        for q in procs.values():
+            if q.poll() is None:
+                q.kill()
+        sys.exit(128 + signum)
+    signal.signal(signal.SIGTERM, end_all)
+    signal.signal(signal.SIGINT, end_all)
+
+    status = 0
+    while procs:
+        for rank, p in list(procs.items()):
+            rc = p.poll()
+            if rc is None:
+                continue
+            del procs[rank]
+            if rc != 0 and status == 0:
+                status = rc if rc > 0 else 128 - rc
+                print(f"launch_like_torchrun: rank {rank} exited with "
+                      f"status {rc}; ending the others", file=sys.stderr)
+                for q in procs.values():
+                    q.send_signal(signal.SIGTERM)
+                deadline = time.time() + a.grace
+                while time.time() < deadline and any(
+                        q.poll() is None for q in procs.values()):
+                    time.sleep(0.05)
+                for q in procs.values():
+                    if q.poll() is None:
+                        q.kill()
+        time.sleep(0.02)
+    if store:
+        store.close()
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
