@@ -12,8 +12,8 @@
 #  - build/bin (megac-run, the CUDA plugins, the unit tests, the static
 #    tools) and the lit site configurations, which `install` points at the
 #    repository there;
-#  - LLVM's FileCheck, not, count and lit, and Open MPI (mpirun, orted, its
-#    components and help texts);
+#  - LLVM's FileCheck, not, count and lit, and Open MPI (mpirun, orted,
+#    ompi-server for torchrun launches, its components and help texts);
 #  - every shared library those need that is not glibc or CUDA's own
 #    (CUDA's come from the machine there, matching its driver).
 # `install` unpacks the system files without overwriting any file the
@@ -55,9 +55,11 @@ pack() {
 
   local llvm=/usr/lib/llvm-22 ompi=/usr/lib/x86_64-linux-gnu/openmpi
   local -a elves=("$stage"/repo/build/bin/* "$llvm"/bin/{FileCheck,not,count}
-    /usr/bin/orterun /usr/bin/orted "$ompi"/lib/*.so "$ompi"/lib/openmpi3/*.so)
+    /usr/bin/orterun /usr/bin/orted /usr/bin/ompi-server "$ompi"/lib/*.so
+    "$ompi"/lib/openmpi3/*.so)
   local -a files=("$llvm"/bin/{FileCheck,not,count,lit} "$llvm/utils/lit"
-    /usr/bin/orterun /usr/bin/orted "$ompi" /usr/share/openmpi /etc/openmpi)
+    /usr/bin/orterun /usr/bin/orted /usr/bin/ompi-server "$ompi"
+    /usr/share/openmpi /etc/openmpi)
   mapfile -t libs < <(library_closure "${elves[@]}")
   # Files keep their directory layout; libraries are copied under the
   # name ldd found them by (their soname), links followed.

@@ -16,7 +16,8 @@
 # peers and megac on every model first. STAGES (default lit,bench) picks
 # stages: `lit` runs the CUDA tests and the comparison, `all` the whole lit
 # suite and the GoogleTest unit tests (already run by CI without a GPU),
-# `bench` the benchmark. LIT_FILTER (default cuda|profile) picks the lit
+# `bench` the benchmark. LIT_FILTER (default cuda|profile|torchrun: with
+# torch's torchrun, torchrun-real.test) picks the lit
 # stage's tests. PROFILE_RUNNERS (default megac; empty: none) are
 # the runners also run with megac-run --profile; BENCH_EXTRA adds options
 # to bench/gpu_step.py (e.g. --no-kernels).
@@ -69,7 +70,7 @@ BENCH_KEEP=0
 [[ ",$STAGES," == *,bench,* ]] && BENCH_KEEP=240
 if [[ ",$STAGES," == *,lit,* ]]; then
 echo "=== lit: the CUDA tests"
-FILTER="${LIT_FILTER:-cuda|profile}"
+FILTER="${LIT_FILTER:-cuda|profile|torchrun}"
 LIT_S=$(limit "${CUDA_LIT_LIMIT:-200}" "$BENCH_KEEP")
 # The CUDA tests took 78 s on an H200 (2026-11-27); a stage given less
 # (a small BUDGET keeps 240 s back for the benchmark) is cut short.
