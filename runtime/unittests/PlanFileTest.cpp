@@ -782,4 +782,17 @@ TEST(PlanFile, ChecksStackMicroBatches) {
                       "assign write parameters)"),
             std::string::npos)
       << verify(Stack({4, 3}, dt::F32, true, true));
+  // A scalar has no rows to stack.
+  ProgramDesc Scalar = test::programOf(2, 3, 8);
+  Scalar.microBatches = 2;
+  Scalar.globalBatch = 4;
+  RankDesc R;
+  uint32_t X = R.emit(op::Fill, {}, {}, {}, {1.0});
+  R.accumulateEnd = 2;
+  uint32_t Y = R.emit(op::StackMicroBatches, {X}, {}, {}, {}, -1, "", dt::F32);
+  R.outputs.push_back({"rows", Y, ""});
+  Scalar.ranks.push_back(R);
+  EXPECT_NE(verify(Scalar).find("(stack_micro_batches): input [] has no rows"),
+            std::string::npos)
+      << verify(Scalar);
 }

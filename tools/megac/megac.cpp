@@ -979,9 +979,11 @@ int runCompile(int argc, char **argv) {
   // would otherwise read as a model too short for twice the stages).
   auto checkSchedule = [&]() -> bool {
     if (schedule.stages != pp || schedule.microBatches != microBatches) {
-      fail(scheduleFile + ": the schedule has " +
-           std::to_string(schedule.stages) + " ranks and " +
-           std::to_string(schedule.microBatches) +
+      // (A generated schedule has the grid's counts by construction.)
+      fail((scheduleFile.empty() ? std::string("internal error: ")
+                                 : scheduleFile + ": ") +
+           "the schedule has " + std::to_string(schedule.stages) +
+           " ranks and " + std::to_string(schedule.microBatches) +
            " micro-batches, but the grid has pp=" + std::to_string(pp) +
            " and --micro-batches is " +
            std::to_string(microBatches.getValue()));

@@ -2293,14 +2293,28 @@ private:
     const size_t Size = Bin->cubin()->size();
     std::vector<uint64_t> Image((Size + 1 + 7) / 8, 0);
     std::memcpy(Image.data(), Bin->cubin()->data(), Size);
-    if (CUresult R = cuModuleLoadData(&Modules[Index], Image.data());
+    // The driver's JIT says why PTX does not compile in its error log.
+    char JitLog[2048] = {0};
+    CUjit_option JitOpts[2] = {CU_JIT_ERROR_LOG_BUFFER,
+                               CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
+    void *JitValues[2] = {JitLog,
+                          reinterpret_cast<void *>(uintptr_t(sizeof(JitLog)))};
+    if (CUresult R = cuModuleLoadDataEx(&Modules[Index], Image.data(), 2,
+                                        JitOpts, JitValues);
         R != CUDA_SUCCESS) {
       const char *Msg = nullptr;
       cuGetErrorString(R, &Msg);
+      std::string Log(JitLog, strnlen(JitLog, sizeof(JitLog)));
+      for (char &C : Log)
+        if (C == '\n' || C == '\r')
+          C = ' ';
+      while (!Log.empty() && Log.back() == ' ')
+        Log.pop_back();
       throw std::runtime_error(
-          "cuModuleLoadData: kernel " + Kn.name()->str() + " (" + BinArch +
+          "cuModuleLoadDataEx: kernel " + Kn.name()->str() + " (" + BinArch +
           (FromPtx ? " PTX" : " cubin") + ") does not load on " + Arch + ": " +
           (Msg ? Msg : "unknown error") +
+          (Log.empty() ? std::string() : " (the JIT's log: " + Log + ")") +
           (FromPtx ? " (the driver may be older than the CUDA toolkit that "
                      "compiled the plan)"
                    : ""));

@@ -71,6 +71,10 @@ struct MixedPrecisionPass
   }
 
   static void roundAfter(OpBuilder &b, Value value) {
+    // A value this pass rounded already (it ran twice) feeds its round
+    // alone: rounding it again would only add an op.
+    if (value.hasOneUse() && isa<RoundBf16Op>(*value.getUsers().begin()))
+      return;
     auto round = RoundBf16Op::create(b, value.getLoc(), value);
     value.replaceAllUsesExcept(round.getResult(), round.getOperation());
   }

@@ -5,6 +5,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "megac/Dialect/Megac/IR/MegacDialect.h"
 #include "megac/Dialect/Megac/Transforms/Passes.h"
 
 #include "mlir/IR/BuiltinOps.h"
@@ -18,6 +19,20 @@ using namespace mlir;
 using namespace megac;
 
 namespace {
+/// Whether sharding propagation (or later passes) ran on \p module.
+bool isSharded(ModuleOp module) {
+  if (module->hasAttr(MegacDialect::kLocalizedAttrName))
+    return true;
+  return module
+      .walk([](Operation *op) {
+        return op->hasAttr(MegacDialect::kShardingAttrName) ||
+                       op->hasAttr(MegacDialect::kOperandShardingsAttrName)
+                   ? WalkResult::interrupt()
+                   : WalkResult::advance();
+      })
+      .wasInterrupted();
+}
+
 struct SetMeshPass : public megac::impl::SetMeshPassBase<SetMeshPass> {
   using SetMeshPassBase::SetMeshPassBase;
 
@@ -42,8 +57,18 @@ struct SetMeshPass : public megac::impl::SetMeshPassBase<SetMeshPass> {
     auto diag = [&]() { return module.emitError() << "invalid grid '" << mesh << "': "; };
     if (failed(MeshAttr::verify(diag, axes, sizes)))
       return signalPassFailure();
-    module->setAttr(MegacDialect::kMeshAttrName,
-                    MeshAttr::get(ctx, axes, sizes));
+    auto grid = MeshAttr::get(ctx, axes, sizes);
+    // The shardings and collectives of a sharded module name the grid's
+    // axes and count its sizes: a different grid would change their
+    // meaning without changing the ops.
+    if (auto old = module->getAttrOfType<MeshAttr>(MegacDialect::kMeshAttrName);
+        old && old != grid && isSharded(module)) {
+      module.emitError() << "megac-set-mesh: the module is already sharded on "
+                         << old << "; it cannot move to grid '" << mesh
+                         << "' (set the grid on the unsharded model)";
+      return signalPassFailure();
+    }
+    module->setAttr(MegacDialect::kMeshAttrName, grid);
   }
 };
 } // namespace

@@ -25,6 +25,13 @@ FailureOr<unsigned> findLoss(func::FuncOp func, StringRef pass) {
         return func.emitError()
                << pass << ": the result named 'loss' must be a scalar f32 "
                << "(tensor<f32>), got " << type;
+      // Which one would be trained is anyone's guess: say so.
+      for (unsigned j = i + 1; j < func.getNumResults(); ++j)
+        if (auto other = func.getResultAttrOfType<StringAttr>(
+                j, MegacDialect::kResultNameAttrName);
+            other && other.getValue() == "loss")
+          return func.emitError() << pass << ": results " << i << " and " << j
+                                  << " are both named 'loss'; name one loss";
       return i;
     }
     if (name && name.getValue().starts_with("grad:"))

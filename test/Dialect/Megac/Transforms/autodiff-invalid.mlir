@@ -36,6 +36,14 @@ func.func @vector_loss(%x: tensor<4xf32> {megac.param = {name = "x", init = "zer
 
 // -----
 
+// Two results named 'loss': which one to train is not the pass's guess.
+// expected-error@+1 {{megac-autodiff: results 0 and 1 are both named 'loss'; name one loss}}
+func.func @two_losses(%x: tensor<f32> {megac.param = {name = "x", init = "zeros"}}) -> (tensor<f32> {megac.name = "loss"}, tensor<f32> {megac.name = "loss"}) {
+  return %x, %x : tensor<f32>, tensor<f32>
+}
+
+// -----
+
 // Tests that a function that returns gradients is not differentiated
 // again (each gradient would be returned twice).
 // expected-error@+1 {{megac-autodiff: the function is differentiated already (it returns 'grad:x'); give the forward model}}

@@ -1,4 +1,8 @@
 // RUN: megac-opt %s --split-input-file --megac-autodiff --megac-mixed-precision | FileCheck %s
+// Run twice, the pass rounds nothing more:
+// RUN: megac-opt %s --split-input-file --megac-autodiff --megac-mixed-precision > %t.once.mlir
+// RUN: megac-opt %s --split-input-file --megac-autodiff --megac-mixed-precision --megac-mixed-precision > %t.twice.mlir
+// RUN: diff %t.once.mlir %t.twice.mlir
 
 // Tests which values bf16 mixed precision rounds: the parameter's compute
 // copy (read by the forward product, while the f32 parameter remains for
