@@ -132,6 +132,30 @@ std::string where(const TorchrunLaunch &L) {
   return L.MasterAddr + ":" + std::to_string(L.Port);
 }
 
+/// Throws unless \p Addr names this host: the other ranks look for rank 0
+/// there. (An address is this host's where a socket can bind to it.)
+void checkThisHost(const TorchrunLaunch &L) {
+  addrinfo Hints{};
+  Hints.ai_family = AF_UNSPEC;
+  Hints.ai_socktype = SOCK_DGRAM;
+  addrinfo *List = nullptr;
+  if (const int G = ::getaddrinfo(L.MasterAddr.c_str(), nullptr, &Hints, &List);
+      G != 0)
+    throw RunError("MASTER_ADDR=" + L.MasterAddr +
+                   " cannot be resolved on rank 0: " + gai_strerror(G));
+  bool Local = false;
+  for (addrinfo *A = List; A && !Local; A = A->ai_next) {
+    OwnedFd S(::socket(A->ai_family, A->ai_socktype | SOCK_CLOEXEC, 0));
+    Local = S.N >= 0 && ::bind(S.N, A->ai_addr, A->ai_addrlen) == 0;
+  }
+  ::freeaddrinfo(List);
+  if (!Local)
+    throw RunError("MASTER_ADDR=" + L.MasterAddr +
+                   " is not an address of this host, where rank 0 runs: the "
+                   "other ranks meet rank 0 there, so it must name rank 0's "
+                   "host");
+}
+
 /// Rank 0: meets every other rank and gives each \p Text; returns their
 /// connections by rank, to say later whose turn it is to join. Throws when
 /// the ranks do not all come before the deadline or disagree on the world.
@@ -189,13 +213,15 @@ std::vector<OwnedFd> serveRendezvous(const TorchrunLaunch &L,
       for (int R = 1; R < L.Size && Named < 8; ++R)
         if (!Met[size_t(R)])
           Who += (Named++ ? ", " : "") + std::to_string(R);
-      GiveUp(std::to_string(Missing) + " of " + std::to_string(L.Size - 1) +
-                 " ranks did not reach rank 0 at port " +
+      const int Others = L.Size - 1;
+      GiveUp("rank 0 met " + std::to_string(Others - Missing) + " of " +
+                 std::to_string(Others) + " other rank" +
+                 (Others == 1 ? "" : "s") + " at port " +
                  std::to_string(L.Port) + " within " +
-                 std::to_string(int(L.TimeoutSec)) + " s (rank" +
+                 std::to_string(int(L.TimeoutSec)) + " s; missing: rank" +
                  (Missing == 1 ? " " : "s ") + Who +
                  (Missing > Named ? ", ..." : "") +
-                 "; MEGAC_RENDEZVOUS_TIMEOUT sets the wait)",
+                 " (MEGAC_RENDEZVOUS_TIMEOUT sets the wait)",
              -1);
     }
     OwnedFd Peer(::accept4(Listen.N, nullptr, nullptr, SOCK_CLOEXEC));
@@ -344,9 +370,10 @@ void TorchrunWorld::meet(const TorchrunLaunch &L, int *Argc, char ***Argv) {
   // Rank 0's ompi-server first: every singleton's MPI_Init must know it.
   std::string Uri;
   OwnedFd Conn;
-  if (L.Rank == 0)
+  if (L.Rank == 0) {
+    checkThisHost(L);
     Uri = startServer();
-  else
+  } else
     Uri = askRendezvous(L, Conn);
   ::setenv("OMPI_MCA_pmix_server_uri", Uri.c_str(), 1);
   // Separately started Open MPI jobs reach each other over TCP only (its
