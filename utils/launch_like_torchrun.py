@@ -9,13 +9,17 @@ after a grace period) as soon as one exits non-zero, and exits with that
 status.
 
   launch_like_torchrun.py --nproc N [--master-port P] [--skip-ranks 1,2]
-      [--rank-env R:NAME=VALUE ...] [--agent-store] -- COMMAND ARGS...
+      [--rank-env R:NAME=VALUE ...] [--delay-rank R:SECONDS ...]
+      [--agent-store] [--no-kill] -- COMMAND ARGS...
 
 --skip-ranks leaves ranks out (a rank that never comes, for tests of the
 rendezvous timeout); --rank-env sets a variable for one rank only;
+--delay-rank starts one rank that many seconds after the others;
 --agent-store says, as torchrun's elastic agent does, that the launcher's
 own store holds MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE=True), and holds
-it: it listens there, so megac-run must not.
+it: it listens there, so megac-run must not. --no-kill leaves the other
+processes alone when one fails, as torchrun's agents on other nodes do:
+the ranks must then end themselves.
 """
 
 import argparse
@@ -39,14 +43,17 @@ def main():
     ap.add_argument("--master-port", type=int, default=0)
     ap.add_argument("--skip-ranks", default="")
     ap.add_argument("--rank-env", action="append", default=[])
+    ap.add_argument("--delay-rank", action="append", default=[])
     ap.add_argument("--agent-store", action="store_true")
     ap.add_argument("--grace", type=float, default=5.0)
+    ap.add_argument("--no-kill", action="store_true")
     ap.add_argument("command", nargs=argparse.REMAINDER)
     a = ap.parse_args()
     cmd = a.command[1:] if a.command[:1] == ["--"] else a.command
     if not cmd:
         ap.error("no command")
     skip = {int(r) for r in a.skip_ranks.split(",") if r}
+    started = time.time()
     store = None
     port = a.master_port
     if a.agent_store:
@@ -58,12 +65,16 @@ def main():
     elif not port:
         port = free_port()
 
+    delays = {int(r): float(d) for r, _, d in
+              (item.partition(":") for item in a.delay_rank)}
     base = {k: v for k, v in os.environ.items()
             if not k.startswith(("OMPI_COMM_WORLD", "PMI_", "PMIX_"))}
     procs = {}
-    for rank in range(a.nproc):
+    for rank in sorted(range(a.nproc), key=lambda r: delays.get(r, 0)):
         if rank in skip:
             continue
+        if delays.get(rank):
+            time.sleep(max(0.0, delays[rank] - (time.time() - started)))
         env = dict(base, RANK=str(rank), LOCAL_RANK=str(rank),
                    WORLD_SIZE=str(a.nproc), LOCAL_WORLD_SIZE=str(a.nproc),
                    GROUP_RANK="0", MASTER_ADDR="127.0.0.1",
@@ -95,6 +106,8 @@ def main():
             del procs[rank]
             if rc != 0 and status == 0:
                 status = rc if rc > 0 else 128 - rc
+                if a.no_kill:
+                    continue
                 print(f"launch_like_torchrun: rank {rank} exited with "
                       f"status {rc}; ending the others", file=sys.stderr)
                 for q in procs.values():

@@ -1,12 +1,19 @@
 //===- torchrun_world.cpp - An MPI world for torchrun-style launches ------===//
 //
-// The rendezvous is one message each way per rank: rank r > 0 connects to
-// rank 0 at MASTER_ADDR, says who it is ("MGCR", version, RANK,
-// WORLD_SIZE as four little-endian uint32), and gets back a status and one
-// text: the ompi-server's URI and rank 0's MPI port name, one per line (or
-// why it was refused). Every rank then joins the world one at a time: the
-// ranks already joined accept collectively, the newcomer connects, and the
-// two sides merge, rank 0's side first.
+// The rendezvous: rank r > 0 connects to rank 0 at MASTER_ADDR and says
+// who it is ("MGCR", version, RANK, WORLD_SIZE and the 64-bit job key, six
+// little-endian uint32). Rank 0 answers with messages of a status, a
+// length and a text:
+//   kOk        the ompi-server's URI (first), later rank 0's MPI port
+//              name (this rank's turn to join);
+//   kProgress  another rank joined (the wait for a turn starts again);
+//   kRefused   why the world will not form (every rank hears it);
+//   kOtherJob  the process belongs to another job and is turned away.
+// Ranks join one at a time, in RANK order: the ranks already joined accept
+// collectively, the newcomer connects, and the two sides merge, rank 0's
+// side first. Afterwards each connection carries one byte, kBye, when its
+// rank ends normally; a connection that closes without it means its rank
+// ended early.
 //
 //===----------------------------------------------------------------------===//
 
@@ -14,12 +21,14 @@
 #include "error.h"
 
 #include <arpa/inet.h>
+#include <atomic>
 #include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <climits>
 #include <csignal>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
@@ -35,6 +44,14 @@
 #include <vector>
 
 namespace megac_rt {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr uint32_t kMagic = 0x5243474d; // "MGCR" read little-endian
+constexpr uint32_t kVersion = 2;
+enum Status : uint32_t { kOk = 0, kRefused = 1, kOtherJob = 2, kProgress = 3 };
+constexpr char kBye = 'B';
 
 /// Closes a descriptor when it goes out of scope.
 struct OwnedFd {
@@ -50,13 +67,6 @@ struct OwnedFd {
       ::close(N);
   }
 };
-
-namespace {
-
-using Clock = std::chrono::steady_clock;
-
-constexpr uint32_t kMagic = 0x5243474d; // "MGCR" read little-endian
-constexpr uint32_t kVersion = 1;
 
 /// The variable as a whole number in [Lo, Hi]; \p Default where unset or
 /// empty.
@@ -84,17 +94,20 @@ Clock::time_point deadlineIn(double Sec) {
                             std::chrono::duration<double>(Sec));
 }
 
-/// Waits for \p Events on \p F until \p Deadline: false on timeout.
+std::string seconds(double Sec) { return std::to_string(int(Sec)) + " s"; }
+
+/// Waits for \p Events on \p F until \p Deadline: false on timeout. (What
+/// is ready already is found even past the deadline.)
 bool waitFor(int F, short Events, Clock::time_point Deadline) {
   for (;;) {
-    const double Left = secondsLeft(Deadline);
-    if (Left <= 0)
-      return false;
+    const double Left = std::max(0.0, secondsLeft(Deadline));
     pollfd P{F, Events, 0};
     const int R = ::poll(&P, 1, int(std::min(Left * 1e3 + 1, 1e9)));
     if (R > 0)
       return true;
     if (R < 0 && errno != EINTR)
+      return false;
+    if (R == 0 && secondsLeft(Deadline) <= 0)
       return false;
   }
 }
@@ -119,21 +132,66 @@ bool exchange(int F, void *Data, size_t Bytes, bool Write,
   return true;
 }
 
-/// A reply: status 0 and the text, or status 1 and why.
-bool sendReply(int F, uint32_t Status, const std::string &Text,
-               Clock::time_point Deadline) {
-  uint32_t Head[2] = {Status, uint32_t(Text.size())};
+bool sendMessage(int F, Status S, const std::string &Text,
+                 Clock::time_point Deadline) {
+  uint32_t Head[2] = {S, uint32_t(Text.size())};
   return exchange(F, Head, sizeof(Head), true, Deadline) &&
          exchange(F, const_cast<char *>(Text.data()), Text.size(), true,
                   Deadline);
+}
+
+/// One message of rank 0's; false if none came whole before \p Deadline
+/// (\p Closed: because the connection closed).
+bool readMessage(int F, Clock::time_point Deadline, uint32_t &S,
+                 std::string &Text, bool &Closed) {
+  uint32_t Head[2] = {0, 0};
+  bool Whole =
+      exchange(F, Head, sizeof(Head), false, Deadline) && Head[1] <= (1u << 20);
+  if (Whole) {
+    Text.resize(Head[1]);
+    Whole = exchange(F, Text.data(), Text.size(), false, Deadline);
+  }
+  Closed = !Whole && secondsLeft(Deadline) > 0;
+  S = Head[0];
+  return Whole;
+}
+
+/// Connects to \p A before \p Deadline (a connect() of its own could wait
+/// minutes for an address that drops packets); the socket or -1 (errno).
+int connectWithin(const addrinfo *A, Clock::time_point Deadline) {
+  OwnedFd S(::socket(A->ai_family,
+                     A->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
+                     A->ai_protocol));
+  if (S.N < 0)
+    return -1;
+  if (::connect(S.N, A->ai_addr, A->ai_addrlen) != 0) {
+    if (errno != EINPROGRESS)
+      return -1;
+    if (!waitFor(S.N, POLLOUT, std::min(Deadline, deadlineIn(5)))) {
+      errno = ETIMEDOUT;
+      return -1;
+    }
+    int Err = 0;
+    socklen_t Len = sizeof(Err);
+    ::getsockopt(S.N, SOL_SOCKET, SO_ERROR, &Err, &Len);
+    if (Err) {
+      errno = Err;
+      return -1;
+    }
+  }
+  const int F = S.N;
+  S.N = -1;
+  return F;
 }
 
 std::string where(const TorchrunLaunch &L) {
   return L.MasterAddr + ":" + std::to_string(L.Port);
 }
 
-/// Throws unless \p Addr names this host: the other ranks look for rank 0
-/// there. (An address is this host's where a socket can bind to it.)
+/// Warns unless MASTER_ADDR names this host, where the other ranks look
+/// for rank 0. (An address is this host's where a socket can bind to it;
+/// one that reaches it from elsewhere, through NAT or a service address,
+/// may still work.)
 void checkThisHost(const TorchrunLaunch &L) {
   addrinfo Hints{};
   Hints.ai_family = AF_UNSPEC;
@@ -150,17 +208,102 @@ void checkThisHost(const TorchrunLaunch &L) {
   }
   ::freeaddrinfo(List);
   if (!Local)
-    throw RunError("MASTER_ADDR=" + L.MasterAddr +
-                   " is not an address of this host, where rank 0 runs: the "
-                   "other ranks meet rank 0 there, so it must name rank 0's "
-                   "host");
+    std::fprintf(stderr,
+                 "megac-run: warning: MASTER_ADDR=%s is not an address of "
+                 "this host, where rank 0 runs: the other ranks must reach "
+                 "rank 0 through it\n",
+                 L.MasterAddr.c_str());
 }
 
-/// Rank 0: meets every other rank and gives each \p Text; returns their
-/// connections by rank, to say later whose turn it is to join. Throws when
-/// the ranks do not all come before the deadline or disagree on the world.
-std::vector<OwnedFd> serveRendezvous(const TorchrunLaunch &L,
-                                     const std::string &Text) {
+/// Open MPI's transports as a torchrun-style launch needs them: separately
+/// started jobs reach each other over TCP only (shared memory stays within
+/// one job), so a list of transports gets TCP, and one that excludes TCP
+/// is refused (Open MPI crashes joining without it).
+void requireTcpTransport() {
+  const char *Btl = std::getenv("OMPI_MCA_btl");
+  if (!Btl || !*Btl)
+    return;
+  std::string List = Btl;
+  const bool Excludes = List[0] == '^';
+  bool NamesTcp = false;
+  size_t At = Excludes ? 1 : 0;
+  while (At <= List.size()) {
+    const size_t Comma = std::min(List.find(',', At), List.size());
+    NamesTcp |= List.compare(At, Comma - At, "tcp") == 0;
+    At = Comma + 1;
+  }
+  if (Excludes && NamesTcp)
+    throw RunError("OMPI_MCA_btl=" + List +
+                   " excludes TCP, which the ranks of a torchrun-style "
+                   "launch need: separately started Open MPI jobs reach "
+                   "each other over TCP only");
+  if (!Excludes && !NamesTcp)
+    ::setenv("OMPI_MCA_btl", (List + ",tcp").c_str(), 1);
+}
+
+} // namespace
+
+struct TorchrunWorld::State {
+  TorchrunLaunch L;
+  MPI_Comm World = MPI_COMM_NULL;
+  pid_t Server = -1;
+  std::string UriFile;
+  /// Rank 0: its connection to every other rank (by rank); the others:
+  /// theirs to rank 0 (index 0).
+  std::vector<OwnedFd> Links;
+
+  // The monitor: a thread that ends this rank when a connection closes
+  // early, or when joining makes no progress for TimeoutSec.
+  std::thread Monitor;
+  int Wake[2] = {-1, -1};
+  std::atomic<bool> WatchLinks{false}, Finishing{false}, Stop{false};
+  /// When joining last made progress (steady-clock ticks; 0: not joining)
+  /// and whom the world waits for then.
+  std::atomic<int64_t> JoinSince{0};
+  std::atomic<int> JoinWaitsFor{0};
+
+  /// Also when construction failed: the monitor stops before the
+  /// connections close, and the server last.
+  ~State() {
+    Stop = true;
+    if (Monitor.joinable()) {
+      const char Any = 0;
+      (void)!::write(Wake[1], &Any, 1);
+      Monitor.join();
+    }
+    for (int &F : Wake)
+      if (F >= 0)
+        ::close(F);
+    Links.clear();
+    stopServer();
+  }
+
+  void meet(int *Argc, char ***Argv);
+  std::string startServer();
+  void stopServer();
+  std::string serveRendezvous(const std::string &Uri);
+  std::string askRendezvous();
+  std::string waitForTurn();
+  void join(const std::string &Port);
+  void startMonitor();
+  void watch();
+  [[noreturn]] void die(const std::string &Why);
+  void progress(int WaitsFor) {
+    JoinWaitsFor = WaitsFor;
+    JoinSince = Clock::now().time_since_epoch().count();
+  }
+};
+
+void TorchrunWorld::State::die(const std::string &Why) {
+  std::fprintf(stderr, "megac-run: error: %s\n", Why.c_str());
+  std::fflush(stderr);
+  ::_exit(1);
+}
+
+/// Rank 0: meets every other rank and gives each the server's \p Uri;
+/// keeps their connections in Links. Throws when the ranks do not all
+/// come before the deadline or disagree on the world.
+std::string TorchrunWorld::State::serveRendezvous(const std::string &Uri) {
   const auto Deadline = deadlineIn(L.TimeoutSec);
   OwnedFd Listen(::socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0));
   bool V6 = Listen.N >= 0;
@@ -190,37 +333,45 @@ std::vector<OwnedFd> serveRendezvous(const TorchrunLaunch &L,
   if (Bound != 0 || ::listen(Listen.N, 128) != 0)
     throw RunError("rendezvous: rank 0 cannot listen on port " +
                    std::to_string(L.Port) + ": " + std::strerror(errno) +
-                   " (set MEGAC_RENDEZVOUS_PORT to a free port, the same "
-                   "on every rank)");
-  std::vector<OwnedFd> Peers(size_t(L.Size));
-  std::vector<bool> Met(size_t(L.Size), false);
-  Met[0] = true;
+                   (errno == EADDRINUSE
+                        ? " (another program holds it, perhaps a "
+                          "second process started with RANK=0; "
+                          "MEGAC_RENDEZVOUS_PORT picks another port, "
+                          "the same on every rank)"
+                        : " (MEGAC_RENDEZVOUS_PORT picks another "
+                          "port, the same on every rank)"));
+  Links.clear();
+  Links.resize(size_t(L.Size));
   // Every rank that came hears why the world will not form (whichever
   // rank's message the launcher lets through names the cause).
   auto GiveUp = [&](const std::string &Why, int Also) {
-    for (OwnedFd &P : Peers)
+    for (OwnedFd &P : Links)
       if (P.N >= 0)
-        sendReply(P.N, 1, Why, deadlineIn(1));
+        sendMessage(P.N, kRefused, Why, deadlineIn(1));
     if (Also >= 0)
-      sendReply(Also, 1, Why, deadlineIn(1));
+      sendMessage(Also, kRefused, Why, deadlineIn(1));
     throw RunError("rendezvous: " + Why);
   };
-  int Missing = L.Size - 1;
+  int Missing = L.Size - 1, TurnedAway = 0;
   while (Missing > 0) {
     if (!waitFor(Listen.N, POLLIN, Deadline)) {
       std::string Who;
       int Named = 0;
       for (int R = 1; R < L.Size && Named < 8; ++R)
-        if (!Met[size_t(R)])
+        if (Links[size_t(R)].N < 0)
           Who += (Named++ ? ", " : "") + std::to_string(R);
       const int Others = L.Size - 1;
       GiveUp("rank 0 met " + std::to_string(Others - Missing) + " of " +
                  std::to_string(Others) + " other rank" +
                  (Others == 1 ? "" : "s") + " at port " +
-                 std::to_string(L.Port) + " within " +
-                 std::to_string(int(L.TimeoutSec)) + " s; missing: rank" +
-                 (Missing == 1 ? " " : "s ") + Who +
+                 std::to_string(L.Port) + " within " + seconds(L.TimeoutSec) +
+                 "; missing: rank" + (Missing == 1 ? " " : "s ") + Who +
                  (Missing > Named ? ", ..." : "") +
+                 (TurnedAway ? "; " + std::to_string(TurnedAway) + " process" +
+                                   (TurnedAway == 1 ? "" : "es") +
+                                   " of another job (another command line "
+                                   "or TORCHELASTIC_RUN_ID) came instead"
+                             : std::string()) +
                  " (MEGAC_RENDEZVOUS_TIMEOUT sets the wait)",
              -1);
     }
@@ -229,61 +380,46 @@ std::vector<OwnedFd> serveRendezvous(const TorchrunLaunch &L,
       continue;
     // A peer gets a few seconds to say who it is: anything else that
     // connects (a port scan) must not hold the others up.
-    const auto HelloBy =
-        std::min(Deadline, Clock::now() + std::chrono::seconds(10));
-    uint32_t Hello[4];
-    if (!exchange(Peer.N, Hello, sizeof(Hello), false, HelloBy) ||
+    uint32_t Hello[6];
+    if (!exchange(Peer.N, Hello, sizeof(Hello), false,
+                  std::min(Deadline, deadlineIn(10))) ||
         Hello[0] != kMagic)
       continue;
     const int R = int(Hello[2]), Size = int(Hello[3]);
+    const uint64_t Key = uint64_t(Hello[4]) | uint64_t(Hello[5]) << 32;
     const std::string Rank = "rank " + std::to_string(R);
     if (Hello[1] != kVersion)
       GiveUp(Rank + " runs a megac-run of another rendezvous version (" +
                  std::to_string(Hello[1]) + ") than rank 0's (" +
                  std::to_string(kVersion) + ")",
              Peer.N);
+    if (Key != L.JobKey) {
+      sendMessage(Peer.N, kOtherJob,
+                  "rank 0 at " + where(L) +
+                      " runs another job (another command line or "
+                      "TORCHELASTIC_RUN_ID): this process is not one of "
+                      "its ranks",
+                  deadlineIn(1));
+      ++TurnedAway;
+      continue;
+    }
     if (Size != L.Size)
       GiveUp(Rank + " has WORLD_SIZE " + std::to_string(Size) +
                  " but rank 0 has " + std::to_string(L.Size),
              Peer.N);
-    if (R <= 0 || R >= L.Size || Met[size_t(R)])
+    if (R <= 0 || R >= L.Size || Links[size_t(R)].N >= 0)
       GiveUp("RANK " + std::to_string(R) + " was started twice", Peer.N);
-    if (!sendReply(Peer.N, 0, Text, Deadline))
+    if (!sendMessage(Peer.N, kOk, Uri, Deadline))
       GiveUp(Rank + " went away while rank 0 answered it", -1);
-    Met[size_t(R)] = true;
-    Peers[size_t(R)] = std::move(Peer);
+    Links[size_t(R)] = std::move(Peer);
     --Missing;
   }
-  return Peers;
-}
-
-/// Reads one reply of rank 0's: its text, or throws with \p What.
-std::string readReply(int F, const TorchrunLaunch &L,
-                      Clock::time_point Deadline, const std::string &What) {
-  uint32_t Head[2] = {0, 0};
-  std::string Text;
-  bool Whole =
-      exchange(F, Head, sizeof(Head), false, Deadline) && Head[1] <= (1u << 20);
-  if (Whole) {
-    Text.resize(Head[1]);
-    Whole = exchange(F, Text.data(), Text.size(), false, Deadline);
-  }
-  if (!Whole)
-    throw RunError(
-        "rendezvous: rank 0 at " + where(L) +
-        (secondsLeft(Deadline) > 0
-             ? std::string(" closed the connection (rank 0 failed; its own "
-                           "message says why)")
-             : " " + What));
-  if (Head[0] != 0)
-    throw RunError("rendezvous: " + Text);
-  return Text;
+  return Uri;
 }
 
 /// Rank r > 0: asks rank 0 (retrying while it is not yet listening) for
-/// the text it serves; \p Conn keeps the connection, on which rank 0 later
-/// says when to join.
-std::string askRendezvous(const TorchrunLaunch &L, OwnedFd &Conn) {
+/// the server's URI; keeps the connection in Links[0].
+std::string TorchrunWorld::State::askRendezvous() {
   const auto Deadline = deadlineIn(L.TimeoutSec);
   addrinfo Hints{};
   Hints.ai_family = AF_UNSPEC;
@@ -297,117 +433,211 @@ std::string askRendezvous(const TorchrunLaunch &L, OwnedFd &Conn) {
       LastWhy = std::string("cannot resolve MASTER_ADDR: ") + gai_strerror(G);
     } else {
       for (addrinfo *A = List; A; A = A->ai_next) {
-        OwnedFd S(::socket(A->ai_family, A->ai_socktype | SOCK_CLOEXEC,
-                           A->ai_protocol));
-        if (S.N < 0 || ::connect(S.N, A->ai_addr, A->ai_addrlen) != 0) {
+        OwnedFd S(connectWithin(A, Deadline));
+        if (S.N < 0) {
           LastWhy = std::strerror(errno);
           continue;
         }
         ::freeaddrinfo(List);
-        uint32_t Hello[4] = {kMagic, kVersion, uint32_t(L.Rank),
-                             uint32_t(L.Size)};
-        if (!exchange(S.N, Hello, sizeof(Hello), true, Deadline))
+        uint32_t Hello[6] = {
+            kMagic,           kVersion,           uint32_t(L.Rank),
+            uint32_t(L.Size), uint32_t(L.JobKey), uint32_t(L.JobKey >> 32)};
+        uint32_t Status = 0;
+        std::string Text;
+        bool Closed = false;
+        if (!exchange(S.N, Hello, sizeof(Hello), true, Deadline) ||
+            !readMessage(S.N, Deadline, Status, Text, Closed))
           throw RunError("rendezvous: rank 0 at " + where(L) +
-                         " went away while this rank said who it is");
-        std::string Text = readReply(
-            S.N, L, Deadline,
-            "did not answer in time (is another program listening there? "
-            "MEGAC_RENDEZVOUS_PORT picks the port)");
-        Conn = std::move(S);
+                         (Closed ? " closed the connection (rank 0 failed; "
+                                   "its own message says why)"
+                                 : " did not answer in time (is another "
+                                   "program listening there? "
+                                   "MEGAC_RENDEZVOUS_PORT picks the port)"));
+        if (Status != kOk)
+          throw RunError("rendezvous: " + Text);
+        Links.clear();
+        Links.push_back(std::move(S));
         return Text;
       }
       ::freeaddrinfo(List);
     }
     if (secondsLeft(Deadline) <= 0)
       throw RunError("rendezvous: cannot reach rank 0 at " + where(L) +
-                     " within " + std::to_string(int(L.TimeoutSec)) + " s (" +
-                     LastWhy + "; MEGAC_RENDEZVOUS_TIMEOUT sets the wait)");
+                     " within " + seconds(L.TimeoutSec) + " (" + LastWhy +
+                     "; MEGAC_RENDEZVOUS_TIMEOUT sets the wait)");
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
 }
 
-} // namespace
-
-std::optional<TorchrunLaunch> torchrunLaunch() {
-  // An MPI launcher's own variables win: under mpirun or srun, a RANK or
-  // WORLD_SIZE left in the environment is someone else's.
-  for (const char *Var :
-       {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMI_RANK", "PMIX_RANK"})
-    if (std::getenv(Var))
-      return std::nullopt;
-  TorchrunLaunch L;
-  L.Size = int(wholeVar("WORLD_SIZE", 1, 1 << 20, 1));
-  if (L.Size <= 1)
-    return std::nullopt;
-  const std::string Ws = std::to_string(L.Size);
-  for (const char *Need : {"RANK", "MASTER_ADDR", "MASTER_PORT"})
-    if (const char *V = std::getenv(Need); !V || !*V)
-      throw RunError("WORLD_SIZE=" + Ws + " is set but " + Need +
-                     " is not: a torchrun-style launch gives every process "
-                     "RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT");
-  L.Rank = int(wholeVar("RANK", 0, L.Size - 1, 0));
-  L.MasterAddr = std::getenv("MASTER_ADDR");
-  const long MasterPort = wholeVar("MASTER_PORT", 1, 65535, 0);
-  const char *AgentStore = std::getenv("TORCHELASTIC_USE_AGENT_STORE");
-  const bool PortTaken = AgentStore && (std::string(AgentStore) == "True" ||
-                                        std::string(AgentStore) == "1");
-  L.Port = int(wholeVar("MEGAC_RENDEZVOUS_PORT", 1, 65535,
-                        PortTaken ? (MasterPort % 65535) + 1 : MasterPort));
-  L.TimeoutSec = double(wholeVar("MEGAC_RENDEZVOUS_TIMEOUT", 1, 86400, 300));
-  return L;
-}
-
-TorchrunWorld::TorchrunWorld(const TorchrunLaunch &L, int *Argc, char ***Argv) {
-  try {
-    meet(L, Argc, Argv);
-  } catch (...) {
-    stopServer();
-    throw;
+/// Rank r > 0: waits for rank 0 to say it is this rank's turn to join
+/// (Open MPI pairs accepts and connects reliably only one newcomer at a
+/// time) and returns rank 0's MPI port. Each rank that joins before it
+/// starts the wait again.
+std::string TorchrunWorld::State::waitForTurn() {
+  for (;;) {
+    uint32_t Status = 0;
+    std::string Text;
+    bool Closed = false;
+    if (!readMessage(Links[0].N, deadlineIn(L.TimeoutSec), Status, Text,
+                     Closed))
+      throw RunError(
+          "rendezvous: rank 0 at " + where(L) +
+          (Closed ? " closed the connection (rank 0 failed; its own message "
+                    "says why)"
+                  : " let no rank join for " + seconds(L.TimeoutSec) +
+                        " while this rank waited for its turn "
+                        "(MEGAC_RENDEZVOUS_TIMEOUT sets the wait)"));
+    if (Status == kOk)
+      return Text;
+    if (Status != kProgress)
+      throw RunError("rendezvous: " + Text);
   }
 }
 
-void TorchrunWorld::meet(const TorchrunLaunch &L, int *Argc, char ***Argv) {
+void TorchrunWorld::State::join(const std::string &Port) {
+  std::vector<char> Name(Port.begin(), Port.end());
+  Name.push_back('\0');
+  MPI_Comm Joined = MPI_COMM_SELF;
+  if (L.Rank != 0) {
+    progress(L.Rank);
+    MPI_Comm Inter;
+    if (MPI_Comm_connect(Name.data(), MPI_INFO_NULL, 0, MPI_COMM_SELF,
+                         &Inter) != MPI_SUCCESS ||
+        MPI_Intercomm_merge(Inter, /*high=*/1, &Joined) != MPI_SUCCESS)
+      throw RunError("rank " + std::to_string(L.Rank) +
+                     " cannot join rank 0's MPI world");
+    MPI_Comm_free(&Inter);
+  }
+  // The ranks already joined take in the newcomers in RANK order, so the
+  // world comes out ordered.
+  int Size = 1;
+  MPI_Comm_size(Joined, &Size);
+  for (; Size < L.Size; MPI_Comm_size(Joined, &Size)) {
+    progress(Size);
+    if (L.Rank == 0 && !sendMessage(Links[size_t(Size)].N, kOk, Port,
+                                    deadlineIn(L.TimeoutSec)))
+      throw RunError("rendezvous: rank " + std::to_string(Size) +
+                     " went away before it joined");
+    MPI_Comm Inter, Merged;
+    if (MPI_Comm_accept(Name.data(), MPI_INFO_NULL, 0, Joined, &Inter) !=
+            MPI_SUCCESS ||
+        MPI_Intercomm_merge(Inter, /*high=*/0, &Merged) != MPI_SUCCESS)
+      throw RunError("rank " + std::to_string(Size) +
+                     " could not join the MPI world");
+    MPI_Comm_free(&Inter);
+    if (Joined != MPI_COMM_SELF)
+      MPI_Comm_free(&Joined);
+    Joined = Merged;
+    // The ranks still waiting for their turn wait anew.
+    if (L.Rank == 0)
+      for (int R = Size + 1; R < L.Size; ++R)
+        sendMessage(Links[size_t(R)].N, kProgress, "", deadlineIn(1));
+  }
+  JoinSince = 0;
+  World = Joined;
+  int Mine = 0;
+  MPI_Comm_rank(World, &Mine);
+  if (Mine != L.Rank)
+    throw RunError("rank " + std::to_string(L.Rank) + " joined the world as " +
+                   std::to_string(Mine));
+  // From here MPI errors end the process, as under mpirun.
+  MPI_Comm_set_errhandler(World, MPI_ERRORS_ARE_FATAL);
+  MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_ARE_FATAL);
+}
+
+void TorchrunWorld::State::startMonitor() {
+  if (::pipe2(Wake, O_CLOEXEC) != 0)
+    throw RunError(std::string("cannot create a pipe: ") +
+                   std::strerror(errno));
+  Monitor = std::thread([this] { watch(); });
+}
+
+void TorchrunWorld::State::watch() {
+  std::vector<bool> Done(Links.size(), false);
+  while (!Stop) {
+    std::vector<pollfd> Fds{{Wake[0], POLLIN, 0}};
+    std::vector<size_t> Which{0};
+    if (WatchLinks)
+      for (size_t I = 0; I < Links.size(); ++I)
+        if (Links[I].N >= 0 && !Done[I]) {
+          Fds.push_back({Links[I].N, POLLIN, 0});
+          Which.push_back(I);
+        }
+    ::poll(Fds.data(), Fds.size(), 200);
+    if (Stop)
+      return;
+    if (const int64_t Since = JoinSince; Since) {
+      const double Idle =
+          std::chrono::duration<double>(
+              Clock::now() - Clock::time_point(Clock::duration(Since)))
+              .count();
+      if (Idle > L.TimeoutSec) {
+        const int K = JoinWaitsFor;
+        die("rank " + std::to_string(L.Rank) + ": rank " + std::to_string(K) +
+            (K == L.Rank ? " (this one)" : "") +
+            " did not join the MPI world within " + seconds(L.TimeoutSec) +
+            " of its turn (MPI_Comm_connect/accept; a rank that is hung or "
+            "gone? MEGAC_RENDEZVOUS_TIMEOUT sets the wait)");
+      }
+    }
+    for (size_t F = 1; F < Fds.size(); ++F) {
+      if (!Fds[F].revents)
+        continue;
+      char C = 0;
+      const ssize_t N = ::recv(Fds[F].fd, &C, 1, 0);
+      if (N < 0 && (errno == EINTR || errno == EAGAIN))
+        continue;
+      if (N == 1 && C == kBye) {
+        Done[Which[F]] = true;
+        continue;
+      }
+      if (Finishing)
+        return;
+      if (L.Rank == 0)
+        die("rank " + std::to_string(Which[F]) +
+            " ended before the job finished (its own message or its "
+            "launcher says why); rank 0 ends the job");
+      die("rank 0 ended before the job finished (it or another rank "
+          "failed; their messages say why); rank " +
+          std::to_string(L.Rank) + " ends too");
+    }
+  }
+}
+
+void TorchrunWorld::State::meet(int *Argc, char ***Argv) {
+  requireTcpTransport();
   // Rank 0's ompi-server first: every singleton's MPI_Init must know it.
   std::string Uri;
-  OwnedFd Conn;
   if (L.Rank == 0) {
     checkThisHost(L);
     Uri = startServer();
-  } else
-    Uri = askRendezvous(L, Conn);
+  } else {
+    Uri = askRendezvous();
+  }
   ::setenv("OMPI_MCA_pmix_server_uri", Uri.c_str(), 1);
-  // Separately started Open MPI jobs reach each other over TCP only (its
-  // shared-memory transport stays within one job): a transport list that
-  // names others gets TCP too.
-  if (const char *Btl = std::getenv("OMPI_MCA_btl");
-      Btl && *Btl && *Btl != '^' && !std::strstr(Btl, "tcp"))
-    ::setenv("OMPI_MCA_btl", (std::string(Btl) + ",tcp").c_str(), 1);
   MPI_Init(Argc, Argv);
-  // A failed accept or connect is reported here, as one line.
+  // A failed accept, connect or merge is reported here, as one line.
   MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN);
   if (L.Rank == 0) {
     char Name[MPI_MAX_PORT_NAME] = {0};
     if (MPI_Open_port(MPI_INFO_NULL, Name) != MPI_SUCCESS)
       throw RunError("rank 0 cannot open an MPI port for the others");
-    std::vector<OwnedFd> Peers = serveRendezvous(L, Uri);
-    join(L, Name, &Peers);
+    serveRendezvous(Uri);
+    // (Rank 0 writes to the connections from here, and reads only what
+    // the monitor reads.)
+    WatchLinks = true;
+    startMonitor();
+    join(Name);
     MPI_Close_port(Name);
   } else {
-    // Rank 0 sends its port when this rank's turn to join comes: Open
-    // MPI's accept and connect pair up reliably only one newcomer at a
-    // time.
-    // (Rank 0 waits as long for the last rank to reach it, and then names
-    // the missing ones; this rank waits a little longer.)
-    const std::string Port =
-        readReply(Conn.N, L, deadlineIn(L.TimeoutSec + 10),
-                  "did not let this rank join within " +
-                      std::to_string(int(L.TimeoutSec) + 10) +
-                      " s (rank 0 waits for every rank to reach it)");
-    join(L, Port, nullptr);
+    startMonitor();
+    const std::string Port = waitForTurn();
+    WatchLinks = true;
+    join(Port);
   }
 }
 
-std::string TorchrunWorld::startServer() {
+std::string TorchrunWorld::State::startServer() {
   char Path[] = "/tmp/megac-ompi-server-XXXXXX";
   const int F = ::mkstemp(Path);
   if (F < 0)
@@ -416,13 +646,17 @@ std::string TorchrunWorld::startServer() {
                    std::strerror(errno));
   ::close(F);
   UriFile = Path;
+  const pid_t Parent = ::getpid();
   Server = ::fork();
   if (Server < 0)
     throw RunError(std::string("cannot start ompi-server: ") +
                    std::strerror(errno));
   if (Server == 0) {
-    // The server ends with rank 0, however rank 0 ends.
+    // The server ends with rank 0, however rank 0 ends (also if it ended
+    // before this line).
     ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (::getppid() != Parent)
+      ::_exit(1);
     const int Null = ::open("/dev/null", O_RDWR);
     if (Null >= 0) {
       ::dup2(Null, 0);
@@ -433,7 +667,7 @@ std::string TorchrunWorld::startServer() {
     ::_exit(127);
   }
   // Its URI appears in the file once it listens.
-  const auto Deadline = Clock::now() + std::chrono::seconds(60);
+  const auto Deadline = deadlineIn(60);
   for (;;) {
     struct stat St {};
     if (::stat(Path, &St) == 0 && St.st_size > 0) {
@@ -472,54 +706,13 @@ std::string TorchrunWorld::startServer() {
   }
 }
 
-void TorchrunWorld::join(const TorchrunLaunch &L, const std::string &Port,
-                         std::vector<OwnedFd> *Peers) {
-  std::vector<char> Name(Port.begin(), Port.end());
-  Name.push_back('\0');
-  MPI_Comm Joined = MPI_COMM_SELF;
-  if (L.Rank != 0) {
-    MPI_Comm Inter;
-    if (MPI_Comm_connect(Name.data(), MPI_INFO_NULL, 0, MPI_COMM_SELF,
-                         &Inter) != MPI_SUCCESS)
-      throw RunError("rank " + std::to_string(L.Rank) +
-                     " cannot connect to rank 0's MPI port");
-    MPI_Intercomm_merge(Inter, /*high=*/1, &Joined);
-    MPI_Comm_free(&Inter);
-  }
-  // The ranks already joined take in the newcomers in RANK order, so the
-  // world comes out ordered.
-  int Size = 1;
-  MPI_Comm_size(Joined, &Size);
-  for (; Size < L.Size; MPI_Comm_size(Joined, &Size)) {
-    if (Peers &&
-        !sendReply((*Peers)[size_t(Size)].N, 0, Port, deadlineIn(L.TimeoutSec)))
-      throw RunError("rendezvous: rank " + std::to_string(Size) +
-                     " went away before it joined");
-    MPI_Comm Inter, Merged;
-    if (MPI_Comm_accept(Name.data(), MPI_INFO_NULL, 0, Joined, &Inter) !=
-        MPI_SUCCESS)
-      throw RunError("rank " + std::to_string(Size) + " could not join");
-    MPI_Intercomm_merge(Inter, /*high=*/0, &Merged);
-    MPI_Comm_free(&Inter);
-    if (Joined != MPI_COMM_SELF)
-      MPI_Comm_free(&Joined);
-    Joined = Merged;
-  }
-  World = Joined;
-  int Mine = 0;
-  MPI_Comm_rank(World, &Mine);
-  if (Mine != L.Rank)
-    throw RunError("rank " + std::to_string(L.Rank) + " joined the world as " +
-                   std::to_string(Mine));
-}
-
-void TorchrunWorld::stopServer() {
+void TorchrunWorld::State::stopServer() {
   if (Server > 0) {
     // It may linger over its clients (a rank still waiting to join);
     // the job no longer needs it either way.
     ::kill(Server, SIGTERM);
     int Status = 0;
-    const auto Deadline = Clock::now() + std::chrono::seconds(1);
+    const auto Deadline = deadlineIn(1);
     while (::waitpid(Server, &Status, WNOHANG) == 0) {
       if (Clock::now() > Deadline) {
         ::kill(Server, SIGKILL);
@@ -535,6 +728,63 @@ void TorchrunWorld::stopServer() {
   UriFile.clear();
 }
 
-TorchrunWorld::~TorchrunWorld() { stopServer(); }
+std::optional<TorchrunLaunch> torchrunLaunch(int Argc, char **Argv) {
+  // An MPI launcher's own variables win: under mpirun or srun, a RANK or
+  // WORLD_SIZE left in the environment is someone else's.
+  for (const char *Var :
+       {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMI_RANK", "PMIX_RANK"})
+    if (std::getenv(Var))
+      return std::nullopt;
+  TorchrunLaunch L;
+  L.Size = int(wholeVar("WORLD_SIZE", 1, 1 << 20, 1));
+  if (L.Size <= 1)
+    return std::nullopt;
+  const std::string Ws = std::to_string(L.Size);
+  for (const char *Need : {"RANK", "MASTER_ADDR", "MASTER_PORT"})
+    if (const char *V = std::getenv(Need); !V || !*V)
+      throw RunError("WORLD_SIZE=" + Ws + " is set but " + Need +
+                     " is not: a torchrun-style launch gives every process "
+                     "RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT");
+  L.Rank = int(wholeVar("RANK", 0, L.Size - 1, 0));
+  L.MasterAddr = std::getenv("MASTER_ADDR");
+  const long MasterPort = wholeVar("MASTER_PORT", 1, 65535, 0);
+  const char *AgentStore = std::getenv("TORCHELASTIC_USE_AGENT_STORE");
+  const bool PortTaken = AgentStore && (std::string(AgentStore) == "True" ||
+                                        std::string(AgentStore) == "1");
+  L.Port = int(wholeVar("MEGAC_RENDEZVOUS_PORT", 1, 65535,
+                        PortTaken ? (MasterPort % 65535) + 1 : MasterPort));
+  L.TimeoutSec = double(wholeVar("MEGAC_RENDEZVOUS_TIMEOUT", 1, 86400, 300));
+  // FNV-1a over the command line and torchrun's run id and restart count.
+  uint64_t H = 0xcbf29ce484222325ull;
+  auto Mix = [&H](const char *Text) {
+    for (const char *C = Text ? Text : ""; *C; ++C)
+      H = (H ^ uint8_t(*C)) * 0x100000001b3ull;
+    H = (H ^ 0xff) * 0x100000001b3ull; // (a separator no text holds)
+  };
+  for (int I = 1; I < Argc; ++I)
+    Mix(Argv[I]);
+  Mix(std::getenv("TORCHELASTIC_RUN_ID"));
+  Mix(std::getenv("TORCHELASTIC_RESTART_COUNT"));
+  L.JobKey = H;
+  return L;
+}
+
+TorchrunWorld::TorchrunWorld(const TorchrunLaunch &L, int *Argc, char ***Argv)
+    : S(std::make_unique<State>()) {
+  S->L = L;
+  S->meet(Argc, Argv); // (on failure, ~State cleans up)
+}
+
+MPI_Comm TorchrunWorld::world() const { return S->World; }
+
+void TorchrunWorld::finish() {
+  S->Finishing = true;
+  const char Bye = kBye;
+  for (OwnedFd &F : S->Links)
+    if (F.N >= 0)
+      exchange(F.N, const_cast<char *>(&Bye), 1, true, deadlineIn(1));
+}
+
+TorchrunWorld::~TorchrunWorld() = default;
 
 } // namespace megac_rt

@@ -6,13 +6,16 @@
 // the environment instead of an MPI launcher's. Each such process is an MPI
 // singleton. This joins them into one intracommunicator ordered by RANK
 // with MPI's own dynamic-process calls (MPI_Comm_accept/connect and
-// MPI_Intercomm_merge), so that everything above runs on a real MPI world
-// exactly as under mpirun.
+// MPI_Intercomm_merge), so that everything above runs the same collectives
+// and transfers as under mpirun.
 //
 // Open MPI connects separately started processes through an ompi-server,
 // which rank 0 starts. The other ranks learn its address, and rank 0's MPI
-// port, from rank 0 over one short TCP exchange at MASTER_ADDR (the
-// rendezvous); nothing else travels over it.
+// port, from rank 0 over a TCP connection to MASTER_ADDR (the rendezvous).
+// The connections stay open for the whole run: the ranks are separate MPI
+// jobs, so MPI_Abort ends only its own, and a rank that ends before the job
+// finished (an abort, a crash, a kill) is noticed there instead. Rank 0 then
+// ends, and the other ranks with it.
 //
 //===----------------------------------------------------------------------===//
 
@@ -21,15 +24,12 @@
 
 #include <mpi.h>
 
+#include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
-#include <sys/types.h>
-#include <vector>
 
 namespace megac_rt {
-
-/// A socket, closed when it goes out of scope.
-struct OwnedFd;
 
 /// What a torchrun-style launcher told this process.
 struct TorchrunLaunch {
@@ -39,45 +39,42 @@ struct TorchrunLaunch {
   /// else MASTER_PORT, or MASTER_PORT + 1 where torchrun's own store holds
   /// MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE=True).
   int Port = 0;
-  /// How long a rank waits for the others to meet (seconds,
-  /// MEGAC_RENDEZVOUS_TIMEOUT, default 300).
+  /// How long a rank waits for the others to meet, and for each step of
+  /// joining (seconds, MEGAC_RENDEZVOUS_TIMEOUT, default 300).
   double TimeoutSec = 300;
+  /// The job's identity: its command line and torchrun's run id and
+  /// restart count. Rank 0 takes in only processes with its own (a
+  /// process left over from another job must not become one of its ranks).
+  uint64_t JobKey = 0;
 };
 
 /// The launch when WORLD_SIZE > 1 is set and no MPI launcher started this
 /// process; nullopt otherwise. Throws RunError when the variables are
 /// incomplete or malformed.
-std::optional<TorchrunLaunch> torchrunLaunch();
+std::optional<TorchrunLaunch> torchrunLaunch(int Argc, char **Argv);
 
 /// The joined world. Construction calls MPI_Init; destruction (after
-/// MPI_Finalize) stops rank 0's ompi-server.
+/// MPI_Finalize) closes the connections and stops rank 0's ompi-server.
 class TorchrunWorld {
 public:
   /// Throws RunError on failure (MPI may then be initialized: the caller
-  /// reports and exits without MPI_Finalize, and the launcher ends the
-  /// other ranks as it does for any rank that fails).
+  /// reports and exits without MPI_Finalize).
   TorchrunWorld(const TorchrunLaunch &L, int *Argc, char ***Argv);
   ~TorchrunWorld();
   TorchrunWorld(const TorchrunWorld &) = delete;
   TorchrunWorld &operator=(const TorchrunWorld &) = delete;
 
   /// The world, rank i being the process with RANK=i.
-  MPI_Comm world() const { return World; }
+  MPI_Comm world() const;
+
+  /// Says this rank ends normally, once every rank has passed the job's
+  /// last collective: from then on the others' connections may close.
+  void finish();
+
+  struct State;
 
 private:
-  void meet(const TorchrunLaunch &L, int *Argc, char ***Argv);
-  /// Rank 0: starts ompi-server and returns its URI.
-  std::string startServer();
-  void stopServer();
-  /// Joins the world through rank 0's MPI \p Port. Rank 0 passes the
-  /// other ranks' rendezvous connections, over which it tells each when
-  /// to connect.
-  void join(const TorchrunLaunch &L, const std::string &Port,
-            std::vector<OwnedFd> *Peers);
-
-  MPI_Comm World = MPI_COMM_NULL;
-  pid_t Server = -1;
-  std::string UriFile;
+  std::unique_ptr<State> S;
 };
 
 } // namespace megac_rt

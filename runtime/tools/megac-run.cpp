@@ -16,8 +16,9 @@
 // reported once, as one line, and every rank exits 1, so nothing hangs in a
 // collective waiting for a rank that has already given up. The same holds
 // for checkpoint writes inside the training loop (each is followed by an
-// agreement); a failure inside a step is an internal error and aborts the
-// job (MPI_Abort).
+// agreement); a failure inside a step is an internal error and ends the
+// job (endJob: MPI_Abort, or under a torchrun-style launch the end of this
+// rank's connection to rank 0).
 //
 //===----------------------------------------------------------------------===//
 
@@ -204,6 +205,8 @@ int WorldRank = 0, WorldSize = 1;
 /// Every rank of the job: MPI_COMM_WORLD under an MPI launcher, the joined
 /// world under a torchrun-style one (torchrun_world.h).
 MPI_Comm World = MPI_COMM_WORLD;
+/// Whether World is a torchrun-style launch's joined world.
+bool JoinedWorld = false;
 /// Whether a launcher started this process (mpirun, srun, torchrun), read
 /// before MPI_Init: a process started alone gets PMIX_RANK from MPI_Init
 /// itself.
@@ -864,10 +867,22 @@ void saveOutputs(const Options &O, const Setup &S) {
   writeSafetensors(O.saveOutputs, Ts, Meta);
 }
 
+/// Ends the whole job, this rank with status 1: under an MPI launcher
+/// MPI_Abort takes the other ranks down; the ranks of a torchrun-style
+/// launch are separate MPI jobs, and see this one end through their
+/// connections to rank 0 (torchrun_world.h).
+[[noreturn]] void endJob() {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  if (!JoinedWorld)
+    MPI_Abort(World, 1);
+  std::_Exit(1);
+}
+
 /// Ends the job after a failure on this rank alone, which its peers would
-/// otherwise wait for in a collective: MPI_Abort takes them down. A job of
-/// one rank has no peers, and ends with status 1 and the one line, as any
-/// other error does (MPI_Abort would add Open MPI's banner).
+/// otherwise wait for in a collective. A job of one rank has no peers, and
+/// ends with status 1 and the one line, as any other error does (MPI_Abort
+/// would add Open MPI's banner).
 [[noreturn]] void abortJob(const std::exception &E) {
   std::fflush(stdout); // (what it printed comes before the error)
   std::fprintf(stderr, "megac-run: error: %s\n", oneLine(E.what()).c_str());
@@ -876,8 +891,7 @@ void saveOutputs(const Options &O, const Setup &S) {
     MPI_Finalize();
     std::exit(1);
   }
-  MPI_Abort(World, 1);
-  std::exit(1);
+  endJob();
 }
 
 /// Builds this rank's per-axis communicators and waits for every rank, so
@@ -1803,13 +1817,15 @@ int runMain(int Argc, char **Argv) {
       "  srun -n N --mpi=pmix megac-run model.mgc   (Slurm)\n"
       "  torchrun --nproc-per-node N --no-python megac-run model.mgc\n"
       "  megac-run model.mgc                   (single-rank plans)\n"
-      "Under torchrun (or any launcher that sets RANK, WORLD_SIZE, "
+      "Under torchrun (or any launcher that sets WORLD_SIZE > 1, RANK, "
       "MASTER_ADDR and MASTER_PORT and no MPI variables) the processes join "
       "one MPI world themselves: rank 0 starts Open MPI's ompi-server and "
       "meets the others at MASTER_ADDR (its host), on MASTER_PORT (the next "
-      "port where "
-      "torchrun's own store holds it; MEGAC_RENDEZVOUS_PORT overrides), "
-      "waiting MEGAC_RENDEZVOUS_TIMEOUT seconds (300) for all of them.\n\n"
+      "port where torchrun's own store holds it; MEGAC_RENDEZVOUS_PORT "
+      "overrides), waiting MEGAC_RENDEZVOUS_TIMEOUT seconds (300) for them "
+      "to meet and for each to join. Every rank must run the same command "
+      "line. A rank that ends early ends the others through its connection "
+      "to rank 0.\n\n"
       "Parameters are loaded from a HuggingFace safetensors checkpoint "
       "(--weights) or initialized from a seed such that every sharding of a "
       "model starts from the same weights. Inputs are cut from a token "
@@ -2117,11 +2133,19 @@ int main(int Argc, char **Argv) {
   // the launcher then ends the others, as for any failed rank.
   std::optional<TorchrunLaunch> Torchrun;
   std::unique_ptr<TorchrunWorld> Joined;
+  // (--help and --version answer at once, whatever the environment.)
+  bool JustAsking = false;
+  for (int I = 1; I < Argc; ++I)
+    JustAsking |= !std::strcmp(Argv[I], "-h") ||
+                  !std::strcmp(Argv[I], "--help") ||
+                  !std::strcmp(Argv[I], "--version");
   try {
-    Torchrun = torchrunLaunch();
+    if (!JustAsking)
+      Torchrun = torchrunLaunch(Argc, Argv);
     if (Torchrun) {
       Joined = std::make_unique<TorchrunWorld>(*Torchrun, &Argc, &Argv);
       World = Joined->world();
+      JoinedWorld = true;
       LaunchedByLauncher = true;
     }
   } catch (const RunError &E) {
@@ -2137,9 +2161,7 @@ int main(int Argc, char **Argv) {
   } catch (const std::exception &E) {
     std::fprintf(stderr, "megac-run: error: internal error: %s\n",
                  oneLine(E.what()).c_str());
-    std::fflush(stderr);
-    MPI_Abort(World, 1);
-    Rc = 1;
+    endJob();
   }
   // A report nobody received (stdout a full disk, a closed pipe) is a
   // failure too.
@@ -2150,9 +2172,12 @@ int main(int Argc, char **Argv) {
     Rc = 1;
   }
   // (The joined world's ranks finish together: rank 0's ompi-server
-  // must outlive every rank's MPI_Finalize.)
-  if (Torchrun)
+  // must outlive every rank's MPI_Finalize, and a rank that ends before
+  // saying so ends the others.)
+  if (Torchrun) {
     MPI_Barrier(World);
+    Joined->finish();
+  }
   MPI_Finalize();
   Joined.reset();
   return Rc;
