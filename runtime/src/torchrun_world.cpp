@@ -448,8 +448,10 @@ std::string TorchrunWorld::State::askRendezvous() {
         if (!exchange(S.N, Hello, sizeof(Hello), true, Deadline) ||
             !readMessage(S.N, Deadline, Status, Text, Closed))
           throw RunError("rendezvous: rank 0 at " + where(L) +
-                         (Closed ? " closed the connection (rank 0 failed; "
-                                   "its own message says why)"
+                         (Closed ? " closed the connection before answering "
+                                   "(rank 0 failed, or another program "
+                                   "listens there: MEGAC_RENDEZVOUS_PORT "
+                                   "picks the port)"
                                  : " did not answer in time (is another "
                                    "program listening there? "
                                    "MEGAC_RENDEZVOUS_PORT picks the port)"));
@@ -754,7 +756,9 @@ std::optional<TorchrunLaunch> torchrunLaunch(int Argc, char **Argv) {
   L.Port = int(wholeVar("MEGAC_RENDEZVOUS_PORT", 1, 65535,
                         PortTaken ? (MasterPort % 65535) + 1 : MasterPort));
   L.TimeoutSec = double(wholeVar("MEGAC_RENDEZVOUS_TIMEOUT", 1, 86400, 300));
-  // FNV-1a over the command line and torchrun's run id and restart count.
+  // FNV-1a over the command line and torchrun's run id. (Not its restart
+  // count, which torchrun's agents on different nodes do not keep in
+  // step.)
   uint64_t H = 0xcbf29ce484222325ull;
   auto Mix = [&H](const char *Text) {
     for (const char *C = Text ? Text : ""; *C; ++C)
@@ -764,7 +768,6 @@ std::optional<TorchrunLaunch> torchrunLaunch(int Argc, char **Argv) {
   for (int I = 1; I < Argc; ++I)
     Mix(Argv[I]);
   Mix(std::getenv("TORCHELASTIC_RUN_ID"));
-  Mix(std::getenv("TORCHELASTIC_RESTART_COUNT"));
   L.JobKey = H;
   return L;
 }

@@ -42,9 +42,9 @@ struct TorchrunLaunch {
   /// How long a rank waits for the others to meet, and for each step of
   /// joining (seconds, MEGAC_RENDEZVOUS_TIMEOUT, default 300).
   double TimeoutSec = 300;
-  /// The job's identity: its command line and torchrun's run id and
-  /// restart count. Rank 0 takes in only processes with its own (a
-  /// process left over from another job must not become one of its ranks).
+  /// The job's identity: its command line and torchrun's run id. Rank 0
+  /// takes in only processes with its own (a process left over from
+  /// another job must not become one of its ranks).
   uint64_t JobKey = 0;
 };
 

@@ -2134,11 +2134,18 @@ int main(int Argc, char **Argv) {
   std::optional<TorchrunLaunch> Torchrun;
   std::unique_ptr<TorchrunWorld> Joined;
   // (--help and --version answer at once, whatever the environment.)
+  // (Short flags may come together: -qh.)
   bool JustAsking = false;
-  for (int I = 1; I < Argc; ++I)
-    JustAsking |= !std::strcmp(Argv[I], "-h") ||
-                  !std::strcmp(Argv[I], "--help") ||
-                  !std::strcmp(Argv[I], "--version");
+  for (int I = 1; I < Argc; ++I) {
+    const char *A = Argv[I];
+    JustAsking |=
+        !std::strcmp(A, "--help") || !std::strcmp(A, "--version") ||
+        (A[0] == '-' && std::isalpha(static_cast<unsigned char>(A[1])) &&
+         std::strchr(A, 'h') &&
+         std::all_of(A + 1, A + std::strlen(A), [](char C) {
+           return std::isalpha(static_cast<unsigned char>(C));
+         }));
+  }
   try {
     if (!JustAsking)
       Torchrun = torchrunLaunch(Argc, Argv);
