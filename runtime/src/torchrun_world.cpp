@@ -18,6 +18,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "torchrun_world.h"
+#include "env.h"
 #include "error.h"
 
 #include <arpa/inet.h>
@@ -67,23 +68,6 @@ struct OwnedFd {
       ::close(N);
   }
 };
-
-/// The variable as a whole number in [Lo, Hi]; \p Default where unset or
-/// empty.
-long wholeVar(const char *Name, long Lo, long Hi, long Default) {
-  const char *V = std::getenv(Name);
-  if (!V || !*V)
-    return Default;
-  char *End = nullptr;
-  errno = 0;
-  const long N = std::strtol(V, &End, 10);
-  if (*End || errno || N < Lo || N > Hi ||
-      !std::isdigit(static_cast<unsigned char>(*V)))
-    throw RunError(std::string(Name) + " is '" + V +
-                   "': expected a whole number from " + std::to_string(Lo) +
-                   " to " + std::to_string(Hi));
-  return N;
-}
 
 double secondsLeft(Clock::time_point Deadline) {
   return std::chrono::duration<double>(Deadline - Clock::now()).count();
@@ -738,7 +722,7 @@ std::optional<TorchrunLaunch> torchrunLaunch(int Argc, char **Argv) {
     if (std::getenv(Var))
       return std::nullopt;
   TorchrunLaunch L;
-  L.Size = int(wholeVar("WORLD_SIZE", 1, 1 << 20, 1));
+  L.Size = int(envWholeNumber("WORLD_SIZE", 1, 1 << 20).value_or(1));
   if (L.Size <= 1)
     return std::nullopt;
   const std::string Ws = std::to_string(L.Size);
@@ -747,15 +731,17 @@ std::optional<TorchrunLaunch> torchrunLaunch(int Argc, char **Argv) {
       throw RunError("WORLD_SIZE=" + Ws + " is set but " + Need +
                      " is not: a torchrun-style launch gives every process "
                      "RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT");
-  L.Rank = int(wholeVar("RANK", 0, L.Size - 1, 0));
+  L.Rank = int(envWholeNumber("RANK", 0, L.Size - 1).value_or(0));
   L.MasterAddr = std::getenv("MASTER_ADDR");
-  const long MasterPort = wholeVar("MASTER_PORT", 1, 65535, 0);
+  const long MasterPort = envWholeNumber("MASTER_PORT", 1, 65535).value_or(0);
   const char *AgentStore = std::getenv("TORCHELASTIC_USE_AGENT_STORE");
   const bool PortTaken = AgentStore && (std::string(AgentStore) == "True" ||
                                         std::string(AgentStore) == "1");
-  L.Port = int(wholeVar("MEGAC_RENDEZVOUS_PORT", 1, 65535,
-                        PortTaken ? (MasterPort % 65535) + 1 : MasterPort));
-  L.TimeoutSec = double(wholeVar("MEGAC_RENDEZVOUS_TIMEOUT", 1, 86400, 300));
+  L.Port =
+      int(envWholeNumber("MEGAC_RENDEZVOUS_PORT", 1, 65535)
+              .value_or(PortTaken ? (MasterPort % 65535) + 1 : MasterPort));
+  L.TimeoutSec = double(
+      envWholeNumber("MEGAC_RENDEZVOUS_TIMEOUT", 1, 86400).value_or(300));
   // FNV-1a over the command line and torchrun's run id. (Not its restart
   // count, which torchrun's agents on different nodes do not keep in
   // step.)

@@ -23,6 +23,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "checkpoint.h"
+#include "env.h"
 #include "error.h"
 #include "executor.h"
 #include "file_io.h"
@@ -1205,17 +1206,11 @@ CreateCudaRun loadCudaPlugin() {
 int localDevice() {
   for (const char *Var : {"OMPI_COMM_WORLD_LOCAL_RANK", "LOCAL_RANK",
                           "SLURM_LOCALID"})
-    if (const char *V = std::getenv(Var); V && *V) {
-      char *End = nullptr;
-      errno = 0;
-      const long Value = std::strtol(V, &End, 10);
-      if (*End || errno || Value < 0 || Value > INT_MAX ||
-          !std::isdigit(static_cast<unsigned char>(*V)))
-        throw RunError(std::string(Var) + " is '" + V +
-                       "': expected the launcher's local rank, a whole "
-                       "number (it picks this rank's device)");
-      return int(Value);
-    }
+    if (const std::optional<long> Local = envWholeNumber(
+            Var, 0, INT_MAX,
+            "the launcher's local rank, a whole number (it picks this "
+            "rank's device)"))
+      return int(*Local);
   return 0;
 }
 
