@@ -382,7 +382,9 @@ std::string TorchrunWorld::State::serveRendezvous(const std::string &Uri) {
                   "rank 0 at " + where(L) +
                       " runs another job (another command line or "
                       "TORCHELASTIC_RUN_ID): this process is not one of "
-                      "its ranks",
+                      "its ranks (a job's ranks run the same arguments; "
+                      "torchrun's ${local_rank} in them makes them "
+                      "differ)",
                   deadlineIn(1));
       ++TurnedAway;
       continue;
