@@ -181,6 +181,11 @@ struct PipelineStagesPass
       int phase = -1;
       Operation *from = nullptr;
       for (Value operand : op.getOperands()) {
+        // An operand not placed yet says nothing: its op is placed below
+        // from its users, this one among them.
+        Operation *def = operand.getDefiningOp();
+        if (def && getStages(def).empty())
+          continue;
         int p = valuePhase(operand);
         if (p >= 0 && p >= phase) {
           phase = p;
@@ -212,6 +217,11 @@ struct PipelineStagesPass
         stages = {0}; // used by nothing that runs: anywhere will do
         phase = 1;
       }
+      // A sum over the micro-batches takes an addend from each, however
+      // late its users run (a parameter the loss does not read has a
+      // constant zero gradient that is summed like any other).
+      if (isa<AccumulateOp>(op))
+        phase = std::min(phase, 1);
       llvm::sort(stages);
       setPlacement(op, stages, phaseName(phase));
     }

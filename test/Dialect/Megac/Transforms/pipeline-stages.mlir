@@ -5,6 +5,7 @@
 // RUN: not megac-opt %s --megac-set-mesh=mesh=pp=2 --megac-assign-stages=virtual-stages=0 2>&1 | FileCheck %s --check-prefix=ZERO
 // RUN: not megac-opt %s --megac-set-mesh=mesh=pp=2 --megac-assign-stages=virtual-stages=9223372036854775807 2>&1 | FileCheck %s --check-prefix=HUGE
 // RUN: not megac-opt %s --megac-set-mesh=mesh=pp=2 --megac-assign-stages --megac-autodiff --megac-apply-optimizer --megac-pipeline-stages 2>&1 | FileCheck %s --check-prefix=NOSUMS
+// RUN: megac-opt %S/Inputs/pipeline-stages-unused-parameter.mlir --megac-set-mesh=mesh=pp=2 --megac-assign-stages --megac-autodiff --megac-accumulate-micro-batches --megac-apply-optimizer --megac-pipeline-stages | FileCheck %s --check-prefix=UNUSED
 
 // Tests megac-assign-stages and megac-pipeline-stages on two blocks with a
 // tied embedding, on pp=2. The embedding and block 0 form stage 0, block 1,
@@ -47,6 +48,13 @@
 // Without the micro-batch sums (once an 'internal error' on the adamw):
 // NOSUMS: error: megac-pipeline-stages needs the micro-batch sums: run megac-accumulate-micro-batches first
 // HUGE: error: megac-assign-stages: virtual-stages 9223372036854775807 is too large (at most 16777216)
+// A parameter the loss does not read (once a crash): its zero gradient is
+// summed over the micro-batches in the backward phase, on the stages that
+// read it, and its update runs on stage 0.
+// UNUSED: %[[FILL:.*]] = megac.fill {megac.phase = "backward", megac.stage = array<i64: 0, 1>, shape = array<i64: 8>, value = 0.000000e+00 : f64}
+// UNUSED: %[[SUM:.*]] = megac.accumulate %[[FILL]] {megac.phase = "backward", megac.stage = array<i64: 0, 1>}
+// UNUSED: megac.sum_squares %[[SUM]] {megac.phase = "step", megac.stage = array<i64: 1>}
+// UNUSED: megac.adamw %arg3, %[[SUM]], %{{.*}} {{.*}}megac.phase = "step", megac.stage = array<i64: 0>
 // Without a pp axis nothing is placed.
 // NONE-NOT: megac.stage
 func.func @two_blocks(%wte: tensor<64x16xf32> {megac.param = {name = "wte", init = "normal", std = 0.02 : f64}},
