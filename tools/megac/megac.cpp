@@ -46,6 +46,7 @@
 #include "llvm/Support/MathExtras.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
+#include "llvm/Support/Regex.h"
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/xxhash.h"
@@ -292,6 +293,20 @@ mlir::LogicalResult checkMemory(const megac::plan::Program &program,
 }
 
 /// Prints each diagnostic as one line: `file:line:col: error: message`.
+/// \p message without the verifiers' rule labels ("position_embedding_c2: "),
+/// which name docs/dialect.md's rules for megac-opt's users and the tests
+/// but only puzzle someone compiling a model.
+std::string withoutRuleLabels(llvm::StringRef message) {
+  static const llvm::Regex label("(^|[ '])[a-z][a-z0-9_]*_c[0-9]+: ");
+  std::string text = message.str();
+  SmallVector<StringRef> match;
+  while (label.match(text, &match)) {
+    size_t at = match[0].data() - text.data() + match[1].size();
+    text.erase(at, match[0].size() - match[1].size());
+  }
+  return text;
+}
+
 void installOneLineDiagnostics(MLIRContext &ctx) {
   // A pass failure would otherwise attach the whole failing op as a note.
   ctx.printOpOnDiagnostic(false);
@@ -313,7 +328,8 @@ void installOneLineDiagnostics(MLIRContext &ctx) {
     };
     // Notes are dropped: every error is one line, and the messages megac
     // writes carry what they need.
-    print(diag.getLocation(), diag.getSeverity(), diag.str());
+    print(diag.getLocation(), diag.getSeverity(),
+          withoutRuleLabels(diag.str()));
     return success();
   });
 }
@@ -415,8 +431,10 @@ bool reportRepeatedOptions() {
         option->getNumOccurrencesFlag() == cl::Optional &&
         option->getValueExpectedFlag() == cl::ValueRequired &&
         entry.first == option->ArgStr) {
-      fail("--" + option->ArgStr + " given " +
-           llvm::Twine(option->getNumOccurrences()) + " times; give it once");
+      // (Spelt as given: -o is one letter, the rest long options.)
+      fail((option->ArgStr.size() == 1 ? "-" : "--") + option->ArgStr +
+           " given " + llvm::Twine(option->getNumOccurrences()) +
+           " times; give it once");
       repeated = true;
     }
   }
@@ -506,7 +524,7 @@ std::string checkMeshOption(MLIRContext &ctx, StringRef mesh) {
   }
   std::string problem;
   ScopedDiagnosticHandler capture(&ctx, [&](Diagnostic &diag) {
-    problem = diag.str();
+    problem = withoutRuleLabels(diag.str());
     return success();
   });
   if (failed(megac::MeshAttr::verify(
@@ -805,6 +823,82 @@ int runCompile(int argc, char **argv) {
     if (size->getNumOccurrences() && *size <= 0)
       return fail("--" + size->ArgStr.str() + " must be positive, got " +
                   std::to_string(size->getValue()));
+  // The options alone, before the model is read: an error here leaves an
+  // older plan at -o in place (see removeStalePlan below).
+  if (train && gradients)
+    return fail("--train and --gradients exclude each other");
+  if (!dumpIR.empty() && llvm::sys::fs::exists(dumpIR) &&
+      !llvm::sys::fs::is_directory(dumpIR))
+    return fail("--dump-ir " + dumpIR + " is a file; it takes a directory");
+  megac::ApplyOptimizerPassOptions optimizer;
+  optimizer.lr = lr;
+  optimizer.minLr = minLr;
+  optimizer.warmupSteps = warmup;
+  optimizer.totalSteps = totalSteps;
+  optimizer.weightDecay = weightDecay;
+  optimizer.maxGradNorm = maxGradNorm;
+  optimizer.beta1 = beta1;
+  optimizer.beta2 = beta2;
+  optimizer.zeroStage = zero;
+  // Refused with --train or without: a value that cannot be right is a
+  // slip wherever it appears.
+  if (std::string problem =
+          megac::optimizerOptionsProblem(optimizer, "--", "zero");
+      !problem.empty())
+    return fail(problem);
+  if (!(bucketMB >= 0.0 && bucketMB <= 1024.0 * 1024.0))
+    return fail("--bucket-mb must lie in [0, 1048576] MiB, got " +
+                std::to_string(bucketMB.getValue()));
+  if (microBatches < 1)
+    return fail("--micro-batches must be positive, got " +
+                std::to_string(microBatches.getValue()));
+  if (microBatches > 1 && !train && !gradients)
+    return fail("--micro-batches needs --train or --gradients (it "
+                "accumulates gradients)");
+  if (precision != "fp32" && precision != "bf16")
+    return fail("--precision must be fp32 or bf16, got '" +
+                precision.getValue() + "'");
+  if (recompute != "none" && recompute != "selective" && recompute != "full")
+    return fail("--recompute must be none, selective or full, got '" +
+                recompute.getValue() + "'");
+  if (target != "cpu" && target != "cuda")
+    return fail("--target must be cpu or cuda, got '" + target.getValue() +
+                "'");
+  if (cudaArch.getNumOccurrences() && target != "cuda")
+    return fail("--cuda-arch names the architectures of a --target cuda "
+                "plan's kernels; add --target cuda");
+#ifdef MEGAC_HAVE_NVRTC
+  const std::vector<std::string> archs =
+      cudaArch.getNumOccurrences()
+          ? std::vector<std::string>(cudaArch.begin(), cudaArch.end())
+          : megac::defaultCudaArchitectures();
+  if (std::string bad = megac::checkCudaArchitectures(archs); !bad.empty())
+    return fail(bad);
+#else
+  if (cudaArch.getNumOccurrences())
+    return fail("--cuda-arch: this megac was built without NVRTC (the CUDA "
+                "toolkit), so it compiles no kernels");
+#endif
+  // 0 is the option's "not given"; given, it must be positive.
+  if (virtualStages.getNumOccurrences() && virtualStages < 1)
+    return fail("--virtual-stages must be positive, got " +
+                std::to_string(virtualStages.getValue()));
+  if (pipelineSchedule != "gpipe" && pipelineSchedule != "1f1b" &&
+      pipelineSchedule != "interleaved")
+    return fail("--schedule must be gpipe, 1f1b or interleaved, got '" +
+                pipelineSchedule.getValue() + "'");
+  // A schedule file is read now; whether it fits the grid is checked once
+  // the grid is known.
+  megac::PipelineSchedule fileSchedule;
+  if (std::string error;
+      !scheduleFile.empty() &&
+      !makeSchedule("", 0, 0, 0, scheduleFile, fileSchedule, error))
+    return fail(error);
+  // A pp axis in --mesh (one from the model's own grid is checked once
+  // the model is read).
+  if (meshAxisSize(mesh, "pp") > 1 && !train)
+    return fail("a pp axis (pipeline parallelism) needs --train: the "
+                "pipeline runs training steps");
   DialectRegistry registry;
   megac::registerAllDialects(registry);
   MLIRContext ctx(registry);
@@ -855,8 +949,6 @@ int runCompile(int argc, char **argv) {
     return 1;
   pm.enableVerifier(true);
   if (!dumpIR.empty()) {
-    if (llvm::sys::fs::exists(dumpIR) && !llvm::sys::fs::is_directory(dumpIR))
-      return fail("--dump-ir " + dumpIR + " is a file; it takes a directory");
     if (std::error_code ec = llvm::sys::fs::create_directories(dumpIR))
       return fail("cannot create " + dumpIR + ": " + ec.message());
     auto instrumentation =
@@ -870,8 +962,7 @@ int runCompile(int argc, char **argv) {
   options.seq = seq;
   options.train = train;
   options.gradients = gradients;
-  if (train && gradients)
-    return fail("--train and --gradients exclude each other");
+  options.optimizer = optimizer;
   // Options that a plan without their part would silently ignore.
   if (!train)
     for (cl::Option *option :
@@ -913,62 +1004,16 @@ int runCompile(int argc, char **argv) {
                  << " exceeds --total-steps " << totalSteps
                  << ": the learning rate climbs to its peak and then drops "
                     "to --min-lr at once, with no cosine decay\n";
-  options.optimizer.lr = lr;
-  options.optimizer.minLr = minLr;
-  options.optimizer.warmupSteps = warmup;
-  options.optimizer.totalSteps = totalSteps;
-  options.optimizer.weightDecay = weightDecay;
-  options.optimizer.maxGradNorm = maxGradNorm;
-  options.optimizer.beta1 = beta1;
-  options.optimizer.beta2 = beta2;
-  options.optimizer.zeroStage = zero;
-  if (!(bucketMB >= 0.0 && bucketMB <= 1024.0 * 1024.0))
-    return fail("--bucket-mb must lie in [0, 1048576] MiB, got " +
-                std::to_string(bucketMB.getValue()));
   options.bucketBytes = static_cast<int64_t>(bucketMB * 1024.0 * 1024.0);
-  if (microBatches < 1)
-    return fail("--micro-batches must be positive, got " +
-                std::to_string(microBatches.getValue()));
-  if (microBatches > 1 && !train && !gradients)
-    return fail("--micro-batches needs --train or --gradients (it "
-                "accumulates gradients)");
   options.microBatches = microBatches;
-  if (precision != "fp32" && precision != "bf16")
-    return fail("--precision must be fp32 or bf16, got '" +
-                precision.getValue() + "'");
   options.bf16 = precision == "bf16";
   options.sequenceParallel = sequenceParallel;
-  if (recompute != "none" && recompute != "selective" && recompute != "full")
-    return fail("--recompute must be none, selective or full, got '" +
-                recompute.getValue() + "'");
   options.recompute = recompute;
-  if (target != "cpu" && target != "cuda")
-    return fail("--target must be cpu or cuda, got '" + target.getValue() +
-                "'");
-  if (cudaArch.getNumOccurrences() && target != "cuda")
-    return fail("--cuda-arch names the architectures of a --target cuda "
-                "plan's kernels; add --target cuda");
-#ifdef MEGAC_HAVE_NVRTC
-  const std::vector<std::string> archs =
-      cudaArch.getNumOccurrences()
-          ? std::vector<std::string>(cudaArch.begin(), cudaArch.end())
-          : megac::defaultCudaArchitectures();
-  if (std::string bad = megac::checkCudaArchitectures(archs); !bad.empty())
-    return fail(bad);
-#else
-  if (cudaArch.getNumOccurrences())
-    return fail("--cuda-arch: this megac was built without NVRTC (the CUDA "
-                "toolkit), so it compiles no kernels");
-#endif
   options.fusionGroups = target == "cuda" ? megac::kAllFusionGroups.str() : "a";
   if (target == "cuda")
     noteGpuVocabulary(*module, quiet);
   // Pipeline parallelism: a pp axis splits the layers into stages.
   const int64_t pp = meshAxisSize(grid, "pp");
-  // 0 is the option's "not given"; given, it must be positive.
-  if (virtualStages.getNumOccurrences() && virtualStages < 1)
-    return fail("--virtual-stages must be positive, got " +
-                std::to_string(virtualStages.getValue()));
   int64_t chunksPerRank = virtualStages ? virtualStages.getValue()
                           : pipelineSchedule == "interleaved" ? 2
                                                               : 1;
@@ -1005,10 +1050,7 @@ int runCompile(int argc, char **argv) {
                   "pipeline runs training steps");
     if (!scheduleFile.empty()) {
       // The file says how many chunks each rank runs.
-      std::string error;
-      if (!makeSchedule("", pp, microBatches, 1, scheduleFile, schedule,
-                        error))
-        return fail(error);
+      schedule = fileSchedule;
       if (!checkSchedule())
         return 1;
       chunksPerRank = schedule.virtualStages;

@@ -195,48 +195,21 @@ struct ApplyOptimizerPass
     return {};
   }
 
-  /// What is wrong with AdamW's and clipping's options, or "": checked
-  /// here, since an AdamW op built from them would not verify.
-  std::string hyperparameterProblem() const {
-    auto text = [](double value) { // as the user wrote it: 1.5, 1e-08
-      std::ostringstream out;
-      out << value;
-      return out.str();
-    };
-    for (auto [name, value] :
-         {std::pair<const char *, double>{"beta1", beta1}, {"beta2", beta2}})
-      if (!(value >= 0 && value < 1))
-        return std::string(name) + " must lie in [0, 1), got " + text(value);
-    struct NonNegative {
-      const char *name;
-      double value;
-      const char *note;
-    };
-    for (const NonNegative &option :
-         {NonNegative{"epsilon", epsilon, ""},
-          NonNegative{"weight-decay", weightDecay, ""},
-          NonNegative{"max-grad-norm", maxGradNorm, " (0: no clipping)"}})
-      if (!(option.value >= 0 && std::isfinite(option.value)))
-        return std::string(option.name) + " must be a finite number >= 0" +
-               option.note + ", got " + text(option.value);
-    return "";
-  }
-
   void runOnOperation() override {
-    if (zeroStage < 0 || zeroStage > 1) {
-      getOperation().emitError("zero-stage must be 0 or 1 (stages 2 and 3 "
-                               "are not implemented)");
-      return signalPassFailure();
-    }
-    // Written as "not within" so that a NaN fails too.
-    if (!(lr > 0 && std::isfinite(lr)) || !(minLr >= 0) || !(minLr <= lr) ||
-        warmupSteps < 0 || totalSteps <= 0) {
-      getOperation().emitError("invalid learning-rate schedule: need 0 <= "
-                               "min-lr <= lr, lr > 0, warmup-steps >= 0 and "
-                               "total-steps > 0");
-      return signalPassFailure();
-    }
-    if (std::string problem = hyperparameterProblem(); !problem.empty()) {
+    // (Checked here, since an AdamW op built from them would not verify.)
+    ApplyOptimizerPassOptions options;
+    options.lr = lr;
+    options.minLr = minLr;
+    options.warmupSteps = warmupSteps;
+    options.totalSteps = totalSteps;
+    options.weightDecay = weightDecay;
+    options.maxGradNorm = maxGradNorm;
+    options.beta1 = beta1;
+    options.beta2 = beta2;
+    options.epsilon = epsilon;
+    options.zeroStage = zeroStage;
+    if (std::string problem = optimizerOptionsProblem(options);
+        !problem.empty()) {
       getOperation().emitError(problem);
       return signalPassFailure();
     }
@@ -246,3 +219,49 @@ struct ApplyOptimizerPass
   }
 };
 } // namespace
+
+std::string
+megac::optimizerOptionsProblem(const ApplyOptimizerPassOptions &options,
+                               llvm::StringRef prefix,
+                               llvm::StringRef zeroName) {
+  auto text = [](double value) { // as the user wrote it: 1.5, 1e-08
+    std::ostringstream out;
+    out << value;
+    return out.str();
+  };
+  std::string p = prefix.str();
+  if (options.zeroStage < 0 || options.zeroStage > 1)
+    return p + zeroName.str() + " must be 0 or 1, got " +
+           std::to_string(options.zeroStage) +
+           " (ZeRO stages 2 and 3 are not implemented)";
+  // Written as "not within" so that a NaN fails too.
+  if (!(options.lr > 0 && std::isfinite(options.lr)))
+    return p + "lr must be a finite number > 0, got " + text(options.lr);
+  if (!(options.minLr >= 0 && options.minLr <= options.lr))
+    return p + "min-lr must lie in [0, " + p + "lr] = [0, " + text(options.lr) +
+           "], got " + text(options.minLr);
+  if (options.warmupSteps < 0)
+    return p + "warmup-steps must be >= 0, got " +
+           std::to_string(options.warmupSteps);
+  if (options.totalSteps <= 0)
+    return p + "total-steps must be positive, got " +
+           std::to_string(options.totalSteps);
+  for (auto [name, value] :
+       {std::pair<const char *, double>{"beta1", options.beta1},
+        {"beta2", options.beta2}})
+    if (!(value >= 0 && value < 1))
+      return p + name + " must lie in [0, 1), got " + text(value);
+  struct NonNegative {
+    const char *name;
+    double value;
+    const char *note;
+  };
+  for (const NonNegative &option :
+       {NonNegative{"epsilon", options.epsilon, ""},
+        NonNegative{"weight-decay", options.weightDecay, ""},
+        NonNegative{"max-grad-norm", options.maxGradNorm, " (0: no clipping)"}})
+    if (!(option.value >= 0 && std::isfinite(option.value)))
+      return p + option.name + " must be a finite number >= 0" + option.note +
+             ", got " + text(option.value);
+  return "";
+}

@@ -1,5 +1,5 @@
 // RUN: megac-opt %s --split-input-file --megac-apply-optimizer -verify-diagnostics
-// RUN: not megac-opt %s --split-input-file --megac-apply-optimizer="lr=0.001 min-lr=0.01" 2>&1 | FileCheck %s --check-prefix=SCHEDULE
+// RUN: not megac-opt %s --split-input-file --megac-apply-optimizer="lr=0.001 min-lr=0.01" 2>&1 | FileCheck %s --check-prefix=MINLR
 
 // Tests that there must be gradients to apply.
 // expected-error@+1 {{megac-apply-optimizer found no 'grad:' results; run megac-autodiff first}}
@@ -32,7 +32,7 @@ func.func @twice(%w: tensor<8x4xf32> {megac.param = {init = "zeros", name = "w"}
   return %g, %g : tensor<8x4xf32>, tensor<8x4xf32>
 }
 
-// SCHEDULE: error: invalid learning-rate schedule: need 0 <= min-lr <= lr, lr > 0, warmup-steps >= 0 and total-steps > 0
+// MINLR: error: min-lr must lie in [0, lr] = [0, 0.001], got 0.01
 
 // Out-of-range hyperparameters are named, not left to AdamW's verifier
 // (an op that cannot be built), NaN among them.
@@ -41,9 +41,10 @@ func.func @twice(%w: tensor<8x4xf32> {megac.param = {init = "zeros", name = "w"}
 // RUN: not megac-opt %s --megac-apply-optimizer="weight-decay=-1" 2>&1 | FileCheck %s --check-prefix=DECAY
 // RUN: not megac-opt %s --megac-apply-optimizer="max-grad-norm=nan" 2>&1 | FileCheck %s --check-prefix=CLIP
 // RUN: not megac-opt %s --megac-apply-optimizer="epsilon=-1e-8" 2>&1 | FileCheck %s --check-prefix=EPS
-// RUN: not megac-opt %s --megac-apply-optimizer="lr=nan" 2>&1 | FileCheck %s --check-prefix=SCHEDULE
+// RUN: not megac-opt %s --megac-apply-optimizer="lr=nan" 2>&1 | FileCheck %s --check-prefix=LRNAN
 // BETA1: error: beta1 must lie in [0, 1), got 1.5
 // BETA2: error: beta2 must lie in [0, 1), got 1
 // DECAY: error: weight-decay must be a finite number >= 0, got -1
 // CLIP: error: max-grad-norm must be a finite number >= 0 (0: no clipping), got nan
 // EPS: error: epsilon must be a finite number >= 0, got -1e-08
+// LRNAN: error: lr must be a finite number > 0, got nan

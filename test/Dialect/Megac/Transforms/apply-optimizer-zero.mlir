@@ -25,7 +25,7 @@ module attributes {megac.mesh = #megac.mesh<dp = 2, tp = 2>} {
   // COLL: megac.slice_shard %arg0 {axis = "dp", dim = 0 : i64
   // COLL: megac.all_gather %{{.*}} {axis = "dp", dim = 0 : i64
   // COLL: megac.assign %arg0
-  // STAGE: error: zero-stage must be 0 or 1 (stages 2 and 3 are not implemented)
+  // STAGE: error: zero-stage must be 0 or 1, got 2 (ZeRO stages 2 and 3 are not implemented)
   func.func @step(%w: tensor<16x32xf32> {megac.param = {name = "w", init = "normal", std = 0.02 : f64}, megac.sharding = #megac.sharding<[_, tp]>},
                   %b: tensor<32xf32> {megac.param = {name = "b", init = "zeros"}, megac.sharding = #megac.sharding<[tp]>},
                   %loss: tensor<f32>,

@@ -22,6 +22,13 @@ inline constexpr llvm::StringLiteral kAllFusionGroups = "abcdegnrtw";
 #define GEN_PASS_DECL
 #include "megac/Dialect/Megac/Transforms/Passes.h.inc"
 
+/// What is wrong with AdamW's, its schedule's and clipping's options, or
+/// "". Options are named as \p prefix + the pass option's name (`--` for
+/// megac compile's flags), the ZeRO stage as \p zeroName.
+std::string optimizerOptionsProblem(const ApplyOptimizerPassOptions &options,
+                                    llvm::StringRef prefix = "",
+                                    llvm::StringRef zeroName = "zero-stage");
+
 /// Options of the partition pipeline.
 struct PartitionOptions {
   /// Grid, e.g. "tp=4"; empty keeps the module's own (or none).
