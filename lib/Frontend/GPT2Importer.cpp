@@ -29,16 +29,46 @@ llvm::Expected<GPT2Config> parseGPT2Config(llvm::StringRef text) {
     return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                    message.str());
   };
+  // Editors on Windows may start the file with a UTF-8 byte-order mark,
+  // which JSON parsers (Python's json.load among them) skip.
+  text.consume_front("\xEF\xBB\xBF");
   llvm::Expected<llvm::json::Value> parsed = llvm::json::parse(text);
   if (!parsed)
     return fail("invalid JSON: " + llvm::toString(parsed.takeError()));
   const llvm::json::Object *object = parsed->getAsObject();
   if (!object)
     return fail("the config must be a JSON object");
-  if (auto type = object->getString("model_type"))
-    if (*type != "gpt2")
-      return fail("model_type '" + *type +
+  if (const llvm::json::Value *type = object->get("model_type")) {
+    std::optional<llvm::StringRef> name = type->getAsString();
+    if (!name)
+      return fail("'model_type' must be a string (\"gpt2\")");
+    if (*name != "gpt2")
+      return fail("model_type '" + *name +
                   "' is not supported yet (only GPT-2-family configs are)");
+  } else {
+    // Without model_type (as HF reads it, a GPT-2 config by the caller's
+    // choice), a config of another family must not pass for GPT-2 by its
+    // generic keys (num_hidden_layers, hidden_size, ...): its own say what
+    // it is.
+    if (const llvm::json::Array *archs = object->getArray("architectures"))
+      for (const llvm::json::Value &arch : *archs) {
+        std::optional<llvm::StringRef> name = arch.getAsString();
+        if (!name || !name->starts_with("GPT2"))
+          return fail(
+              "'architectures' names " +
+              (name ? "'" + name->str() + "'" : std::string("a non-string")) +
+              ", not a GPT-2 model (GPT2LMHeadModel, ...); megac "
+              "imports GPT-2-family configs only");
+      }
+    for (llvm::StringRef key :
+         {"hidden_act", "rms_norm_eps", "num_key_value_heads", "rope_theta",
+          "rope_scaling", "type_vocab_size", "position_embedding_type"})
+      if (object->get(key))
+        return fail("'" + key +
+                    "' is a key of another model family (GPT-2 configs "
+                    "have none), and there is no model_type; megac imports "
+                    "GPT-2-family configs only");
+  }
 
   GPT2Config config;
   // Returns the key among `names` (GPT-2's name and HF's generic alias) as
@@ -75,7 +105,9 @@ llvm::Expected<GPT2Config> parseGPT2Config(llvm::StringRef text) {
   if (auto err = getInt({"n_positions", "max_position_embeddings"},
                         config.maxPositions))
     return std::move(err);
-  // n_inner is null in HF's own GPT-2 configs (4 x n_embd).
+  // n_inner is null in HF's own GPT-2 configs (4 x n_embd); given both
+  // ways, the two must agree (as the other aliases).
+  llvm::StringRef innerKey;
   for (llvm::StringRef name : {"n_inner", "intermediate_size"}) {
     const llvm::json::Value *value = object->get(name);
     if (!value || value->getAsNull())
@@ -83,8 +115,12 @@ llvm::Expected<GPT2Config> parseGPT2Config(llvm::StringRef text) {
     std::optional<int64_t> number = value->getAsInteger();
     if (!number || *number <= 0)
       return fail("'" + name + "' must be a positive integer or null");
+    if (!innerKey.empty() && *number != config.inner)
+      return fail(llvm::formatv("'{0}' ({1}) and '{2}' ({3}) disagree",
+                                innerKey, config.inner, name, *number)
+                      .str());
+    innerKey = name;
     config.inner = *number;
-    break;
   }
   // What megac's GPT-2 block computes; a config asking for something else
   // would otherwise import as a different model without a word.

@@ -138,6 +138,25 @@ bool parsePipelineSchedule(llvm::StringRef Text, PipelineSchedule &S,
     Error = "the schedule has no ranks";
     return false;
   }
+  // The counts are the largest indices plus one, so every index below
+  // them must appear: a gap is a missing micro-batch (or chunk), not a
+  // larger count.
+  llvm::SmallVector<bool> MicroSeen(MaxMicro + 1), ChunkSeen(MaxChunk + 1);
+  for (const std::vector<PipelineTask> &Tasks : S.ranks)
+    for (const PipelineTask &T : Tasks) {
+      MicroSeen[T.microBatch] = true;
+      ChunkSeen[T.chunk] = true;
+    }
+  for (auto [Seen, What, Max] :
+       {std::tuple{&MicroSeen, "micro-batch", MaxMicro},
+        std::tuple{&ChunkSeen, "chunk", MaxChunk}})
+    for (auto [Index, Present] : llvm::enumerate(*Seen))
+      if (!Present) {
+        Error = std::string("no task runs ") + What + " " +
+                std::to_string(Index) + ", yet " + What + " " +
+                std::to_string(Max) + " does (they are numbered from 0)";
+        return false;
+      }
   S.stages = int64_t(S.ranks.size());
   S.microBatches = MaxMicro + 1;
   S.virtualStages = MaxChunk + 1;

@@ -127,14 +127,15 @@ std::optional<uint64_t> parseByteSize(llvm::StringRef text) {
   return static_cast<uint64_t>(value * scale);
 }
 
-/// The first tensor of the compiled (per-rank) \p module with more
-/// elements than a plan's buffer may hold, described; "" when none. The
-/// runtime would refuse such a plan, and the user's sizes are the cause.
-std::string findOversizedTensor(ModuleOp module) {
-  std::string found;
+/// Reports, at its op in the model, the first tensor of the compiled
+/// (per-rank) \p module with more elements than a plan's buffer may hold;
+/// false when there is none. The runtime would refuse such a plan, and the
+/// user's sizes are the cause.
+bool reportOversizedTensor(ModuleOp module) {
+  bool found = false;
   auto check = [&](Value value, Operation *owner) {
     auto type = dyn_cast<RankedTensorType>(value.getType());
-    if (!found.empty() || !type || !type.hasStaticShape())
+    if (found || !type || !type.hasStaticShape())
       return;
     int64_t elements = 1;
     bool overflow = false;
@@ -145,9 +146,12 @@ std::string findOversizedTensor(ModuleOp module) {
     std::string shape;
     llvm::raw_string_ostream os(shape);
     llvm::interleave(type.getShape(), os, ", ");
-    found = "a rank's tensor of shape [" + shape + "] (" +
-            owner->getName().getStringRef().str() +
-            ") has more elements than a plan's buffer may hold (2^40)";
+    owner->emitError() << "a rank's tensor of shape [" << shape << "] ("
+                       << owner->getName().getStringRef()
+                       << ") has more elements than a plan's buffer may hold "
+                          "(2^40): a smaller --batch or --seq, or a larger "
+                          "grid, is needed";
+    found = true;
   };
   module.walk([&](Operation *op) {
     for (Region &region : op->getRegions())
@@ -514,8 +518,20 @@ std::string checkMeshOption(MLIRContext &ctx, StringRef mesh) {
     return "";
   const std::string what = "--mesh " + mesh.str() + ": ";
   SmallVector<megac::GridAxisText> parsed;
-  if (!megac::parseGridText(mesh, parsed))
+  if (!megac::parseGridText(mesh, parsed)) {
+    // A size of digits alone that parses to no int64 is too large, not
+    // misspelt.
+    for (StringRef item : llvm::split(mesh, ',')) {
+      auto [name, size] = item.split('=');
+      size = size.trim();
+      int64_t value;
+      if (!size.empty() && llvm::all_of(size, llvm::isDigit) &&
+          size.getAsInteger(10, value))
+        return what + "grid axis '" + name.trim().str() + "' size " +
+               size.str() + " is too large (a grid has at most 2^24 ranks)";
+    }
     return what + "expected name=size pairs such as 'tp=4' or 'dp=2,tp=4'";
+  }
   SmallVector<StringAttr> names;
   SmallVector<int64_t> sizes;
   for (const megac::GridAxisText &axis : parsed) {
@@ -1067,9 +1083,8 @@ int runCompile(int argc, char **argv) {
     if (failed(pm.run(*module)))
       return 1;
   }
-  if (std::string oversized = findOversizedTensor(*module); !oversized.empty())
-    return fail(oversized + ": a smaller --batch or --seq, or a larger "
-                            "grid, is needed");
+  if (reportOversizedTensor(*module))
+    return 1;
   megac::PlanEmitOptions emitOptions{seed, modelHash, kProducer};
   emitOptions.target = target;
 #ifdef MEGAC_HAVE_NVRTC
@@ -1272,6 +1287,19 @@ int runImport(int argc, char **argv) {
 
   megac::GPT2Config parsed = megac::getTinyGPT2Config();
   if (!config.empty()) {
+    // A config is a few KiB: anything else (a device such as /dev/zero,
+    // which would be read forever, or a checkpoint named by mistake) is
+    // refused before it is read.
+    constexpr uint64_t kMaxConfigBytes = 16 << 20;
+    llvm::sys::fs::file_status status;
+    if (!llvm::sys::fs::status(config, status) &&
+        !llvm::sys::fs::is_regular_file(status))
+      return fail(config + ": not a regular file (a HuggingFace config.json "
+                           "is expected)");
+    if (status.getSize() > kMaxConfigBytes)
+      return fail(config + ": " + std::to_string(status.getSize() >> 20) +
+                  " MiB is no config.json (a checkpoint?); a config is a "
+                  "few KiB of JSON");
     auto buffer = llvm::MemoryBuffer::getFile(config);
     if (!buffer)
       return fail(config + ": " + buffer.getError().message());

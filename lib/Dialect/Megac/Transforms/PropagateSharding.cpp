@@ -13,6 +13,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "TransformUtils.h"
 #include "megac/Dialect/Megac/IR/MegacOps.h"
 #include "megac/Dialect/Megac/IR/ShardingUtils.h"
 #include "megac/Dialect/Megac/Transforms/Passes.h"
@@ -32,18 +33,6 @@ using namespace megac;
 
 namespace {
 
-/// Name of a function argument for messages: its parameter or input name.
-std::string describeArgument(func::FuncOp func, unsigned index) {
-  if (auto spec = func.getArgAttrOfType<DictionaryAttr>(
-          index, MegacDialect::kParamAttrName))
-    if (auto name = spec.getAs<StringAttr>("name"))
-      return "parameter '" + name.getValue().str() + "'";
-  if (auto kind = func.getArgAttrOfType<StringAttr>(
-          index, MegacDialect::kInputAttrName))
-    return "input '" + kind.getValue().str() + "'";
-  return "argument " + std::to_string(index);
-}
-
 /// What to do about a dimension that a grid axis does not divide.
 std::string divisibilityHint(func::FuncOp func, unsigned index, int64_t dim,
                              int64_t size) {
@@ -60,6 +49,16 @@ std::string divisibilityHint(func::FuncOp func, unsigned index, int64_t dim,
     return embedding && embedding.getTable() == arg;
   });
   if (vocabulary) {
+    // Padding helps only if the rest splits: attention heads do not pad.
+    std::optional<int64_t> heads;
+    func.walk([&](AttentionOp attention) {
+      if (attention.getNumHeads() % size != 0)
+        heads = attention.getNumHeads();
+    });
+    if (heads)
+      return " (nor do the model's " + std::to_string(*heads) +
+             " attention heads split over it: a tp size must divide the "
+             "heads)";
     const int64_t multiple = std::lcm<int64_t>(128, size);
     return " (a vocabulary: `megac import --pad-vocab-to " +
            std::to_string(multiple) +

@@ -9,6 +9,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "TransformUtils.h"
 #include "megac/Dialect/Megac/Transforms/Passes.h"
 
 #include "megac/Dialect/Megac/IR/MegacDialect.h"
@@ -46,7 +47,8 @@ struct SpecializeShapesPass
 
   /// Parameter and result names are the model's interface (checkpoints,
   /// --weights and --save-outputs find tensors by them), so each is one
-  /// tensor's. The per-argument verifier cannot see two arguments at once;
+  /// tensor's; so is each kind of data input (the runtime fills each kind
+  /// once). The per-argument verifier cannot see two arguments at once;
   /// this pass, every pipeline's first over the model, checks it.
   static LogicalResult checkNamesUnique(func::FuncOp func) {
     /// Names of one kind ("parameter", "result"), each at its first index.
@@ -55,7 +57,8 @@ struct SpecializeShapesPass
       llvm::StringMap<unsigned> first;
     };
     Names params{"parameter", "arguments", "parameter"},
-        results{"result", "results", "output"};
+        results{"result", "results", "output"},
+        inputs{"input", "arguments", "input"}; // (tokens and labels)
     auto claim = [&](Names &names, StringAttr name,
                      unsigned i) -> LogicalResult {
       if (!name)
@@ -73,6 +76,12 @@ struct SpecializeShapesPass
               i, MegacDialect::kParamAttrName))
         if (failed(claim(params, spec.getAs<StringAttr>("name"), i)))
           return failure();
+    for (unsigned i = 0; i < func.getNumArguments(); ++i)
+      if (failed(claim(inputs,
+                       func.getArgAttrOfType<StringAttr>(
+                           i, MegacDialect::kInputAttrName),
+                       i)))
+        return failure();
     for (unsigned i = 0; i < func.getNumResults(); ++i)
       if (failed(claim(results,
                        func.getResultAttrOfType<StringAttr>(
@@ -121,8 +130,53 @@ struct SpecializeShapesPass
     return success();
   }
 
+  /// A grid axis has one role: pp splits the layers into stages, an axis
+  /// that splits the data inputs gives its ranks their own rows (with the
+  /// weights whole), any other splits the weights (every rank reads the
+  /// same rows). A parameter split over pp or over a data axis would
+  /// mix two ranks' work (a vocabulary split over dp once gave a wrong
+  /// loss silently).
+  static LogicalResult checkAxisRoles(func::FuncOp func) {
+    MeshAttr mesh = getMesh(func->getParentOfType<ModuleOp>());
+    auto axesOf = [&](unsigned arg) {
+      SmallVector<StringRef> axes;
+      if (auto sharding = func.getArgAttrOfType<ShardingAttr>(
+              arg, MegacDialect::kShardingAttrName))
+        for (StringAttr axis : sharding.getDims())
+          if (getAxisSizeOrOne(mesh, axis.getValue()) > 1)
+            axes.push_back(axis.getValue());
+      return axes;
+    };
+    llvm::StringMap<unsigned> dataAxes; // axis -> an input it splits
+    for (unsigned i = 0; i < func.getNumArguments(); ++i)
+      if (func.getArgAttr(i, MegacDialect::kInputAttrName))
+        for (StringRef axis : axesOf(i))
+          dataAxes.try_emplace(axis, i);
+    for (unsigned i = 0; i < func.getNumArguments(); ++i) {
+      bool param = func.getArgAttr(i, MegacDialect::kParamAttrName) != nullptr;
+      for (StringRef axis : axesOf(i)) {
+        if (axis == "pp")
+          return func.emitError()
+                 << describeArgument(func, i)
+                 << " is split over grid axis 'pp', which splits the layers "
+                    "into pipeline stages; no tensor is split over it";
+        auto data = dataAxes.find(axis);
+        if (param && data != dataAxes.end())
+          return func.emitError()
+                 << describeArgument(func, i) << " is split over grid axis '"
+                 << axis << "', which splits the data ("
+                 << describeArgument(func, data->second)
+                 << "): an axis splits either the batch, each rank with its "
+                    "own rows and the weights whole (as dp), or the weights, "
+                    "every rank with the same rows (as tp)";
+      }
+    }
+    return success();
+  }
+
   LogicalResult specialize(func::FuncOp func) {
-    if (failed(checkNamesUnique(func)) || failed(checkInputsAlike(func)))
+    if (failed(checkNamesUnique(func)) || failed(checkInputsAlike(func)) ||
+        failed(checkAxisRoles(func)))
       return failure();
     if (batch < 0 || seq < 0)
       return func.emitError("batch and sequence sizes must be positive");

@@ -49,3 +49,14 @@ FailureOr<unsigned> findLoss(func::FuncOp func, StringRef pass) {
 }
 
 } // namespace megac
+
+std::string megac::describeArgument(func::FuncOp func, unsigned index) {
+  if (auto spec = func.getArgAttrOfType<DictionaryAttr>(
+          index, MegacDialect::kParamAttrName))
+    if (auto name = spec.getAs<StringAttr>("name"))
+      return "parameter '" + name.getValue().str() + "'";
+  if (auto kind = func.getArgAttrOfType<StringAttr>(
+          index, MegacDialect::kInputAttrName))
+    return "input '" + kind.getValue().str() + "'";
+  return "argument " + std::to_string(index);
+}

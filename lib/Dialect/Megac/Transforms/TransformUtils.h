@@ -12,6 +12,10 @@ namespace megac {
 mlir::FailureOr<unsigned> findLoss(mlir::func::FuncOp func,
                                    llvm::StringRef pass);
 
+/// Name of a function argument for messages: its parameter or input name
+/// ("parameter 'wte.weight'", "input 'tokens'"), else "argument N".
+std::string describeArgument(mlir::func::FuncOp func, unsigned index);
+
 } // namespace megac
 
 #endif // MEGAC_LIB_DIALECT_MEGAC_TRANSFORMS_TRANSFORMUTILS_H

@@ -57,3 +57,60 @@ func.func @inputs_alike(%ids: tensor<?x?xi32> {megac.input = "tokens", megac.sha
   return
 }
 }
+
+// -----
+
+// Tests that a weight is not split over an axis that splits the data: each
+// dp rank looked its own tokens up in its own half of the vocabulary, and
+// the sum of the halves mixed two ranks' rows (a wrong loss, silently).
+module attributes {megac.mesh = #megac.mesh<dp = 2, tp = 2>} {
+// expected-error@+1 {{parameter 'wte' is split over grid axis 'dp', which splits the data (input 'tokens'): an axis splits either the batch, each rank with its own rows and the weights whole (as dp), or the weights, every rank with the same rows (as tp)}}
+func.func @weight_on_data_axis(%wte: tensor<64x16xf32> {megac.param = {name = "wte", init = "zeros"}, megac.sharding = #megac.sharding<[dp, _]>},
+                               %ids: tensor<?x?xi32> {megac.input = "tokens", megac.sharding = #megac.sharding<[dp, _]>}) {
+  return
+}
+}
+
+// -----
+
+// Tests that the same weight on tp, which splits no input, passes, and so
+// does dp of one rank.
+module attributes {megac.mesh = #megac.mesh<dp = 1, tp = 2>} {
+func.func @weight_on_model_axis(%wte: tensor<64x16xf32> {megac.param = {name = "wte", init = "zeros"}, megac.sharding = #megac.sharding<[tp, _]>},
+                                %w: tensor<64x16xf32> {megac.param = {name = "w", init = "zeros"}, megac.sharding = #megac.sharding<[dp, _]>},
+                                %ids: tensor<?x?xi32> {megac.input = "tokens", megac.sharding = #megac.sharding<[dp, _]>}) {
+  return
+}
+}
+
+// -----
+
+// Tests that nothing is split over pp, which splits the layers into
+// stages (a weight split over it once left the ranks' pipeline transfers
+// unmatched, an internal error of the emitted plan).
+module attributes {megac.mesh = #megac.mesh<pp = 2>} {
+// expected-error@+1 {{parameter 'wte' is split over grid axis 'pp', which splits the layers into pipeline stages; no tensor is split over it}}
+func.func @weight_on_pp(%wte: tensor<64x16xf32> {megac.param = {name = "wte", init = "zeros"}, megac.sharding = #megac.sharding<[pp, _]>},
+                        %ids: tensor<?x?xi32> {megac.input = "tokens"}) {
+  return
+}
+}
+
+// -----
+
+module attributes {megac.mesh = #megac.mesh<pp = 2>} {
+// expected-error@+1 {{input 'tokens' is split over grid axis 'pp', which splits the layers into pipeline stages; no tensor is split over it}}
+func.func @input_on_pp(%ids: tensor<?x?xi32> {megac.input = "tokens", megac.sharding = #megac.sharding<[pp, _]>}) {
+  return
+}
+}
+
+// -----
+
+// Tests that each kind of data input is one argument's (two "tokens" and
+// no labels once compiled, both filled with the same tokens).
+// expected-error@+1 {{input name 'tokens' is given to arguments 0 and 1; each input needs its own}}
+func.func @tokens_twice(%a: tensor<?x?xi32> {megac.input = "tokens"},
+                        %b: tensor<?x?xi32> {megac.input = "tokens"}) {
+  return
+}

@@ -21,7 +21,11 @@ def Megac_Dialect : Dialect {
     `megac.param`) and data inputs (marked with `megac.input`). Parameters may
     carry a `megac.sharding` annotation; the sharding propagation pass derives
     the sharding of every other value from those annotations and the device
-    grid stored on the module as `megac.mesh`.
+    grid stored on the module as `megac.mesh`. A grid axis has one role: an
+    axis that splits the data inputs (`dp`) gives each of its ranks its own
+    rows and leaves the weights whole there, any other axis (`tp`) splits
+    weights while every rank reads the same rows, and `pp` splits the
+    layers into pipeline stages and no tensor.
   }];
   let useDefaultAttributePrinterParser = 1;
   let hasRegionArgAttrVerify = 1;
