@@ -4,8 +4,14 @@
 uint32), with a version of its choosing, and prints rank 0's answer
 (status and text). Waits up to --wait seconds for rank 0 to listen.
   rendezvous_peer.py --port P [--version V] [--rank R] [--size S]
+                     [--job-argv ARG... --stall S]
+With --job-argv (megac-run's arguments, which with TORCHELASTIC_RUN_ID
+make the job key) the peer passes for a rank of rank 0's job; with
+--stall it then waits for its turn to join the MPI world, prints it, and
+never joins, holding the connection S seconds (a rank hung there).
 """
 import argparse
+import os
 import socket
 import struct
 import time
@@ -18,7 +24,21 @@ ap.add_argument("--version", type=int, default=2)
 ap.add_argument("--rank", type=int, default=1)
 ap.add_argument("--size", type=int, default=2)
 ap.add_argument("--wait", type=float, default=30)
+ap.add_argument("--job-argv", nargs="+", default=[])
+ap.add_argument("--stall", type=float, default=0)
 a = ap.parse_args()
+
+
+def job_key(args):
+    """torchrun_world.cpp's FNV-1a over the arguments and the run id."""
+    mask, key = (1 << 64) - 1, 0xCBF29CE484222325
+    for text in args + [os.environ.get("TORCHELASTIC_RUN_ID", "")]:
+        for byte in text.encode() + b"\xff":
+            key = ((key ^ byte) * 0x100000001B3) & mask
+    return key
+
+
+key = job_key(a.job_argv) if a.job_argv else 0
 
 deadline = time.time() + a.wait
 while True:
@@ -42,6 +62,22 @@ def read(n):
 
 
 s.settimeout(a.wait)
-s.sendall(struct.pack("<6I", 0x5243474D, a.version, a.rank, a.size, 0, 0))
+s.sendall(struct.pack("<6I", 0x5243474D, a.version, a.rank, a.size,
+                      key & 0xFFFFFFFF, key >> 32))
 status, length = struct.unpack("<2I", read(8))
-print(f"{STATUS.get(status, status)}: {read(length).decode()}")
+text = read(length).decode()
+# (The first answer's text, the server's URI, varies from run to run.)
+print(f"{STATUS.get(status, status)}: {text if status else 'the URI'}",
+      flush=True)
+if a.stall:
+    s.settimeout(a.stall)
+    while True:  # progress messages until this rank's turn
+        status, length = struct.unpack("<2I", read(8))
+        read(length)
+        if STATUS.get(status) != "progress":
+            break
+    print(f"turn: {STATUS.get(status, status)}; not joining", flush=True)
+    try:
+        s.recv(1)  # until rank 0 closes (it gave up) or the stall ends
+    except OSError:
+        pass
