@@ -5,7 +5,8 @@
 #   bench/compile_time.sh [MESH [COMPILE OPTION...]]      (default tp=8)
 #   BATCH=32 bench/compile_time.sh dp=4,pp=8,tp=8 --train --micro-batches 8 \
 #       --sequence-parallel --recompute selective
-# BATCH is the global batch (default 1).
+# BATCH is the global batch (default 1); LAYERS the depths (default
+# "24 48 96"; LAYERS="96 384 1536" checks far deeper models).
 set -euo pipefail
 # Debian's python3 (setup.sh installs python3-numpy for it), not whatever
 # python3 comes first on PATH.
@@ -20,7 +21,7 @@ TMP="$(mktemp -d)"
 trap 'rm -rf "$TMP"' EXIT
 
 printf '%-7s %-8s %12s %14s %12s %14s\n' layers mesh "compile ms" "peak RSS MiB" "plan KiB" "ms per layer"
-for L in 24 48 96; do
+for L in ${LAYERS:-24 48 96}; do
   echo "{\"n_layer\": $L, \"n_embd\": 12288, \"n_head\": 96, \"vocab_size\": 51200, \"n_positions\": 2048}" > "$TMP/c.json"
   "$BIN/megac" import --hf-config "$TMP/c.json" -o "$TMP/m.mlir"
   best=""

@@ -783,8 +783,9 @@ private:
 
   // Buffers already updated by an adam_w instruction of this rank, and the
   // parameter names those instructions update (each at most once).
-  std::vector<uint32_t> AdamParams;
-  std::vector<std::string> AdamNames;
+  // (Sets: a deep model's plan has tens of thousands of updates.)
+  std::unordered_set<uint32_t> AdamParams;
+  std::unordered_set<std::string> AdamNames;
 
   /// The rank's parameters by buffer and by name: instruction checks ask
   /// for every output, so a scan of the parameters would make verifying a
@@ -1624,16 +1625,12 @@ private:
                     listStr(toShape(Own->offset())) + " of the parameter " +
                     Name + " it updates");
     }
-    if (std::find(AdamNames.begin(), AdamNames.end(), Name) !=
-        AdamNames.end())
+    if (!AdamNames.insert(Name).second)
       return fail(Pfx + "parameter " + Name +
                   " is already updated by another adam_w");
-    if (std::find(AdamParams.begin(), AdamParams.end(), Ins[0]) !=
-        AdamParams.end())
+    if (!AdamParams.insert(Ins[0]).second)
       return fail(Pfx + "buffer %" + std::to_string(Ins[0]) +
                   " is already updated by another adam_w");
-    AdamNames.push_back(Name);
-    AdamParams.push_back(Ins[0]);
     return true;
   }
 

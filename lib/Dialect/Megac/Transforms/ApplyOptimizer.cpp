@@ -14,6 +14,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
+#include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/StringMap.h"
 #include <cmath>
 #include <sstream>
@@ -44,6 +45,7 @@ struct ApplyOptimizerPass
     SmallVector<Value> kept;
     SmallVector<DictionaryAttr> keptAttrs;
     SmallVector<std::pair<BlockArgument, Value>> updates;
+    llvm::DenseSet<BlockArgument> updated; // (a set: deep models have many)
     for (unsigned i = 0; i < ret.getNumOperands(); ++i) {
       auto name = func.getResultAttrOfType<StringAttr>(
           i, MegacDialect::kResultNameAttrName);
@@ -65,8 +67,7 @@ struct ApplyOptimizerPass
                            "megac-apply-optimizer before "
                            "megac-localize-shapes)"
                          : "");
-        if (llvm::any_of(updates,
-                         [&](auto &u) { return u.first == it->second; }))
+        if (!updated.insert(it->second).second)
           return func.emitError("parameter '")
                  << name.getValue().drop_front(5)
                  << "' has two gradient results; it would be updated twice";
