@@ -8,6 +8,8 @@ BUILD="${MEGAC_BUILD_DIR:-$ROOT/build}"
 JOBS="${MEGAC_JOBS:-$(nproc)}"
 
 export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/megac-ccache}"
+# Paths relative to the checkout, so a second clone (CI's) reuses the cache.
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$ROOT}"
 LAUNCHER=()
 command -v ccache >/dev/null && LAUNCHER=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 

@@ -35,6 +35,7 @@ pack() {
   [[ -x "$ROOT/build/bin/megac-run" ]] || { echo "gpu_bundle: run scripts/build.sh first" >&2; exit 1; }
   echo "gpu_bundle: building megac with MLIR linked statically (build-static/)"
   export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/megac-ccache}"
+  export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$ROOT}"
   local launcher=()
   command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
   cmake -S "$ROOT" -B "$ROOT/build-static" -G Ninja -DCMAKE_BUILD_TYPE=Release \
