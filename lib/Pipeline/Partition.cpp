@@ -68,8 +68,10 @@ int64_t stageOfSegment(const StagePartition &P, int64_t Segment) {
   return Stage;
 }
 
-FailureOr<StagePartition> partitionStages(func::FuncOp Func, int64_t Stages,
+FailureOr<StagePartition> partitionStages(func::FuncOp Func, int64_t Ranks,
+                                          int64_t ChunksPerRank,
                                           std::string &Error) {
+  const int64_t Stages = Ranks * ChunksPerRank;
   StagePartition P;
   std::vector<int64_t> Segment = segmentOfOps(Func);
   const int64_t L = Segment.empty() ? 0 : Segment.back() + 1;
@@ -82,7 +84,15 @@ FailureOr<StagePartition> partitionStages(func::FuncOp Func, int64_t Stages,
   }
   if (Stages < 1 || L < Stages) {
     Error = "cannot split " + std::to_string(L) + " transformer blocks into " +
-            std::to_string(Stages) + " pipeline stages";
+            std::to_string(Stages) + " pipeline stages" +
+            (ChunksPerRank > 1
+                 ? " (" + std::to_string(Ranks) + " pipeline ranks x " +
+                       std::to_string(ChunksPerRank) +
+                       " virtual stages, a model chunk each)"
+                 : "") +
+            ": each stage holds at least one block; use " +
+            (ChunksPerRank > 1 ? "fewer virtual stages or " : "") +
+            "fewer pipeline ranks";
     return failure();
   }
   P.blockCost = Cost;

@@ -464,14 +464,17 @@ bool makeSchedule(StringRef kind, int64_t stages, int64_t microBatches,
                   int64_t virtualStages, StringRef file,
                   megac::PipelineSchedule &schedule, std::string &error) {
   if (!file.empty()) {
-    auto buffer = llvm::MemoryBuffer::getFile(file);
+    // "-": standard input, as `megac schedule --print | megac schedule
+    // --check -` pipes it.
+    const std::string name = file == "-" ? "<stdin>" : file.str();
+    auto buffer = llvm::MemoryBuffer::getFileOrSTDIN(file);
     if (!buffer) {
-      error = "cannot read " + file.str() + ": " + buffer.getError().message();
+      error = "cannot read " + name + ": " + buffer.getError().message();
       return false;
     }
     if (!megac::parsePipelineSchedule((*buffer)->getBuffer(), schedule,
                                       error)) {
-      error = file.str() + ": " + error;
+      error = name + ": " + error;
       return false;
     }
     return true;
@@ -905,6 +908,9 @@ int runCompile(int argc, char **argv) {
                 pipelineSchedule.getValue() + "'");
   // A schedule file is read now; whether it fits the grid is checked once
   // the grid is known.
+  if (scheduleFile == "-" && input == "-")
+    return fail("the model and --pipeline-schedule cannot both be read from "
+                "standard input");
   megac::PipelineSchedule fileSchedule;
   if (std::string error;
       !scheduleFile.empty() &&
@@ -936,7 +942,7 @@ int runCompile(int argc, char **argv) {
   // remove their -o file then, no older plan stays behind for a script to
   // run in this one's place. (Option errors above leave it.)
   bool compiled = false;
-  auto removeStalePlan = llvm::make_scope_exit([&] {
+  llvm::scope_exit removeStalePlan([&] {
     llvm::sys::fs::file_status status;
     if (compiled || output == "-" || llvm::sys::fs::status(output, status) ||
         !llvm::sys::fs::is_regular_file(status))
@@ -1383,6 +1389,9 @@ int runInspect(int argc, char **argv) {
   if (!trace.empty() && (json || rank.getNumOccurrences()))
     return fail("--trace writes every rank's schedule as trace JSON; "
                 "--json and --rank choose what is printed instead");
+  if (!trace.empty() && sameFileOrPath(input, trace))
+    return fail("--trace " + trace +
+                " is the plan being inspected; the trace would overwrite it");
   megac_rt::LoadedPlan plan;
   std::string message = megac_rt::loadPlanFile(input, plan);
   if (!message.empty())
@@ -1460,7 +1469,7 @@ LogicalResult printPartition(llvm::StringRef path, int64_t ranks,
     return failure();
   }
   FailureOr<megac::StagePartition> partition =
-      megac::partitionStages(func, stages, error);
+      megac::partitionStages(func, ranks, chunksPerRank, error);
   if (failed(partition)) {
     fail(path + ": " + error);
     return failure();
@@ -1506,7 +1515,8 @@ int runSchedule(int argc, char **argv) {
   static cl::opt<std::string> check(
       "check",
       cl::desc("Check this schedule instead of generating one: one line per "
-               "rank, tasks F<micro-batch>[.<chunk>] and B... in order"),
+               "rank, tasks F<micro-batch>[.<chunk>] and B... in order; - "
+               "reads standard input"),
       cl::value_desc("file"), cl::cat(category));
   static cl::opt<bool> print("print", cl::desc("Print every rank's tasks"),
                              cl::cat(category));
@@ -1573,8 +1583,9 @@ int runSchedule(int argc, char **argv) {
     return fail(error);
   megac::PipelineTiming timing;
   if (!megac::simulatePipeline(schedule, 1.0, 2.0, timing, error))
-    return fail((check.empty() ? std::string("internal error: ")
-                               : check + ": ") +
+    return fail((check.empty()  ? std::string("internal error: ")
+                 : check == "-" ? std::string("<stdin>: ")
+                                : check + ": ") +
                 error);
   if (print)
     for (auto [r, tasks] : llvm::enumerate(schedule.ranks)) {

@@ -38,10 +38,13 @@ std::vector<int64_t> segmentOfOps(mlir::func::FuncOp Func);
 /// The stage holding segment \p Segment.
 int64_t stageOfSegment(const StagePartition &P, int64_t Segment);
 
-/// Partitions the blocks of \p Func (shapes static) into \p Stages stages.
-/// Fails with a message when the function has fewer blocks than stages.
+/// Partitions the blocks of \p Func (shapes static) into \p Ranks x
+/// \p ChunksPerRank stages (virtual stages: model chunks per pipeline
+/// rank). Fails with a message when the function has fewer blocks than
+/// stages.
 mlir::FailureOr<StagePartition> partitionStages(mlir::func::FuncOp Func,
-                                                int64_t Stages,
+                                                int64_t Ranks,
+                                                int64_t ChunksPerRank,
                                                 std::string &Error);
 
 /// Forward-and-backward FLOPs of one op (3x its forward: the backward

@@ -59,7 +59,7 @@ struct AssignStagesPass
         continue;
       std::string error;
       FailureOr<StagePartition> partition =
-          partitionStages(func, stages, error);
+          partitionStages(func, pp, virtualStages, error);
       if (failed(partition)) {
         func.emitError("megac-assign-stages: ") << error;
         return signalPassFailure();

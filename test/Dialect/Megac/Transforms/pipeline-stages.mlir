@@ -41,7 +41,7 @@
 // CHECK-NEXT: megac.adamw %arg2, {{.*}}megac.stage = array<i64: 1>
 //
 // Two chunks per pipeline rank: four stages would need four blocks.
-// FOUR: error: megac-assign-stages: cannot split 2 transformer blocks into 4 pipeline stages
+// FOUR: error: megac-assign-stages: cannot split 2 transformer blocks into 4 pipeline stages (2 pipeline ranks x 2 virtual stages, a model chunk each): each stage holds at least one block; use fewer virtual stages or fewer pipeline ranks
 // FEW: error: megac-assign-stages: cannot split 2 transformer blocks into 3 pipeline stages
 // ZERO: error: megac-assign-stages: virtual-stages must be positive, got 0
 // (The stage count once overflowed and nothing was placed.)
