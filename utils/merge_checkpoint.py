@@ -16,7 +16,9 @@ param_offset), and the parts are reassembled the same way.
 The output holds the tensors sorted by name and metadata that does not
 depend on the grid, so checkpoints of the same model trained on different
 grids can be compared with compare_safetensors.py, and identical runs give
-byte-identical files.
+byte-identical files. `megac-run --weights FULL.safetensors` starts a new
+run from its parameters on a plan of the same model and any grid (the
+moments stay behind: resuming one run is --load-checkpoint's).
 """
 
 import argparse
@@ -39,7 +41,7 @@ def step_dir(d):
     latest = os.path.join(d, "latest")
     if os.path.isfile(latest):
         name = open(latest).read().strip()
-        if not (name.startswith("step-") and len(name) == 13 and name[5:].isdigit()):
+        if not (name.startswith("step-") and 13 <= len(name) <= 24 and name[5:].isdigit()):
             fail(f"{latest}: does not name a step directory")
         return os.path.join(d, name)
     if os.path.isfile(os.path.join(d, "meta.json")):

@@ -185,6 +185,45 @@ void writeCheckpointMeta(const std::string &Dir, const CheckpointMeta &M) {
   writeFileAtomic(join(Dir, "latest"), Latest.data(), Latest.size());
 }
 
+namespace {
+
+/// Steps beyond this are no run's (2^40 steps per run, and then some):
+/// a meta.json that says more was edited, and its sums would overflow.
+constexpr int64_t kMaxCheckpointStep = int64_t(1) << 50;
+
+/// Whether \p Name is a step directory's name: "step-" and at least 8
+/// digits (stepDirName; a step past 99999999 takes more).
+bool isStepDirName(const std::string &Name) {
+  bool Ok = Name.size() >= 13 && Name.size() <= 24 &&
+            Name.compare(0, 5, "step-") == 0;
+  for (size_t I = 5; Ok && I < Name.size(); ++I)
+    Ok = Name[I] >= '0' && Name[I] <= '9';
+  return Ok;
+}
+
+/// Whether two gridString()s lay out the same ranks: axes of size 1 split
+/// nothing, so "dp=1 x tp=2" and "tp=2" hold the same shards.
+bool sameGrid(const std::string &A, const std::string &B) {
+  auto Split = [](const std::string &G) {
+    std::vector<std::string> Axes;
+    if (G == "single")
+      return Axes;
+    for (size_t At = 0; At <= G.size();) {
+      size_t End = G.find(" x ", At);
+      if (End == std::string::npos)
+        End = G.size();
+      const std::string Axis = G.substr(At, End - At);
+      if (Axis.size() < 2 || Axis.compare(Axis.size() - 2, 2, "=1") != 0)
+        Axes.push_back(Axis);
+      At = End + 3;
+    }
+    return Axes;
+  };
+  return Split(A) == Split(B);
+}
+
+} // namespace
+
 CheckpointMeta readCheckpointMeta(const std::string &DirIn, const Program &P,
                                   std::string &StepDir) {
   const std::string Dir = stripSlashes(DirIn);
@@ -201,10 +240,7 @@ CheckpointMeta readCheckpointMeta(const std::string &DirIn, const Program &P,
     while (!Name.empty() && (Name.back() == '\n' || Name.back() == '\r' ||
                              Name.back() == ' '))
       Name.pop_back();
-    bool Ok = Name.size() == 13 && Name.compare(0, 5, "step-") == 0;
-    for (size_t I = 5; Ok && I < Name.size(); ++I)
-      Ok = Name[I] >= '0' && Name[I] <= '9';
-    if (!Ok)
+    if (!isStepDirName(Name))
       throw RunError(join(Dir, "latest") +
                      ": does not name a step directory (step-NNNNNNNN)");
     StepDir = join(Dir, Name);
@@ -226,7 +262,17 @@ CheckpointMeta readCheckpointMeta(const std::string &DirIn, const Program &P,
     if (J.at("format").get<int>() != 1)
       throw RunError(MetaPath + ": checkpoint format " +
                      J.at("format").dump() + " is not supported (expected 1)");
-    M.step = J.at("step").get<int64_t>();
+    const json &Step = J.at("step");
+    if (!Step.is_number_integer())
+      throw RunError(MetaPath + ": step " + Step.dump() +
+                     " is not a whole number");
+    if (Step.is_number_unsigned()
+            ? Step.get<uint64_t>() > uint64_t(kMaxCheckpointStep)
+            : Step.get<int64_t>() < 0)
+      throw RunError(MetaPath + ": step " + Step.dump() +
+                     " is not a step a run saves (0 to " +
+                     std::to_string(kMaxCheckpointStep) + ")");
+    M.step = Step.get<int64_t>();
     M.dataPosition = J.at("data_position").get<uint64_t>();
     M.seed = J.at("seed").get<uint64_t>();
     M.worldSize = J.at("world_size").get<uint32_t>();
@@ -256,8 +302,12 @@ CheckpointMeta readCheckpointMeta(const std::string &DirIn, const Program &P,
   } catch (const std::exception &) {
     throw RunError(MetaPath + ": missing or malformed fields");
   }
-  if (M.step < 0)
-    throw RunError(MetaPath + ": negative step");
+  // The directory's name and meta.json say the same step, or one of them
+  // was edited or copied over from another checkpoint.
+  const std::string DirName = StepDir.substr(StepDir.find_last_of('/') + 1);
+  if (isStepDirName(DirName) && DirName != stepDirName(M.step))
+    throw RunError(MetaPath + ": says step " + std::to_string(M.step) +
+                   " but its directory is " + DirName);
   if (M.worldSize != P.world_size())
     throw RunError(MetaPath + ": checkpoint was saved by " +
                    std::to_string(M.worldSize) + " ranks but the plan has " +
@@ -265,7 +315,7 @@ CheckpointMeta readCheckpointMeta(const std::string &DirIn, const Program &P,
                    ": a checkpoint resumes only on the grid that saved it "
                    "(utils/merge_checkpoint.py merges one into a single file "
                    "to compare runs across grids)");
-  if (M.grid != gridString(P))
+  if (!sameGrid(M.grid, gridString(P)))
     throw RunError(MetaPath + ": checkpoint grid " + M.grid +
                    " does not match the plan's grid " + gridString(P));
   if (M.modelHash != P.model_hash())

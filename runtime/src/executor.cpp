@@ -193,6 +193,14 @@ size_t Executor::loadParams(const WeightFiles &File, uint64_t Seed) {
     return 0;
   for (const Param *Pa : *RP.params()) {
     Tensor &T = Bufs[Pa->buffer()];
+    // A merged checkpoint holds every parameter, those without an HF
+    // name too: a new run starts from the trained values.
+    if (loadMergedCheckpointParam(File, Pa->name()->str(),
+                                  vec(Pa->global_shape()), vec(Pa->offset()),
+                                  T.shape, T.f.data())) {
+      ++Loaded;
+      continue;
+    }
     if (!Pa->hf_name() || Pa->hf_name()->size() == 0) {
       initOne(*Pa, T, Seed);
       continue;

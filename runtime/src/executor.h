@@ -187,7 +187,8 @@ public:
   /// Initializes every parameter from its init kind and \p Seed.
   void initParams(uint64_t Seed);
   /// Loads every parameter with an hf_name from \p File (others are
-  /// initialized from \p Seed); returns how many were loaded.
+  /// initialized from \p Seed), or every parameter from a merged
+  /// checkpoint; returns how many were loaded.
   size_t loadParams(const WeightFiles &File, uint64_t Seed);
   /// Whether the plan has a "labels" input (needs one more token).
   bool needsLabels() const;

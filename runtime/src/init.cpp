@@ -16,8 +16,12 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <fcntl.h>
 #include <fstream>
+#include <memory>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 namespace megac_rt {
 
@@ -134,6 +138,24 @@ void loadParamSlice(const WeightFiles &Files, const std::string &Name,
   });
 }
 
+bool loadMergedCheckpointParam(const WeightFiles &Files,
+                               const std::string &Name, const ShapeVec &Global,
+                               const ShapeVec &Offset, const ShapeVec &Local,
+                               float *Out) {
+  const std::string Merged = "param/" + Name;
+  const WeightFiles::Found F = Files.find(Merged);
+  if (!F.tensor)
+    return false;
+  if (F.tensor->shape != Global)
+    throw RunError(F.file->path() + ": tensor \"" + Merged + "\" has shape " +
+                   listStr(F.tensor->shape) + " but parameter " + Name +
+                   " is " + listStr(Global) +
+                   ": the checkpoint is another model's");
+  loadParamSlice(Files, Name, Merged, ShapeVec(Global.size(), 0), Global,
+                 Offset, Local, Out);
+  return true;
+}
+
 std::vector<int32_t> defaultTokenStream(uint64_t Seed, size_t Count,
                                         int64_t Vocab) {
   std::vector<int32_t> T(Count);
@@ -155,21 +177,6 @@ TokenSource TokenSource::fromTokens(std::vector<int32_t> Tokens) {
   TokenSource S;
   S.T = std::move(Tokens);
   return S;
-}
-
-uint32_t TokenSource::fingerprint() const {
-  if (Seeded)
-    return 0;
-  if (!Fingerprint)
-    Fingerprint = crc32(reinterpret_cast<const uint8_t *>(T.data()),
-                        T.size() * sizeof(int32_t));
-  return *Fingerprint;
-}
-
-int32_t TokenSource::at(uint64_t I) const {
-  if (Seeded)
-    return int32_t(splitmix64(Base + I) % uint64_t(Vocab));
-  return T[size_t(I)];
 }
 
 uint64_t nextDataPosition(uint64_t Pos, uint64_t Stride, uint64_t Length) {
@@ -216,18 +223,53 @@ std::string megatronPrefix(const std::string &Path) {
   struct stat St;
   if (::stat(Path.c_str(), &St) != 0 && isRegularFile(Path + ".idx"))
     return Path;
+  // The index alone is no token file: what the user means is its dataset.
+  if (Path.size() > 4 && endsWith(Path, ".idx") && HasMagic(Path)) {
+    const std::string Prefix = Path.substr(0, Path.size() - 4);
+    throw RunError(Path +
+                   ": the index of a Megatron dataset; name the "
+                   "dataset by its prefix, " +
+                   Prefix + " (or its " + Prefix + ".bin)");
+  }
   return "";
 }
 
-/// Reads \p Count tokens (all when \p All, then at least Count) of the
-/// Megatron indexed dataset \p Prefix: its sequences in index order, one
-/// stream, as the GPT dataset concatenates documents. The index is
-/// "MMIDIDX\0\0", version 1 (u64), the dtype code (u8), the sequence and
-/// document counts (u64), then per sequence its token count (i32) and byte
-/// offset in the .bin (i64), then the document index (i64). Every field is
-/// checked against the two files' sizes.
-std::vector<int32_t> readMegatronTokens(const std::string &Prefix, size_t Count,
-                                        int64_t Vocab, bool All) {
+/// Where a token file's tokens lie: runs of Width-byte little-endian
+/// integers in DataPath, in stream order.
+struct TokenLayout {
+  std::string Name;     // what "holds N tokens" names: the file, or a prefix
+  std::string DataPath; // the file holding the tokens
+  std::string Format;   // "raw uint16", "llm.c token file", ...
+  size_t Width = 2;
+  bool Signed = false;
+  bool Megatron = false;
+  struct Run {
+    uint64_t Start, Byte, Count; // stream position, byte offset, tokens
+  };
+  std::vector<Run> Runs;
+  std::vector<int32_t> SequenceSizes; // Megatron's, to name a sequence
+  uint64_t Total = 0;
+
+  /// Appends \p Count tokens at byte \p Byte, into the last run where
+  /// they follow it in the file (a dataset written in order is one run).
+  void append(uint64_t Byte, uint64_t Count) {
+    if (!Count)
+      return;
+    if (!Runs.empty() && Runs.back().Byte + Runs.back().Count * Width == Byte)
+      Runs.back().Count += Count;
+    else
+      Runs.push_back({Total, Byte, Count});
+    Total += Count;
+  }
+};
+
+/// The layout of the Megatron indexed dataset \p Prefix: its sequences in
+/// index order, one stream, as the GPT dataset concatenates documents.
+/// The index is "MMIDIDX\0\0", version 1 (u64), the dtype code (u8), the
+/// sequence and document counts (u64), then per sequence its token count
+/// (i32) and byte offset in the .bin (i64), then the document index
+/// (i64). Every field is checked against the two files' sizes.
+TokenLayout megatronLayout(const std::string &Prefix) {
   const std::string Idx = Prefix + ".idx", Bin = Prefix + ".bin";
   std::ifstream I(Idx, std::ios::binary | std::ios::ate);
   if (!I)
@@ -255,13 +297,18 @@ std::vector<int32_t> readMegatronTokens(const std::string &Prefix, size_t Count,
   // Megatron's DType codes: 1 uint8, 2 int8, 3 int16, 4 int32, 5 int64,
   // 6 float64, 7 float32, 8 uint16.
   static const int Widths[9] = {0, 1, 1, 2, 4, 8, 0, 0, 2};
-  const bool Signed = Code >= 2 && Code <= 5;
   if (Code < 1 || Code > 8 || Widths[Code] == 0)
     throw RunError(Idx + ": dtype code " + std::to_string(int(Code)) +
                    (Code == 6 || Code == 7
                         ? " holds floating-point values, not token ids"
                         : " is not one of Megatron's (1 to 8)"));
-  const uint64_t Width = uint64_t(Widths[Code]);
+  TokenLayout L;
+  L.Name = Prefix;
+  L.DataPath = Bin;
+  L.Megatron = true;
+  L.Signed = Code >= 2 && Code <= 5;
+  L.Width = size_t(Widths[Code]);
+  const uint64_t Width = L.Width;
   if (NSeq > IdxSize || NDoc > IdxSize ||
       HeaderBytes + NSeq * 12 + NDoc * 8 != IdxSize)
     throw RunError(Idx + ": announces " + std::to_string(NSeq) +
@@ -272,21 +319,20 @@ std::vector<int32_t> readMegatronTokens(const std::string &Prefix, size_t Count,
                         : std::to_string(HeaderBytes + NSeq * 12 + NDoc * 8) +
                               " bytes, not " + std::to_string(IdxSize)) +
                    ": a damaged index");
-  std::vector<int32_t> Sizes(NSeq);
+  L.SequenceSizes.resize(NSeq);
   std::vector<int64_t> Pointers(NSeq);
-  if (NSeq && (!I.read(reinterpret_cast<char *>(Sizes.data()),
+  if (NSeq && (!I.read(reinterpret_cast<char *>(L.SequenceSizes.data()),
                        std::streamsize(NSeq * 4)) ||
                !I.read(reinterpret_cast<char *>(Pointers.data()),
                        std::streamsize(NSeq * 8))))
     throw RunError(Idx + ": error reading the Megatron index");
-  std::ifstream B(Bin, std::ios::binary | std::ios::ate);
-  if (!B)
+  struct stat St;
+  if (::stat(Bin.c_str(), &St) != 0)
     throw RunError(
         Bin + ": cannot open the Megatron data file: " + std::strerror(errno));
-  const uint64_t BinSize = uint64_t(B.tellg());
-  uint64_t Total = 0;
+  const uint64_t BinSize = uint64_t(St.st_size);
   for (uint64_t K = 0; K < NSeq; ++K) {
-    const int64_t At = Pointers[K], N = Sizes[K];
+    const int64_t At = Pointers[K], N = L.SequenceSizes[K];
     if (N < 0 || At < 0 || uint64_t(At) % Width != 0 ||
         uint64_t(At) > BinSize ||
         uint64_t(N) > (BinSize - uint64_t(At)) / Width)
@@ -295,61 +341,32 @@ std::vector<int32_t> readMegatronTokens(const std::string &Prefix, size_t Count,
                      std::to_string(At) + ") does not lie within " + Bin +
                      " (" + std::to_string(BinSize) +
                      " bytes): the index does not describe this data file");
-    Total += uint64_t(N);
+    L.append(uint64_t(At), uint64_t(N));
   }
-  if (Total < Count)
-    throw RunError(Prefix + ": holds " + std::to_string(Total) +
-                   " tokens (Megatron indexed dataset, " +
-                   std::to_string(NSeq) + " sequences) but the plan needs " +
-                   std::to_string(Count));
-  if (All) {
-    if (Total > uint64_t(SIZE_MAX / 8))
-      throw RunError(Prefix + ": token file is too large");
-    Count = size_t(Total);
-  }
-  std::vector<int32_t> T;
-  T.reserve(Count);
-  std::vector<uint8_t> Raw;
-  for (uint64_t K = 0; K < NSeq && T.size() < Count; ++K) {
-    const uint64_t N = std::min<uint64_t>(uint64_t(Sizes[K]), Count - T.size());
-    Raw.resize(size_t(N * Width));
-    B.clear();
-    B.seekg(std::streamoff(Pointers[K]));
-    if (N && !B.read(reinterpret_cast<char *>(Raw.data()),
-                     std::streamsize(Raw.size())))
-      throw RunError(Bin + ": error reading the Megatron data file");
-    for (uint64_t J = 0; J < N; ++J) {
-      const uint64_t U = loadLittleEndian(&Raw[size_t(J * Width)], Width);
-      int64_t V = int64_t(U);
-      if (Signed && Width < 8 && (U >> (8 * Width - 1)) & 1)
-        V = int64_t(U) - (int64_t(1) << (8 * Width)); // sign-extend
-      if (V < 0 || V >= Vocab)
-        throw RunError(
-            Bin + ": token " + std::to_string(V) + " at position " +
-            std::to_string(T.size()) + " (sequence " + std::to_string(K) +
-            ") is outside the vocabulary (size " + std::to_string(Vocab) + ")");
-      T.push_back(int32_t(V));
-    }
-  }
-  return T;
+  L.Format = "Megatron indexed dataset, " + std::to_string(NSeq) + " sequences";
+  return L;
 }
 
-/// Reads \p Count tokens, or all of them when \p All (then at least Count).
-std::vector<int32_t> readTokens(const std::string &Path, size_t Count,
-                                int64_t Vocab, bool All) {
-  if (std::string Prefix = megatronPrefix(Path); !Prefix.empty())
-    return readMegatronTokens(Prefix, Count, Vocab, All);
+/// The layout of a raw uint16 file or an llm.c token file \p Path.
+TokenLayout plainLayout(const std::string &Path) {
   struct stat St;
   if (::stat(Path.c_str(), &St) == 0 && S_ISDIR(St.st_mode))
     throw RunError(Path + ": is a directory, not a token file");
+  // Every rank reads the file, from where it likes: a pipe would give each
+  // a part, and a second read nothing.
+  if (::stat(Path.c_str(), &St) == 0 && !S_ISREG(St.st_mode))
+    throw RunError(Path + ": not a regular file (a pipe or a device?): the "
+                          "token file is read by every rank, so it must be "
+                          "a file");
   std::ifstream F(Path, std::ios::binary | std::ios::ate);
   if (!F)
     throw RunError(Path + ": cannot open token file: " + std::strerror(errno));
   const uint64_t Size = uint64_t(F.tellg());
   F.seekg(0);
+  TokenLayout L;
+  L.Name = L.DataPath = Path;
+  L.Format = "raw uint16";
   uint64_t Start = 0, Available = Size / 2;
-  size_t Width = 2;
-  std::string Format = "raw uint16";
   if (Size >= 1024) {
     int32_t Hdr[256];
     if (!F.read(reinterpret_cast<char *>(Hdr), sizeof(Hdr)))
@@ -359,9 +376,9 @@ std::vector<int32_t> readTokens(const std::string &Path, size_t Count,
         throw RunError(Path + ": llm.c token file version " +
                        std::to_string(Hdr[1]) +
                        " is not supported (expected 1 or 2)");
-      Width = Hdr[1] == 1 ? 2 : 4;
+      L.Width = Hdr[1] == 1 ? 2 : 4;
       Start = 1024;
-      Format = "llm.c token file";
+      L.Format = "llm.c token file";
       const uint64_t Body = Size - 1024;
       if (Hdr[2] < 0)
         throw RunError(Path +
@@ -369,13 +386,13 @@ std::vector<int32_t> readTokens(const std::string &Path, size_t Count,
                        "of tokens (" +
                        std::to_string(Hdr[2]) + "): a damaged header");
       // As llm.c's own loader: the header's count is the file's.
-      if (uint64_t(Hdr[2]) * Width != Body)
+      if (uint64_t(Hdr[2]) * L.Width != Body)
         throw RunError(Path + ": llm.c header announces " +
                        std::to_string(Hdr[2]) + " tokens but the file holds " +
-                       std::to_string(Body / Width) +
-                       (Body % Width ? " and a part of one" : "") +
-                       (uint64_t(Hdr[2]) * Width > Body ? " (truncated?)"
-                                                        : " (appended to?)"));
+                       std::to_string(Body / L.Width) +
+                       (Body % L.Width ? " and a part of one" : "") +
+                       (uint64_t(Hdr[2]) * L.Width > Body ? " (truncated?)"
+                                                          : " (appended to?)"));
       Available = uint64_t(Hdr[2]);
     }
   }
@@ -383,41 +400,209 @@ std::vector<int32_t> readTokens(const std::string &Path, size_t Count,
     throw RunError(Path + ": " + std::to_string(Size) +
                    " bytes, an odd number: not raw uint16 tokens (nor an "
                    "llm.c token file)");
-  if (Available < Count)
-    throw RunError(Path + ": holds " + std::to_string(Available) + " tokens (" +
-                   Format + ") but the plan needs " + std::to_string(Count));
-  if (All) {
-    if (Available > uint64_t(SIZE_MAX / 8))
-      throw RunError(Path + ": token file is too large");
-    Count = size_t(Available);
-  }
-  std::vector<uint8_t> Raw(Count * Width);
-  F.clear();
-  F.seekg(std::streamoff(Start));
-  if (Count && !F.read(reinterpret_cast<char *>(Raw.data()),
-                       std::streamsize(Raw.size())))
-    throw RunError(Path + ": error reading token file");
-  std::vector<int32_t> T(Count);
-  for (size_t I = 0; I < Count; ++I) {
-    const uint64_t V = loadLittleEndian(&Raw[I * Width], Width);
-    if (int64_t(V) >= Vocab)
-      throw RunError(Path + ": token " + std::to_string(V) + " at position " +
-                     std::to_string(I) + " is outside the vocabulary (size " +
-                     std::to_string(Vocab) + ")");
-    T[I] = int32_t(V);
-  }
-  return T;
+  L.append(Start, Available);
+  return L;
+}
+
+TokenLayout tokenLayout(const std::string &Path) {
+  if (std::string Prefix = megatronPrefix(Path); !Prefix.empty())
+    return megatronLayout(Prefix);
+  return plainLayout(Path);
+}
+
+/// Refuses a file of fewer than \p Count tokens.
+void requireTokens(const TokenLayout &L, uint64_t Count) {
+  if (L.Total < Count)
+    throw RunError(L.Name + ": holds " + std::to_string(L.Total) + " tokens (" +
+                   L.Format + ") but the plan needs " + std::to_string(Count));
 }
 } // namespace
 
-std::vector<int32_t> readTokenFile(const std::string &Path, size_t Count,
-                                   int64_t Vocab) {
-  return readTokens(Path, Count, Vocab, false);
+/// A token file mapped read-only: the ranks of a node share its pages
+/// (the page cache) instead of each holding a decoded copy, and a window
+/// is decoded when a step reads it.
+class MappedTokens {
+public:
+  explicit MappedTokens(TokenLayout Layout) : L(std::move(Layout)) {
+    const int Fd = ::open(L.DataPath.c_str(), O_RDONLY | O_CLOEXEC);
+    if (Fd < 0)
+      throw RunError(L.DataPath +
+                     ": cannot open token file: " + std::strerror(errno));
+    struct stat St;
+    if (::fstat(Fd, &St) != 0) {
+      const int E = errno;
+      ::close(Fd);
+      throw RunError(L.DataPath +
+                     ": cannot read token file: " + std::strerror(E));
+    }
+    Size = size_t(St.st_size);
+    if (Size > 0) {
+      void *M = ::mmap(nullptr, Size, PROT_READ, MAP_PRIVATE, Fd, 0);
+      if (M == MAP_FAILED) {
+        const int E = errno;
+        ::close(Fd);
+        throw RunError(L.DataPath +
+                       ": cannot map token file: " + std::strerror(E));
+      }
+      Data = static_cast<const uint8_t *>(M);
+    }
+    ::close(Fd);
+    // (The layout was read before the mapping: a file cut meanwhile.)
+    for (const TokenLayout::Run &R : L.Runs)
+      if (R.Byte + R.Count * L.Width > Size) {
+        if (Data)
+          ::munmap(const_cast<uint8_t *>(Data), Size);
+        throw RunError(L.DataPath + ": changed while it was read");
+      }
+  }
+  ~MappedTokens() {
+    if (Data)
+      ::munmap(const_cast<uint8_t *>(Data), Size);
+  }
+  MappedTokens(const MappedTokens &) = delete;
+  MappedTokens &operator=(const MappedTokens &) = delete;
+
+  const TokenLayout &layout() const { return L; }
+  uint64_t length() const { return L.Total; }
+
+  /// Token \p I of the stream (checked against the vocabulary already).
+  int32_t at(uint64_t I) const {
+    const TokenLayout::Run &R = runOf(I);
+    return int32_t(decode(R.Byte + (I - R.Start) * L.Width));
+  }
+
+  /// Calls \p Fn(Values, N, First) for the tokens [\p From, \p To) of the
+  /// stream, a piece at a time (Values[k] is token First + k).
+  template <typename FnT>
+  void forEachPiece(uint64_t From, uint64_t To, FnT &&Fn) const {
+    constexpr uint64_t kPiece = 1 << 16;
+    std::vector<int32_t> Values;
+    for (uint64_t At = From; At < To;) {
+      const TokenLayout::Run &R = runOf(At);
+      const uint64_t N = std::min({To - At, R.Start + R.Count - At, kPiece});
+      Values.resize(size_t(N));
+      const uint64_t Byte = R.Byte + (At - R.Start) * L.Width;
+      for (uint64_t K = 0; K < N; ++K)
+        Values[size_t(K)] = int32_t(decode(Byte + K * L.Width));
+      Fn(Values.data(), size_t(N), At);
+      At += N;
+    }
+  }
+
+  /// Throws RunError at the first of tokens [0, \p Count) outside
+  /// [0, \p Vocab), naming its position (and its Megatron sequence).
+  void checkVocabulary(uint64_t Count, int64_t Vocab) const {
+    constexpr uint64_t kPiece = 1 << 16;
+    for (uint64_t At = 0; At < Count;) {
+      const TokenLayout::Run &R = runOf(At);
+      const uint64_t N = std::min({Count - At, R.Start + R.Count - At, kPiece});
+      const uint64_t Byte = R.Byte + (At - R.Start) * L.Width;
+      for (uint64_t K = 0; K < N; ++K)
+        if (const int64_t V = decode(Byte + K * L.Width); V < 0 || V >= Vocab)
+          throw RunError(L.DataPath + ": token " + std::to_string(V) +
+                         " at position " + std::to_string(At + K) +
+                         sequenceOf(At + K) +
+                         " is outside the vocabulary (size " +
+                         std::to_string(Vocab) + ")");
+      At += N;
+    }
+  }
+
+private:
+  const TokenLayout::Run &runOf(uint64_t I) const {
+    if (L.Runs.size() == 1)
+      return L.Runs[0];
+    auto It = std::upper_bound(
+        L.Runs.begin(), L.Runs.end(), I,
+        [](uint64_t P, const TokenLayout::Run &R) { return P < R.Start; });
+    return *(It - 1);
+  }
+
+  int64_t decode(uint64_t Byte) const {
+    const uint64_t U = loadLittleEndian(Data + Byte, L.Width);
+    if (L.Signed && L.Width < 8 && (U >> (8 * L.Width - 1)) & 1)
+      return int64_t(U) - (int64_t(1) << (8 * L.Width)); // sign-extend
+    return int64_t(U);
+  }
+
+  /// " (sequence K)" for a Megatron dataset's stream position \p P.
+  std::string sequenceOf(uint64_t P) const {
+    if (!L.Megatron)
+      return "";
+    uint64_t Seen = 0;
+    for (size_t K = 0; K < L.SequenceSizes.size(); ++K) {
+      Seen += uint64_t(L.SequenceSizes[K]);
+      if (P < Seen)
+        return " (sequence " + std::to_string(K) + ")";
+    }
+    return "";
+  }
+
+  TokenLayout L;
+  const uint8_t *Data = nullptr;
+  size_t Size = 0;
+};
+
+TokenSource TokenSource::fromFile(const std::string &Path, size_t MinCount,
+                                  int64_t Vocab) {
+  TokenLayout L = tokenLayout(Path);
+  requireTokens(L, MinCount);
+  auto File = std::make_shared<MappedTokens>(std::move(L));
+  File->checkVocabulary(File->length(), Vocab);
+  TokenSource S;
+  S.File = std::move(File);
+  return S;
 }
 
-std::vector<int32_t> readAllTokens(const std::string &Path, size_t MinCount,
+uint32_t TokenSource::fingerprint() const {
+  if (Seeded)
+    return 0;
+  if (!Fingerprint) {
+    if (!File) {
+      Fingerprint = crc32(reinterpret_cast<const uint8_t *>(T.data()),
+                          T.size() * sizeof(int32_t));
+    } else {
+      // The CRC of the tokens as little-endian int32s, a piece at a time.
+      uint32_t Crc = 0;
+      std::vector<uint8_t> Bytes;
+      File->forEachPiece(
+          0, File->length(), [&](const int32_t *V, size_t N, uint64_t) {
+            Bytes.resize(N * 4);
+            for (size_t I = 0; I < N; ++I)
+              for (size_t B = 0; B < 4; ++B)
+                Bytes[I * 4 + B] = uint8_t(uint32_t(V[I]) >> (8 * B));
+            Crc = crc32Update(Crc, Bytes.data(), Bytes.size());
+          });
+      Fingerprint = Crc;
+    }
+  }
+  return *Fingerprint;
+}
+
+int32_t TokenSource::at(uint64_t I) const {
+  if (Seeded)
+    return int32_t(splitmix64(Base + I) % uint64_t(Vocab));
+  if (File)
+    return File->at(I);
+  return T[size_t(I)];
+}
+
+uint64_t TokenSource::length() const {
+  return Seeded ? (uint64_t(1) << 62) : File ? File->length() : T.size();
+}
+
+std::vector<int32_t> readTokenFile(const std::string &Path, size_t Count,
                                    int64_t Vocab) {
-  return readTokens(Path, MinCount, Vocab, true);
+  TokenLayout L = tokenLayout(Path);
+  requireTokens(L, Count);
+  MappedTokens File(std::move(L));
+  File.checkVocabulary(Count, Vocab);
+  std::vector<int32_t> T;
+  T.reserve(Count);
+  File.forEachPiece(0, Count, [&](const int32_t *V, size_t N, uint64_t) {
+    T.insert(T.end(), V, V + N);
+  });
+  return T;
 }
 
 } // namespace megac_rt

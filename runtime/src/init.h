@@ -12,6 +12,7 @@
 #include "safetensors.h"
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -41,19 +42,37 @@ void loadParamSlice(const WeightFiles &Files, const std::string &Name,
                     const ShapeVec &Local, float *Out,
                     const ShapeVec &HfShape = {});
 
+/// Where \p Files is a merged checkpoint (utils/merge_checkpoint.py: each
+/// parameter whole as "param/<Name>", in the plan's own layout), copies
+/// the slice (\p Local at \p Offset of \p Global) of parameter \p Name out
+/// of it and returns true; false where it holds no such tensor. Throws
+/// RunError where the tensor's shape is not \p Global.
+bool loadMergedCheckpointParam(const WeightFiles &Files,
+                               const std::string &Name, const ShapeVec &Global,
+                               const ShapeVec &Offset, const ShapeVec &Local,
+                               float *Out);
+
 /// t[i] = splitmix64(splitmix64(Seed) + i) % Vocab for i < Count.
 std::vector<int32_t> defaultTokenStream(uint64_t Seed, size_t Count,
                                         int64_t Vocab);
 
-/// A token stream the "tokens"/"labels" inputs are cut from: either the
-/// seeded default stream (unbounded: element i is defaultTokenStream's t[i])
-/// or tokens held in memory (a token file).
+class MappedTokens; // a token file mapped (init.cpp)
+
+/// A token stream the "tokens"/"labels" inputs are cut from: the seeded
+/// default stream (unbounded: element i is defaultTokenStream's t[i]),
+/// tokens held in memory, or a token file mapped.
 class TokenSource {
 public:
   static TokenSource seeded(uint64_t Seed, int64_t Vocab);
   static TokenSource fromTokens(std::vector<int32_t> Tokens);
+  /// Every token of a token file (the formats and checks of
+  /// readTokenFile), mapped: the file is read where a step reads it, and
+  /// the ranks of a node share its pages. Throws RunError where it holds
+  /// fewer than \p MinCount tokens or one outside [0, \p Vocab).
+  static TokenSource fromFile(const std::string &Path, size_t MinCount,
+                              int64_t Vocab);
   /// Number of tokens; the seeded stream reports 2^62.
-  uint64_t length() const { return Seeded ? (uint64_t(1) << 62) : T.size(); }
+  uint64_t length() const;
   int32_t at(uint64_t I) const;
   bool isSeeded() const { return Seeded; }
   /// CRC-32 of the tokens as little-endian int32s (0 for the seeded
@@ -68,6 +87,7 @@ private:
   uint64_t Base = 0;
   int64_t Vocab = 1;
   std::vector<int32_t> T;
+  std::shared_ptr<const MappedTokens> File; // fromFile's
 };
 
 /// Position of the next global batch in a stream of \p Length tokens, given
@@ -77,11 +97,6 @@ private:
 /// read one token past the batch). A stream of exactly Stride + 1 tokens
 /// gives position 0 for every step. Requires Length >= Stride + 1.
 uint64_t nextDataPosition(uint64_t Pos, uint64_t Stride, uint64_t Length);
-
-/// Reads every token of a token file (same formats and checks as
-/// readTokenFile); throws RunError when it holds fewer than \p MinCount.
-std::vector<int32_t> readAllTokens(const std::string &Path, size_t MinCount,
-                                   int64_t Vocab);
 
 /// Reads the first \p Count tokens of a nanoGPT-style raw uint16 file, or of
 /// an llm.c .bin file (1024-byte header, magic 20240520; version 1 holds

@@ -54,12 +54,16 @@ static const std::array<uint32_t, 256> &crcTable() {
   return Table;
 }
 
-uint32_t crc32(const uint8_t *data, size_t size) {
+uint32_t crc32Update(uint32_t crc, const uint8_t *data, size_t size) {
   const auto &Table = crcTable();
-  uint32_t C = 0xFFFFFFFFu;
+  uint32_t C = crc ^ 0xFFFFFFFFu;
   for (size_t I = 0; I < size; ++I)
     C = Table[(C ^ data[I]) & 0xFF] ^ (C >> 8);
   return C ^ 0xFFFFFFFFu;
+}
+
+uint32_t crc32(const uint8_t *data, size_t size) {
+  return crc32Update(0, data, size);
 }
 
 std::vector<uint8_t> wrapProgram(const uint8_t *program, size_t size,

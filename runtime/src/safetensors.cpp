@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -128,6 +129,24 @@ SafetensorsHeader parseSafetensors(const uint8_t *Data, size_t Size) {
           std::to_string(Numel * Item));
     H.tensors.emplace(Name, std::move(T));
   }
+  // Two tensors sharing bytes would each read the other's values: the
+  // header of a damaged or hand-edited file.
+  std::vector<const TensorInfo *> ByOffset;
+  for (const auto &[Name, T] : H.tensors)
+    if (T.end > T.begin)
+      ByOffset.push_back(&T);
+  std::sort(ByOffset.begin(), ByOffset.end(),
+            [](const TensorInfo *A, const TensorInfo *B) {
+              return A->begin < B->begin;
+            });
+  for (size_t I = 1; I < ByOffset.size(); ++I)
+    if (ByOffset[I]->begin < ByOffset[I - 1]->end)
+      bad("tensors \"" + ByOffset[I - 1]->name + "\" [" +
+          std::to_string(ByOffset[I - 1]->begin) + ", " +
+          std::to_string(ByOffset[I - 1]->end) + ") and \"" +
+          ByOffset[I]->name + "\" [" + std::to_string(ByOffset[I]->begin) +
+          ", " + std::to_string(ByOffset[I]->end) +
+          ") share bytes of the data section: a damaged header");
   return H;
 }
 

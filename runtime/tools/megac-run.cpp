@@ -438,14 +438,16 @@ void checkOutputsWritable(const Options &O) {
 /// Warns about the tensors of --weights no parameter of the plan reads
 /// (a checkpoint of a larger model loads without an error otherwise),
 /// but for GPT-2's attention masks, which are buffers, not weights, and
-/// lm_head.weight, which a tied model reads as wte.weight.
+/// lm_head.weight, which a tied model reads as wte.weight, and a merged
+/// checkpoint's AdamW moments (a new run starts its own).
 void warnUnusedWeights(const Program &P, const WeightFiles &W) {
   std::set<std::string> Used;
   const std::string Pfx = "transformer.";
   for (const RankProgram *R : *P.ranks())
     if (R->params())
       for (const Param *Pa : *R->params())
-        if (Pa->hf_name() && Pa->hf_name()->size()) {
+        if (Used.insert("param/" + Pa->name()->str());
+            Pa->hf_name() && Pa->hf_name()->size()) {
           const std::string N = Pa->hf_name()->str();
           Used.insert(N);
           Used.insert(N.rfind(Pfx, 0) == 0 ? N.substr(Pfx.size()) : Pfx + N);
@@ -453,7 +455,8 @@ void warnUnusedWeights(const Program &P, const WeightFiles &W) {
   std::vector<std::string> Unused;
   for (const std::string &Name : W.names())
     if (!Used.count(Name) && !endsWith(Name, ".attn.bias") &&
-        !endsWith(Name, ".attn.masked_bias") && Name != "lm_head.weight")
+        !endsWith(Name, ".attn.masked_bias") && Name != "lm_head.weight" &&
+        Name.rfind("adam_", 0) != 0)
       Unused.push_back(Name);
   if (Unused.empty())
     return;
@@ -469,6 +472,16 @@ void warnUnusedWeights(const Program &P, const WeightFiles &W) {
                Unused.size() == 1 ? "is" : "are", List.c_str());
 }
 
+/// At most this many instructions are traced per rank (about 250 bytes of
+/// JSON each): a --trace of a long run holds its beginning. A CPU
+/// --profile alone keeps only spans (32 bytes each), so it may keep more.
+/// MEGAC_TRACE_LIMIT sets either (for a longer trace where memory allows).
+size_t traceLimit(const Options &O) {
+  const long Default = O.trace.empty() ? 4000000 : 1000000;
+  return size_t(
+      envWholeNumber("MEGAC_TRACE_LIMIT", 1, 1L << 40).value_or(Default));
+}
+
 /// Option combinations that make no sense for the plan's mode.
 void checkModeOptions(const Options &O, const Setup &S, const Program &P) {
   const RankProgram &RP = *P.ranks()->Get(uint32_t(WorldRank));
@@ -482,6 +495,8 @@ void checkModeOptions(const Options &O, const Setup &S, const Program &P) {
   if (O.backend == "cuda" && !O.trace.empty())
     throw RunError("--trace records the CPU backend's instructions; the "
                    "CUDA backend has no timeline yet");
+  if (!O.trace.empty() || !O.profile.empty())
+    traceLimit(O); // a malformed MEGAC_TRACE_LIMIT is refused before work
   // (Pipeline plans are training plans: never Mode::Forward.)
   const bool Pipelined = P.pipeline_stages() > 1;
   if (S.mode == Mode::Generate) {
@@ -582,8 +597,14 @@ void checkModeOptions(const Options &O, const Setup &S, const Program &P) {
 /// checkpoint's \p Step stay (a fresh run would have written them), later
 /// ones go (a run that went past the checkpoint before it stopped would
 /// otherwise list those steps twice), and so does a last line cut short.
-/// A file that is not there is left to the writer ("a" creates it).
+/// A file that is not there is left to the writer ("a" creates it), and
+/// so is anything but a regular file: reading a pipe, a FIFO or a terminal
+/// to its end would wait for ever, and what went down it cannot be taken
+/// back anyway.
 void keepMetricsUpTo(const std::string &Path, int64_t Step) {
+  struct stat St;
+  if (::stat(Path.c_str(), &St) != 0 || !S_ISREG(St.st_mode))
+    return;
   std::FILE *In = std::fopen(Path.c_str(), "r");
   if (!In)
     return;
@@ -741,14 +762,21 @@ void prepare(const Options &O, Setup &S) {
     S.lossBuf = L->buffer();
   S.stream = O.tokens.empty()
                  ? TokenSource::seeded(S.seed, P.vocab_size())
-                 : TokenSource::fromTokens(
-                       readAllTokens(O.tokens, Need, P.vocab_size()));
+                 : TokenSource::fromFile(O.tokens, Need, P.vocab_size());
   const uint64_t Stride = S.exec->tokensPerStep();
   if (S.stream.length() < Stride + 1)
     throw RunError(O.tokens + ": holds " +
                    std::to_string(S.stream.length()) +
                    " tokens but one global batch needs " +
                    std::to_string(Stride + 1));
+  // A random window starts anywhere before the stream's last sequence
+  // and its label: one start alone is no choice.
+  if (O.sample == "random" && S.stream.length() < uint64_t(P.seq()) + 2)
+    throw RunError(O.tokens + ": holds " + std::to_string(S.stream.length()) +
+                   " tokens, one window of seq " + std::to_string(P.seq()) +
+                   " and its labels: --sample random needs at least " +
+                   std::to_string(P.seq() + 2) +
+                   " to choose among (or use --sample sequential)");
   // A checkpoint's position refers to the stream it was saved with; reduced
   // modulo this stream's period it is a valid position of any stream.
   const uint64_t Period = S.stream.length() - Stride - 1;
@@ -969,11 +997,6 @@ std::string clockString(double Sec) {
   return Buf;
 }
 
-/// At most this many instructions are traced per rank (about 250 bytes of
-/// JSON each): a --trace of a long run holds its beginning. A CPU
-/// --profile alone keeps only spans (32 bytes each), so it may keep more.
-constexpr size_t kMaxTraceEvents = 1000000, kMaxProfileSpans = 4000000;
-
 /// Writes \p Text to \p Path whole (writeFileAtomic): "" where it was
 /// written, else why not.
 std::string writeTextFile(const std::string &Path, const std::string &Text) {
@@ -1031,25 +1054,43 @@ bool writeTrace(const Options &O, Setup &S) {
   const size_t Events = S.exec->trace().size();
   info(O, "wrote the measured timeline to %s (%zu events on rank 0%s)",
        O.trace.c_str(), Events,
-       Events >= kMaxTraceEvents
+       Events >= traceLimit(O)
            ? ": the first instructions only, the trace's limit"
            : "");
   return true;
 }
 
 /// Per instruction: milliseconds and runs, from the executor's trace (the
-/// CPU backend's --profile).
-void profileFromTrace(const Executor &E, std::vector<double> &Ms,
-                      std::vector<uint64_t> &Runs) {
+/// CPU backend's --profile) of \p StepsRun steps. A trace its limit
+/// (\p Limit spans) stopped holds the start of its last step only: that
+/// step is left out, so that every instruction counts the same steps.
+DeviceRun::ProfiledSteps profileFromTrace(const Executor &E, size_t Limit,
+                                          int64_t StepsRun,
+                                          std::vector<double> &Ms,
+                                          std::vector<uint64_t> &Runs) {
   const RankProgram &RP = E.rankProgram();
+  const std::vector<TraceSpan> &Trace = E.trace();
   const size_t N = RP.instrs() ? RP.instrs()->size() : 0;
   Ms.assign(N, 0.0);
   Runs.assign(N, 0);
-  for (const TraceSpan &Sp : E.trace())
-    if (Sp.instr < N) {
+  DeviceRun::ProfiledSteps Span{StepsRun, false};
+  int64_t CutStep = std::numeric_limits<int64_t>::max();
+  if (Trace.size() >= Limit && !Trace.empty() && Trace.back().step >= 0) {
+    Span.CutShort = true;
+    // One step longer than the limit keeps its part: there is no other.
+    if (Trace.back().step > Trace.front().step) {
+      CutStep = Trace.back().step;
+      Span.Steps = CutStep - Trace.front().step;
+    } else {
+      Span.Steps = 1;
+    }
+  }
+  for (const TraceSpan &Sp : Trace)
+    if (Sp.instr < N && Sp.step < CutStep) {
       Ms[Sp.instr] += Sp.durUs / 1e3;
       Runs[Sp.instr] += 1;
     }
+  return Span;
 }
 
 /// --profile: rank 0's instruction times summed per opcode (with the
@@ -1090,6 +1131,7 @@ bool writeProfile(const Options &O, const Setup &S, const std::string &Where,
         "  \"steps\": " +
         std::to_string(Span.Steps) + ",\n  \"first_step_left_out\": " +
         (Span.FirstLeftOut ? "true" : "false") +
+        ",\n  \"cut_short\": " + (Span.CutShort ? "true" : "false") +
         ",\n  \"total_ms\": " + std::to_string(Total) + ",\n  \"ops\": [";
     for (size_t K = 0; K < Order.size(); ++K) {
       const OpSum &Sum = Order[K].second;
@@ -1113,13 +1155,17 @@ bool writeProfile(const Options &O, const Setup &S, const std::string &Where,
       Err = "cannot write the profile: " + Why;
     if (Err.empty() && !O.quiet) {
       std::printf("profile of rank 0 on %s: %.1f ms in %zu ops over %lld "
-                  "step%s%s%s\n",
+                  "step%s%s%s%s\n",
                   Where.c_str(), Total, Order.size(),
                   static_cast<long long>(Span.Steps),
                   Span.Steps == 1 ? "" : "s",
                   Span.FirstLeftOut ? " (the first left out: it loads "
                                       "kernels, plans and times products)"
                                     : "",
+                  Span.CutShort ? " (the first ones only: the trace's "
+                                  "instruction limit stopped it; profile "
+                                  "fewer steps to see them all)"
+                                : "",
                   Order.size() > 10 ? " (the costliest 10 below; all in the "
                                       "JSON)"
                                     : "");
@@ -1399,11 +1445,11 @@ bool writeDeviceOrHostProfile(const Options &O, const Setup &S,
                               const DeviceSession *Dev, int64_t StepsRun) {
   std::vector<double> Ms;
   std::vector<uint64_t> Runs;
-  DeviceRun::ProfiledSteps Span{StepsRun, false};
+  DeviceRun::ProfiledSteps Span;
   if (Dev)
     Span = Dev->profile(Ms, Runs);
   else
-    profileFromTrace(*S.exec, Ms, Runs);
+    Span = profileFromTrace(*S.exec, traceLimit(O), StepsRun, Ms, Runs);
   return writeProfile(O, S, Dev ? Dev->device().deviceName() : "the CPU", Ms,
                       Runs, Span);
 }
@@ -1459,11 +1505,11 @@ int runTraining(const Options &O, Setup &S) {
     if (Dev)
       Dev->enableProfiling();
     else if (O.trace.empty())
-      E.enableTrace(kMaxProfileSpans);
+      E.enableTrace(traceLimit(O));
   }
   if (!O.trace.empty()) {
     MPI_Barrier(World); // a common origin for every rank's times
-    E.enableTrace(kMaxTraceEvents);
+    E.enableTrace(traceLimit(O));
   }
   for (int64_t T = First; T <= Last; ++T) {
     auto T0 = std::chrono::steady_clock::now();
@@ -1835,7 +1881,8 @@ int runMain(int Argc, char **Argv) {
       "[--load-checkpoint DIR].",
       "megac-run");
   App.add_option("plan", O.plan, "Plan file written by megac (.mgc)")
-      ->required();
+      ->required()
+      ->check(NonEmptyPath);
   App.add_option("--tokens", O.tokens,
                  "Token file: raw little-endian uint16 (nanoGPT .bin), an "
                  "llm.c .bin with its 1024-byte header, or a Megatron-LM "
@@ -1852,7 +1899,9 @@ int runMain(int Argc, char **Argv) {
                      "HuggingFace safetensors checkpoint (F32, F16 or BF16), "
                      "the index of a sharded one "
                      "(model.safetensors.index.json), or a model directory "
-                     "holding either. "
+                     "holding either, or a checkpoint merged by "
+                     "utils/merge_checkpoint.py (a new run from its "
+                     "parameters, on any grid). "
                      "Each rank reads its slice of every parameter; names may "
                      "carry a \"transformer.\" prefix. Default: seeded init")
           ->option_text("FILE.safetensors")
@@ -1936,8 +1985,10 @@ int runMain(int Argc, char **Argv) {
           ->check(wholeNumberIn(0, int64_t(1) << 40)));
   auto *SeedOpt = App.add_option("--seed", O.seed,
                                  "Seed for parameter init, the default "
-                                 "token stream and dropout masks (default: "
-                                 "the plan's seed)")
+                                 "token stream, --sample random's windows "
+                                 "and dropout masks (default: the plan's "
+                                 "seed; after --load-checkpoint, the "
+                                 "checkpoint's)")
                       ->check(SeedValue);
   App.add_option("--watchdog", O.watchdog,
                  "End the job (exit status 3) when this rank makes no "
@@ -2094,7 +2145,7 @@ int runMain(int Argc, char **Argv) {
     MpiCollectives Comm(P, uint32_t(WorldRank), World);
     MPI_Barrier(World);
     if (!O.trace.empty() || !O.profile.empty())
-      S.exec->enableTrace(O.trace.empty() ? kMaxProfileSpans : kMaxTraceEvents);
+      S.exec->enableTrace(traceLimit(O));
     Stats = S.exec->run(Comm);
   } catch (const std::exception &E) {
     abortJob(E);

@@ -26,6 +26,10 @@ TEST(PlanFile, Crc32KnownVector) {
   const char *S = "123456789";
   EXPECT_EQ(crc32(reinterpret_cast<const uint8_t *>(S), 9), 0xCBF43926u);
   EXPECT_EQ(crc32(nullptr, 0), 0u);
+  // In two pieces, continued: the same CRC.
+  EXPECT_EQ(crc32Update(crc32(reinterpret_cast<const uint8_t *>(S), 4),
+                        reinterpret_cast<const uint8_t *>(S) + 4, 5),
+            0xCBF43926u);
 }
 
 TEST(PlanFile, RoundTrip) {

@@ -202,4 +202,62 @@ TEST(TokenFile, RawAndLlmcFormats) {
   std::remove(Llmc.c_str());
 }
 
+/// Writes a Megatron indexed dataset at \p Prefix: uint16 sequences
+/// \p Seqs, stored in the .bin at the byte offsets \p Pointers.
+void writeMegatron(const std::string &Prefix,
+                   const std::vector<std::vector<uint16_t>> &Seqs,
+                   const std::vector<int64_t> &Pointers, size_t BinBytes) {
+  std::vector<uint8_t> Bin(BinBytes);
+  for (size_t K = 0; K < Seqs.size(); ++K)
+    std::memcpy(Bin.data() + Pointers[K], Seqs[K].data(), Seqs[K].size() * 2);
+  std::ofstream(Prefix + ".bin", std::ios::binary)
+      .write(reinterpret_cast<const char *>(Bin.data()),
+             std::streamsize(Bin.size()));
+  std::ofstream I(Prefix + ".idx", std::ios::binary);
+  const char Magic[9] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', 0, 0};
+  const uint64_t Version = 1, NSeq = Seqs.size(), NDoc = 1;
+  const uint8_t Code = 8; // uint16
+  I.write(Magic, 9);
+  I.write(reinterpret_cast<const char *>(&Version), 8);
+  I.write(reinterpret_cast<const char *>(&Code), 1);
+  I.write(reinterpret_cast<const char *>(&NSeq), 8);
+  I.write(reinterpret_cast<const char *>(&NDoc), 8);
+  for (const auto &S : Seqs) {
+    const int32_t N = int32_t(S.size());
+    I.write(reinterpret_cast<const char *>(&N), 4);
+  }
+  I.write(reinterpret_cast<const char *>(Pointers.data()),
+          std::streamsize(Pointers.size() * 8));
+  const int64_t Doc = 0;
+  I.write(reinterpret_cast<const char *>(&Doc), 8);
+}
+
+// A mapped token file reads the tokens the decoded one holds, in index
+// order where the sequences lie out of order in the .bin (two runs: 1 and
+// 2 lie back to back),
+// and its fingerprint is the CRC of those tokens as int32s.
+TEST(TokenFile, MappedMatchesDecoded) {
+  const std::string Prefix = tmpPath("mapped");
+  // Sequence 0 at byte 20, 1 at byte 0, 2 at byte 8 (after 1).
+  writeMegatron(Prefix, {{5, 6, 7}, {1, 2, 3, 4}, {8, 9}}, {20, 0, 8}, 26);
+  const std::vector<int32_t> Want = {5, 6, 7, 1, 2, 3, 4, 8, 9};
+  EXPECT_EQ(readTokenFile(Prefix, 9, 10), Want);
+  TokenSource Mapped = TokenSource::fromFile(Prefix, 9, 10);
+  ASSERT_EQ(Mapped.length(), 9u);
+  for (uint64_t I = 0; I < Want.size(); ++I)
+    EXPECT_EQ(Mapped.at(I), Want[I]) << I;
+  EXPECT_EQ(Mapped.fingerprint(), TokenSource::fromTokens(Want).fingerprint());
+  EXPECT_THROW(TokenSource::fromFile(Prefix, 10, 10), RunError);
+  try {
+    TokenSource::fromFile(Prefix, 1, 9); // token 9 is out of a vocab of 9
+    FAIL();
+  } catch (const RunError &E) {
+    EXPECT_NE(std::string(E.what()).find("token 9 at position 8 (sequence 2)"),
+              std::string::npos)
+        << E.what();
+  }
+  std::remove((Prefix + ".bin").c_str());
+  std::remove((Prefix + ".idx").c_str());
+}
+
 } // namespace

@@ -70,6 +70,9 @@ inline bool hasPlanIdentifier(const char *bytes, size_t size) {
 
 /// CRC-32 (IEEE 802.3, reflected, as zlib computes it).
 uint32_t crc32(const uint8_t *data, size_t size);
+/// The CRC-32 of the bytes whose CRC-32 is \p crc followed by \p data (zlib's
+/// crc32(crc, data, size)): crc32Update(0, d, n) == crc32(d, n).
+uint32_t crc32Update(uint32_t crc, const uint8_t *data, size_t size);
 
 /// Frames a finished `Program` flatbuffer into the bytes of a plan file.
 std::vector<uint8_t> wrapProgram(const uint8_t *program, size_t size,

@@ -4,6 +4,7 @@
 Usage: bad_safetensors.py MODE OUT
   offsets    a tensor whose data_offsets point past the end of the file
   size       a tensor whose byte range does not match its shape
+  overlap    two tensors whose byte ranges share bytes
   huge       a header length larger than the file
   notobject  a header that is JSON but not an object
 """
@@ -17,6 +18,9 @@ if mode == "offsets":
     header = {"wte.weight": {"dtype": "F32", "shape": [4, 4], "data_offsets": [0, 999999]}}
 elif mode == "size":
     header = {"wte.weight": {"dtype": "F32", "shape": [4, 4], "data_offsets": [0, 60]}}
+elif mode == "overlap":
+    header = {"wte.weight": {"dtype": "F32", "shape": [2, 4], "data_offsets": [0, 32]},
+              "wpe.weight": {"dtype": "F32", "shape": [2, 4], "data_offsets": [16, 48]}}
 elif mode == "notobject":
     header = [1, 2, 3]
 elif mode == "huge":

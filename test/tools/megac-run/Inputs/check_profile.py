@@ -8,7 +8,8 @@ import sys
 with open(sys.argv[1]) as f:
     d = json.load(f)
 ops = d["ops"]
-print(f'steps: {d["steps"]}, first step left out: {d["first_step_left_out"]}')
+print(f'steps: {d["steps"]}, first step left out: {d["first_step_left_out"]}, '
+      f'cut short: {d["cut_short"]}')
 for op in sorted(ops, key=lambda o: o["op"]):
     print(f'{op["op"]}: {op["instructions"]} instructions, {op["runs"]} runs')
     if op["ms"] > 0:
