@@ -30,6 +30,17 @@ TEST(PlanFile, Crc32KnownVector) {
   EXPECT_EQ(crc32Update(crc32(reinterpret_cast<const uint8_t *>(S), 4),
                         reinterpret_cast<const uint8_t *>(S) + 4, 5),
             0xCBF43926u);
+  // Long enough for the 8-byte steps, with a tail: zlib.crc32 of bytes
+  // (7 i + 3) mod 256, i < 1000, whole and from every split point.
+  std::vector<uint8_t> Long(1000);
+  for (size_t I = 0; I < Long.size(); ++I)
+    Long[I] = uint8_t((7 * I + 3) % 256);
+  EXPECT_EQ(crc32(Long.data(), Long.size()), 0x17bc2a46u);
+  for (size_t Cut = 0; Cut <= Long.size(); Cut += 37)
+    EXPECT_EQ(crc32Update(crc32(Long.data(), Cut), Long.data() + Cut,
+                          Long.size() - Cut),
+              0x17bc2a46u)
+        << Cut;
 }
 
 TEST(PlanFile, RoundTrip) {

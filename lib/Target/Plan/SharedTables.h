@@ -15,12 +15,12 @@
 #define MEGAC_LIB_TARGET_PLAN_SHAREDTABLES_H
 
 #include "flatbuffers/flatbuffers.h"
+#include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringRef.h"
 
 #include <cstdint>
 #include <string>
 #include <type_traits>
-#include <unordered_map>
 #include <vector>
 
 namespace megac {
@@ -105,7 +105,11 @@ public:
 
 private:
   flatbuffers::FlatBufferBuilder &fbb;
-  std::unordered_map<std::string, uint32_t> offsets;
+  // (A StringMap keeps each key beside its value, one allocation an
+  // entry: a deep model's plan holds millions, and std::unordered_map's
+  // separate nodes and strings made the lookups' cache misses grow with
+  // depth.)
+  llvm::StringMap<uint32_t> offsets;
 };
 
 } // namespace megac
