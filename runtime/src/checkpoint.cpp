@@ -263,14 +263,12 @@ CheckpointMeta readCheckpointMeta(const std::string &DirIn, const Program &P,
       throw RunError(MetaPath + ": checkpoint format " +
                      J.at("format").dump() + " is not supported (expected 1)");
     const json &Step = J.at("step");
-    if (!Step.is_number_integer())
+    if (!Step.is_number_integer() ||
+        (Step.is_number_unsigned()
+             ? Step.get<uint64_t>() > uint64_t(kMaxCheckpointStep)
+             : Step.get<int64_t>() < 0))
       throw RunError(MetaPath + ": step " + Step.dump() +
-                     " is not a whole number");
-    if (Step.is_number_unsigned()
-            ? Step.get<uint64_t>() > uint64_t(kMaxCheckpointStep)
-            : Step.get<int64_t>() < 0)
-      throw RunError(MetaPath + ": step " + Step.dump() +
-                     " is not a step a run saves (0 to " +
+                     " is not a step a run saves (a whole number from 0 to " +
                      std::to_string(kMaxCheckpointStep) + ")");
     M.step = Step.get<int64_t>();
     M.dataPosition = J.at("data_position").get<uint64_t>();

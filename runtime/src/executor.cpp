@@ -191,13 +191,24 @@ size_t Executor::loadParams(const WeightFiles &File, uint64_t Seed) {
   size_t Loaded = 0;
   if (!RP.params())
     return 0;
+  // A merged checkpoint holds every parameter, those without an HF name
+  // too: a new run starts from the trained values, all of them.
+  const std::vector<std::string> Names = File.names();
+  const bool Merged =
+      std::any_of(Names.begin(), Names.end(), [](const std::string &N) {
+        return N.rfind("param/", 0) == 0;
+      });
   for (const Param *Pa : *RP.params()) {
     Tensor &T = Bufs[Pa->buffer()];
-    // A merged checkpoint holds every parameter, those without an HF
-    // name too: a new run starts from the trained values.
-    if (loadMergedCheckpointParam(File, Pa->name()->str(),
-                                  vec(Pa->global_shape()), vec(Pa->offset()),
-                                  T.shape, T.f.data())) {
+    if (Merged) {
+      if (!loadMergedCheckpointParam(File, Pa->name()->str(),
+                                     vec(Pa->global_shape()), vec(Pa->offset()),
+                                     T.shape, T.f.data()))
+        throw RunError(File.path() +
+                       ": a merged checkpoint without "
+                       "\"param/" +
+                       Pa->name()->str() +
+                       "\": another model's, or not all of one");
       ++Loaded;
       continue;
     }
@@ -263,17 +274,14 @@ void Executor::setInputs(const TokenSource &Stream, uint64_t Pos) {
               splitmix64(Key + uint64_t(Row0 + Bi)) %
                   (Stream.length() - uint64_t(S) - 1) +
               Shift;
-          for (int64_t I = 0; I < S; ++I)
-            Rows[size_t((K * B + Bi) * S + I)] =
-                Stream.at(Start + uint64_t(I));
+          Stream.read(Start, size_t(S), &Rows[size_t((K * B + Bi) * S)]);
         }
         continue;
       }
       uint64_t First = Pos + uint64_t(Row0 * S) + Shift;
       if (First + uint64_t(B * S) > Stream.length())
         throw RunError("internal error: token stream too short");
-      for (int64_t I = 0; I < B * S; ++I)
-        Rows[size_t(K * B * S + I)] = Stream.at(First + uint64_t(I));
+      Stream.read(First, size_t(B * S), &Rows[size_t(K * B * S)]);
     }
   }
   loadMicroBatch(0);
@@ -406,6 +414,8 @@ RunStats Executor::runRange(Collectives &C, uint32_t Begin, uint32_t End,
       Beat.fetch_add(1, std::memory_order_relaxed);
       Current.store(I, std::memory_order_relaxed);
       const bool Tracing = Trace.size() < TraceLimit;
+      if (!Tracing && TraceLimit && !FirstUntracedStep)
+        FirstUntracedStep = CurStep;
       const auto T0 = Tracing ? std::chrono::steady_clock::now()
                               : std::chrono::steady_clock::time_point();
       // Every instruction's span, transfers too: a receive's span is the

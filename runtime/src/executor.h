@@ -19,11 +19,12 @@
 
 #include <algorithm>
 #include <atomic>
-#include <functional>
 #include <chrono>
-#include <cstdint>
-#include <memory>
 #include <climits>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -231,8 +232,12 @@ public:
     TraceLimit = MaxEvents;
     TraceEpoch = std::chrono::steady_clock::now();
     Trace.clear();
+    FirstUntracedStep.reset();
   }
   const std::vector<TraceSpan> &trace() const { return Trace; }
+  /// The step of the first instruction the trace's limit left out; none
+  /// where the trace holds every instruction run since enableTrace.
+  std::optional<int64_t> firstUntracedStep() const { return FirstUntracedStep; }
   /// Training steps skip generation-only instructions (the logits).
   void setTraining(bool On) { Training = On; }
   /// Random windows (as nanoGPT samples): setInputs ignores its position and
@@ -310,6 +315,7 @@ private:
   bool Training = false;
   bool RandomWindows = false;
   size_t TraceLimit = 0;
+  std::optional<int64_t> FirstUntracedStep;
   std::chrono::steady_clock::time_point TraceEpoch;
   std::vector<TraceSpan> Trace;
   /// Gradient accumulation: the micro-batch being run, and every

@@ -19,7 +19,6 @@
 #include <fcntl.h>
 #include <fstream>
 #include <memory>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -224,7 +223,9 @@ std::string megatronPrefix(const std::string &Path) {
   if (::stat(Path.c_str(), &St) != 0 && isRegularFile(Path + ".idx"))
     return Path;
   // The index alone is no token file: what the user means is its dataset.
-  if (Path.size() > 4 && endsWith(Path, ".idx") && HasMagic(Path)) {
+  // (Opening a FIFO would wait for a writer: regular files only.)
+  if (Path.size() > 4 && endsWith(Path, ".idx") && isRegularFile(Path) &&
+      HasMagic(Path)) {
     const std::string Prefix = Path.substr(0, Path.size() - 4);
     throw RunError(Path +
                    ": the index of a Megatron dataset; name the "
@@ -330,6 +331,8 @@ TokenLayout megatronLayout(const std::string &Prefix) {
   if (::stat(Bin.c_str(), &St) != 0)
     throw RunError(
         Bin + ": cannot open the Megatron data file: " + std::strerror(errno));
+  if (!S_ISREG(St.st_mode))
+    throw RunError(Bin + ": the Megatron data file is not a regular file");
   const uint64_t BinSize = uint64_t(St.st_size);
   for (uint64_t K = 0; K < NSeq; ++K) {
     const int64_t At = Pointers[K], N = L.SequenceSizes[K];
@@ -418,94 +421,86 @@ void requireTokens(const TokenLayout &L, uint64_t Count) {
 }
 } // namespace
 
-/// A token file mapped read-only: the ranks of a node share its pages
-/// (the page cache) instead of each holding a decoded copy, and a window
-/// is decoded when a step reads it.
-class MappedTokens {
+/// A token file, open: the tokens are read from it (pread) where a step
+/// reads them, so that no rank holds a decoded copy of the whole file and
+/// the ranks of a node share its pages in the page cache. A file changed
+/// under a run (truncated, rewritten in place) is an error where it is
+/// next read, not a crash or other tokens; one replaced by a rename is
+/// read as it was, through the descriptor.
+class TokenFile {
 public:
-  explicit MappedTokens(TokenLayout Layout) : L(std::move(Layout)) {
-    const int Fd = ::open(L.DataPath.c_str(), O_RDONLY | O_CLOEXEC);
+  explicit TokenFile(TokenLayout Layout) : L(std::move(Layout)) {
+    Fd = ::open(L.DataPath.c_str(), O_RDONLY | O_CLOEXEC);
     if (Fd < 0)
       throw RunError(L.DataPath +
                      ": cannot open token file: " + std::strerror(errno));
-    struct stat St;
-    if (::fstat(Fd, &St) != 0) {
-      const int E = errno;
+    if (::fstat(Fd, &Opened) != 0 || !S_ISREG(Opened.st_mode)) {
       ::close(Fd);
-      throw RunError(L.DataPath +
-                     ": cannot read token file: " + std::strerror(E));
+      throw RunError(L.DataPath + ": not a regular file");
     }
-    Size = size_t(St.st_size);
-    if (Size > 0) {
-      void *M = ::mmap(nullptr, Size, PROT_READ, MAP_PRIVATE, Fd, 0);
-      if (M == MAP_FAILED) {
-        const int E = errno;
-        ::close(Fd);
-        throw RunError(L.DataPath +
-                       ": cannot map token file: " + std::strerror(E));
-      }
-      Data = static_cast<const uint8_t *>(M);
-    }
-    ::close(Fd);
-    // (The layout was read before the mapping: a file cut meanwhile.)
+    // (The layout was read before the file was opened: one cut since.)
     for (const TokenLayout::Run &R : L.Runs)
-      if (R.Byte + R.Count * L.Width > Size) {
-        if (Data)
-          ::munmap(const_cast<uint8_t *>(Data), Size);
+      if (R.Byte + R.Count * L.Width > uint64_t(Opened.st_size)) {
+        ::close(Fd);
         throw RunError(L.DataPath + ": changed while it was read");
       }
   }
-  ~MappedTokens() {
-    if (Data)
-      ::munmap(const_cast<uint8_t *>(Data), Size);
-  }
-  MappedTokens(const MappedTokens &) = delete;
-  MappedTokens &operator=(const MappedTokens &) = delete;
+  ~TokenFile() { ::close(Fd); }
+  TokenFile(const TokenFile &) = delete;
+  TokenFile &operator=(const TokenFile &) = delete;
 
-  const TokenLayout &layout() const { return L; }
   uint64_t length() const { return L.Total; }
 
-  /// Token \p I of the stream (checked against the vocabulary already).
-  int32_t at(uint64_t I) const {
-    const TokenLayout::Run &R = runOf(I);
-    return int32_t(decode(R.Byte + (I - R.Start) * L.Width));
-  }
-
   /// Calls \p Fn(Values, N, First) for the tokens [\p From, \p To) of the
-  /// stream, a piece at a time (Values[k] is token First + k).
+  /// stream, a piece at a time (Values[k] is token First + k), as read
+  /// from the file: unchecked against any vocabulary.
   template <typename FnT>
   void forEachPiece(uint64_t From, uint64_t To, FnT &&Fn) const {
     constexpr uint64_t kPiece = 1 << 16;
-    std::vector<int32_t> Values;
+    std::vector<uint8_t> Bytes;
+    std::vector<int64_t> Values;
     for (uint64_t At = From; At < To;) {
       const TokenLayout::Run &R = runOf(At);
       const uint64_t N = std::min({To - At, R.Start + R.Count - At, kPiece});
+      readBytes(R.Byte + (At - R.Start) * L.Width, size_t(N * L.Width), Bytes);
       Values.resize(size_t(N));
-      const uint64_t Byte = R.Byte + (At - R.Start) * L.Width;
-      for (uint64_t K = 0; K < N; ++K)
-        Values[size_t(K)] = int32_t(decode(Byte + K * L.Width));
+      for (size_t K = 0; K < N; ++K)
+        Values[K] = decode(Bytes.data() + K * L.Width);
       Fn(Values.data(), size_t(N), At);
       At += N;
     }
   }
 
-  /// Throws RunError at the first of tokens [0, \p Count) outside
-  /// [0, \p Vocab), naming its position (and its Megatron sequence).
-  void checkVocabulary(uint64_t Count, int64_t Vocab) const {
-    constexpr uint64_t kPiece = 1 << 16;
-    for (uint64_t At = 0; At < Count;) {
-      const TokenLayout::Run &R = runOf(At);
-      const uint64_t N = std::min({Count - At, R.Start + R.Count - At, kPiece});
-      const uint64_t Byte = R.Byte + (At - R.Start) * L.Width;
-      for (uint64_t K = 0; K < N; ++K)
-        if (const int64_t V = decode(Byte + K * L.Width); V < 0 || V >= Vocab)
-          throw RunError(L.DataPath + ": token " + std::to_string(V) +
-                         " at position " + std::to_string(At + K) +
-                         sequenceOf(At + K) +
-                         " is outside the vocabulary (size " +
-                         std::to_string(Vocab) + ")");
-      At += N;
-    }
+  /// Tokens [\p From, \p From + \p N) into \p Out, each checked against
+  /// [0, \p Vocab) (a file rewritten since its check).
+  void read(uint64_t From, size_t N, int64_t Vocab, int32_t *Out) const {
+    forEachPiece(From, From + N,
+                 [&](const int64_t *V, size_t K, uint64_t First) {
+                   for (size_t J = 0; J < K; ++J) {
+                     if (V[J] < 0 || V[J] >= Vocab)
+                       throw outsideVocabulary(V[J], First + J, Vocab);
+                     Out[First - From + J] = int32_t(V[J]);
+                   }
+                 });
+  }
+
+  /// Checks every token against [0, \p Vocab) and returns the CRC-32 of
+  /// them all as little-endian int32s (TokenSource::fingerprint): one
+  /// pass over the file.
+  uint32_t checkAll(int64_t Vocab) const {
+    uint32_t Crc = 0;
+    std::vector<uint8_t> Bytes;
+    forEachPiece(0, L.Total, [&](const int64_t *V, size_t N, uint64_t First) {
+      Bytes.resize(N * 4);
+      for (size_t J = 0; J < N; ++J) {
+        if (V[J] < 0 || V[J] >= Vocab)
+          throw outsideVocabulary(V[J], First + J, Vocab);
+        for (size_t B = 0; B < 4; ++B)
+          Bytes[J * 4 + B] = uint8_t(uint32_t(V[J]) >> (8 * B));
+      }
+      Crc = crc32Update(Crc, Bytes.data(), Bytes.size());
+    });
+    return Crc;
   }
 
 private:
@@ -518,11 +513,42 @@ private:
     return *(It - 1);
   }
 
-  int64_t decode(uint64_t Byte) const {
-    const uint64_t U = loadLittleEndian(Data + Byte, L.Width);
+  /// \p Size bytes at \p Offset into \p Out, from the file as it was
+  /// opened: a file changed since is refused.
+  void readBytes(uint64_t Offset, size_t Size,
+                 std::vector<uint8_t> &Out) const {
+    struct stat Now;
+    if (::fstat(Fd, &Now) != 0 || Now.st_size != Opened.st_size ||
+        Now.st_mtim.tv_sec != Opened.st_mtim.tv_sec ||
+        Now.st_mtim.tv_nsec != Opened.st_mtim.tv_nsec)
+      throw RunError(L.DataPath + ": changed during the run (its size or "
+                                  "modification time is not what it was "
+                                  "when the run opened it)");
+    Out.resize(Size);
+    for (size_t Got = 0; Got < Size;) {
+      const ssize_t R =
+          ::pread(Fd, Out.data() + Got, Size - Got, off_t(Offset + Got));
+      if (R < 0 && errno == EINTR)
+        continue;
+      if (R <= 0)
+        throw RunError(L.DataPath + ": cannot read token file: " +
+                       (R < 0 ? std::strerror(errno) : "it is shorter now"));
+      Got += size_t(R);
+    }
+  }
+
+  int64_t decode(const uint8_t *P) const {
+    const uint64_t U = loadLittleEndian(P, L.Width);
     if (L.Signed && L.Width < 8 && (U >> (8 * L.Width - 1)) & 1)
       return int64_t(U) - (int64_t(1) << (8 * L.Width)); // sign-extend
     return int64_t(U);
+  }
+
+  RunError outsideVocabulary(int64_t V, uint64_t P, int64_t Vocab) const {
+    return RunError(L.DataPath + ": token " + std::to_string(V) +
+                    " at position " + std::to_string(P) + sequenceOf(P) +
+                    " is outside the vocabulary (size " +
+                    std::to_string(Vocab) + ")");
   }
 
   /// " (sequence K)" for a Megatron dataset's stream position \p P.
@@ -539,17 +565,18 @@ private:
   }
 
   TokenLayout L;
-  const uint8_t *Data = nullptr;
-  size_t Size = 0;
+  int Fd = -1;
+  struct stat Opened {};
 };
 
 TokenSource TokenSource::fromFile(const std::string &Path, size_t MinCount,
                                   int64_t Vocab) {
   TokenLayout L = tokenLayout(Path);
   requireTokens(L, MinCount);
-  auto File = std::make_shared<MappedTokens>(std::move(L));
-  File->checkVocabulary(File->length(), Vocab);
   TokenSource S;
+  auto File = std::make_shared<TokenFile>(std::move(L));
+  S.Fingerprint = File->checkAll(Vocab);
+  S.Vocab = Vocab;
   S.File = std::move(File);
   return S;
 }
@@ -557,34 +584,27 @@ TokenSource TokenSource::fromFile(const std::string &Path, size_t MinCount,
 uint32_t TokenSource::fingerprint() const {
   if (Seeded)
     return 0;
-  if (!Fingerprint) {
-    if (!File) {
-      Fingerprint = crc32(reinterpret_cast<const uint8_t *>(T.data()),
-                          T.size() * sizeof(int32_t));
-    } else {
-      // The CRC of the tokens as little-endian int32s, a piece at a time.
-      uint32_t Crc = 0;
-      std::vector<uint8_t> Bytes;
-      File->forEachPiece(
-          0, File->length(), [&](const int32_t *V, size_t N, uint64_t) {
-            Bytes.resize(N * 4);
-            for (size_t I = 0; I < N; ++I)
-              for (size_t B = 0; B < 4; ++B)
-                Bytes[I * 4 + B] = uint8_t(uint32_t(V[I]) >> (8 * B));
-            Crc = crc32Update(Crc, Bytes.data(), Bytes.size());
-          });
-      Fingerprint = Crc;
-    }
-  }
+  if (!Fingerprint) // (a file's is taken as it is checked)
+    Fingerprint = crc32(reinterpret_cast<const uint8_t *>(T.data()),
+                        T.size() * sizeof(int32_t));
   return *Fingerprint;
 }
 
+void TokenSource::read(uint64_t From, size_t N, int32_t *Out) const {
+  if (Seeded) {
+    for (size_t I = 0; I < N; ++I)
+      Out[I] = int32_t(splitmix64(Base + From + I) % uint64_t(Vocab));
+  } else if (File) {
+    File->read(From, N, Vocab, Out);
+  } else {
+    std::copy(T.begin() + long(From), T.begin() + long(From + N), Out);
+  }
+}
+
 int32_t TokenSource::at(uint64_t I) const {
-  if (Seeded)
-    return int32_t(splitmix64(Base + I) % uint64_t(Vocab));
-  if (File)
-    return File->at(I);
-  return T[size_t(I)];
+  int32_t V;
+  read(I, 1, &V);
+  return V;
 }
 
 uint64_t TokenSource::length() const {
@@ -595,13 +615,9 @@ std::vector<int32_t> readTokenFile(const std::string &Path, size_t Count,
                                    int64_t Vocab) {
   TokenLayout L = tokenLayout(Path);
   requireTokens(L, Count);
-  MappedTokens File(std::move(L));
-  File.checkVocabulary(Count, Vocab);
-  std::vector<int32_t> T;
-  T.reserve(Count);
-  File.forEachPiece(0, Count, [&](const int32_t *V, size_t N, uint64_t) {
-    T.insert(T.end(), V, V + N);
-  });
+  TokenFile File(std::move(L));
+  std::vector<int32_t> T(Count);
+  File.read(0, Count, Vocab, T.data());
   return T;
 }
 

@@ -56,7 +56,7 @@ bool loadMergedCheckpointParam(const WeightFiles &Files,
 std::vector<int32_t> defaultTokenStream(uint64_t Seed, size_t Count,
                                         int64_t Vocab);
 
-class MappedTokens; // a token file mapped (init.cpp)
+class TokenFile; // a token file, open (init.cpp)
 
 /// A token stream the "tokens"/"labels" inputs are cut from: the seeded
 /// default stream (unbounded: element i is defaultTokenStream's t[i]),
@@ -66,19 +66,25 @@ public:
   static TokenSource seeded(uint64_t Seed, int64_t Vocab);
   static TokenSource fromTokens(std::vector<int32_t> Tokens);
   /// Every token of a token file (the formats and checks of
-  /// readTokenFile), mapped: the file is read where a step reads it, and
-  /// the ranks of a node share its pages. Throws RunError where it holds
-  /// fewer than \p MinCount tokens or one outside [0, \p Vocab).
+  /// readTokenFile), checked in one pass that also takes its fingerprint,
+  /// then read from the file where a step reads it: no rank holds a copy,
+  /// and the ranks of a node share its pages. Throws RunError where it
+  /// holds fewer than \p MinCount tokens or one outside [0, \p Vocab),
+  /// and read() where the file changed since.
   static TokenSource fromFile(const std::string &Path, size_t MinCount,
                               int64_t Vocab);
   /// Number of tokens; the seeded stream reports 2^62.
   uint64_t length() const;
+  /// Tokens [\p From, \p From + \p N) into \p Out (a window: one read of
+  /// a file).
+  void read(uint64_t From, size_t N, int32_t *Out) const;
   int32_t at(uint64_t I) const;
   bool isSeeded() const { return Seeded; }
   /// CRC-32 of the tokens as little-endian int32s (0 for the seeded
-  /// stream): tells two data files of one length apart. Computed at the
-  /// first call (a pass over the whole file), then kept: every checkpoint
-  /// records it.
+  /// stream): tells two data files of one length apart. A file's is taken
+  /// as fromFile checks it (the tokens the run reads, not what the file
+  /// may hold by the time a checkpoint records it); tokens held in memory
+  /// have theirs computed at the first call.
   uint32_t fingerprint() const;
 
 private:
@@ -87,7 +93,7 @@ private:
   uint64_t Base = 0;
   int64_t Vocab = 1;
   std::vector<int32_t> T;
-  std::shared_ptr<const MappedTokens> File; // fromFile's
+  std::shared_ptr<const TokenFile> File; // fromFile's
 };
 
 /// Position of the next global batch in a stream of \p Length tokens, given

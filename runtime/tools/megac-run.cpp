@@ -1060,37 +1060,44 @@ bool writeTrace(const Options &O, Setup &S) {
   return true;
 }
 
+/// What a CPU profile covers: the steps its trace holds whole, or part of
+/// one step where the trace's limit is smaller than a step.
+struct TraceCoverage {
+  DeviceRun::ProfiledSteps Span;
+  bool CutShort = false;    // the limit left instructions out
+  size_t PartialInstrs = 0; // where Span.Steps is 0: the instructions held
+};
+
 /// Per instruction: milliseconds and runs, from the executor's trace (the
-/// CPU backend's --profile) of \p StepsRun steps. A trace its limit
-/// (\p Limit spans) stopped holds the start of its last step only: that
-/// step is left out, so that every instruction counts the same steps.
-DeviceRun::ProfiledSteps profileFromTrace(const Executor &E, size_t Limit,
-                                          int64_t StepsRun,
-                                          std::vector<double> &Ms,
-                                          std::vector<uint64_t> &Runs) {
+/// CPU backend's --profile) of \p StepsRun steps. Where the trace's limit
+/// left instructions out, the step it stopped in is left out too, so that
+/// every instruction counts the same steps.
+TraceCoverage profileFromTrace(const Executor &E, int64_t StepsRun,
+                               std::vector<double> &Ms,
+                               std::vector<uint64_t> &Runs) {
   const RankProgram &RP = E.rankProgram();
   const std::vector<TraceSpan> &Trace = E.trace();
   const size_t N = RP.instrs() ? RP.instrs()->size() : 0;
   Ms.assign(N, 0.0);
   Runs.assign(N, 0);
-  DeviceRun::ProfiledSteps Span{StepsRun, false};
+  TraceCoverage C{{StepsRun, false}};
   int64_t CutStep = std::numeric_limits<int64_t>::max();
-  if (Trace.size() >= Limit && !Trace.empty() && Trace.back().step >= 0) {
-    Span.CutShort = true;
-    // One step longer than the limit keeps its part: there is no other.
-    if (Trace.back().step > Trace.front().step) {
-      CutStep = Trace.back().step;
-      Span.Steps = CutStep - Trace.front().step;
-    } else {
-      Span.Steps = 1;
-    }
+  if (const std::optional<int64_t> Untraced = E.firstUntracedStep()) {
+    C.CutShort = true;
+    const int64_t FirstStep = Trace.empty() ? *Untraced : Trace.front().step;
+    C.Span.Steps = std::max<int64_t>(*Untraced - FirstStep, 0);
+    // Less than a step: its part is all there is.
+    if (C.Span.Steps > 0)
+      CutStep = *Untraced;
+    else
+      C.PartialInstrs = Trace.size();
   }
   for (const TraceSpan &Sp : Trace)
     if (Sp.instr < N && Sp.step < CutStep) {
       Ms[Sp.instr] += Sp.durUs / 1e3;
       Runs[Sp.instr] += 1;
     }
-  return Span;
+  return C;
 }
 
 /// --profile: rank 0's instruction times summed per opcode (with the
@@ -1098,7 +1105,8 @@ DeviceRun::ProfiledSteps profileFromTrace(const Executor &E, size_t Limit,
 bool writeProfile(const Options &O, const Setup &S, const std::string &Where,
                   const std::vector<double> &Ms,
                   const std::vector<uint64_t> &Runs,
-                  const DeviceRun::ProfiledSteps &Span) {
+                  const TraceCoverage &Covered) {
+  const DeviceRun::ProfiledSteps &Span = Covered.Span;
   std::string Err;
   if (WorldRank == 0) {
     const RankProgram &RP = S.exec->rankProgram();
@@ -1131,7 +1139,7 @@ bool writeProfile(const Options &O, const Setup &S, const std::string &Where,
         "  \"steps\": " +
         std::to_string(Span.Steps) + ",\n  \"first_step_left_out\": " +
         (Span.FirstLeftOut ? "true" : "false") +
-        ",\n  \"cut_short\": " + (Span.CutShort ? "true" : "false") +
+        ",\n  \"cut_short\": " + (Covered.CutShort ? "true" : "false") +
         ",\n  \"total_ms\": " + std::to_string(Total) + ",\n  \"ops\": [";
     for (size_t K = 0; K < Order.size(); ++K) {
       const OpSum &Sum = Order[K].second;
@@ -1154,18 +1162,24 @@ bool writeProfile(const Options &O, const Setup &S, const std::string &Where,
     if (std::string Why = writeTextFile(O.profile, Json); !Why.empty())
       Err = "cannot write the profile: " + Why;
     if (Err.empty() && !O.quiet) {
-      std::printf("profile of rank 0 on %s: %.1f ms in %zu ops over %lld "
-                  "step%s%s%s%s\n",
-                  Where.c_str(), Total, Order.size(),
-                  static_cast<long long>(Span.Steps),
-                  Span.Steps == 1 ? "" : "s",
+      // What the times sum: whole steps, or a part of one.
+      const std::string Over =
+          Span.Steps == 0 && Covered.CutShort
+              ? "the first " + std::to_string(Covered.PartialInstrs) +
+                    " instructions of a step (the trace's instruction "
+                    "limit, MEGAC_TRACE_LIMIT, is less than a step)"
+              : std::to_string(Span.Steps) +
+                    (Span.Steps == 1 ? " step" : " steps") +
+                    (Covered.CutShort
+                         ? " (the first ones only: the trace's instruction "
+                           "limit stopped it; profile fewer steps to see "
+                           "them all)"
+                         : "");
+      std::printf("profile of rank 0 on %s: %.1f ms in %zu ops over %s%s%s\n",
+                  Where.c_str(), Total, Order.size(), Over.c_str(),
                   Span.FirstLeftOut ? " (the first left out: it loads "
                                       "kernels, plans and times products)"
                                     : "",
-                  Span.CutShort ? " (the first ones only: the trace's "
-                                  "instruction limit stopped it; profile "
-                                  "fewer steps to see them all)"
-                                : "",
                   Order.size() > 10 ? " (the costliest 10 below; all in the "
                                       "JSON)"
                                     : "");
@@ -1445,13 +1459,13 @@ bool writeDeviceOrHostProfile(const Options &O, const Setup &S,
                               const DeviceSession *Dev, int64_t StepsRun) {
   std::vector<double> Ms;
   std::vector<uint64_t> Runs;
-  DeviceRun::ProfiledSteps Span;
+  TraceCoverage Covered;
   if (Dev)
-    Span = Dev->profile(Ms, Runs);
+    Covered.Span = Dev->profile(Ms, Runs);
   else
-    Span = profileFromTrace(*S.exec, traceLimit(O), StepsRun, Ms, Runs);
+    Covered = profileFromTrace(*S.exec, StepsRun, Ms, Runs);
   return writeProfile(O, S, Dev ? Dev->device().deviceName() : "the CPU", Ms,
-                      Runs, Span);
+                      Runs, Covered);
 }
 
 int runTraining(const Options &O, Setup &S) {

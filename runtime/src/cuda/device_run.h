@@ -68,9 +68,6 @@ public:
   struct ProfiledSteps {
     int64_t Steps = 0;
     bool FirstLeftOut = false;
-    /// The host trace's span limit stopped recording before the run
-    /// ended: Steps counts the steps it holds whole.
-    bool CutShort = false;
   };
   virtual ProfiledSteps profile(std::vector<double> &Ms,
                                 std::vector<uint64_t> &Runs) const = 0;
