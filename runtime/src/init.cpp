@@ -484,20 +484,26 @@ public:
                  });
   }
 
-  /// Checks every token against [0, \p Vocab) and returns the CRC-32 of
-  /// them all as little-endian int32s (TokenSource::fingerprint): one
-  /// pass over the file.
-  uint32_t checkAll(int64_t Vocab) const {
-    uint32_t Crc = 0;
-    std::vector<uint8_t> Bytes;
+  /// Checks every token against [0, \p Vocab): one pass over the file.
+  void checkVocabulary(int64_t Vocab) const {
     forEachPiece(0, L.Total, [&](const int64_t *V, size_t N, uint64_t First) {
-      Bytes.resize(N * 4);
-      for (size_t J = 0; J < N; ++J) {
+      for (size_t J = 0; J < N; ++J)
         if (V[J] < 0 || V[J] >= Vocab)
           throw outsideVocabulary(V[J], First + J, Vocab);
+    });
+  }
+
+  /// The CRC-32 of every token as a little-endian int32
+  /// (TokenSource::fingerprint): another pass over the file, taken only
+  /// when a checkpoint records it.
+  uint32_t crc() const {
+    uint32_t Crc = 0;
+    std::vector<uint8_t> Bytes;
+    forEachPiece(0, L.Total, [&](const int64_t *V, size_t N, uint64_t) {
+      Bytes.resize(N * 4);
+      for (size_t J = 0; J < N; ++J)
         for (size_t B = 0; B < 4; ++B)
           Bytes[J * 4 + B] = uint8_t(uint32_t(V[J]) >> (8 * B));
-      }
       Crc = crc32Update(Crc, Bytes.data(), Bytes.size());
     });
     return Crc;
@@ -575,7 +581,7 @@ TokenSource TokenSource::fromFile(const std::string &Path, size_t MinCount,
   requireTokens(L, MinCount);
   TokenSource S;
   auto File = std::make_shared<TokenFile>(std::move(L));
-  S.Fingerprint = File->checkAll(Vocab);
+  File->checkVocabulary(Vocab);
   S.Vocab = Vocab;
   S.File = std::move(File);
   return S;
@@ -584,9 +590,12 @@ TokenSource TokenSource::fromFile(const std::string &Path, size_t MinCount,
 uint32_t TokenSource::fingerprint() const {
   if (Seeded)
     return 0;
-  if (!Fingerprint) // (a file's is taken as it is checked)
-    Fingerprint = crc32(reinterpret_cast<const uint8_t *>(T.data()),
-                        T.size() * sizeof(int32_t));
+  // (A file changed since the run opened it throws: the CRC is of the
+  // tokens the run read.)
+  if (!Fingerprint)
+    Fingerprint = File ? File->crc()
+                       : crc32(reinterpret_cast<const uint8_t *>(T.data()),
+                               T.size() * sizeof(int32_t));
   return *Fingerprint;
 }
 

@@ -66,8 +66,8 @@ public:
   static TokenSource seeded(uint64_t Seed, int64_t Vocab);
   static TokenSource fromTokens(std::vector<int32_t> Tokens);
   /// Every token of a token file (the formats and checks of
-  /// readTokenFile), checked in one pass that also takes its fingerprint,
-  /// then read from the file where a step reads it: no rank holds a copy,
+  /// readTokenFile), checked in one pass, then read from the file where a
+  /// step reads it: no rank holds a copy,
   /// and the ranks of a node share its pages. Throws RunError where it
   /// holds fewer than \p MinCount tokens or one outside [0, \p Vocab),
   /// and read() where the file changed since.
@@ -81,10 +81,9 @@ public:
   int32_t at(uint64_t I) const;
   bool isSeeded() const { return Seeded; }
   /// CRC-32 of the tokens as little-endian int32s (0 for the seeded
-  /// stream): tells two data files of one length apart. A file's is taken
-  /// as fromFile checks it (the tokens the run reads, not what the file
-  /// may hold by the time a checkpoint records it); tokens held in memory
-  /// have theirs computed at the first call.
+  /// stream): tells two data files of one length apart. Computed at the
+  /// first call (a pass over a whole file), then kept: every checkpoint
+  /// records it. Throws RunError where the file changed during the run.
   uint32_t fingerprint() const;
 
 private:

@@ -958,29 +958,30 @@ bool saveCheckpoint(const Options &O, Setup &S, int64_t Step) {
   std::vector<uint64_t> All(size_t(2 * WorldSize));
   MPI_Gather(Send, 2, MPI_UINT64_T, All.data(), 2, MPI_UINT64_T, 0, World);
   crashHookAfterShards();
-  if (WorldRank == 0) {
-    CheckpointMeta M;
-    M.step = Step;
-    M.dataPosition = S.dataPos;
-    M.seed = S.seed;
-    M.worldSize = P.world_size();
-    M.grid = gridString(P);
-    M.modelHash = P.model_hash();
-    M.hasData = true;
-    M.dataFile = O.tokens;
-    M.dataTokens = O.tokens.empty() ? 0 : S.stream.length();
-    M.hasDataCrc = true;
-    M.dataCrc = S.stream.fingerprint();
-    M.sample = O.sample;
-    for (int R = 0; R < WorldSize; ++R)
-      M.shards.push_back({uint32_t(R), shardFileName(uint32_t(R)),
-                          All[size_t(2 * R)], uint32_t(All[size_t(2 * R + 1)])});
+  if (WorldRank == 0)
     try {
+      CheckpointMeta M;
+      M.step = Step;
+      M.dataPosition = S.dataPos;
+      M.seed = S.seed;
+      M.worldSize = P.world_size();
+      M.grid = gridString(P);
+      M.modelHash = P.model_hash();
+      M.hasData = true;
+      M.dataFile = O.tokens;
+      M.dataTokens = O.tokens.empty() ? 0 : S.stream.length();
+      M.hasDataCrc = true;
+      M.dataCrc = S.stream.fingerprint();
+      M.sample = O.sample;
+      for (int R = 0; R < WorldSize; ++R)
+        M.shards.push_back({uint32_t(R), shardFileName(uint32_t(R)),
+                            All[size_t(2 * R)],
+                            uint32_t(All[size_t(2 * R + 1)])});
       writeCheckpointMeta(O.saveCheckpoint, M);
     } catch (const std::exception &E) {
+      // (Also the data's fingerprint: a file changed during the run.)
       Err = E.what();
     }
-  }
   return agree(Err);
 }
 
