@@ -834,6 +834,9 @@ int runCompile(int argc, char **argv) {
   if (!emitMLIR.empty() && sameFileOrPath(input, emitMLIR))
     return fail("--emit-mlir " + emitMLIR +
                 " is the model being compiled; the IR would overwrite it");
+  if (output == "-" && emitMLIR == "-")
+    return fail("-o - and --emit-mlir - would both write to standard output; "
+                "send one of them to a file");
   if (!emitMLIR.empty() && sameFileOrPath(output, emitMLIR))
     return fail("--emit-mlir " + emitMLIR +
                 " is the plan's file (-o); name another file");
@@ -906,6 +909,9 @@ int runCompile(int argc, char **argv) {
       pipelineSchedule != "interleaved")
     return fail("--schedule must be gpipe, 1f1b or interleaved, got '" +
                 pipelineSchedule.getValue() + "'");
+  // What messages and the plan call the schedule file.
+  const std::string scheduleName =
+      scheduleFile == "-" ? "<stdin>" : scheduleFile.getValue();
   // A schedule file is read now; whether it fits the grid is checked once
   // the grid is known.
   if (scheduleFile == "-" && input == "-")
@@ -921,6 +927,29 @@ int runCompile(int argc, char **argv) {
   if (meshAxisSize(mesh, "pp") > 1 && !train)
     return fail("a pp axis (pipeline parallelism) needs --train: the "
                 "pipeline runs training steps");
+  // The schedule --mesh's pp axis asks for must exist (the model's own
+  // grid's is built after the passes).
+  if (const int64_t meshPP = meshAxisSize(mesh, "pp");
+      meshPP > 1 && scheduleFile.empty()) {
+    const int64_t chunks = virtualStages ? virtualStages.getValue()
+                           : pipelineSchedule == "interleaved" ? 2
+                                                               : 1;
+    if (chunks > 1 && pipelineSchedule != "interleaved")
+      return fail("--virtual-stages " + std::to_string(chunks) +
+                  " needs --schedule interleaved");
+    megac::PipelineSchedule generated;
+    if (std::string error; !makeSchedule(pipelineSchedule, meshPP, microBatches,
+                                         chunks, "", generated, error))
+      return fail(error);
+  }
+  std::optional<uint64_t> memoryBudget;
+  if (!deviceMemory.empty() && !(memoryBudget = parseByteSize(deviceMemory)))
+    return fail("--device-memory: cannot read '" + deviceMemory +
+                "' as a size below 16777216T (e.g. 80G, 512M, "
+                "1073741824)");
+  if (!dumpIR.empty())
+    if (std::error_code ec = llvm::sys::fs::create_directories(dumpIR))
+      return fail("cannot create " + dumpIR + ": " + ec.message());
   DialectRegistry registry;
   megac::registerAllDialects(registry);
   MLIRContext ctx(registry);
@@ -971,8 +1000,6 @@ int runCompile(int argc, char **argv) {
     return 1;
   pm.enableVerifier(true);
   if (!dumpIR.empty()) {
-    if (std::error_code ec = llvm::sys::fs::create_directories(dumpIR))
-      return fail("cannot create " + dumpIR + ": " + ec.message());
     auto instrumentation =
         std::make_unique<DumpIRInstrumentation>(dumpIR, input);
     instrumentation->write("input", module->getOperation());
@@ -1012,7 +1039,7 @@ int runCompile(int argc, char **argv) {
   if (meshAxisSize(grid, "pp") > 1 && scheduleFile.getNumOccurrences() &&
       (pipelineSchedule.getNumOccurrences() ||
        virtualStages.getNumOccurrences()))
-    llvm::errs() << "megac: warning: --pipeline-schedule " << scheduleFile
+    llvm::errs() << "megac: warning: --pipeline-schedule " << scheduleName
                  << " decides the schedule and its chunks; --schedule and "
                     "--virtual-stages are ignored\n";
   if (meshAxisSize(grid, "pp") <= 1)
@@ -1048,7 +1075,7 @@ int runCompile(int argc, char **argv) {
     if (schedule.stages != pp || schedule.microBatches != microBatches) {
       // (A generated schedule has the grid's counts by construction.)
       fail((scheduleFile.empty() ? std::string("internal error: ")
-                                 : scheduleFile + ": ") +
+                                 : scheduleName + ": ") +
            "the schedule has " + std::to_string(schedule.stages) +
            " ranks and " + std::to_string(schedule.microBatches) +
            " micro-batches, but the grid has pp=" + std::to_string(pp) +
@@ -1060,7 +1087,7 @@ int runCompile(int argc, char **argv) {
     std::string error;
     if (!megac::simulatePipeline(schedule, 1.0, 2.0, timing, error)) {
       fail((scheduleFile.empty() ? std::string("internal error: ")
-                                 : scheduleFile + ": ") +
+                                 : scheduleName + ": ") +
            error);
       return false;
     }
@@ -1120,7 +1147,7 @@ int runCompile(int argc, char **argv) {
       if (!checkSchedule())
         return 1;
     } else {
-      emitOptions.scheduleName = "file " + scheduleFile; // checked above
+      emitOptions.scheduleName = "file " + scheduleName; // checked above
     }
     emitOptions.schedule = schedule;
   } else if (pp > 1) {
@@ -1151,7 +1178,7 @@ int runCompile(int argc, char **argv) {
         megac_rt::checkPipelineTransfers(*root->body_nested_root());
     if (!deadlock.empty())
       return fail((scheduleFile.empty() ? std::string("internal error: ")
-                                        : scheduleFile + ": ") +
+                                        : scheduleName + ": ") +
                   deadlock);
   }
   // Check the plan as the runtime will before writing it: a plan that the
@@ -1161,16 +1188,8 @@ int runCompile(int argc, char **argv) {
   if (!message.empty())
     return fail("internal error: the emitted plan does not verify: " + message);
   checkTiming.stop();
-  if (memoryReport || !deviceMemory.empty()) {
-    std::optional<uint64_t> budget;
-    if (!deviceMemory.empty()) {
-      budget = parseByteSize(deviceMemory);
-      if (!budget)
-        return fail("--device-memory: cannot read '" + deviceMemory +
-                    "' as a size below 16777216T (e.g. 80G, 512M, "
-                    "1073741824)");
-    }
-    if (failed(checkMemory(*loaded.program, budget, memoryReport,
+  if (memoryReport || memoryBudget) {
+    if (failed(checkMemory(*loaded.program, memoryBudget, memoryReport,
                            train || gradients)))
       return 1;
   }
@@ -1290,6 +1309,10 @@ int runImport(int argc, char **argv) {
     return 1;
   if (config.empty() == !tiny)
     return fail("give exactly one of --hf-config FILE or --tiny");
+  if (!config.empty() && sameFileOrPath(config, output))
+    return fail("-o " + output +
+                " is the config being imported; the model would overwrite "
+                "it");
 
   megac::GPT2Config parsed = megac::getTinyGPT2Config();
   if (!config.empty()) {
@@ -1348,7 +1371,13 @@ int runImport(int argc, char **argv) {
   auto out = openOutputFile(output, &error);
   if (!out)
     return fail(error);
-  out->os() << "// " << parsed.name << ": " << parsed.numLayers
+  // (The name is the config's text: a line break in it would end the
+  // comment and leave the rest of the name to be parsed as IR.)
+  std::string commentName = parsed.name;
+  for (char &c : commentName)
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
+      c = ' ';
+  out->os() << "// " << commentName << ": " << parsed.numLayers
             << " layers, hidden " << parsed.hidden << ", " << parsed.numHeads
             << " heads, MLP width " << megac::mlpWidth(parsed)
             << ", vocabulary " << parsed.vocabSize
@@ -1356,8 +1385,8 @@ int runImport(int argc, char **argv) {
                     ? " (padded to " +
                           std::to_string(megac::paddedVocab(parsed)) + ")"
                     : std::string())
-            << ", "
-            << parsed.maxPositions << " positions. Generated by megac import.\n";
+            << ", " << parsed.maxPositions
+            << " positions. Generated by megac import.\n";
   module->print(out->os());
   return keepOutput(*out, output) ? 0 : 1;
 }
@@ -1555,6 +1584,15 @@ int runSchedule(int argc, char **argv) {
                     " shapes a generated schedule; --check " + check +
                     " takes its ranks, micro-batches and chunks from the "
                     "file");
+  if (check == "-" && model == "-")
+    return fail("--check - and --model - cannot both be read from standard "
+                "input");
+  if (model.empty())
+    for (cl::opt<int64_t> *option : {&batch, &seq})
+      if (option->getNumOccurrences())
+        llvm::errs() << "megac: warning: --" << option->ArgStr
+                     << " has no effect without --model (it shapes the "
+                        "model's partition)\n";
   // As megac compile: chunks only where the schedule interleaves them.
   if (check.empty() && virtualStages.getNumOccurrences() && virtualStages > 1 &&
       kind != "interleaved")
