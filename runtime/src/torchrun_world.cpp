@@ -725,8 +725,12 @@ std::optional<TorchrunLaunch> torchrunLaunch(int Argc, char **Argv) {
       return std::nullopt;
   TorchrunLaunch L;
   L.Size = int(envWholeNumber("WORLD_SIZE", 1, 1 << 20).value_or(1));
-  if (L.Size <= 1)
+  // A world of one is this process alone, whose RANK can only be 0 (as a
+  // larger world's is checked against its size below).
+  if (L.Size <= 1) {
+    envWholeNumber("RANK", 0, 0, "0 (WORLD_SIZE is 1)");
     return std::nullopt;
+  }
   const std::string Ws = std::to_string(L.Size);
   for (const char *Need : {"RANK", "MASTER_ADDR", "MASTER_PORT"})
     if (const char *V = std::getenv(Need); !V || !*V)

@@ -12,6 +12,7 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <tuple>
 
 using namespace megac_rt;
 
@@ -70,6 +71,32 @@ int main(int Argc, char **Argv) {
   App.add_option("--dropout-rate", DropoutRate,
                  "Dropout test plan: the rate (default 0.25)");
   CLI11_PARSE(App, Argc, Argv);
+  // Sizes are positive (a zero head count divided by zero; a zero width
+  // wrote a plan of zeros), layers not negative, the optimizer's numbers
+  // in range (as megac compile's).
+  for (auto [Name, Value, Least] :
+       {std::tuple<const char *, double, double>{"--n-layer", O.nLayer, 0},
+        {"--n-embd", O.nEmbd, 1},
+        {"--n-head", O.nHead, 1},
+        {"--vocab", O.vocab, 1},
+        {"--n-positions", O.nPositions, 1},
+        {"--batch", O.batch, 1},
+        {"--seq", O.seq, 1},
+        {"--n-ff", T.nFf, 1},
+        {"--clip", T.clip, 0},
+        {"--weight-decay", T.weightDecay, 0},
+        {"--min-lr", T.minLr, 0},
+        {"--warmup", T.warmup, 0}})
+    if (!(Value >= Least)) {
+      std::fprintf(stderr, "megac-plan-demo: error: %s must be at least %g\n",
+                   Name, Least);
+      return 1;
+    }
+  if (!(T.maxLr > 0) || !(T.totalSteps > 0)) {
+    std::fprintf(stderr, "megac-plan-demo: error: --lr and --total-steps "
+                         "must be positive\n");
+    return 1;
+  }
   if (DropoutTest) {
     bool Divides = true;
     for (int64_t D : builder::dropoutTestShape())

@@ -1033,6 +1033,12 @@ int runCompile(int argc, char **argv) {
     llvm::errs() << "megac: warning: --zero " << zero
                  << " has no effect without a dp axis in the grid (nothing to "
                     "shard the optimizer state over)\n";
+  // (Gradients are summed over dp, and some over tp: with neither axis
+  // there is no all-reduce to bucket.)
+  if ((train || gradients) && bucketMB.getNumOccurrences() &&
+      meshAxisSize(grid, "dp") <= 1 && meshAxisSize(grid, "tp") <= 1)
+    llvm::errs() << "megac: warning: --bucket-mb has no effect without a dp "
+                    "or tp axis in the grid (no gradient is all-reduced)\n";
   if (sequenceParallel && meshAxisSize(grid, "tp") <= 1)
     llvm::errs() << "megac: warning: --sequence-parallel has no effect "
                     "without a tp axis in the grid\n";

@@ -110,6 +110,14 @@ func.func @param_c5(%w: tensor<8x8xf32> {megac.param = {name = "w", init = "zero
 
 // -----
 
+// Tests param_c6: parameters have no dimension of size 0.
+// expected-error@+1 {{param_c6: parameter 'wte' has a dimension of size 0 ('tensor<0x8xf32>'): a parameter holds at least one value}}
+func.func @param_c6(%w: tensor<0x8xf32> {megac.param = {name = "wte", init = "zeros"}}) {
+  return
+}
+
+// -----
+
 // Tests input_c1: inputs are tokens or labels.
 // expected-error@+1 {{input_c1: megac.input must be "tokens" or "labels"}}
 func.func @input_c1(%ids: tensor<4x8xi32> {megac.input = "images"}) {

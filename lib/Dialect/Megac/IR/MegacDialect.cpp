@@ -235,6 +235,12 @@ static LogicalResult verifyParamSpec(Operation *op, DictionaryAttr spec,
       !tensorType.getElementType().isF32())
     return op->emitOpError("param_c4: parameter '")
            << name.getValue() << "' must be a static f32 tensor";
+  // (An embedding table of no rows bounds no token id; a layer of width
+  // 0 computes nothing: a slip in the model, named here.)
+  if (llvm::is_contained(tensorType.getShape(), 0))
+    return op->emitOpError("param_c6: parameter '")
+           << name.getValue() << "' has a dimension of size 0 (" << tensorType
+           << "): a parameter holds at least one value";
   if (auto offset = spec.get("hf_offset")) {
     auto array = dyn_cast<DenseI64ArrayAttr>(offset);
     if (!array || array.size() != tensorType.getRank() ||
