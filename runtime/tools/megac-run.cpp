@@ -2064,8 +2064,8 @@ int runMain(int Argc, char **Argv) {
                                  "Seed for parameter init, the default "
                                  "token stream, --sample random's windows "
                                  "and dropout masks (default: the plan's "
-                                 "seed; after --load-checkpoint, the "
-                                 "checkpoint's)")
+                                 "seed; after --load-checkpoint of a "
+                                 "training run, the checkpoint's)")
                       ->check(SeedValue);
   App.add_option("--watchdog", O.watchdog,
                  "End the job (exit status 3) when this rank makes no "

@@ -694,7 +694,8 @@ int runCompile(int argc, char **argv) {
                "and embedded in the plan (the CPU backend runs them too); "
                "compiled "
                "kernels are cached in $MEGAC_KERNEL_CACHE (default "
-               "~/.cache/megac/kernels; off: no cache)"),
+               "$XDG_CACHE_HOME/megac/kernels, else ~/.cache/megac/kernels; "
+               "off or empty: no cache)"),
       cl::init("cpu"), cl::cat(category));
   static cl::list<std::string> cudaArch(
       "cuda-arch", cl::CommaSeparated,

@@ -36,10 +36,18 @@ namespace {
 /// What to do about a dimension that a grid axis does not divide.
 std::string divisibilityHint(func::FuncOp func, unsigned index, int64_t dim,
                              int64_t size) {
-  if (func.getArgAttr(index, MegacDialect::kInputAttrName) && dim == 0)
-    return " (the rows of a micro-batch: --batch / --micro-batches must be "
-           "a multiple of " +
+  if (func.getArgAttr(index, MegacDialect::kInputAttrName) && dim == 0) {
+    auto module = func->getParentOfType<ModuleOp>();
+    auto micro = module ? module->getAttrOfType<IntegerAttr>(
+                              MegacDialect::kMicroBatchesAttrName)
+                        : IntegerAttr();
+    if (micro && micro.getInt() > 1)
+      return " (the rows of a micro-batch: --batch / --micro-batches must "
+             "be a multiple of " +
+             std::to_string(size) + ")";
+    return " (the batch's rows: --batch must be a multiple of " +
            std::to_string(size) + ")";
+  }
   if (!func.getArgAttr(index, MegacDialect::kParamAttrName))
     return "";
   // An embedding table's rows are a vocabulary, which may be padded.
