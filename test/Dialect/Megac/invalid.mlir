@@ -424,6 +424,25 @@ func.func @reduce_scatter_c2(%x: tensor<4x8xf32>) {
 
 // -----
 
+// Tests reduce_scatter_c2 on an empty dimension: a size of 0 splits into
+// nothing (it once divided by zero).
+func.func @reduce_scatter_c2_empty(%x: tensor<0x8xf32>) {
+  // expected-error@+1 {{reduce_scatter_c2: [0x8] -> [0x8] changes more than dimension 0 or resizes it the wrong way}}
+  %0 = megac.reduce_scatter %x {axis = "dp", dim = 0 : i64} : (tensor<0x8xf32>) -> tensor<0x8xf32>
+  return
+}
+
+// -----
+
+// Tests all_gather_c2 from an empty dimension.
+func.func @all_gather_c2_empty(%x: tensor<0x8xf32>) {
+  // expected-error@+1 {{all_gather_c2: [0x8] -> [4x8] changes more than dimension 0 or resizes it the wrong way}}
+  %0 = megac.all_gather %x {axis = "tp", dim = 0 : i64} : (tensor<0x8xf32>) -> tensor<4x8xf32>
+  return
+}
+
+// -----
+
 // Tests dropout_c1: the rate lies in [0, 1).
 func.func @dropout_c1(%x: tensor<4x8xf32>) {
   // expected-error@+1 {{dropout_c1: rate = 1.000000e+00 must lie in [0, 1)}}

@@ -428,7 +428,10 @@ static LogicalResult verifyResizeAlongDim(Operation *op, StringRef label,
     if (i != dim)
       ok = sizesAgree(in, out);
     else if (!ShapedType::isDynamic(in) && !ShapedType::isDynamic(out))
-      ok = grows ? (out >= in && out % in == 0) : (in >= out && in % out == 0);
+      // (A size of 0 splits into nothing: refused, not divided by.)
+      ok =
+          in > 0 && out > 0 &&
+          (grows ? (out >= in && out % in == 0) : (in >= out && in % out == 0));
   }
   if (!ok)
     return op->emitOpError()

@@ -195,13 +195,19 @@ struct SpecializeShapesPass
       auto type = cast<RankedTensorType>(arg.getType());
       if (func.getArgAttr(arg.getArgNumber(), MegacDialect::kInputAttrName)) {
         int64_t rows = chooseSize(batch, type.getDimSize(0), kDefaultBatch);
+        const int64_t length = chooseSize(seq, type.getDimSize(1), defaultSeq);
+        // (A size of 0 written in the model: nothing to compute, and the
+        // plan's checks would call it an internal error at the end.)
+        if (rows == 0 || length == 0)
+          return func.emitError()
+                 << describeArgument(func, arg.getArgNumber()) << " has "
+                 << (rows == 0 ? "0 rows" : "a sequence length of 0")
+                 << "; give the model's size, or --batch and --seq";
         if (rows % microBatches != 0)
           return func.emitError()
                  << "the batch (" << rows << " rows) is not divisible by the "
                  << static_cast<int64_t>(microBatches) << " micro-batches";
-        SmallVector<int64_t> shape = {
-            rows / microBatches,
-            chooseSize(seq, type.getDimSize(1), defaultSeq)};
+        SmallVector<int64_t> shape = {rows / microBatches, length};
         arg.setType(RankedTensorType::get(shape, type.getElementType()));
       } else if (!type.hasStaticShape()) {
         return func.emitError("argument ")

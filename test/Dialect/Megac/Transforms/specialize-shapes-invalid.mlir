@@ -114,3 +114,12 @@ func.func @tokens_twice(%a: tensor<?x?xi32> {megac.input = "tokens"},
                         %b: tensor<?x?xi32> {megac.input = "tokens"}) {
   return
 }
+
+// -----
+
+// Tests that a data input of 0 rows written in the model is refused here,
+// by name (the finished plan's check once called it an internal error).
+// expected-error@+1 {{input 'tokens' has 0 rows; give the model's size, or --batch and --seq}}
+func.func @empty_batch(%ids: tensor<0x?xi32> {megac.input = "tokens"}) {
+  return
+}
