@@ -353,14 +353,14 @@ TokenLayout megatronLayout(const std::string &Prefix) {
 /// The layout of a raw uint16 file or an llm.c token file \p Path.
 TokenLayout plainLayout(const std::string &Path) {
   struct stat St;
-  if (::stat(Path.c_str(), &St) == 0 && S_ISDIR(St.st_mode))
-    throw RunError(Path + ": is a directory, not a token file");
   // Every rank reads the file, from where it likes: a pipe would give each
   // a part, and a second read nothing.
   if (::stat(Path.c_str(), &St) == 0 && !S_ISREG(St.st_mode))
-    throw RunError(Path + ": not a regular file (a pipe or a device?): the "
-                          "token file is read by every rank, so it must be "
-                          "a file");
+    throw RunError(Path + (S_ISDIR(St.st_mode)
+                               ? ": is a directory, not a token file"
+                               : ": not a regular file (a pipe or a device?): "
+                                 "the token file is read by every rank, so it "
+                                 "must be a file"));
   std::ifstream F(Path, std::ios::binary | std::ios::ate);
   if (!F)
     throw RunError(Path + ": cannot open token file: " + std::strerror(errno));
@@ -612,12 +612,6 @@ void TokenSource::read(uint64_t From, size_t N, int32_t *Out) const {
   } else {
     std::copy(T.begin() + long(From), T.begin() + long(From + N), Out);
   }
-}
-
-int32_t TokenSource::at(uint64_t I) const {
-  int32_t V;
-  read(I, 1, &V);
-  return V;
 }
 
 uint64_t TokenSource::length() const {

@@ -60,7 +60,7 @@ class TokenFile; // a token file, open (init.cpp)
 
 /// A token stream the "tokens"/"labels" inputs are cut from: the seeded
 /// default stream (unbounded: element i is defaultTokenStream's t[i]),
-/// tokens held in memory, or a token file mapped.
+/// tokens held in memory, or a token file read where a step reads it.
 class TokenSource {
 public:
   static TokenSource seeded(uint64_t Seed, int64_t Vocab);
@@ -78,7 +78,6 @@ public:
   /// Tokens [\p From, \p From + \p N) into \p Out (a window: one read of
   /// a file).
   void read(uint64_t From, size_t N, int32_t *Out) const;
-  int32_t at(uint64_t I) const;
   bool isSeeded() const { return Seeded; }
   /// CRC-32 of the tokens as little-endian int32s (0 for the seeded
   /// stream): tells two data files of one length apart. Computed at the

@@ -452,13 +452,14 @@ void warnUnusedWeights(const Program &P, const WeightFiles &W) {
   const std::string Pfx = "transformer.";
   for (const RankProgram *R : *P.ranks())
     if (R->params())
-      for (const Param *Pa : *R->params())
-        if (Used.insert("param/" + Pa->name()->str());
-            Pa->hf_name() && Pa->hf_name()->size()) {
+      for (const Param *Pa : *R->params()) {
+        Used.insert("param/" + Pa->name()->str()); // (a merged checkpoint's)
+        if (Pa->hf_name() && Pa->hf_name()->size()) {
           const std::string N = Pa->hf_name()->str();
           Used.insert(N);
           Used.insert(N.rfind(Pfx, 0) == 0 ? N.substr(Pfx.size()) : Pfx + N);
         }
+      }
   std::vector<std::string> Unused;
   for (const std::string &Name : W.names())
     if (!Used.count(Name) && !endsWith(Name, ".attn.bias") &&
@@ -1062,7 +1063,7 @@ bool writeTrace(const Options &O, Setup &S) {
   const size_t Events = S.exec->trace().size();
   info(O, "wrote the measured timeline to %s (%zu events on rank 0%s)",
        O.trace.c_str(), Events,
-       Events >= traceLimit(O)
+       S.exec->firstUntracedStep()
            ? ": the first instructions only, the trace's limit"
            : "");
   return true;

@@ -232,27 +232,42 @@ void writeMegatron(const std::string &Prefix,
   I.write(reinterpret_cast<const char *>(&Doc), 8);
 }
 
-// A mapped token file reads the tokens the decoded one holds, in index
-// order where the sequences lie out of order in the .bin (two runs: 1 and
-// 2 lie back to back),
-// and its fingerprint is the CRC of those tokens as int32s.
-TEST(TokenFile, MappedMatchesDecoded) {
-  const std::string Prefix = tmpPath("mapped");
+// A token file read where used gives the tokens the decoded one holds, in
+// index order where the sequences lie out of order in the .bin (two runs:
+// 1 and 2 lie back to back), also in a window across the runs, and its
+// fingerprint is the CRC of those tokens as int32s.
+TEST(TokenFile, ReadWhereUsedMatchesDecoded) {
+  const std::string Prefix = tmpPath("read-where-used");
   // Sequence 0 at byte 20, 1 at byte 0, 2 at byte 8 (after 1).
   writeMegatron(Prefix, {{5, 6, 7}, {1, 2, 3, 4}, {8, 9}}, {20, 0, 8}, 26);
   const std::vector<int32_t> Want = {5, 6, 7, 1, 2, 3, 4, 8, 9};
   EXPECT_EQ(readTokenFile(Prefix, 9, 10), Want);
-  TokenSource Mapped = TokenSource::fromFile(Prefix, 9, 10);
-  ASSERT_EQ(Mapped.length(), 9u);
-  for (uint64_t I = 0; I < Want.size(); ++I)
-    EXPECT_EQ(Mapped.at(I), Want[I]) << I;
-  EXPECT_EQ(Mapped.fingerprint(), TokenSource::fromTokens(Want).fingerprint());
+  TokenSource File = TokenSource::fromFile(Prefix, 9, 10);
+  ASSERT_EQ(File.length(), 9u);
+  std::vector<int32_t> Got(9);
+  File.read(0, Got.size(), Got.data());
+  EXPECT_EQ(Got, Want);
+  std::vector<int32_t> Window(4);
+  File.read(2, Window.size(), Window.data());
+  EXPECT_EQ(Window, (std::vector<int32_t>{7, 1, 2, 3}));
+  EXPECT_EQ(File.fingerprint(), TokenSource::fromTokens(Want).fingerprint());
   EXPECT_THROW(TokenSource::fromFile(Prefix, 10, 10), RunError);
   try {
     TokenSource::fromFile(Prefix, 1, 9); // token 9 is out of a vocab of 9
     FAIL();
   } catch (const RunError &E) {
     EXPECT_NE(std::string(E.what()).find("token 9 at position 8 (sequence 2)"),
+              std::string::npos)
+        << E.what();
+  }
+  // Cut short under the run (as a rewrite in place starts): the next read
+  // is an error naming the file, not a read past its end.
+  ASSERT_EQ(::truncate((Prefix + ".bin").c_str(), 10), 0);
+  try {
+    File.read(0, Got.size(), Got.data());
+    FAIL();
+  } catch (const RunError &E) {
+    EXPECT_NE(std::string(E.what()).find("changed during the run"),
               std::string::npos)
         << E.what();
   }

@@ -460,13 +460,18 @@ bool reportRepeatedOptions() {
 
 /// A pipeline schedule: read from \p file if given, else generated
 /// (\p kind: gpipe, 1f1b or interleaved). Fails with a message.
+/// What messages and plans call a schedule file: "-" is standard input.
+std::string scheduleFileName(StringRef file) {
+  return file == "-" ? "<stdin>" : file.str();
+}
+
 bool makeSchedule(StringRef kind, int64_t stages, int64_t microBatches,
                   int64_t virtualStages, StringRef file,
                   megac::PipelineSchedule &schedule, std::string &error) {
   if (!file.empty()) {
     // "-": standard input, as `megac schedule --print | megac schedule
     // --check -` pipes it.
-    const std::string name = file == "-" ? "<stdin>" : file.str();
+    const std::string name = scheduleFileName(file);
     auto buffer = llvm::MemoryBuffer::getFileOrSTDIN(file);
     if (!buffer) {
       error = "cannot read " + name + ": " + buffer.getError().message();
@@ -910,9 +915,7 @@ int runCompile(int argc, char **argv) {
       pipelineSchedule != "interleaved")
     return fail("--schedule must be gpipe, 1f1b or interleaved, got '" +
                 pipelineSchedule.getValue() + "'");
-  // What messages and the plan call the schedule file.
-  const std::string scheduleName =
-      scheduleFile == "-" ? "<stdin>" : scheduleFile.getValue();
+  const std::string scheduleName = scheduleFileName(scheduleFile);
   // A schedule file is read now; whether it fits the grid is checked once
   // the grid is known.
   if (scheduleFile == "-" && input == "-")
@@ -928,21 +931,28 @@ int runCompile(int argc, char **argv) {
   if (meshAxisSize(mesh, "pp") > 1 && !train)
     return fail("a pp axis (pipeline parallelism) needs --train: the "
                 "pipeline runs training steps");
-  // The schedule --mesh's pp axis asks for must exist (the model's own
-  // grid's is built after the passes).
-  if (const int64_t meshPP = meshAxisSize(mesh, "pp");
-      meshPP > 1 && scheduleFile.empty()) {
-    const int64_t chunks = virtualStages ? virtualStages.getValue()
-                           : pipelineSchedule == "interleaved" ? 2
-                                                               : 1;
-    if (chunks > 1 && pipelineSchedule != "interleaved")
-      return fail("--virtual-stages " + std::to_string(chunks) +
-                  " needs --schedule interleaved");
+  // Model chunks per pipeline rank (a schedule file says its own).
+  int64_t chunksPerRank = virtualStages ? virtualStages.getValue()
+                          : pipelineSchedule == "interleaved" ? 2
+                                                              : 1;
+  // Why no schedule can be generated for \p ranks pipeline ranks ("" if
+  // one can): --mesh's pp axis is checked now, the model's own grid's
+  // once the model is read.
+  auto generatedScheduleProblem = [&](int64_t ranks) -> std::string {
+    if (chunksPerRank > 1 && pipelineSchedule != "interleaved")
+      return "--virtual-stages " + std::to_string(chunksPerRank) +
+             " needs --schedule interleaved";
     megac::PipelineSchedule generated;
-    if (std::string error; !makeSchedule(pipelineSchedule, meshPP, microBatches,
-                                         chunks, "", generated, error))
-      return fail(error);
-  }
+    std::string error;
+    makeSchedule(pipelineSchedule, ranks, microBatches, chunksPerRank, "",
+                 generated, error);
+    return error;
+  };
+  if (const int64_t meshPP = meshAxisSize(mesh, "pp");
+      meshPP > 1 && scheduleFile.empty())
+    if (std::string problem = generatedScheduleProblem(meshPP);
+        !problem.empty())
+      return fail(problem);
   std::optional<uint64_t> memoryBudget;
   if (!deviceMemory.empty() && !(memoryBudget = parseByteSize(deviceMemory)))
     return fail("--device-memory: cannot read '" + deviceMemory +
@@ -1070,9 +1080,6 @@ int runCompile(int argc, char **argv) {
     noteGpuVocabulary(*module, quiet);
   // Pipeline parallelism: a pp axis splits the layers into stages.
   const int64_t pp = meshAxisSize(grid, "pp");
-  int64_t chunksPerRank = virtualStages ? virtualStages.getValue()
-                          : pipelineSchedule == "interleaved" ? 2
-                                                              : 1;
   megac::PipelineSchedule schedule;
   // The schedule's ranks and micro-batches are the grid's, every task runs
   // once, in an order in which every rank finishes. A file's is checked
@@ -1110,9 +1117,9 @@ int runCompile(int argc, char **argv) {
       if (!checkSchedule())
         return 1;
       chunksPerRank = schedule.virtualStages;
-    } else if (chunksPerRank > 1 && pipelineSchedule != "interleaved") {
-      return fail("--virtual-stages " + std::to_string(chunksPerRank) +
-                  " needs --schedule interleaved");
+    } else if (std::string problem = generatedScheduleProblem(pp);
+               !problem.empty()) {
+      return fail(problem);
     }
     options.virtualStages = chunksPerRank;
   }
@@ -1628,9 +1635,8 @@ int runSchedule(int argc, char **argv) {
     return fail(error);
   megac::PipelineTiming timing;
   if (!megac::simulatePipeline(schedule, 1.0, 2.0, timing, error))
-    return fail((check.empty()  ? std::string("internal error: ")
-                 : check == "-" ? std::string("<stdin>: ")
-                                : check + ": ") +
+    return fail((check.empty() ? std::string("internal error: ")
+                               : scheduleFileName(check) + ": ") +
                 error);
   if (print)
     for (auto [r, tasks] : llvm::enumerate(schedule.ranks)) {
