@@ -86,7 +86,14 @@ def main():
             name, _, value = kv.partition("=")
             if int(r) == rank:
                 env[name] = value
-        procs[rank] = subprocess.Popen(cmd, env=env)
+        try:
+            procs[rank] = subprocess.Popen(cmd, env=env)
+        except OSError as e:
+            print(f"launch_like_torchrun: cannot start {cmd[0]}: "
+                  f"{e.strerror}", file=sys.stderr)
+            for q in procs.values():
+                q.kill()
+            return 127
 
     # Ended itself (a test's timeout): the ranks go too, as under torchrun.
     def end_all(signum, _frame):

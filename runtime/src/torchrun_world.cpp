@@ -4,22 +4,25 @@
 // who it is ("MGCR", version, RANK, WORLD_SIZE and the 64-bit job key, six
 // little-endian uint32). Rank 0 answers with messages of a status, a
 // length and a text:
-//   kOk        the ompi-server's URI (first), later rank 0's MPI port
-//              name (this rank's turn to join);
-//   kProgress  another rank joined (the wait for a turn starts again);
+//   kOk        the ompi-server's URI (first), later an empty text once
+//              every rank came (the joining starts);
 //   kRefused   why the world will not form (every rank hears it);
 //   kOtherJob  the process belongs to another job and is turned away.
-// Ranks join one at a time, in RANK order: the ranks already joined accept
-// collectively, the newcomer connects, and the two sides merge, rank 0's
-// side first. Afterwards each connection carries one byte, kBye, when its
-// rank ends normally; a connection that closes without it means its rank
-// ended early.
+// The ranks then join in rounds, as a binary tree (join_tree.h): the first
+// rank of each accepting block opens an MPI port, and its name travels to
+// the other block's first rank as a kPortTag frame (the tag byte, the
+// uint32 receiving rank, a uint32 length, the name) over the
+// rendezvous connections, which rank 0's monitor relays. Every rank but
+// rank 0 receives one port name. Afterwards each connection carries one byte,
+// kBye, when its rank ends normally; a connection that closes without it
+// means its rank ended early.
 //
 //===----------------------------------------------------------------------===//
 
 #include "torchrun_world.h"
 #include "env.h"
 #include "error.h"
+#include "join_tree.h"
 
 #include <arpa/inet.h>
 #include <atomic>
@@ -27,14 +30,17 @@
 #include <cerrno>
 #include <chrono>
 #include <climits>
+#include <condition_variable>
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
+#include <mutex>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <optional>
 #include <poll.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -50,9 +56,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr uint32_t kMagic = 0x5243474d; // "MGCR" read little-endian
-constexpr uint32_t kVersion = 2;
-enum Status : uint32_t { kOk = 0, kRefused = 1, kOtherJob = 2, kProgress = 3 };
-constexpr char kBye = 'B';
+constexpr uint32_t kVersion = 3;
+enum Status : uint32_t { kOk = 0, kRefused = 1, kOtherJob = 2 };
+constexpr char kBye = 'B', kPortTag = 'P';
 
 /// Closes a descriptor when it goes out of scope.
 struct OwnedFd {
@@ -138,6 +144,31 @@ bool readMessage(int F, Clock::time_point Deadline, uint32_t &S,
   Closed = !Whole && secondsLeft(Deadline) > 0;
   S = Head[0];
   return Whole;
+}
+
+/// Sends a port name frame for rank \p To (kPortTag, To, the length, the
+/// name).
+bool sendPort(int F, int To, const std::string &Port,
+              Clock::time_point Deadline) {
+  char Tag = kPortTag;
+  uint32_t Head[2] = {uint32_t(To), uint32_t(Port.size())};
+  return exchange(F, &Tag, 1, true, Deadline) &&
+         exchange(F, Head, sizeof(Head), true, Deadline) &&
+         exchange(F, const_cast<char *>(Port.data()), Port.size(), true,
+                  Deadline);
+}
+
+/// The rest of a port name frame whose tag was read: its receiving rank
+/// and the name; false if it did not come whole before \p Deadline.
+bool readPortRest(int F, Clock::time_point Deadline, int &To,
+                  std::string &Port) {
+  uint32_t Head[2] = {0, 0};
+  if (!exchange(F, Head, sizeof(Head), false, Deadline) ||
+      Head[1] > MPI_MAX_PORT_NAME || Head[0] > uint32_t(INT_MAX))
+    return false;
+  To = int(Head[0]);
+  Port.resize(Head[1]);
+  return exchange(F, Port.data(), Port.size(), false, Deadline);
 }
 
 /// Connects to \p A before \p Deadline (a connect() of its own could wait
@@ -241,10 +272,16 @@ struct TorchrunWorld::State {
   std::thread Monitor;
   int Wake[2] = {-1, -1};
   std::atomic<bool> WatchLinks{false}, Finishing{false}, Stop{false};
-  /// When joining last made progress (steady-clock ticks; 0: not joining)
-  /// and whom the world waits for then.
+  /// When the current round of joining began (steady-clock ticks; 0: not
+  /// joining) and the block of ranks this rank waits for in it.
   std::atomic<int64_t> JoinSince{0};
-  std::atomic<int> JoinWaitsFor{0};
+  std::atomic<int> JoinWaitsFirst{0}, JoinWaitsLast{0};
+
+  /// Ranks > 0: the port name the monitor received for this rank (its
+  /// block's turn to connect).
+  std::mutex PortMutex;
+  std::condition_variable PortArrived;
+  std::optional<std::string> ReceivedPort;
 
   /// Also when construction failed: the monitor stops before the
   /// connections close, and the server last.
@@ -265,15 +302,19 @@ struct TorchrunWorld::State {
   void meet(int *Argc, char ***Argv);
   std::string startServer();
   void stopServer();
-  std::string serveRendezvous(const std::string &Uri);
+  std::string serveRendezvous(const OwnedFd &Listen, const std::string &Uri);
   std::string askRendezvous();
-  std::string waitForTurn();
-  void join(const std::string &Port);
+  void waitForStart();
+  void join();
+  std::string openBlockPort(const JoinRound &J);
+  std::string awaitBlockPort();
   void startMonitor();
   void watch();
+  bool takeFrame(size_t Link, char Tag);
   [[noreturn]] void die(const std::string &Why);
-  void progress(int WaitsFor) {
-    JoinWaitsFor = WaitsFor;
+  void progress(const JoinRound &J) {
+    JoinWaitsFirst = J.OtherFirst;
+    JoinWaitsLast = J.OtherLast;
     JoinSince = Clock::now().time_since_epoch().count();
   }
 };
@@ -284,11 +325,9 @@ void TorchrunWorld::State::die(const std::string &Why) {
   ::_exit(1);
 }
 
-/// Rank 0: meets every other rank and gives each the server's \p Uri;
-/// keeps their connections in Links. Throws when the ranks do not all
-/// come before the deadline or disagree on the world.
-std::string TorchrunWorld::State::serveRendezvous(const std::string &Uri) {
-  const auto Deadline = deadlineIn(L.TimeoutSec);
+/// Rank 0: listens at the rendezvous port (before anything of its own,
+/// ompi-server included, takes a port the system may hand out).
+static OwnedFd listenForRanks(const TorchrunLaunch &L) {
   OwnedFd Listen(::socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0));
   bool V6 = Listen.N >= 0;
   if (!V6)
@@ -324,6 +363,15 @@ std::string TorchrunWorld::State::serveRendezvous(const std::string &Uri) {
                           "the same on every rank)"
                         : " (MEGAC_RENDEZVOUS_PORT picks another "
                           "port, the same on every rank)"));
+  return Listen;
+}
+
+/// Rank 0: meets every other rank at \p Listen and gives each the
+/// server's \p Uri; keeps their connections in Links. Throws when the
+/// ranks do not all come before the deadline or disagree on the world.
+std::string TorchrunWorld::State::serveRendezvous(const OwnedFd &Listen,
+                                                  const std::string &Uri) {
+  const auto Deadline = deadlineIn(L.TimeoutSec);
   Links.clear();
   Links.resize(size_t(L.Size));
   // Every rank that came hears why the world will not form (whichever
@@ -457,77 +505,91 @@ std::string TorchrunWorld::State::askRendezvous() {
   }
 }
 
-/// Rank r > 0: waits for rank 0 to say it is this rank's turn to join
-/// (Open MPI pairs accepts and connects reliably only one newcomer at a
-/// time) and returns rank 0's MPI port. Each rank that joins before it
-/// starts the wait again.
-std::string TorchrunWorld::State::waitForTurn() {
-  for (;;) {
-    uint32_t Status = 0;
-    std::string Text;
-    bool Closed = false;
-    if (!readMessage(Links[0].N, deadlineIn(L.TimeoutSec), Status, Text,
-                     Closed))
-      throw RunError(
-          "rendezvous: rank 0 at " + where(L) +
-          (Closed ? " closed the connection (rank 0 failed; its own message "
-                    "says why)"
-                  : " let no rank join for " + seconds(L.TimeoutSec) +
-                        " while this rank waited for its turn "
-                        "(MEGAC_RENDEZVOUS_TIMEOUT sets the wait)"));
-    if (Status == kOk)
-      return Text;
-    if (Status != kProgress)
-      throw RunError("rendezvous: " + Text);
-  }
+/// Rank r > 0: waits for rank 0 to say that every rank came (or why the
+/// world will not form).
+void TorchrunWorld::State::waitForStart() {
+  uint32_t Status = 0;
+  std::string Text;
+  bool Closed = false;
+  if (!readMessage(Links[0].N, deadlineIn(L.TimeoutSec), Status, Text, Closed))
+    throw RunError(
+        "rendezvous: rank 0 at " + where(L) +
+        (Closed ? " closed the connection (rank 0 failed; its own message "
+                  "says why)"
+                : " did not gather the other ranks within " +
+                      seconds(L.TimeoutSec) +
+                      " (MEGAC_RENDEZVOUS_TIMEOUT sets the wait)"));
+  if (Status != kOk)
+    throw RunError("rendezvous: " + Text);
 }
 
-void TorchrunWorld::State::join(const std::string &Port) {
-  std::vector<char> Name(Port.begin(), Port.end());
-  Name.push_back('\0');
+/// The first rank of an accepting block: opens an MPI port and sends its
+/// name to the other block's first rank (through rank 0's monitor unless
+/// this is rank 0).
+std::string TorchrunWorld::State::openBlockPort(const JoinRound &J) {
+  char Name[MPI_MAX_PORT_NAME] = {0};
+  if (MPI_Open_port(MPI_INFO_NULL, Name) != MPI_SUCCESS)
+    throw RunError("rank " + std::to_string(L.Rank) +
+                   " cannot open an MPI port for " +
+                   rankSpan(J.OtherFirst, J.OtherLast));
+  const int Via = L.Rank == 0 ? J.OtherFirst : 0;
+  if (!sendPort(Links[size_t(Via)].N, J.OtherFirst, Name,
+                deadlineIn(L.TimeoutSec)))
+    throw RunError("rendezvous: rank " + std::to_string(Via) +
+                   " went away before the world formed");
+  return Name;
+}
+
+/// The first rank of a connecting block: the port name its monitor
+/// received.
+std::string TorchrunWorld::State::awaitBlockPort() {
+  std::unique_lock<std::mutex> Lock(PortMutex);
+  // (The monitor's watchdog ends the wait that lasts too long.)
+  PortArrived.wait(Lock, [this] { return ReceivedPort.has_value(); });
+  return *ReceivedPort;
+}
+
+/// Joins the world in rounds (the header's tree): in each, this rank's
+/// block takes in the next block or joins the one before it.
+void TorchrunWorld::State::join() {
   MPI_Comm Joined = MPI_COMM_SELF;
-  if (L.Rank != 0) {
-    progress(L.Rank);
-    MPI_Comm Inter;
-    if (MPI_Comm_connect(Name.data(), MPI_INFO_NULL, 0, MPI_COMM_SELF,
-                         &Inter) != MPI_SUCCESS ||
-        MPI_Intercomm_merge(Inter, /*high=*/1, &Joined) != MPI_SUCCESS)
-      throw RunError("rank " + std::to_string(L.Rank) +
-                     " cannot join rank 0's MPI world");
-    MPI_Comm_free(&Inter);
-  }
-  // The ranks already joined take in the newcomers in RANK order, so the
-  // world comes out ordered.
-  int Size = 1;
-  MPI_Comm_size(Joined, &Size);
-  for (; Size < L.Size; MPI_Comm_size(Joined, &Size)) {
-    progress(Size);
-    if (L.Rank == 0 && !sendMessage(Links[size_t(Size)].N, kOk, Port,
-                                    deadlineIn(L.TimeoutSec)))
-      throw RunError("rendezvous: rank " + std::to_string(Size) +
-                     " went away before it joined");
+  for (int Round = 0; Round < joinRounds(L.Size); ++Round) {
+    const JoinRound J = joinRound(L.Rank, L.Size, Round);
+    if (!J.Merges)
+      continue;
+    progress(J);
+    const bool Leads = L.Rank == J.First;
+    // (The port name matters at the first rank of a block only.)
+    std::string Port = !Leads      ? std::string()
+                       : J.Accepts ? openBlockPort(J)
+                                   : awaitBlockPort();
+    std::vector<char> Name(Port.begin(), Port.end());
+    Name.push_back('\0');
     MPI_Comm Inter, Merged;
-    if (MPI_Comm_accept(Name.data(), MPI_INFO_NULL, 0, Joined, &Inter) !=
-            MPI_SUCCESS ||
-        MPI_Intercomm_merge(Inter, /*high=*/0, &Merged) != MPI_SUCCESS)
-      throw RunError("rank " + std::to_string(Size) +
-                     " could not join the MPI world");
+    const int Opened =
+        J.Accepts
+            ? MPI_Comm_accept(Name.data(), MPI_INFO_NULL, 0, Joined, &Inter)
+            : MPI_Comm_connect(Name.data(), MPI_INFO_NULL, 0, Joined, &Inter);
+    if (Opened != MPI_SUCCESS ||
+        MPI_Intercomm_merge(Inter, /*high=*/J.Accepts ? 0 : 1, &Merged) !=
+            MPI_SUCCESS)
+      throw RunError(rankSpan(J.First, J.Last) + " could not join " +
+                     rankSpan(J.OtherFirst, J.OtherLast) + " in the MPI world");
     MPI_Comm_free(&Inter);
+    if (Leads && J.Accepts)
+      MPI_Close_port(Name.data());
     if (Joined != MPI_COMM_SELF)
       MPI_Comm_free(&Joined);
     Joined = Merged;
-    // The ranks still waiting for their turn wait anew.
-    if (L.Rank == 0)
-      for (int R = Size + 1; R < L.Size; ++R)
-        sendMessage(Links[size_t(R)].N, kProgress, "", deadlineIn(1));
   }
   JoinSince = 0;
   World = Joined;
-  int Mine = 0;
+  int Mine = 0, Size = 0;
   MPI_Comm_rank(World, &Mine);
-  if (Mine != L.Rank)
+  MPI_Comm_size(World, &Size);
+  if (Mine != L.Rank || Size != L.Size)
     throw RunError("rank " + std::to_string(L.Rank) + " joined the world as " +
-                   std::to_string(Mine));
+                   std::to_string(Mine) + " of " + std::to_string(Size));
   // From here MPI errors end the process, as under mpirun.
   MPI_Comm_set_errhandler(World, MPI_ERRORS_ARE_FATAL);
   MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_ARE_FATAL);
@@ -560,11 +622,11 @@ void TorchrunWorld::State::watch() {
               Clock::now() - Clock::time_point(Clock::duration(Since)))
               .count();
       if (Idle > L.TimeoutSec) {
-        const int K = JoinWaitsFor;
-        die("rank " + std::to_string(L.Rank) + ": rank " + std::to_string(K) +
-            (K == L.Rank ? " (this one)" : "") +
+        const int First = JoinWaitsFirst, Last = JoinWaitsLast;
+        die("rank " + std::to_string(L.Rank) + ": " + rankSpan(First, Last) +
             " did not join the MPI world within " + seconds(L.TimeoutSec) +
-            " of its turn (MPI_Comm_connect/accept; a rank that is hung or "
+            " of " + (First == Last ? "its" : "their") +
+            " turn (MPI_Comm_connect/accept; a rank that is hung or "
             "gone? MEGAC_RENDEZVOUS_TIMEOUT sets the wait)");
       }
     }
@@ -579,6 +641,8 @@ void TorchrunWorld::State::watch() {
         Done[Which[F]] = true;
         continue;
       }
+      if (N == 1 && takeFrame(Which[F], C))
+        continue;
       if (Finishing)
         return;
       if (L.Rank == 0)
@@ -592,13 +656,45 @@ void TorchrunWorld::State::watch() {
   }
 }
 
+/// A frame that began with \p Tag on connection \p Link: a port name,
+/// which rank 0 passes on to the rank it is for and the others keep for
+/// join(). False for anything else (a connection that speaks otherwise
+/// belongs to a rank that failed).
+bool TorchrunWorld::State::takeFrame(size_t Link, char Tag) {
+  int To = -1;
+  std::string Port;
+  if (Tag != kPortTag || !readPortRest(Links[Link].N, deadlineIn(10), To, Port))
+    return false;
+  if (L.Rank != 0) {
+    if (To != L.Rank)
+      return false;
+    {
+      std::lock_guard<std::mutex> Lock(PortMutex);
+      ReceivedPort = std::move(Port);
+    }
+    PortArrived.notify_one();
+    return true;
+  }
+  // Rank 0 relays; a block's first rank sends to the block after it only.
+  if (To <= int(Link) || To >= L.Size || Links[size_t(To)].N < 0)
+    return false;
+  if (!sendPort(Links[size_t(To)].N, To, Port, deadlineIn(L.TimeoutSec)))
+    die("rank " + std::to_string(To) +
+        " ended before the world formed (its own message or its launcher "
+        "says why); rank 0 ends the job");
+  return true;
+}
+
 void TorchrunWorld::State::meet(int *Argc, char ***Argv) {
   requireTcpTransport();
   // Rank 0's ompi-server first: every singleton's MPI_Init must know it.
+  // (Rank 0 meets the others before its own MPI_Init, so that all of them
+  // start MPI at once.)
   std::string Uri;
   if (L.Rank == 0) {
     checkThisHost(L);
-    Uri = startServer();
+    const OwnedFd Listen = listenForRanks(L);
+    Uri = serveRendezvous(Listen, startServer());
   } else {
     Uri = askRendezvous();
   }
@@ -607,22 +703,17 @@ void TorchrunWorld::State::meet(int *Argc, char ***Argv) {
   // A failed accept, connect or merge is reported here, as one line.
   MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN);
   if (L.Rank == 0) {
-    char Name[MPI_MAX_PORT_NAME] = {0};
-    if (MPI_Open_port(MPI_INFO_NULL, Name) != MPI_SUCCESS)
-      throw RunError("rank 0 cannot open an MPI port for the others");
-    serveRendezvous(Uri);
-    // (Rank 0 writes to the connections from here, and reads only what
-    // the monitor reads.)
-    WatchLinks = true;
-    startMonitor();
-    join(Name);
-    MPI_Close_port(Name);
+    for (size_t R = 1; R < Links.size(); ++R)
+      if (!sendMessage(Links[R].N, kOk, "", deadlineIn(L.TimeoutSec)))
+        throw RunError("rendezvous: rank " + std::to_string(R) +
+                       " went away before the world formed");
   } else {
-    startMonitor();
-    const std::string Port = waitForTurn();
-    WatchLinks = true;
-    join(Port);
+    waitForStart();
   }
+  // (From here the monitor alone reads the connections.)
+  WatchLinks = true;
+  startMonitor();
+  join();
 }
 
 std::string TorchrunWorld::State::startServer() {

@@ -7,8 +7,9 @@ uint32), with a version of its choosing, and prints rank 0's answer
                      [--job-argv ARG... --stall S]
 With --job-argv (megac-run's arguments, which with TORCHELASTIC_RUN_ID
 make the job key) the peer passes for a rank of rank 0's job; with
---stall it then waits for its turn to join the MPI world, prints it, and
-never joins, holding the connection S seconds (a rank hung there).
+--stall it then waits for rank 0's word that the joining starts and for
+its port, prints both, and never joins, holding the connection S seconds
+(a rank hung there).
 """
 import argparse
 import os
@@ -16,11 +17,11 @@ import socket
 import struct
 import time
 
-STATUS = {0: "ok", 1: "refused", 2: "other job", 3: "progress"}
+STATUS = {0: "ok", 1: "refused", 2: "other job"}
 
 ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 ap.add_argument("--port", type=int, required=True)
-ap.add_argument("--version", type=int, default=2)
+ap.add_argument("--version", type=int, default=3)
 ap.add_argument("--rank", type=int, default=1)
 ap.add_argument("--size", type=int, default=2)
 ap.add_argument("--wait", type=float, default=30)
@@ -71,12 +72,14 @@ print(f"{STATUS.get(status, status)}: {text if status else 'the URI'}",
       flush=True)
 if a.stall:
     s.settimeout(a.stall)
-    while True:  # progress messages until this rank's turn
-        status, length = struct.unpack("<2I", read(8))
-        read(length)
-        if STATUS.get(status) != "progress":
-            break
-    print(f"turn: {STATUS.get(status, status)}; not joining", flush=True)
+    status, length = struct.unpack("<2I", read(8))
+    read(length)
+    print(f"start: {STATUS.get(status, status)}", flush=True)
+    # Rank 0's port for this rank's block (a tag, the receiving rank, the
+    # name's length, the name): the rank's turn to connect.
+    tag, to, length = struct.unpack("<c2I", read(9))
+    read(length)
+    print(f"port: {tag.decode()} for rank {to}; not joining", flush=True)
     try:
         s.recv(1)  # until rank 0 closes (it gave up) or the stall ends
     except OSError:
