@@ -257,9 +257,28 @@ std::string humanCount(uint64_t N) {
   return Buf;
 }
 
-/// How to launch a plan of \p Want ranks.
-std::string launcherHint(uint32_t Want) {
+/// How many tasks srun started for this step (0: none, or not srun).
+long slurmStepTasks() {
+  for (const char *Var : {"SLURM_STEP_NUM_TASKS", "SLURM_NTASKS"})
+    if (const char *V = std::getenv(Var); V && *V) {
+      char *End = nullptr;
+      const long N = std::strtol(V, &End, 10);
+      if (!*End && N > 0)
+        return N;
+    }
+  return 0;
+}
+
+/// How to launch a plan of \p Want ranks, where \p Launched were.
+std::string launcherHint(uint32_t Want, int64_t Launched) {
   const std::string N = std::to_string(Want);
+  // srun without an MPI plugin starts its tasks as MPI processes of their
+  // own, each a world of one.
+  if (const long Tasks = slurmStepTasks(); Launched == 1 && Tasks > 1)
+    return "; srun started " + std::to_string(Tasks) +
+           " tasks, but without an MPI plugin each is a world of its "
+           "own: srun --mpi=pmix -n " +
+           N + " (srun --mpi=list lists the plugins)";
   return "; launch with mpirun -np " + N + " (or torchrun --nproc-per-node " +
          N + " --no-python)";
 }
@@ -716,7 +735,7 @@ void prepare(const Options &O, Setup &S) {
                    (P.world_size() == 1 ? " rank" : " ranks") + " (grid " +
                    gridString(P) + ") but " + std::to_string(WorldSize) +
                    (WorldSize == 1 ? " was" : " were") + " launched" +
-                   launcherHint(P.world_size()));
+                   launcherHint(P.world_size(), WorldSize));
   S.mode = O.generate ? Mode::Generate
            : P.train() ? Mode::Train
                        : Mode::Forward;
