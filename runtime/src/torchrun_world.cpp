@@ -273,9 +273,11 @@ struct TorchrunWorld::State {
   int Wake[2] = {-1, -1};
   std::atomic<bool> WatchLinks{false}, Finishing{false}, Stop{false};
   /// When the current round of joining began (steady-clock ticks; 0: not
-  /// joining) and the block of ranks this rank waits for in it.
+  /// joining), the two blocks joining in it (ranks JoinFirst to JoinLast,
+  /// the second from JoinSplit) and how many timeouts it may take.
   std::atomic<int64_t> JoinSince{0};
-  std::atomic<int> JoinWaitsFirst{0}, JoinWaitsLast{0};
+  std::atomic<int> JoinFirst{0}, JoinLast{0}, JoinSplit{0},
+      JoinRoundsAllowed{1};
 
   /// Ranks > 0: the port name the monitor received for this rank (its
   /// block's turn to connect).
@@ -312,9 +314,14 @@ struct TorchrunWorld::State {
   void watch();
   bool takeFrame(size_t Link, char Tag);
   [[noreturn]] void die(const std::string &Why);
-  void progress(const JoinRound &J) {
-    JoinWaitsFirst = J.OtherFirst;
-    JoinWaitsLast = J.OtherLast;
+  /// Starts the watchdog's clock on a round of joining: \p Rounds
+  /// timeouts for it (those of the rounds the other block may still be
+  /// doing, where this rank sat the same rounds out).
+  void progress(const JoinRound &J, int Rounds) {
+    JoinFirst = std::min(J.First, J.OtherFirst);
+    JoinLast = std::max(J.Last, J.OtherLast);
+    JoinSplit = std::max(J.First, J.OtherFirst);
+    JoinRoundsAllowed = Rounds;
     JoinSince = Clock::now().time_since_epoch().count();
   }
 };
@@ -511,13 +518,16 @@ void TorchrunWorld::State::waitForStart() {
   uint32_t Status = 0;
   std::string Text;
   bool Closed = false;
-  if (!readMessage(Links[0].N, deadlineIn(L.TimeoutSec), Status, Text, Closed))
+  // (Rank 0 gives up on ranks that do not come within the timeout and
+  // says so; this wait also covers its MPI_Init after the last one came.)
+  if (!readMessage(Links[0].N, deadlineIn(2 * L.TimeoutSec), Status, Text,
+                   Closed))
     throw RunError(
         "rendezvous: rank 0 at " + where(L) +
         (Closed ? " closed the connection (rank 0 failed; its own message "
                   "says why)"
-                : " did not gather the other ranks within " +
-                      seconds(L.TimeoutSec) +
+                : " did not start the joining within " +
+                      seconds(2 * L.TimeoutSec) +
                       " (MEGAC_RENDEZVOUS_TIMEOUT sets the wait)"));
   if (Status != kOk)
     throw RunError("rendezvous: " + Text);
@@ -553,11 +563,14 @@ std::string TorchrunWorld::State::awaitBlockPort() {
 /// block takes in the next block or joins the one before it.
 void TorchrunWorld::State::join() {
   MPI_Comm Joined = MPI_COMM_SELF;
+  // (A block that sat rounds out waits for the other block's rounds too.)
+  int LastMerged = -1;
   for (int Round = 0; Round < joinRounds(L.Size); ++Round) {
     const JoinRound J = joinRound(L.Rank, L.Size, Round);
     if (!J.Merges)
       continue;
-    progress(J);
+    progress(J, Round - LastMerged);
+    LastMerged = Round;
     const bool Leads = L.Rank == J.First;
     // (The port name matters at the first rank of a block only.)
     std::string Port = !Leads      ? std::string()
@@ -621,12 +634,15 @@ void TorchrunWorld::State::watch() {
           std::chrono::duration<double>(
               Clock::now() - Clock::time_point(Clock::duration(Since)))
               .count();
-      if (Idle > L.TimeoutSec) {
-        const int First = JoinWaitsFirst, Last = JoinWaitsLast;
-        die("rank " + std::to_string(L.Rank) + ": " + rankSpan(First, Last) +
-            " did not join the MPI world within " + seconds(L.TimeoutSec) +
-            " of " + (First == Last ? "its" : "their") +
-            " turn (MPI_Comm_connect/accept; a rank that is hung or "
+      if (Idle > L.TimeoutSec * JoinRoundsAllowed) {
+        // (Either block may hold the join up: the accept and the connect
+        // are collectives of each block's ranks.)
+        const int First = JoinFirst, Last = JoinLast, Split = JoinSplit;
+        die("rank " + std::to_string(L.Rank) + ": " +
+            rankSpan(First, Split - 1) + " and " + rankSpan(Split, Last) +
+            " did not join in one MPI world within " +
+            seconds(L.TimeoutSec * JoinRoundsAllowed) +
+            " (MPI_Comm_connect/accept; a rank among them that is hung or "
             "gone? MEGAC_RENDEZVOUS_TIMEOUT sets the wait)");
       }
     }
@@ -738,8 +754,11 @@ std::string TorchrunWorld::State::startServer() {
       ::_exit(1);
     const int Null = ::open("/dev/null", O_RDWR);
     if (Null >= 0) {
+      // (Its stderr too: it may report its own end, under the SIGTERM
+      // of a failed job, over the message that says why the job failed.)
       ::dup2(Null, 0);
       ::dup2(Null, 1);
+      ::dup2(Null, 2);
     }
     ::execlp("ompi-server", "ompi-server", "--no-daemonize", "--report-uri",
              Path, static_cast<char *>(nullptr));

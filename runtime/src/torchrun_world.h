@@ -10,8 +10,9 @@
 // and transfers as under mpirun.
 //
 // Open MPI connects separately started processes through an ompi-server,
-// which rank 0 starts. The other ranks learn its address, and rank 0's MPI
-// port, from rank 0 over a TCP connection to MASTER_ADDR (the rendezvous).
+// which rank 0 starts. The other ranks learn its address from rank 0 over
+// a TCP connection to MASTER_ADDR (the rendezvous), and join in rounds, as
+// a binary tree, the MPI ports' names traveling over those connections.
 // The connections stay open for the whole run: the ranks are separate MPI
 // jobs, so MPI_Abort ends only its own, and a rank that ends before the job
 // finished (an abort, a crash, a kill) is noticed there instead. Rank 0 then
