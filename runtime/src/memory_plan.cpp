@@ -465,14 +465,18 @@ uint32_t pipelineSlots(const Program &P, const RankProgram &R) {
       First[K] = T;
     Last[K] = T;
   }
-  uint32_t Most = 1;
-  for (uint32_t T = 0; T < R.schedule()->size(); ++T) {
-    uint32_t Live = 0;
-    for (size_t K = 0; K < M; ++K)
-      Live += First[K] >= 0 && First[K] <= int64_t(T) && int64_t(T) <= Last[K];
-    Most = std::max(Most, Live);
-  }
-  return Most;
+  // Micro-batch K is live over entries [First[K], Last[K]]: the most live
+  // at once, by a sweep over the entries' starts and ends.
+  std::vector<int64_t> Change(R.schedule()->size() + 1, 0);
+  for (size_t K = 0; K < M; ++K)
+    if (First[K] >= 0) {
+      ++Change[size_t(First[K])];
+      --Change[size_t(Last[K]) + 1];
+    }
+  int64_t Live = 0, Most = 1;
+  for (int64_t D : Change)
+    Most = std::max(Most, Live += D);
+  return uint32_t(Most);
 }
 
 std::vector<int64_t> parameterCopies(const RankProgram &R,

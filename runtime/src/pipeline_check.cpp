@@ -50,6 +50,56 @@ std::vector<Event> rankEvents(const Program &P, const RankProgram &R) {
   return Events;
 }
 
+/// What a send's input or a receive's output holds: its dtype and shape.
+std::string transferredText(const RankProgram &R, uint32_t Buf) {
+  const Buffer *B = R.buffers()->Get(Buf);
+  std::string Text = B->dtype() == dt::I32 ? "i32 [" : "f32 [";
+  for (uint32_t D = 0; D < B->shape()->size(); ++D)
+    Text += (D ? "," : "") + std::to_string(B->shape()->Get(D));
+  return Text + "]";
+}
+
+/// A receive takes what its sends send: the same dtype and shape (else MPI
+/// would cut the message short, or leave part of the buffer as it was).
+std::string checkTransferShapes(const Program &P) {
+  // (from, to, transfer) -> what the first send of it sends, and where.
+  std::map<std::tuple<int64_t, int64_t, int64_t>,
+           std::pair<std::string, uint32_t>>
+      Sent;
+  const uint32_t N = P.ranks()->size();
+  for (uint32_t R = 0; R < N; ++R) {
+    const RankProgram &RP = *P.ranks()->Get(R);
+    if (RP.instrs())
+      for (uint32_t I = 0; I < RP.instrs()->size(); ++I) {
+        const Instr *In = RP.instrs()->Get(I);
+        if (In->op() == op::Send)
+          Sent.try_emplace({R, In->ints()->Get(0), In->ints()->Get(1)},
+                           transferredText(RP, In->inputs()->Get(0)), I);
+      }
+  }
+  for (uint32_t R = 0; R < N; ++R) {
+    const RankProgram &RP = *P.ranks()->Get(R);
+    if (RP.instrs())
+      for (uint32_t I = 0; I < RP.instrs()->size(); ++I) {
+        const Instr *In = RP.instrs()->Get(I);
+        if (In->op() != op::Recv)
+          continue;
+        const int64_t From = In->ints()->Get(0), Transfer = In->ints()->Get(1);
+        auto It = Sent.find({From, R, Transfer});
+        const std::string Got = transferredText(RP, In->outputs()->Get(0));
+        if (It != Sent.end() && It->second.first != Got)
+          return "rank " + std::to_string(R) + ", instruction " +
+                 std::to_string(I) + " (recv) receives transfer " +
+                 std::to_string(Transfer) + " from rank " +
+                 std::to_string(From) + " as " + Got + ", but rank " +
+                 std::to_string(From) + "'s instruction " +
+                 std::to_string(It->second.second) + " sends " +
+                 It->second.first;
+      }
+  }
+  return "";
+}
+
 } // namespace
 
 std::string checkPipelineTransfers(const Program &P) {
@@ -64,6 +114,8 @@ std::string checkPipelineTransfers(const Program &P) {
   }
   if (!Any)
     return "";
+  if (std::string Err = checkTransferShapes(P); !Err.empty())
+    return Err;
   // Messages sent and not yet received: (from, to, transfer, micro).
   std::map<std::tuple<int64_t, int64_t, int64_t, int64_t>, int> InFlight;
   std::vector<size_t> At(N, 0);

@@ -29,6 +29,9 @@ struct BufferDesc {
   DType dtype = dt::F32;
   std::vector<int64_t> shape;
   std::string name;
+  /// Leaves the shape field out, as a hand-made plan may (the verifier's
+  /// tests; a scalar's shape is []).
+  bool omitShape = false;
 };
 
 struct ParamDesc {
@@ -55,6 +58,9 @@ struct InstrDesc {
 
   OpCode op = op::Add;
   std::vector<uint32_t> inputs, outputs;
+  /// Leaves an empty outputs field out, as a hand-made plan may (the
+  /// verifier's tests).
+  bool omitOutputs = false;
   std::vector<int64_t> ints;
   std::vector<double> floats;
   int32_t axis = -1;
@@ -156,8 +162,8 @@ inline std::vector<uint8_t> serializeProgram(const ProgramDesc &P) {
   for (const RankDesc &R : P.ranks) {
     std::vector<flatbuffers::Offset<fb::Buffer>> Bufs;
     for (const BufferDesc &D : R.buffers)
-      Bufs.push_back(
-          fb::CreateBufferDirect(B, D.dtype, &D.shape, D.name.c_str()));
+      Bufs.push_back(fb::CreateBufferDirect(
+          B, D.dtype, D.omitShape ? nullptr : &D.shape, D.name.c_str()));
     std::vector<flatbuffers::Offset<fb::Param>> Params;
     for (const ParamDesc &D : R.params)
       Params.push_back(fb::CreateParamDirect(
@@ -173,8 +179,10 @@ inline std::vector<uint8_t> serializeProgram(const ProgramDesc &P) {
     std::vector<flatbuffers::Offset<fb::Instr>> Instrs;
     for (const InstrDesc &D : R.instrs)
       Instrs.push_back(fb::CreateInstrDirect(
-          B, D.op, &D.inputs, &D.outputs, &D.ints, &D.floats, D.axis,
-          D.loc.c_str(), D.paramName.empty() ? nullptr : D.paramName.c_str(),
+          B, D.op, &D.inputs,
+          D.omitOutputs && D.outputs.empty() ? nullptr : &D.outputs, &D.ints,
+          &D.floats, D.axis, D.loc.c_str(),
+          D.paramName.empty() ? nullptr : D.paramName.c_str(),
           D.paramOffset.empty() ? nullptr : &D.paramOffset, D.generationOnly,
           D.roundBf16));
     std::vector<flatbuffers::Offset<fb::Segment>> Segments;

@@ -567,6 +567,10 @@ private:
     if (RP->buffers())
       for (uint32_t B = 0; B < RP->buffers()->size(); ++B) {
         const Buffer *Buf = RP->buffers()->Get(B);
+        // (Every reader of a buffer's shape takes it as given.)
+        if (!Buf->shape())
+          return fail(where() + ": buffer %" + std::to_string(B) +
+                      " has no shape (a scalar's is [])");
         Shapes.push_back(toShape(Buf->shape()));
         Types.push_back(Buf->dtype());
         if (Buf->dtype() != dt::F32 && Buf->dtype() != dt::I32)
@@ -606,7 +610,7 @@ private:
         if (!checkShape(Global, What + " global shape"))
           return false;
         for (size_t D = 0; D < Local.size(); ++D)
-          if (Off[D] < 0 || Off[D] + Local[D] > Global[D])
+          if (Off[D] < 0 || Off[D] > Global[D] - Local[D]) // (no overflow)
             return fail(where() + ": " + What + " slice of shape " +
                         listStr(Local) + " at offset " + listStr(Off) +
                         " does not fit in its global shape " +
@@ -711,7 +715,7 @@ private:
                         " (" + opcodeName(In->op()) + "): reads %" +
                         std::to_string(X) + ", which only a generation-only "
                         "instruction writes (training steps skip those)");
-      if (In->generation_only())
+      if (In->generation_only() && In->outputs())
         for (uint32_t X : *In->outputs())
           GenOnly[X] = true;
       if (FwdEnd >= 0 && I + 1 == uint32_t(FwdEnd))
@@ -734,6 +738,15 @@ private:
                       std::to_string(O->buffer()) +
                       ") is not computed before forward_end " +
                       std::to_string(FwdEnd));
+        // The runtime reads these two as numbers: the loss its first.
+        const std::string Name = str(O->name());
+        if ((Name == "loss" || Name == "logits") &&
+            (Types[O->buffer()] != dt::F32 ||
+             std::count(Shapes[O->buffer()].begin(), Shapes[O->buffer()].end(),
+                        0) > 0))
+          return fail(where() + ": " + What + " (buffer %" +
+                      std::to_string(O->buffer()) +
+                      ") must be f32, with at least one element");
       }
     return true;
   }
@@ -769,7 +782,16 @@ private:
                   std::to_string(Next) + ", not at accumulate_end " +
                   std::to_string(AccEnd));
     const int64_t M = std::max<int64_t>(1, P.micro_batches());
+    // (Every segment runs once per micro-batch: a schedule too short for
+    // that is wrong whatever it holds, and the count bounds what follows.)
+    if (NTask < NSeg * size_t(M))
+      return fail(where() + ": the schedule has " + std::to_string(NTask) +
+                  (NTask == 1 ? " entry" : " entries") + ", but " +
+                  std::to_string(NSeg) + " segments on " + std::to_string(M) +
+                  " micro-batches take " + std::to_string(NSeg * size_t(M)));
     std::vector<int> Runs(NSeg * size_t(M), 0);
+    // Per segment, the first micro-batch it has not yet run.
+    std::vector<int64_t> NextMicro(NSeg, 0);
     for (size_t T = 0; T < NTask; ++T) {
       const Task *Tk = RP->schedule()->Get(uint32_t(T));
       if (Tk->segment() >= NSeg || int64_t(Tk->micro_batch()) >= M)
@@ -783,10 +805,10 @@ private:
       // Sums over micro-batches start at micro-batch 0 (accumulate and the
       // accumulating gradients overwrite on it, add on the others): each
       // segment takes the micro-batches in order.
-      int64_t Done = 0;
-      for (int64_t K = 0; K < int64_t(Tk->micro_batch()); ++K)
-        Done += Runs[Tk->segment() * size_t(M) + size_t(K)] > 0;
-      if (Done != int64_t(Tk->micro_batch()))
+      int64_t &Next = NextMicro[Tk->segment()];
+      if (int64_t(Tk->micro_batch()) == Next)
+        ++Next;
+      else if (int64_t(Tk->micro_batch()) > Next)
         return fail(where() + ": schedule entry " + std::to_string(T) +
                     " runs segment " + std::to_string(Tk->segment()) +
                     " on micro-batch " + std::to_string(Tk->micro_batch()) +
@@ -969,6 +991,12 @@ private:
                   "stacks micro-batches' rows outside the part run "
                   "once per micro-batch (accumulate_end " +
                   std::to_string(RP->accumulate_end()) + ")");
+    // (Any instruction's axis names one or is -1: the dumps show the
+    // group of any axis set.)
+    if (In.axis() < -1 || In.axis() >= int64_t(numAxes()))
+      return fail(Pfx + "axis " + std::to_string(In.axis()) +
+                  " is not an axis of the grid (which has " +
+                  std::to_string(numAxes()) + ")");
     Ins.clear();
     if (In.inputs())
       Ins.assign(In.inputs()->begin(), In.inputs()->end());
@@ -1708,7 +1736,7 @@ private:
     const int64_t GB = Ints[First + 1], GH = Ints[First + 2];
     const int64_t BOff = Ints[First + 3], HOff = Ints[First + 4];
     if (BOff < 0 || HOff < 0 || GB > kMaxElements || GH > kMaxElements ||
-        BOff + B > GB || HOff + Heads > GH)
+        BOff > GB - B || HOff > GH - Heads) // (no overflow)
       return fail(Pfx + "dropout block at batch " + std::to_string(BOff) +
                   ", head " + std::to_string(HOff) + " does not fit in the " +
                   "global " + std::to_string(GB) + " x " + std::to_string(GH) +

@@ -773,6 +773,10 @@ void prepare(const Options &O, Setup &S) {
   S.exec->setInference(S.mode == Mode::Generate);
   size_t Need = S.exec->tokensNeeded();
   if (S.mode == Mode::Forward) {
+    // (A plan without token inputs, a collective test's, draws none: its
+    // batch need not be small, nor its vocabulary more than 0.)
+    if (!RP.inputs() || RP.inputs()->size() == 0)
+      Need = 0;
     std::vector<int32_t> Stream =
         O.tokens.empty() ? defaultTokenStream(S.seed, Need, P.vocab_size())
                          : readTokenFile(O.tokens, Need, P.vocab_size());

@@ -811,3 +811,52 @@ TEST(PlanFile, ChecksStackMicroBatches) {
             std::string::npos)
       << verify(Scalar);
 }
+
+// Plans a fuzzer made (fields left out, values at their limits), each of
+// which crashed the runtime before the verifier caught it.
+TEST(PlanFile, RejectsFuzzedPlans) {
+  {
+    ProgramDesc P = test::tinyProgram();
+    P.ranks[0].buffers[3].omitShape = true;
+    EXPECT_EQ(verify(P), "rank 0: buffer %3 has no shape (a scalar's is [])");
+  }
+  {
+    ProgramDesc P = test::tinyProgram();
+    P.ranks[0].instrs[1].axis = 0;
+    EXPECT_EQ(verify(P), "rank 0, instruction 1 (linear): axis 0 is not an "
+                         "axis of the grid (which has 0)");
+  }
+  {
+    // Offset + rows would wrap around to fit.
+    ProgramDesc P = test::tinyProgram();
+    P.ranks[0].params[0].offset = {INT64_MAX - 7, 0};
+    EXPECT_NE(verify(P).find("does not fit in its global shape [8,4]"),
+              std::string::npos);
+  }
+  {
+    ProgramDesc P = test::tinyProgram();
+    P.ranks[0].outputs.push_back({"loss", 2, ""}); // the i32 tokens
+    EXPECT_EQ(verify(P), "rank 0: output loss (buffer %2) must be f32, with "
+                         "at least one element");
+  }
+  {
+    // A generation-only send without an outputs field.
+    ProgramDesc P = pipelinePair();
+    P.ranks[0].instrs[1].generationOnly = true;
+    P.ranks[0].instrs[1].omitOutputs = true;
+    EXPECT_EQ(verify(P), "");
+  }
+  {
+    ProgramDesc P = pipelinePair();
+    P.ranks[1].buffers[0].shape = {3};
+    EXPECT_EQ(verify(P), "rank 1, instruction 0 (recv) receives transfer 0 "
+                         "from rank 0 as f32 [3], but rank 0's instruction 1 "
+                         "sends f32 [2]");
+  }
+  {
+    ProgramDesc P = pipelinePair();
+    P.ranks[0].schedule = {{0, 0}};
+    EXPECT_EQ(verify(P), "rank 0: the schedule has 1 entry, but 1 segments "
+                         "on 2 micro-batches take 2");
+  }
+}
