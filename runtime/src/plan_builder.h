@@ -58,8 +58,8 @@ struct InstrDesc {
 
   OpCode op = op::Add;
   std::vector<uint32_t> inputs, outputs;
-  /// Leaves an empty outputs field out, as a hand-made plan may (the
-  /// verifier's tests).
+  /// Leaves the outputs field out, as a hand-made plan may (the verifier's
+  /// tests).
   bool omitOutputs = false;
   std::vector<int64_t> ints;
   std::vector<double> floats;
@@ -179,8 +179,7 @@ inline std::vector<uint8_t> serializeProgram(const ProgramDesc &P) {
     std::vector<flatbuffers::Offset<fb::Instr>> Instrs;
     for (const InstrDesc &D : R.instrs)
       Instrs.push_back(fb::CreateInstrDirect(
-          B, D.op, &D.inputs,
-          D.omitOutputs && D.outputs.empty() ? nullptr : &D.outputs, &D.ints,
+          B, D.op, &D.inputs, D.omitOutputs ? nullptr : &D.outputs, &D.ints,
           &D.floats, D.axis, D.loc.c_str(),
           D.paramName.empty() ? nullptr : D.paramName.c_str(),
           D.paramOffset.empty() ? nullptr : &D.paramOffset, D.generationOnly,

@@ -773,9 +773,11 @@ void prepare(const Options &O, Setup &S) {
   S.exec->setInference(S.mode == Mode::Generate);
   size_t Need = S.exec->tokensNeeded();
   if (S.mode == Mode::Forward) {
-    // (A plan without token inputs, a collective test's, draws none: its
-    // batch need not be small, nor its vocabulary more than 0.)
-    if (!RP.inputs() || RP.inputs()->size() == 0)
+    // (A rank without token inputs, a collective test's or a middle
+    // pipeline stage's, draws none from the seeded stream: its batch need
+    // not be small, nor its vocabulary more than 0. A token file is still
+    // checked on every rank alike.)
+    if (O.tokens.empty() && (!RP.inputs() || RP.inputs()->size() == 0))
       Need = 0;
     std::vector<int32_t> Stream =
         O.tokens.empty() ? defaultTokenStream(S.seed, Need, P.vocab_size())
