@@ -26,7 +26,7 @@ struct Event {
   bool send;
   int64_t peer, transfer, micro;
   uint32_t instr;
-  std::string where; // "the backward pass of stage 3 on micro-batch 1"
+  const Segment *segment; // null: the once-per-step part
 };
 
 std::string taskText(const Segment *S, int64_t Micro) {
@@ -37,68 +37,46 @@ std::string taskText(const Segment *S, int64_t Micro) {
          std::to_string(Micro);
 }
 
-/// The rank's sends and receives in the order it runs them.
+/// The rank's sends and receives in the order it runs them (only those: a
+/// plan's steps are micro-batches x instructions).
 std::vector<Event> rankEvents(const Program &P, const RankProgram &R) {
   std::vector<Event> Events;
-  for (const ExecutionStep &St : executionOrder(P, R)) {
+  forEachExecutionStep(P, R, [&](const ExecutionStep &St) {
     const Instr *In = R.instrs()->Get(St.instr);
     if (In->op() == op::Send || In->op() == op::Recv)
       Events.push_back({In->op() == op::Send, In->ints()->Get(0),
-                        In->ints()->Get(1), St.micro, St.instr,
-                        taskText(St.segment, St.micro)});
-  }
+                        In->ints()->Get(1), St.micro, St.instr, St.segment});
+  });
   return Events;
 }
 
-/// What a send's input or a receive's output holds: its dtype and shape.
-std::string transferredText(const RankProgram &R, uint32_t Buf) {
-  const Buffer *B = R.buffers()->Get(Buf);
-  std::string Text = B->dtype() == dt::I32 ? "i32 [" : "f32 [";
-  for (uint32_t D = 0; D < B->shape()->size(); ++D)
-    Text += (D ? "," : "") + std::to_string(B->shape()->Get(D));
+/// The buffer a send sends or a receive fills.
+const Buffer &transferred(const RankProgram &R, const Instr &In) {
+  return *R.buffers()->Get(In.op() == op::Send ? In.inputs()->Get(0)
+                                               : In.outputs()->Get(0));
+}
+
+bool sameTransferred(const Buffer &A, const Buffer &B) {
+  return A.dtype() == B.dtype() &&
+         std::equal(A.shape()->begin(), A.shape()->end(), B.shape()->begin(),
+                    B.shape()->end());
+}
+
+/// A buffer's dtype and shape, as "f32 [2,3]".
+std::string transferredText(const Buffer &B) {
+  std::string Text = B.dtype() == dt::I32 ? "i32 [" : "f32 [";
+  for (uint32_t D = 0; D < B.shape()->size(); ++D)
+    Text += (D ? "," : "") + std::to_string(B.shape()->Get(D));
   return Text + "]";
 }
 
-/// A receive takes what its sends send: the same dtype and shape (else MPI
-/// would cut the message short, or leave part of the buffer as it was).
-std::string checkTransferShapes(const Program &P) {
-  // (from, to, transfer) -> what the first send of it sends, and where.
-  std::map<std::tuple<int64_t, int64_t, int64_t>,
-           std::pair<std::string, uint32_t>>
-      Sent;
-  const uint32_t N = P.ranks()->size();
-  for (uint32_t R = 0; R < N; ++R) {
-    const RankProgram &RP = *P.ranks()->Get(R);
-    if (RP.instrs())
-      for (uint32_t I = 0; I < RP.instrs()->size(); ++I) {
-        const Instr *In = RP.instrs()->Get(I);
-        if (In->op() == op::Send)
-          Sent.try_emplace({R, In->ints()->Get(0), In->ints()->Get(1)},
-                           transferredText(RP, In->inputs()->Get(0)), I);
-      }
-  }
-  for (uint32_t R = 0; R < N; ++R) {
-    const RankProgram &RP = *P.ranks()->Get(R);
-    if (RP.instrs())
-      for (uint32_t I = 0; I < RP.instrs()->size(); ++I) {
-        const Instr *In = RP.instrs()->Get(I);
-        if (In->op() != op::Recv)
-          continue;
-        const int64_t From = In->ints()->Get(0), Transfer = In->ints()->Get(1);
-        auto It = Sent.find({From, R, Transfer});
-        const std::string Got = transferredText(RP, In->outputs()->Get(0));
-        if (It != Sent.end() && It->second.first != Got)
-          return "rank " + std::to_string(R) + ", instruction " +
-                 std::to_string(I) + " (recv) receives transfer " +
-                 std::to_string(Transfer) + " from rank " +
-                 std::to_string(From) + " as " + Got + ", but rank " +
-                 std::to_string(From) + "'s instruction " +
-                 std::to_string(It->second.second) + " sends " +
-                 It->second.first;
-      }
-  }
-  return "";
-}
+/// The sends of one (from, to, transfer, micro-batch) not yet received, in
+/// the order they went out: MPI matches a tag's messages in that order.
+struct Queue {
+  std::vector<uint32_t> sendInstrs;
+  size_t received = 0;
+  bool empty() const { return received == sendInstrs.size(); }
+};
 
 } // namespace
 
@@ -114,10 +92,8 @@ std::string checkPipelineTransfers(const Program &P) {
   }
   if (!Any)
     return "";
-  if (std::string Err = checkTransferShapes(P); !Err.empty())
-    return Err;
   // Messages sent and not yet received: (from, to, transfer, micro).
-  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t>, int> InFlight;
+  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t>, Queue> InFlight;
   std::vector<size_t> At(N, 0);
   for (bool Progress = true; Progress;) {
     Progress = false;
@@ -125,13 +101,29 @@ std::string checkPipelineTransfers(const Program &P) {
       for (; At[R] < Events[R].size(); ++At[R], Progress = true) {
         const Event &E = Events[R][At[R]];
         if (E.send) {
-          ++InFlight[{int64_t(R), E.peer, E.transfer, E.micro}];
+          InFlight[{int64_t(R), E.peer, E.transfer, E.micro}]
+              .sendInstrs.push_back(E.instr);
           continue;
         }
         auto It = InFlight.find({E.peer, int64_t(R), E.transfer, E.micro});
-        if (It == InFlight.end() || It->second == 0)
+        if (It == InFlight.end() || It->second.empty())
           break;
-        --It->second;
+        // A receive takes what its send sends: the same dtype and shape
+        // (else MPI cuts the message short, or leaves part of the buffer
+        // as it was).
+        const uint32_t SendInstr = It->second.sendInstrs[It->second.received++];
+        const RankProgram &To = *P.ranks()->Get(uint32_t(R));
+        const RankProgram &From = *P.ranks()->Get(uint32_t(E.peer));
+        const Buffer &Got = transferred(To, *To.instrs()->Get(E.instr));
+        const Buffer &Sent = transferred(From, *From.instrs()->Get(SendInstr));
+        if (!sameTransferred(Got, Sent))
+          return "rank " + std::to_string(R) + ", instruction " +
+                 std::to_string(E.instr) + " (recv) receives transfer " +
+                 std::to_string(E.transfer) + " of micro-batch " +
+                 std::to_string(E.micro) + " from rank " +
+                 std::to_string(E.peer) + " as " + transferredText(Got) +
+                 ", but rank " + std::to_string(E.peer) + "'s instruction " +
+                 std::to_string(SendInstr) + " sends " + transferredText(Sent);
       }
   }
   std::string Stuck;
@@ -142,19 +134,18 @@ std::string checkPipelineTransfers(const Program &P) {
     const Event &E = Events[R][At[R]];
     if (Named++ < 4)
       Stuck += std::string(Stuck.empty() ? "" : "; ") + "rank " +
-               std::to_string(R) + " waits in " + E.where +
-               " (instruction " + std::to_string(E.instr) +
-               ") for transfer " + std::to_string(E.transfer) +
-               " of micro-batch " + std::to_string(E.micro) + " from rank " +
-               std::to_string(E.peer);
+               std::to_string(R) + " waits in " + taskText(E.segment, E.micro) +
+               " (instruction " + std::to_string(E.instr) + ") for transfer " +
+               std::to_string(E.transfer) + " of micro-batch " +
+               std::to_string(E.micro) + " from rank " + std::to_string(E.peer);
   }
   if (Named)
     return "the pipeline schedule deadlocks: " + Stuck +
            (Named > 4 ? " (and " + std::to_string(Named - 4) +
                             " more ranks)"
                       : "");
-  for (const auto &[Key, Count] : InFlight)
-    if (Count > 0)
+  for (const auto &[Key, Sends] : InFlight)
+    if (!Sends.empty())
       return "rank " + std::to_string(std::get<0>(Key)) + " sends transfer " +
              std::to_string(std::get<2>(Key)) + " of micro-batch " +
              std::to_string(std::get<3>(Key)) + " to rank " +

@@ -24,9 +24,9 @@ bool transferOp(OpCode Op) { return Op == op::Send || Op == op::Recv; }
 
 } // namespace
 
-std::vector<ExecutionStep> executionOrder(const Program &P,
-                                          const RankProgram &R) {
-  std::vector<ExecutionStep> Order;
+void forEachExecutionStep(
+    const Program &P, const RankProgram &R,
+    const std::function<void(const ExecutionStep &)> &Visit) {
   const uint32_t N = R.instrs() ? R.instrs()->size() : 0;
   const int32_t AccEnd = R.accumulate_end();
   uint32_t Rest = 0;
@@ -35,19 +35,26 @@ std::vector<ExecutionStep> executionOrder(const Program &P,
     for (const Task *T : *R.schedule()) {
       const Segment *S = R.segments()->Get(T->segment());
       for (uint32_t I = S->begin(); I < S->end(); ++I)
-        Order.push_back({I, int64_t(T->micro_batch()), S});
+        Visit({I, int64_t(T->micro_batch()), S});
     }
     Rest = uint32_t(std::max(AccEnd, 0));
     RestMicro = 0;
   } else if (P.micro_batches() > 1 && AccEnd > 0) {
     for (int64_t K = 0; K < P.micro_batches(); ++K)
       for (uint32_t I = 0; I < uint32_t(AccEnd); ++I)
-        Order.push_back({I, K, nullptr});
+        Visit({I, K, nullptr});
     Rest = uint32_t(AccEnd);
     RestMicro = 0;
   }
   for (uint32_t I = Rest; I < N; ++I)
-    Order.push_back({I, RestMicro, nullptr});
+    Visit({I, RestMicro, nullptr});
+}
+
+std::vector<ExecutionStep> executionOrder(const Program &P,
+                                          const RankProgram &R) {
+  std::vector<ExecutionStep> Order;
+  forEachExecutionStep(P, R,
+                       [&](const ExecutionStep &St) { Order.push_back(St); });
   return Order;
 }
 

@@ -850,8 +850,29 @@ TEST(PlanFile, RejectsFuzzedPlans) {
     ProgramDesc P = pipelinePair();
     P.ranks[1].buffers[0].shape = {3};
     EXPECT_EQ(verify(P), "rank 1, instruction 0 (recv) receives transfer 0 "
-                         "from rank 0 as f32 [3], but rank 0's instruction 1 "
-                         "sends f32 [2]");
+                         "of micro-batch 0 from rank 0 as f32 [3], but rank "
+                         "0's instruction 1 sends f32 [2]");
+  }
+  {
+    // Two messages of one transfer per micro-batch: MPI matches them in
+    // order, so the second receive takes the second send, whose shape
+    // differs (the first send's shape is the receive's).
+    ProgramDesc P = pipelinePair();
+    RankDesc &R0 = P.ranks[0], &R1 = P.ranks[1];
+    uint32_t Z = R0.addBuffer(dt::F32, {3}, "z");
+    R0.instrs.push_back({op::Fill, {}, {Z}, {}, {2.0}});
+    R0.instrs.push_back({op::Send, {Z}, {}, {1, 0}});
+    uint32_t W = R1.addBuffer(dt::F32, {2}, "w");
+    R1.instrs.push_back({op::Recv, {}, {W}, {0, 0}});
+    for (RankDesc *R : {&R0, &R1}) {
+      R->accumulateEnd = int32_t(R->instrs.size());
+      R->segments[0].end = uint32_t(R->instrs.size());
+    }
+    EXPECT_EQ(verify(P), "rank 1, instruction 1 (recv) receives transfer 0 "
+                         "of micro-batch 0 from rank 0 as f32 [2], but rank "
+                         "0's instruction 3 sends f32 [3]");
+    R1.buffers[W].shape = {3};
+    EXPECT_EQ(verify(P), "");
   }
   {
     ProgramDesc P = pipelinePair();

@@ -12,6 +12,7 @@
 #define MEGAC_RT_TRACE_H
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -65,6 +66,13 @@ struct ExecutionStep {
 /// (as micro-batch 0). The runtime's Executor::run follows it.
 std::vector<ExecutionStep> executionOrder(const megac::plan::Program &P,
                                           const megac::plan::RankProgram &R);
+
+/// Calls \p Visit on each step of executionOrder(P, R) in turn, without
+/// holding them all (micro-batches x instructions can be large when only a
+/// few steps matter to the caller).
+void forEachExecutionStep(
+    const megac::plan::Program &P, const megac::plan::RankProgram &R,
+    const std::function<void(const ExecutionStep &)> &Visit);
 
 /// The schedule every rank would follow under \p Model in one training
 /// step (micro-batches and a pipeline's schedule unrolled): each
