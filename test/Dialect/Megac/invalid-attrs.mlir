@@ -169,6 +169,15 @@ func.func @operand_shardings(%x: tensor<4x8xf32>) {
 
 // -----
 
+// Tests that an operand's sharding describes each of its dimensions.
+func.func @operand_sharding_rank(%x: tensor<4x8xf32>) {
+  // expected-error@+1 {{sharding_c2: operand sharding 0 has 3 entries but the operand's type is 'tensor<4x8xf32>'}}
+  %0 = megac.gelu %x {megac.operand_shardings = [#megac.sharding<[_, _, tp]>]} : (tensor<4x8xf32>) -> tensor<4x8xf32>
+  return
+}
+
+// -----
+
 // Tests that unknown megac attributes on ops are rejected.
 func.func @unknown_op_attr(%x: tensor<4x8xf32>) {
   // expected-error@+1 {{unknown or malformed megac attribute 'megac.shard'}}

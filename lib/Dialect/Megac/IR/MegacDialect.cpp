@@ -323,6 +323,15 @@ LogicalResult MegacDialect::verifyOperationAttribute(Operation *op,
         !llvm::all_of(array, [](Attribute a) { return isa<ShardingAttr>(a); }))
       return op->emitOpError("megac.operand_shardings must hold one "
                              "#megac.sharding per operand");
+    for (auto [index, entry] : llvm::enumerate(array)) {
+      const int64_t entries = cast<ShardingAttr>(entry).getDims().size();
+      auto type = dyn_cast<RankedTensorType>(op->getOperand(index).getType());
+      if (!type || entries != type.getRank())
+        return op->emitOpError("sharding_c2: operand sharding ")
+               << index << " has " << entries
+               << " entries but the operand's type is "
+               << op->getOperand(index).getType();
+    }
     return success();
   }
   if (name == kModelAttrName && isa<StringAttr>(value))

@@ -175,8 +175,8 @@ struct SpecializeShapesPass
   }
 
   LogicalResult specialize(func::FuncOp func) {
-    if (failed(checkNamesUnique(func)) || failed(checkInputsAlike(func)) ||
-        failed(checkAxisRoles(func)))
+    if (failed(checkTensorSignature(func)) || failed(checkNamesUnique(func)) ||
+        failed(checkInputsAlike(func)) || failed(checkAxisRoles(func)))
       return failure();
     if (batch < 0 || seq < 0)
       return func.emitError("batch and sequence sizes must be positive");

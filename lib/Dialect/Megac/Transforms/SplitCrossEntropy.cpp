@@ -79,11 +79,24 @@ struct SplitCrossEntropyPass
     if (!mesh)
       return;
     for (auto func : getOperation().getOps<func::FuncOp>())
-      if (!func.isExternal())
-        rewrite(mesh, func);
+      if (!func.isExternal() && failed(rewrite(mesh, func)))
+        return signalPassFailure();
   }
 
-  void rewrite(MeshAttr mesh, func::FuncOp func) {
+  /// Fails unless `shards` divides the vocabulary of `logits` (propagation
+  /// refuses such a split; this pass may run on IR that skipped it).
+  static LogicalResult checkDivides(Operation *loss, Value logits,
+                                    int64_t shards) {
+    auto type = cast<RankedTensorType>(logits.getType());
+    const int64_t vocab = type.getDimSize(type.getRank() - 1);
+    if (!ShapedType::isDynamic(vocab) && vocab % shards == 0)
+      return success();
+    return loss->emitError()
+           << "the logits' vocabulary (" << vocab << ") cannot be split "
+           << shards << " ways: " << shards << " does not divide it";
+  }
+
+  LogicalResult rewrite(MeshAttr mesh, func::FuncOp func) {
     // The loss and its gradient read the same logits and labels: they share
     // one set of statistics (and one all-gather).
     llvm::DenseMap<std::pair<Value, Value>, Value> statsOf;
@@ -100,6 +113,8 @@ struct SplitCrossEntropyPass
         int64_t shards = vocabularyShards(mesh, loss.getLogits());
         if (shards <= 1)
           continue;
+        if (failed(checkDivides(loss, loss.getLogits(), shards)))
+          return failure();
         OpBuilder b(loss);
         Value stats = getStats(b, loss.getLoc(), loss.getLogits(),
                                loss.getLabels(), shards, loss.getClassesAttr());
@@ -111,6 +126,8 @@ struct SplitCrossEntropyPass
         int64_t shards = vocabularyShards(mesh, grad.getLogits());
         if (shards <= 1 || grad.getStats())
           continue;
+        if (failed(checkDivides(grad, grad.getLogits(), shards)))
+          return failure();
         OpBuilder b(grad);
         Value stats = getStats(b, grad.getLoc(), grad.getLogits(),
                                grad.getLabels(), shards, grad.getClassesAttr());
@@ -121,6 +138,7 @@ struct SplitCrossEntropyPass
         grad.erase();
       }
     }
+    return success();
   }
 };
 } // namespace

@@ -60,3 +60,20 @@ std::string megac::describeArgument(func::FuncOp func, unsigned index) {
     return "input '" + kind.getValue().str() + "'";
   return "argument " + std::to_string(index);
 }
+
+LogicalResult megac::checkTensorSignature(func::FuncOp func) {
+  for (unsigned i = 0; i < func.getNumArguments(); ++i)
+    if (!isa<RankedTensorType>(func.getArgument(i).getType()))
+      return func.emitError()
+             << describeArgument(func, i) << " has type "
+             << func.getArgument(i).getType()
+             << ": megac functions take and return ranked tensors only (a "
+                "scalar is tensor<f32>)";
+  for (auto [i, type] : llvm::enumerate(func.getResultTypes()))
+    if (!isa<RankedTensorType>(type))
+      return func.emitError()
+             << "result " << i << " has type " << type
+             << ": megac functions take and return ranked tensors only (a "
+                "scalar is tensor<f32>)";
+  return success();
+}

@@ -16,6 +16,11 @@ mlir::FailureOr<unsigned> findLoss(mlir::func::FuncOp func,
 /// ("parameter 'wte.weight'", "input 'tokens'"), else "argument N".
 std::string describeArgument(mlir::func::FuncOp func, unsigned index);
 
+/// Fails, naming the first offender, unless every argument and result of
+/// `func` is a ranked tensor (what megac functions take and return; a
+/// scalar is `tensor<f32>`).
+mlir::LogicalResult checkTensorSignature(mlir::func::FuncOp func);
+
 } // namespace megac
 
 #endif // MEGAC_LIB_DIALECT_MEGAC_TRANSFORMS_TRANSFORMUTILS_H

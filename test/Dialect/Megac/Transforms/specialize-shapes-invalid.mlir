@@ -123,3 +123,20 @@ func.func @tokens_twice(%a: tensor<?x?xi32> {megac.input = "tokens"},
 func.func @empty_batch(%ids: tensor<0x?xi32> {megac.input = "tokens"}) {
   return
 }
+
+// -----
+
+// Tests that a function of scalars is refused with a message (it crashed
+// the pass): megac functions take and return ranked tensors.
+// expected-error@+1 {{argument 0 has type 'f32': megac functions take and return ranked tensors only (a scalar is tensor<f32>)}}
+func.func @scalar_argument(%a: f32) {
+  return
+}
+
+// -----
+
+// expected-error@+1 {{result 0 has type 'i32': megac functions take and return ranked tensors only}}
+func.func @scalar_result(%a: tensor<i32>) -> i32 {
+  %0 = builtin.unrealized_conversion_cast %a : tensor<i32> to i32
+  return %0 : i32
+}

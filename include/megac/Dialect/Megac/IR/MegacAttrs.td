@@ -57,7 +57,10 @@ def Megac_ShardingAttr : Megac_Attr<"Sharding", "sharding"> {
     ```
 
     Rules: `sharding_c1` an axis splits at most one dimension and is not also
-    partial.
+    partial. `sharding_c2` a sharding that annotates a tensor (a function
+    argument's `megac.sharding`, an op's `megac.sharding` for its result,
+    each entry of `megac.operand_shardings`) has one entry per dimension.
+    `sharding_c3` a function argument's sharding is not partial.
   }];
   let parameters = (ins
     ArrayRefParameter<"::mlir::StringAttr">:$dims,
