@@ -21,6 +21,14 @@ PipelineSchedule buildPipelineSchedule(PipelineKind Kind, int64_t Stages,
     Error = "stages, micro-batches and virtual stages must be positive";
     return S;
   }
+  if (P > kMaxScheduleTasks || M > kMaxScheduleTasks || V > kMaxScheduleTasks ||
+      2 * P * M > kMaxScheduleTasks / V) {
+    Error = std::to_string(P) + " stages x " + std::to_string(M) +
+            " micro-batches x " + std::to_string(V) +
+            " chunk(s) make more than " + std::to_string(kMaxScheduleTasks) +
+            " pipeline tasks";
+    return S;
+  }
   if (Kind == PipelineKind::Interleaved && M % P != 0) {
     Error = "the interleaved schedule needs the micro-batches (" +
             std::to_string(M) + ") to be a multiple of the stages (" +

@@ -1617,19 +1617,6 @@ int runSchedule(int argc, char **argv) {
     if (size->getNumOccurrences() && *size <= 0)
       return fail("--" + size->ArgStr.str() + " must be positive, got " +
                   std::to_string(size->getValue()));
-  // A generated schedule holds 2 x stages x micro-batches x chunks tasks,
-  // each simulated: past ten million that is minutes of work and
-  // gigabytes, for no pipeline anyone runs.
-  constexpr int64_t kMaxTasks = 10000000;
-  const int64_t chunks = kind == "interleaved" ? virtualStages.getValue() : 1;
-  if (check.empty() && stages > 0 && microBatches > 0 && chunks > 0 &&
-      (stages > kMaxTasks || microBatches > kMaxTasks || chunks > kMaxTasks ||
-       2 * stages * microBatches > kMaxTasks / chunks))
-    return fail(llvm::formatv("{0} stages x {1} micro-batches x {2} chunk(s) "
-                              "make more than {3} tasks to simulate",
-                              stages.getValue(), microBatches.getValue(),
-                              chunks, kMaxTasks)
-                    .str());
   if (!makeSchedule(kind, stages, microBatches, virtualStages, check, schedule,
                     error))
     return fail(error);

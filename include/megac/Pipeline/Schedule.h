@@ -40,8 +40,14 @@ struct PipelineSchedule {
   std::vector<std::vector<PipelineTask>> ranks;
 };
 
+/// The most tasks a generated schedule may hold (2 x stages x micro-batches
+/// x chunks): past ten million a schedule is gigabytes and minutes of
+/// work, for no pipeline anyone runs.
+constexpr int64_t kMaxScheduleTasks = 10000000;
+
 /// Generates a schedule. Interleaved needs micro-batches divisible by the
-/// stages; returns an error message in \p Error otherwise.
+/// stages, and the tasks may number at most kMaxScheduleTasks; returns an
+/// error message in \p Error otherwise (before allocating anything).
 PipelineSchedule buildPipelineSchedule(PipelineKind Kind, int64_t Stages,
                                        int64_t MicroBatches,
                                        int64_t VirtualStages,

@@ -209,6 +209,25 @@ module attributes {megac.train = {max_lr = 1.0e-3 : f64}} {}
 
 // -----
 
+// Tests that the learning rates are finite numbers (a NaN one made a plan
+// that failed its own check, an "internal error").
+// expected-error@+1 {{megac.train: max_lr must be finite and not negative, got nan}}
+module attributes {megac.train = {max_lr = 0x7FF8000000000000 : f64, min_lr = 0.0 : f64, warmup_steps = 0 : i64, total_steps = 10 : i64}} {}
+
+// -----
+
+// expected-error@+1 {{megac.train: warmup_steps must not be negative, got -1}}
+module attributes {megac.train = {max_lr = 1.0e-3 : f64, min_lr = 0.0 : f64, warmup_steps = -1 : i64, total_steps = 10 : i64}} {}
+
+// -----
+
+// Tests that micro-batches are as many as a plan may hold (2^62 overflowed
+// the global batch).
+// expected-error@+1 {{megac.micro_batches must be an integer from 1 to 1048576 on a module}}
+module attributes {megac.micro_batches = 4611686018427387904 : i64} {}
+
+// -----
+
 // Tests that megac.reduce_result lists grid axes.
 func.func @reduce_result(%x: tensor<4x8xf32>) {
   // expected-error@+1 {{megac.reduce_result must list grid axes (as strings) on a one-result op}}

@@ -16,6 +16,8 @@
 #include "llvm/ADT/SmallSet.h"
 #include "llvm/ADT/TypeSwitch.h"
 
+#include <cmath>
+
 using namespace mlir;
 using namespace megac;
 
@@ -386,9 +388,11 @@ LogicalResult MegacDialect::verifyOperationAttribute(Operation *op,
   }
   if (name == kMicroBatchesAttrName) {
     auto count = dyn_cast<IntegerAttr>(value);
-    if (!count || !isa<ModuleOp>(op) || count.getInt() < 1)
-      return op->emitOpError("megac.micro_batches must be a positive integer "
-                             "on a module");
+    // (As many as a plan may hold: 2^20.)
+    if (!count || !isa<ModuleOp>(op) || count.getInt() < 1 ||
+        count.getInt() > (int64_t(1) << 20))
+      return op->emitOpError("megac.micro_batches must be an integer from 1 "
+                             "to 1048576 on a module");
     return success();
   }
   if (name == kTrainAttrName) {
@@ -399,6 +403,17 @@ LogicalResult MegacDialect::verifyOperationAttribute(Operation *op,
         !dict.getAs<IntegerAttr>("total_steps"))
       return op->emitOpError("megac.train must be a dictionary {max_lr, "
                              "min_lr, warmup_steps, total_steps} on a module");
+    for (StringRef rate : {"max_lr", "min_lr"}) {
+      const double value = dict.getAs<FloatAttr>(rate).getValueAsDouble();
+      if (!std::isfinite(value) || value < 0)
+        return op->emitOpError("megac.train: ")
+               << rate << " must be finite and not negative, got " << value;
+    }
+    for (StringRef steps : {"warmup_steps", "total_steps"})
+      if (dict.getAs<IntegerAttr>(steps).getInt() < 0)
+        return op->emitOpError("megac.train: ")
+               << steps << " must not be negative, got "
+               << dict.getAs<IntegerAttr>(steps).getInt();
     return success();
   }
   return op->emitOpError("unknown or malformed megac attribute '")

@@ -42,6 +42,27 @@ LogicalResult differentiate(func::FuncOp func) {
   if (failed(lossIndex))
     return failure();
   Block &body = func.getBody().front();
+  // The gradient ops take their types from the values they differentiate;
+  // a dynamic size there could meet a static one (a VJP knows more than
+  // its value's type says) and the gradient op would not build.
+  auto dynamic = [](Type type) {
+    auto shaped = dyn_cast<ShapedType>(type);
+    return shaped && !shaped.hasStaticShape();
+  };
+  for (BlockArgument arg : body.getArguments())
+    if (dynamic(arg.getType()))
+      return func.emitError()
+             << "megac-autodiff needs static shapes (megac-specialize-shapes "
+                "gives them): "
+             << describeArgument(func, arg.getArgNumber()) << " has type "
+             << arg.getType();
+  for (Operation &op : body.without_terminator())
+    for (Type type : op.getResultTypes())
+      if (dynamic(type))
+        return op.emitError()
+               << "megac-autodiff needs static shapes (megac-specialize-"
+                  "shapes gives them): this result has type "
+               << type;
   auto ret = cast<func::ReturnOp>(body.getTerminator());
   SmallVector<Operation *> forward;
   for (Operation &op : body.without_terminator())

@@ -52,3 +52,13 @@ func.func @twice(%x: tensor<4x1x8xf32> {megac.param = {name = "x", init = "zeros
   %0 = megac.cross_entropy %x, %y : (tensor<4x1x8xf32>, tensor<4x1xi32>) -> tensor<f32>
   return %0, %x : tensor<f32>, tensor<4x1x8xf32>
 }
+
+// -----
+
+// Tests that dynamic shapes are refused with a message (a gradient op
+// built from them aborted): megac-specialize-shapes makes them static.
+// expected-error@+1 {{megac-autodiff needs static shapes (megac-specialize-shapes gives them): argument 0 has type 'tensor<?x?x64xf32>'}}
+func.func @dynamic_argument(%q: tensor<?x?x64xf32>, %labels: tensor<2x4xi32> {megac.input = "labels"}) -> tensor<f32> {
+  %l = megac.cross_entropy %q, %labels : (tensor<?x?x64xf32>, tensor<2x4xi32>) -> tensor<f32>
+  return %l : tensor<f32>
+}
