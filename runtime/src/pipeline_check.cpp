@@ -43,9 +43,11 @@ std::vector<Event> rankEvents(const Program &P, const RankProgram &R) {
   std::vector<Event> Events;
   forEachExecutionStep(P, R, [&](const ExecutionStep &St) {
     const Instr *In = R.instrs()->Get(St.instr);
+    // (Outside micro-batches the runtime tags messages as micro-batch 0.)
     if (In->op() == op::Send || In->op() == op::Recv)
       Events.push_back({In->op() == op::Send, In->ints()->Get(0),
-                        In->ints()->Get(1), St.micro, St.instr, St.segment});
+                        In->ints()->Get(1), std::max<int64_t>(St.micro, 0),
+                        St.instr, St.segment});
   });
   return Events;
 }
@@ -75,8 +77,39 @@ std::string transferredText(const Buffer &B) {
 struct Queue {
   std::vector<uint32_t> sendInstrs;
   size_t received = 0;
-  bool empty() const { return received == sendInstrs.size(); }
 };
+
+/// Why receive \p E of rank \p R cannot take the send it pairs with, rank
+/// E.peer's instruction \p SendInstr ("" if it can).
+std::string checkPair(const Program &P, size_t R, const Event &E,
+                      uint32_t SendInstr) {
+  const RankProgram &To = *P.ranks()->Get(uint32_t(R));
+  const RankProgram &From = *P.ranks()->Get(uint32_t(E.peer));
+  const Instr &Recv = *To.instrs()->Get(E.instr);
+  const Instr &Send = *From.instrs()->Get(SendInstr);
+  const std::string Pair =
+      "rank " + std::to_string(R) + ", instruction " + std::to_string(E.instr) +
+      " (recv) receives transfer " + std::to_string(E.transfer) +
+      " of micro-batch " + std::to_string(E.micro) + " from rank " +
+      std::to_string(E.peer);
+  const std::string Sender = "rank " + std::to_string(E.peer) +
+                             "'s instruction " + std::to_string(SendInstr);
+  // A receive takes what its send sends: the same dtype and shape (else
+  // MPI cuts the message short, or leaves part of the buffer as it was).
+  const Buffer &Got = transferred(To, Recv);
+  const Buffer &Sent = transferred(From, Send);
+  if (!sameTransferred(Got, Sent))
+    return Pair + " as " + transferredText(Got) + ", but " + Sender +
+           " sends " + transferredText(Sent);
+  // Training steps skip generation-only instructions: a message with one
+  // end skipped leaves the other end waiting.
+  if (Recv.generation_only() != Send.generation_only())
+    return Pair + ", but only " +
+           (Send.generation_only() ? Sender : std::string("the recv")) +
+           " is generation-only (training steps skip it; the other end would "
+           "wait)";
+  return "";
+}
 
 } // namespace
 
@@ -106,24 +139,15 @@ std::string checkPipelineTransfers(const Program &P) {
           continue;
         }
         auto It = InFlight.find({E.peer, int64_t(R), E.transfer, E.micro});
-        if (It == InFlight.end() || It->second.empty())
+        if (It == InFlight.end())
           break;
-        // A receive takes what its send sends: the same dtype and shape
-        // (else MPI cuts the message short, or leaves part of the buffer
-        // as it was).
-        const uint32_t SendInstr = It->second.sendInstrs[It->second.received++];
-        const RankProgram &To = *P.ranks()->Get(uint32_t(R));
-        const RankProgram &From = *P.ranks()->Get(uint32_t(E.peer));
-        const Buffer &Got = transferred(To, *To.instrs()->Get(E.instr));
-        const Buffer &Sent = transferred(From, *From.instrs()->Get(SendInstr));
-        if (!sameTransferred(Got, Sent))
-          return "rank " + std::to_string(R) + ", instruction " +
-                 std::to_string(E.instr) + " (recv) receives transfer " +
-                 std::to_string(E.transfer) + " of micro-batch " +
-                 std::to_string(E.micro) + " from rank " +
-                 std::to_string(E.peer) + " as " + transferredText(Got) +
-                 ", but rank " + std::to_string(E.peer) + "'s instruction " +
-                 std::to_string(SendInstr) + " sends " + transferredText(Sent);
+        Queue &Q = It->second;
+        const uint32_t SendInstr = Q.sendInstrs[Q.received++];
+        // (Only messages in flight are held.)
+        if (Q.received == Q.sendInstrs.size())
+          InFlight.erase(It);
+        if (std::string Err = checkPair(P, R, E, SendInstr); !Err.empty())
+          return Err;
       }
   }
   std::string Stuck;
@@ -144,13 +168,13 @@ std::string checkPipelineTransfers(const Program &P) {
            (Named > 4 ? " (and " + std::to_string(Named - 4) +
                             " more ranks)"
                       : "");
-  for (const auto &[Key, Sends] : InFlight)
-    if (!Sends.empty())
-      return "rank " + std::to_string(std::get<0>(Key)) + " sends transfer " +
-             std::to_string(std::get<2>(Key)) + " of micro-batch " +
-             std::to_string(std::get<3>(Key)) + " to rank " +
-             std::to_string(std::get<1>(Key)) +
-             ", which never receives it";
+  if (!InFlight.empty()) {
+    const auto &Key = InFlight.begin()->first;
+    return "rank " + std::to_string(std::get<0>(Key)) + " sends transfer " +
+           std::to_string(std::get<2>(Key)) + " of micro-batch " +
+           std::to_string(std::get<3>(Key)) + " to rank " +
+           std::to_string(std::get<1>(Key)) + ", which never receives it";
+  }
   return "";
 }
 

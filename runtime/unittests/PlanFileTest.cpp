@@ -844,6 +844,25 @@ TEST(PlanFile, RejectsFuzzedPlans) {
     ProgramDesc P = pipelinePair();
     P.ranks[0].instrs[1].generationOnly = true;
     P.ranks[0].instrs[1].omitOutputs = true;
+    P.ranks[1].instrs[0].generationOnly = true;
+    EXPECT_EQ(verify(P), "");
+    // Training steps would skip the send only: the receive would wait.
+    P.ranks[1].instrs[0].generationOnly = false;
+    EXPECT_EQ(verify(P), "rank 1, instruction 0 (recv) receives transfer 0 "
+                         "of micro-batch 0 from rank 0, but only rank 0's "
+                         "instruction 1 is generation-only (training steps "
+                         "skip it; the other end would wait)");
+  }
+  {
+    // A rank outside any segment sends in its once-per-step part, which
+    // the runtime tags as micro-batch 0, as the receiver's only
+    // micro-batch is.
+    ProgramDesc P = pipelinePair();
+    P.microBatches = 1;
+    P.globalBatch = 1;
+    P.ranks[0].segments.clear();
+    P.ranks[0].schedule.clear();
+    P.ranks[1].schedule = {{0, 0}};
     EXPECT_EQ(verify(P), "");
   }
   {

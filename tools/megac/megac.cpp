@@ -751,7 +751,8 @@ int runCompile(int argc, char **argv) {
       "micro-batches",
       cl::desc("Gradient accumulation: run forward and backward on this many "
                "micro-batches of batch / N rows per step, summing the "
-               "gradients, then update once (--train, --gradients)"),
+               "gradients, then update once (--train, --gradients); at most "
+               "1048576"),
       cl::init(1), cl::cat(trainCategory));
   static cl::opt<std::string> precision(
       "precision",
@@ -879,6 +880,11 @@ int runCompile(int argc, char **argv) {
                 std::to_string(bucketMB.getValue()));
   if (microBatches < 1)
     return fail("--micro-batches must be positive, got " +
+                std::to_string(microBatches.getValue()));
+  if (microBatches > megac::MegacDialect::kMaxMicroBatches)
+    return fail("--micro-batches must be at most " +
+                std::to_string(megac::MegacDialect::kMaxMicroBatches) +
+                " (as many as a plan holds), got " +
                 std::to_string(microBatches.getValue()));
   if (microBatches > 1 && !train && !gradients)
     return fail("--micro-batches needs --train or --gradients (it "

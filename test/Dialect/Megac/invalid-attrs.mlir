@@ -48,7 +48,7 @@ func.func @sharding_c1_partial(%w: tensor<8x8xf32> {megac.sharding = #megac.shar
 // -----
 
 // Tests sharding_c2: one entry per dimension.
-// expected-error@+1 {{sharding_c2: sharding of argument 0 has 1 entries but the tensor has rank 2}}
+// expected-error@+1 {{sharding_c2: argument 0's sharding has 1 entries but its type is 'tensor<8x8xf32>'}}
 func.func @sharding_c2(%w: tensor<8x8xf32> {megac.sharding = #megac.sharding<[tp]>}) {
   return
 }
@@ -144,7 +144,7 @@ func.func @unknown_arg_attr(%w: tensor<8xf32> {megac.weight = 1 : i64}) {
 
 // Tests that a sharding on an op must describe its one result.
 func.func @op_sharding_rank(%x: tensor<4x8xf32>) {
-  // expected-error@+1 {{sharding_c2: result sharding rank does not match the result type}}
+  // expected-error@+1 {{sharding_c2: the result's sharding has 1 entries but its type is 'tensor<4x8xf32>'}}
   %0 = megac.gelu %x {megac.sharding = #megac.sharding<[_]>} : (tensor<4x8xf32>) -> tensor<4x8xf32>
   return
 }
@@ -171,7 +171,7 @@ func.func @operand_shardings(%x: tensor<4x8xf32>) {
 
 // Tests that an operand's sharding describes each of its dimensions.
 func.func @operand_sharding_rank(%x: tensor<4x8xf32>) {
-  // expected-error@+1 {{sharding_c2: operand sharding 0 has 3 entries but the operand's type is 'tensor<4x8xf32>'}}
+  // expected-error@+1 {{sharding_c2: operand 0's sharding has 3 entries but its type is 'tensor<4x8xf32>'}}
   %0 = megac.gelu %x {megac.operand_shardings = [#megac.sharding<[_, _, tp]>]} : (tensor<4x8xf32>) -> tensor<4x8xf32>
   return
 }
@@ -225,6 +225,11 @@ module attributes {megac.train = {max_lr = 1.0e-3 : f64, min_lr = 0.0 : f64, war
 // the global batch).
 // expected-error@+1 {{megac.micro_batches must be an integer from 1 to 1048576 on a module}}
 module attributes {megac.micro_batches = 4611686018427387904 : i64} {}
+
+// -----
+
+// expected-error@+1 {{megac.micro_batches must be an integer from 1 to 1048576 on a module}}
+module attributes {megac.micro_batches = 0 : i64} {}
 
 // -----
 

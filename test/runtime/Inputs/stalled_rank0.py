@@ -19,6 +19,12 @@ ap.add_argument("--port", type=int, required=True)
 ap.add_argument("--stall", type=float, default=60)
 a = ap.parse_args()
 
+# Listens first (the rank connects as soon as it can), then starts the
+# server whose URI it hands over.
+listen = socket.socket()
+listen.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+listen.bind(("127.0.0.1", a.port))
+listen.listen(4)
 uri_file = tempfile.NamedTemporaryFile(delete=False).name
 server = subprocess.Popen(
     ["ompi-server", "--no-daemonize", "--report-uri", uri_file],
@@ -32,10 +38,6 @@ try:
         time.sleep(0.05)
         with open(uri_file) as f:
             uri = f.read()
-    listen = socket.socket()
-    listen.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    listen.bind(("127.0.0.1", a.port))
-    listen.listen(4)
     listen.settimeout(30)
     peer, _ = listen.accept()
     peer.settimeout(10)

@@ -287,9 +287,9 @@ LogicalResult MegacDialect::verifyRegionArgAttribute(Operation *op,
       return op->emitOpError("megac.sharding must be a #megac.sharding on a "
                              "ranked tensor argument");
     if (static_cast<int64_t>(sharding.getDims().size()) != type.getRank())
-      return op->emitOpError("sharding_c2: sharding of argument ")
-             << argIndex << " has " << sharding.getDims().size()
-             << " entries but the tensor has rank " << type.getRank();
+      return op->emitOpError("sharding_c2: argument ")
+             << argIndex << "'s sharding has " << sharding.getDims().size()
+             << " entries but its type is " << argType;
     if (!sharding.getPartial().empty())
       return op->emitOpError("sharding_c3: arguments cannot be partial sums");
     return success();
@@ -315,8 +315,9 @@ LogicalResult MegacDialect::verifyOperationAttribute(Operation *op,
     auto type = dyn_cast<RankedTensorType>(op->getResult(0).getType());
     if (!type ||
         static_cast<int64_t>(sharding.getDims().size()) != type.getRank())
-      return op->emitOpError("sharding_c2: result sharding rank does not "
-                             "match the result type");
+      return op->emitOpError("sharding_c2: the result's sharding has ")
+             << sharding.getDims().size() << " entries but its type is "
+             << op->getResult(0).getType();
     return success();
   }
   if (name == kOperandShardingsAttrName) {
@@ -329,9 +330,9 @@ LogicalResult MegacDialect::verifyOperationAttribute(Operation *op,
       const int64_t entries = cast<ShardingAttr>(entry).getDims().size();
       auto type = dyn_cast<RankedTensorType>(op->getOperand(index).getType());
       if (!type || entries != type.getRank())
-        return op->emitOpError("sharding_c2: operand sharding ")
-               << index << " has " << entries
-               << " entries but the operand's type is "
+        return op->emitOpError("sharding_c2: operand ")
+               << index << "'s sharding has " << entries
+               << " entries but its type is "
                << op->getOperand(index).getType();
     }
     return success();
@@ -388,9 +389,8 @@ LogicalResult MegacDialect::verifyOperationAttribute(Operation *op,
   }
   if (name == kMicroBatchesAttrName) {
     auto count = dyn_cast<IntegerAttr>(value);
-    // (As many as a plan may hold: 2^20.)
     if (!count || !isa<ModuleOp>(op) || count.getInt() < 1 ||
-        count.getInt() > (int64_t(1) << 20))
+        count.getInt() > kMaxMicroBatches)
       return op->emitOpError("megac.micro_batches must be an integer from 1 "
                              "to 1048576 on a module");
     return success();

@@ -158,8 +158,10 @@ struct AccumulateMicroBatchesPass
   }
 
   void runOnOperation() override {
-    if (microBatches < 1) {
-      getOperation().emitError("the number of micro-batches must be positive");
+    if (microBatches < 1 || microBatches > MegacDialect::kMaxMicroBatches) {
+      getOperation().emitError("the number of micro-batches must be from 1 to ")
+          << MegacDialect::kMaxMicroBatches << ", got "
+          << static_cast<int64_t>(microBatches);
       return signalPassFailure();
     }
     // A pipeline accumulates even one micro-batch (see the description).

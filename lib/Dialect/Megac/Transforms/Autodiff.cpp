@@ -49,20 +49,21 @@ LogicalResult differentiate(func::FuncOp func) {
     auto shaped = dyn_cast<ShapedType>(type);
     return shaped && !shaped.hasStaticShape();
   };
+  auto refuse =
+      [](Operation *at, const std::string &what, Type type) {
+        return at->emitError()
+               << "megac-autodiff needs static shapes (megac-specialize-shapes "
+                  "gives them): "
+               << what << " has type " << type;
+      };
   for (BlockArgument arg : body.getArguments())
     if (dynamic(arg.getType()))
-      return func.emitError()
-             << "megac-autodiff needs static shapes (megac-specialize-shapes "
-                "gives them): "
-             << describeArgument(func, arg.getArgNumber()) << " has type "
-             << arg.getType();
+      return refuse(func, describeArgument(func, arg.getArgNumber()),
+                    arg.getType());
   for (Operation &op : body.without_terminator())
     for (Type type : op.getResultTypes())
       if (dynamic(type))
-        return op.emitError()
-               << "megac-autodiff needs static shapes (megac-specialize-"
-                  "shapes gives them): this result has type "
-               << type;
+        return refuse(&op, "this result", type);
   auto ret = cast<func::ReturnOp>(body.getTerminator());
   SmallVector<Operation *> forward;
   for (Operation &op : body.without_terminator())

@@ -89,7 +89,12 @@ struct SplitCrossEntropyPass
                                     int64_t shards) {
     auto type = cast<RankedTensorType>(logits.getType());
     const int64_t vocab = type.getDimSize(type.getRank() - 1);
-    if (!ShapedType::isDynamic(vocab) && vocab % shards == 0)
+    if (ShapedType::isDynamic(vocab))
+      return loss->emitError()
+             << "the logits' vocabulary is split " << shards
+             << " ways but its size is dynamic (megac-specialize-shapes "
+                "makes it static)";
+    if (vocab % shards == 0)
       return success();
     return loss->emitError()
            << "the logits' vocabulary (" << vocab << ") cannot be split "

@@ -62,18 +62,17 @@ std::string megac::describeArgument(func::FuncOp func, unsigned index) {
 }
 
 LogicalResult megac::checkTensorSignature(func::FuncOp func) {
+  auto refuse = [&](const std::string &what, Type type) {
+    return func.emitError()
+           << what << " has type " << type
+           << ": megac functions take and return ranked tensors only (a "
+              "scalar is a rank-0 tensor, e.g. tensor<f32>)";
+  };
   for (unsigned i = 0; i < func.getNumArguments(); ++i)
     if (!isa<RankedTensorType>(func.getArgument(i).getType()))
-      return func.emitError()
-             << describeArgument(func, i) << " has type "
-             << func.getArgument(i).getType()
-             << ": megac functions take and return ranked tensors only (a "
-                "scalar is tensor<f32>)";
+      return refuse(describeArgument(func, i), func.getArgument(i).getType());
   for (auto [i, type] : llvm::enumerate(func.getResultTypes()))
     if (!isa<RankedTensorType>(type))
-      return func.emitError()
-             << "result " << i << " has type " << type
-             << ": megac functions take and return ranked tensors only (a "
-                "scalar is tensor<f32>)";
+      return refuse("result " + std::to_string(i), type);
   return success();
 }

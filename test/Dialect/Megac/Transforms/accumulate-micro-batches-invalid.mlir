@@ -2,9 +2,8 @@
 // RUN: not megac-opt %s --split-input-file --megac-accumulate-micro-batches=micro-batches=0 2>&1 | FileCheck %s --check-prefix=ZERO
 // Tests that the option itself is checked, before any function.
 // RUN: not megac-opt %S/accumulate-micro-batches.mlir --split-input-file --megac-autodiff --megac-accumulate-micro-batches=micro-batches=9223372036854775807 2>&1 | FileCheck %s --check-prefix=OVERFLOW
-// ZERO: error: the number of micro-batches must be positive
-// The stacked rows of a result must fit a dimension:
-// OVERFLOW: error: megac-accumulate-micro-batches: 4 rows times 9223372036854775807 micro-batches overflow a dimension
+// ZERO: error: the number of micro-batches must be from 1 to 1048576, got 0
+// OVERFLOW: error: the number of micro-batches must be from 1 to 1048576, got 9223372036854775807
 
 // Tests that accumulation needs the gradients of megac-autodiff.
 // expected-error@+1 {{megac-accumulate-micro-batches found no 'grad:' results; run megac-autodiff first}}

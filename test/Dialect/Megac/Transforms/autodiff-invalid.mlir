@@ -62,3 +62,12 @@ func.func @dynamic_argument(%q: tensor<?x?x64xf32>, %labels: tensor<2x4xi32> {me
   %l = megac.cross_entropy %q, %labels : (tensor<?x?x64xf32>, tensor<2x4xi32>) -> tensor<f32>
   return %l : tensor<f32>
 }
+
+// -----
+
+func.func @dynamic_result(%q: tensor<2x4x8xf32>, %labels: tensor<2x4xi32> {megac.input = "labels"}) -> tensor<f32> {
+  // expected-error@+1 {{megac-autodiff needs static shapes (megac-specialize-shapes gives them): this result has type 'tensor<?x4x8xf32>'}}
+  %d = builtin.unrealized_conversion_cast %q : tensor<2x4x8xf32> to tensor<?x4x8xf32>
+  %l = megac.cross_entropy %d, %labels : (tensor<?x4x8xf32>, tensor<2x4xi32>) -> tensor<f32>
+  return %l : tensor<f32>
+}

@@ -128,7 +128,7 @@ func.func @empty_batch(%ids: tensor<0x?xi32> {megac.input = "tokens"}) {
 
 // Tests that a function of scalars is refused with a message (it crashed
 // the pass): megac functions take and return ranked tensors.
-// expected-error@+1 {{argument 0 has type 'f32': megac functions take and return ranked tensors only (a scalar is tensor<f32>)}}
+// expected-error@+1 {{argument 0 has type 'f32': megac functions take and return ranked tensors only (a scalar is a rank-0 tensor, e.g. tensor<f32>)}}
 func.func @scalar_argument(%a: f32) {
   return
 }

@@ -32,6 +32,8 @@ def Megac_Dialect : Dialect {
   let hasOperationAttrVerify = 1;
   let dependentDialects = ["::mlir::func::FuncDialect"];
   let extraClassDeclaration = [{
+    /// The most micro-batches a step may have (as many as a plan holds).
+    static constexpr int64_t kMaxMicroBatches = int64_t(1) << 20;
     /// Attribute names used on functions, arguments and ops.
     static constexpr ::llvm::StringLiteral kMeshAttrName = "megac.mesh";
     static constexpr ::llvm::StringLiteral kShardingAttrName = "megac.sharding";

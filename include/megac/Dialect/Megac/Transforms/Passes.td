@@ -37,8 +37,9 @@ def SpecializeShapesPass : Pass<"megac-specialize-shapes", "mlir::ModuleOp"> {
     and updates the function type. Afterwards every value is static. With
     `micro-batches` m > 1 the batch is that of one micro-batch (the batch
     divided by m, which must divide it). Being the first pass over the
-    model, it also refuses two parameters, or two results, of one name,
-    and data inputs split differently.
+    model, it also refuses a function that takes or returns anything but
+    ranked tensors (a scalar is `tensor<f32>`), two parameters, or two
+    results, of one name, and data inputs split differently.
   }];
   let options = [
     Option<"batch", "batch", "int64_t", /*default=*/"0",
@@ -195,7 +196,9 @@ def AutodiffPass : Pass<"megac-autodiff", "mlir::ModuleOp"> {
     them. A training step does not compute them (the plan marks what only
     they need as generation-only), so they cost no communication there.
     The backward ops are ordinary megac ops: sharding propagation and
-    collective insertion treat them like the forward pass.
+    collective insertion treat them like the forward pass. Every shape must
+    be static (megac-specialize-shapes runs first): a gradient takes the
+    type of the value it belongs to.
   }];
 }
 
@@ -227,7 +230,8 @@ def AccumulateMicroBatchesPass
   }];
   let options = [
     Option<"microBatches", "micro-batches", "int64_t", /*default=*/"1",
-           "Micro-batches per step (1: nothing to do, unless on a pipeline)">,
+           "Micro-batches per step, at most 2^20 (1: nothing to do, unless "
+           "on a pipeline)">,
     Option<"stackRows", "stack-rows", "bool", /*default=*/"true",
            "Stack the other per-row results (the logits) over the "
            "micro-batches">,
