@@ -59,21 +59,10 @@ std::string join(const std::string &Dir, const std::string &Name) {
   return Dir.empty() ? Name : stripSlashes(Dir) + "/" + Name;
 }
 
-std::vector<uint8_t> readWhole(const std::string &Path, bool &Missing) {
-  Missing = false;
-  std::ifstream F(Path, std::ios::binary | std::ios::ate);
-  if (!F) {
-    Missing = true;
-    return {};
-  }
-  std::streamoff Size = F.tellg();
-  if (Size < 0)
-    throw RunError(Path + ": cannot determine the file size");
-  std::vector<uint8_t> B(static_cast<size_t>(Size));
-  F.seekg(0);
-  if (Size && !F.read(reinterpret_cast<char *>(B.data()), Size))
-    throw RunError(Path + ": read error");
-  return B;
+/// A JSON value for a message: a number or string as written, anything
+/// else by its kind (printing a deeply nested one would recurse as deep).
+std::string jsonText(const json &V) {
+  return V.is_primitive() ? V.dump() : std::string("a JSON ") + V.type_name();
 }
 
 /// The __metadata__ value describing where a local tensor sits.
@@ -234,7 +223,9 @@ CheckpointMeta readCheckpointMeta(const std::string &DirIn, const Program &P,
     throw RunError(Dir + ": not a directory (a checkpoint is the directory "
                          "--save-checkpoint wrote)");
   bool Missing;
-  std::vector<uint8_t> Latest = readWhole(join(Dir, "latest"), Missing);
+  // (latest names a step directory; meta.json lists a shard per rank.)
+  std::vector<uint8_t> Latest = readRegularFile(
+      join(Dir, "latest"), Missing, 4096, "a step directory's name takes");
   if (!Missing) {
     std::string Name(Latest.begin(), Latest.end());
     while (!Name.empty() && (Name.back() == '\n' || Name.back() == '\r' ||
@@ -248,7 +239,8 @@ CheckpointMeta readCheckpointMeta(const std::string &DirIn, const Program &P,
     StepDir = Dir;
   }
   const std::string MetaPath = join(StepDir, "meta.json");
-  std::vector<uint8_t> Text = readWhole(MetaPath, Missing);
+  std::vector<uint8_t> Text = readRegularFile(
+      MetaPath, Missing, uint64_t(1) << 30, "a checkpoint's meta.json takes");
   if (Missing)
     throw RunError(Missing && StepDir == Dir
                        ? Dir + ": not a checkpoint (no latest file and no "
@@ -261,13 +253,14 @@ CheckpointMeta readCheckpointMeta(const std::string &DirIn, const Program &P,
   try {
     if (J.at("format").get<int>() != 1)
       throw RunError(MetaPath + ": checkpoint format " +
-                     J.at("format").dump() + " is not supported (expected 1)");
+                     jsonText(J.at("format")) +
+                     " is not supported (expected 1)");
     const json &Step = J.at("step");
     if (!Step.is_number_integer() ||
         (Step.is_number_unsigned()
              ? Step.get<uint64_t>() > uint64_t(kMaxCheckpointStep)
              : Step.get<int64_t>() < 0))
-      throw RunError(MetaPath + ": step " + Step.dump() +
+      throw RunError(MetaPath + ": step " + jsonText(Step) +
                      " is not a step a run saves (a whole number from 0 to " +
                      std::to_string(kMaxCheckpointStep) + ")");
     M.step = Step.get<int64_t>();
@@ -336,14 +329,18 @@ void loadCheckpointShard(const std::string &StepDir, const CheckpointMeta &M,
   const ShardInfo &Info = M.shards.at(RP.rank());
   const std::string Path = join(StepDir, Info.file);
   const std::string Shard = "checkpoint shard " + Path;
+  // (The size is checked before anything is read.)
+  const int64_t Size = regularFileSize(Path);
+  if (Size < 0)
+    throw RunError(Shard + " is missing");
+  if (uint64_t(Size) != Info.bytes)
+    throw RunError(Shard + " is corrupted (size " + std::to_string(Size) +
+                   " bytes, expected " + std::to_string(Info.bytes) + ")");
   bool Missing;
-  std::vector<uint8_t> Bytes = readWhole(Path, Missing);
+  std::vector<uint8_t> Bytes =
+      readRegularFile(Path, Missing, Info.bytes, "meta.json records");
   if (Missing)
     throw RunError(Shard + " is missing");
-  if (Bytes.size() != Info.bytes)
-    throw RunError(Shard + " is corrupted (size " +
-                   std::to_string(Bytes.size()) + " bytes, expected " +
-                   std::to_string(Info.bytes) + ")");
   if (crc32(Bytes.data(), Bytes.size()) != Info.crc32)
     throw RunError(Shard + " is corrupted (crc32 mismatch)");
   SafetensorsHeader H;
@@ -353,16 +350,18 @@ void loadCheckpointShard(const std::string &StepDir, const CheckpointMeta &M,
     throw RunError(Shard + ": " + Ex.what());
   }
   // The __metadata__ block, for the recorded slice of each tensor.
-  json Meta = json::object();
+  json Hdr;
+  const json *Meta = nullptr;
   {
     uint64_t N = 0;
     for (int I = 7; I >= 0; --I)
       N = (N << 8) | Bytes[size_t(I)];
-    json Hdr = json::parse(Bytes.begin() + 8, Bytes.begin() + 8 + long(N),
-                           nullptr, false);
+    Hdr = json::parse(Bytes.begin() + 8, Bytes.begin() + 8 + long(N), nullptr,
+                      false);
+    // (Held, not copied: a copy of a deeply nested value recurses as deep.)
     if (Hdr.is_object() && Hdr.contains("__metadata__") &&
         Hdr["__metadata__"].is_object())
-      Meta = Hdr["__metadata__"];
+      Meta = &Hdr["__metadata__"];
   }
   auto Load = [&](const std::string &Name,
                   const std::vector<int64_t> &Global,
@@ -391,12 +390,15 @@ void loadCheckpointShard(const std::string &StepDir, const CheckpointMeta &M,
                             "saved without only into a plan without)"
                           : ""));
     std::string Want = sliceJson(Global, Offset);
-    if (Meta.contains(Name) && Meta[Name].is_string() &&
-        json::parse(Meta[Name].get<std::string>(), nullptr, false) !=
-            json::parse(Want))
-      throw RunError(Shard + ": tensor " + Name + " is the slice " +
-                     Meta[Name].get<std::string>() +
-                     " but the plan needs " + Want);
+    // (A recorded slice that is not JSON at all is no match either.)
+    if (Meta && Meta->contains(Name) && (*Meta)[Name].is_string()) {
+      const std::string &Recorded =
+          (*Meta)[Name].get_ref<const std::string &>();
+      const json Slice = json::parse(Recorded, nullptr, false);
+      if (Slice.is_discarded() || Slice != json::parse(Want))
+        throw RunError(Shard + ": tensor " + Name + " is the slice " +
+                       Recorded + " but the plan needs " + Want);
+    }
     std::memcpy(Dst, Bytes.data() + H.dataStart + T->begin,
                 size_t(T->end - T->begin));
   };

@@ -120,4 +120,48 @@ void writeFileAtomic(const std::string &Path, const void *Data, size_t Size) {
   fsyncDir(parentOf(Target));
 }
 
+int64_t regularFileSize(const std::string &Path) {
+  struct stat St;
+  if (::stat(Path.c_str(), &St) != 0)
+    return -1;
+  if (!S_ISREG(St.st_mode))
+    throw RunError(Path + ": not a regular file (" +
+                   (S_ISDIR(St.st_mode)    ? "a directory"
+                    : S_ISFIFO(St.st_mode) ? "a pipe"
+                                           : "a device or a socket") +
+                   ")");
+  return int64_t(St.st_size);
+}
+
+std::vector<uint8_t> readRegularFile(const std::string &Path, bool &Missing,
+                                     uint64_t Limit, const std::string &What) {
+  const int64_t Size = regularFileSize(Path);
+  Missing = Size < 0;
+  if (Missing)
+    return {};
+  if (uint64_t(Size) > Limit)
+    throw RunError(Path + ": " + std::to_string(Size) + " bytes, more than " +
+                   What + " (" + std::to_string(Limit) + ")");
+  // (Non-blocking: a pipe put there since the check is refused, not
+  // waited on.)
+  const int Fd = ::open(Path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (Fd < 0)
+    throw RunError(Path + ": cannot open: " + std::strerror(errno));
+  std::vector<uint8_t> Bytes(static_cast<size_t>(Size));
+  size_t Got = 0;
+  struct stat St;
+  bool Ok = ::fstat(Fd, &St) == 0 && S_ISREG(St.st_mode);
+  while (Ok && Got < Bytes.size()) {
+    const ssize_t N = ::read(Fd, Bytes.data() + Got, Bytes.size() - Got);
+    if (N < 0 && errno == EINTR)
+      continue;
+    Ok = N > 0;
+    Got += Ok ? size_t(N) : 0;
+  }
+  ::close(Fd);
+  if (!Ok)
+    throw RunError(Path + ": read error (the file changed while read?)");
+  return Bytes;
+}
+
 } // namespace megac_rt

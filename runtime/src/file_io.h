@@ -13,7 +13,9 @@
 #define MEGAC_RT_FILE_IO_H
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
+#include <vector>
 
 namespace megac_rt {
 
@@ -35,6 +37,18 @@ std::string writeTarget(const std::string &Path);
 /// directory; in place where \p Path names an existing file that is not
 /// a regular one. Throws RunError "<path>: <what>".
 void writeFileAtomic(const std::string &Path, const void *Data, size_t Size);
+
+/// The size of the regular file \p Path, or -1 when nothing is there.
+/// Throws RunError "<Path>: not a regular file (...)" for a directory, a
+/// pipe or a device: opening a pipe would wait for a writer for ever, and
+/// a directory reports no size worth allocating.
+int64_t regularFileSize(const std::string &Path);
+
+/// The regular file \p Path whole (Missing when nothing is there), read
+/// only when it holds at most \p Limit bytes; else RunError "<Path>: N
+/// bytes, more than <What> (Limit)" without reading it.
+std::vector<uint8_t> readRegularFile(const std::string &Path, bool &Missing,
+                                     uint64_t Limit, const std::string &What);
 
 } // namespace megac_rt
 

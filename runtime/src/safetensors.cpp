@@ -147,11 +147,29 @@ SafetensorsHeader parseSafetensors(const uint8_t *Data, size_t Size) {
           ByOffset[I]->name + "\" [" + std::to_string(ByOffset[I]->begin) +
           ", " + std::to_string(ByOffset[I]->end) +
           ") share bytes of the data section: a damaged header");
+  // The tensors fill the data section from its first byte to its last,
+  // with no gap (as the format requires): else the header's length field
+  // or an offset is off, and every tensor would be read from the wrong
+  // bytes without another sign.
+  uint64_t Filled = 0;
+  for (const TensorInfo *T : ByOffset) {
+    if (T->begin != Filled)
+      bad("bytes [" + std::to_string(Filled) + ", " + std::to_string(T->begin) +
+          ") of the data section belong to no "
+          "tensor: a damaged header (or its length field)");
+    Filled = T->end;
+  }
+  if (Filled != DataSize)
+    bad("the data section holds " + std::to_string(DataSize) +
+        " bytes but its tensors end at byte " + std::to_string(Filled) +
+        ": a damaged header (or its length field), or bytes appended to the "
+        "file");
   return H;
 }
 
 SafetensorsFile::SafetensorsFile(const std::string &P) : Path(P) {
-  int Fd = ::open(Path.c_str(), O_RDONLY | O_CLOEXEC);
+  // (Non-blocking: a pipe is refused below, not waited on for ever.)
+  int Fd = ::open(Path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (Fd < 0)
     throw RunError(Path + ": cannot open weights file: " +
                    std::strerror(errno));
@@ -206,6 +224,7 @@ WeightFiles::WeightFiles(const std::string &P) : Path(P) {
     Single = std::make_unique<SafetensorsFile>(Path);
     return;
   }
+  regularFileSize(Path); // (a pipe would block the stream for ever)
   std::ifstream F(Path);
   if (!F)
     throw RunError(Path +

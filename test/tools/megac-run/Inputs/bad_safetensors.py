@@ -7,6 +7,9 @@ Usage: bad_safetensors.py MODE OUT
   overlap    two tensors whose byte ranges share bytes
   huge       a header length larger than the file
   notobject  a header that is JSON but not an object
+  gap        two tensors with bytes between them that neither holds
+  appended   a whole tensor, then two bytes more (or a header length two
+             bytes short)
 """
 import json
 import struct
@@ -21,6 +24,13 @@ elif mode == "size":
 elif mode == "overlap":
     header = {"wte.weight": {"dtype": "F32", "shape": [2, 4], "data_offsets": [0, 32]},
               "wpe.weight": {"dtype": "F32", "shape": [2, 4], "data_offsets": [16, 48]}}
+elif mode == "gap":
+    header = {"wte.weight": {"dtype": "F32", "shape": [2, 4], "data_offsets": [0, 32]},
+              "wpe.weight": {"dtype": "F32", "shape": [2, 4], "data_offsets": [40, 72]}}
+    data = bytes(72)
+elif mode == "appended":
+    header = {"wte.weight": {"dtype": "F32", "shape": [4, 4], "data_offsets": [0, 64]}}
+    data = bytes(66)
 elif mode == "notobject":
     header = [1, 2, 3]
 elif mode == "huge":
