@@ -334,6 +334,10 @@ TokenLayout megatronLayout(const std::string &Prefix) {
   if (!S_ISREG(St.st_mode))
     throw RunError(Bin + ": the Megatron data file is not a regular file");
   const uint64_t BinSize = uint64_t(St.st_size);
+  // Sequences are stored one after another: together they fit the data
+  // file (overlapping ones would make the file read many times over: 64
+  // sequences of 2^31 tokens at byte 0 once hung the vocabulary check).
+  uint64_t Stored = 0;
   for (uint64_t K = 0; K < NSeq; ++K) {
     const int64_t At = Pointers[K], N = L.SequenceSizes[K];
     if (N < 0 || At < 0 || uint64_t(At) % Width != 0 ||
@@ -344,6 +348,13 @@ TokenLayout megatronLayout(const std::string &Prefix) {
                      std::to_string(At) + ") does not lie within " + Bin +
                      " (" + std::to_string(BinSize) +
                      " bytes): the index does not describe this data file");
+    Stored += uint64_t(N) * Width;
+    if (Stored > BinSize)
+      throw RunError(Idx + ": sequences 0 to " + std::to_string(K) + " hold " +
+                     std::to_string(Stored) + " bytes, more than " + Bin +
+                     " has (" + std::to_string(BinSize) +
+                     "): sequences overlap, and the index does not describe "
+                     "this data file");
     L.append(uint64_t(At), uint64_t(N));
   }
   L.Format = "Megatron indexed dataset, " + std::to_string(NSeq) + " sequences";

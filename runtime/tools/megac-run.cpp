@@ -637,8 +637,17 @@ void keepMetricsUpTo(const std::string &Path, int64_t Step) {
     return;
   std::string Kept, Line;
   bool Dropped = false;
+  // (A metrics line is a few hundred bytes: a far longer one means the
+  // file is something else, which is not read whole into memory.)
+  constexpr size_t kLongestLine = size_t(1) << 20;
   for (int C; (C = std::fgetc(In)) != EOF;) {
     Line.push_back(char(C));
+    if (Line.size() > kLongestLine) {
+      std::fclose(In);
+      throw RunError(Path + ": not a metrics file of megac-run (a line of "
+                            "more than 1 MiB); --metrics names another file "
+                            "to continue in");
+    }
     if (C != '\n')
       continue;
     long long At = 0;
@@ -2184,6 +2193,8 @@ int runMain(int Argc, char **Argv) {
     openMetrics(O, S);
   } catch (const RunError &E) {
     Err = E.what();
+  } catch (const std::exception &E) {
+    Err = std::string("internal error: ") + E.what();
   }
   if (!agree(Err))
     return 1;
