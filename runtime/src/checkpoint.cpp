@@ -418,4 +418,22 @@ void loadCheckpointShard(const std::string &StepDir, const CheckpointMeta &M,
     }
 }
 
+bool isCheckpointFile(const std::string &Path, const std::string &Dir) {
+  std::error_code Ec;
+  const std::filesystem::path Top =
+      std::filesystem::canonical(stripSlashes(Dir), Ec);
+  if (Ec)
+    return false; // (nothing there yet to overwrite)
+  // Where the write lands: the real directory it goes into, and the name.
+  const std::filesystem::path Target(writeTarget(Path));
+  const std::filesystem::path Into = std::filesystem::canonical(
+      Target.has_parent_path() ? Target.parent_path() : ".", Ec);
+  if (Ec)
+    return false;
+  const std::string Name = Target.filename().string();
+  if (Into == Top)
+    return Name == "latest" || isStepDirName(Top.filename().string());
+  return Into.parent_path() == Top && isStepDirName(Into.filename().string());
+}
+
 } // namespace megac_rt

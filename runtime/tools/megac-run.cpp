@@ -418,8 +418,8 @@ std::string fileIdentity(const std::string &Path) {
 }
 
 /// Refuses an output that would overwrite an input of the run (the plan,
-/// the weights, the tokens) or another output: written after the work,
-/// it would destroy the file without a word.
+/// the weights, the tokens, a checkpoint's files) or another output:
+/// written after the work, it would destroy the file without a word.
 void checkOutputsApart(const Options &O) {
   std::vector<std::pair<std::string, const std::string *>> Seen = {
       {"the plan", &O.plan},
@@ -442,6 +442,12 @@ void checkOutputsApart(const Options &O) {
         throw RunError(Flag + " " + *Path + " is the same file as " +
                        Seen[I].first + " " + *Seen[I].second +
                        ": writing it would destroy that; name another file");
+    for (const std::string *Dir : {&O.loadCheckpoint, &O.saveCheckpoint})
+      if (!Dir->empty() && isCheckpointFile(*Path, *Dir))
+        throw RunError(Flag + " " + *Path + " is a file of the checkpoint " +
+                       *Dir +
+                       ": writing it would destroy that; name "
+                       "another file");
     Seen.push_back({Flag, Path});
     Ids.push_back(Id);
   }
