@@ -13,10 +13,11 @@
 #include "rng.h"
 
 #include <algorithm>
-#include <functional>
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <functional>
+#include <map>
 #include <new>
 
 using namespace megac::plan;
@@ -198,6 +199,19 @@ size_t Executor::loadParams(const WeightFiles &File, uint64_t Seed) {
       std::any_of(Names.begin(), Names.end(), [](const std::string &N) {
         return N.rfind("param/", 0) == 0;
       });
+  // The extent of each HF tensor that parameters take slices of (q, k and
+  // v of GPT-2's fused c_attn, all on the rank that holds the layer).
+  std::map<std::string, ShapeVec> SlicedWhole;
+  for (const Param *Pa : *RP.params())
+    if (Pa->hf_name() && Pa->hf_name()->str() != Pa->name()->str() &&
+        !Pa->hf_shape()) {
+      const ShapeVec Global = vec(Pa->global_shape());
+      const ShapeVec HfOffset = vec(Pa->hf_offset());
+      ShapeVec &Whole = SlicedWhole[Pa->hf_name()->str()];
+      Whole.resize(Global.size(), 0);
+      for (size_t D = 0; D < Global.size() && D < HfOffset.size(); ++D)
+        Whole[D] = std::max(Whole[D], HfOffset[D] + Global[D]);
+    }
   for (const Param *Pa : *RP.params()) {
     Tensor &T = Bufs[Pa->buffer()];
     if (Merged) {
@@ -219,7 +233,10 @@ size_t Executor::loadParams(const WeightFiles &File, uint64_t Seed) {
     loadParamSlice(File, Pa->name()->str(), Pa->hf_name()->str(),
                    vec(Pa->hf_offset()), vec(Pa->global_shape()),
                    vec(Pa->offset()), T.shape, T.f.data(),
-                   Pa->hf_shape() ? vec(Pa->hf_shape()) : ShapeVec{});
+                   Pa->hf_shape() ? vec(Pa->hf_shape()) : ShapeVec{},
+                   SlicedWhole.count(Pa->hf_name()->str())
+                       ? SlicedWhole[Pa->hf_name()->str()]
+                       : ShapeVec{});
     ++Loaded;
   }
   return Loaded;

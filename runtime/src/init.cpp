@@ -53,8 +53,8 @@ void initParamSlice(const std::string &Name, InitMode Mode, double Std,
 void loadParamSlice(const WeightFiles &Files, const std::string &Name,
                     const std::string &HfName, const ShapeVec &HfOffset,
                     const ShapeVec &Global, const ShapeVec &Offset,
-                    const ShapeVec &Local, float *Out,
-                    const ShapeVec &HfShape) {
+                    const ShapeVec &Local, float *Out, const ShapeVec &HfShape,
+                    const ShapeVec &HfWhole) {
   WeightFiles::Found F = Files.find(HfName);
   std::string Alt;
   if (!F.tensor) {
@@ -116,6 +116,15 @@ void loadParamSlice(const WeightFiles &Files, const std::string &Name,
                    listStr(T->shape) + " but parameter " + Name +
                    " expects " + Need + " within it");
   }
+  // Every slice fits, but the tensor is larger than the slices together:
+  // its rows are laid out otherwise, and each slice would read the wrong
+  // values.
+  if (!HfWhole.empty() && T->shape != HfWhole)
+    throw RunError(Path + ": tensor \"" + T->name + "\" has shape " +
+                   listStr(T->shape) + " but the plan's parameters take " +
+                   listStr(HfWhole) +
+                   " of it: the weights are another model's (compare the "
+                   "config's layers, hidden size, vocabulary and positions)");
   ShapeVec Start(Global.size());
   for (size_t D = 0; D < Global.size(); ++D)
     Start[D] = HfOffset[D] + Offset[D];

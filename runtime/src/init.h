@@ -35,12 +35,15 @@ void initParamSlice(const std::string &Name, InitMode Mode, double Std,
 /// file, or the shard an index names), converting F16/BF16 to float. Accepts
 /// the tensor name with or without a "transformer." prefix. A non-empty \p
 /// HfShape (a padded vocabulary) is the tensor's shape, with fewer rows than \p
-/// Global: the rows past it are zero. Throws RunError "<file>: <what>".
+/// Global: the rows past it are zero. A non-empty \p HfWhole is the
+/// extent of the tensor that all the plan's parameters sliced out of it
+/// take (q, k and v of a fused c_attn): a larger tensor is another model's,
+/// laid out otherwise. Throws RunError "<file>: <what>".
 void loadParamSlice(const WeightFiles &Files, const std::string &Name,
                     const std::string &HfName, const ShapeVec &HfOffset,
                     const ShapeVec &Global, const ShapeVec &Offset,
                     const ShapeVec &Local, float *Out,
-                    const ShapeVec &HfShape = {});
+                    const ShapeVec &HfShape = {}, const ShapeVec &HfWhole = {});
 
 /// Where \p Files is a merged checkpoint (utils/merge_checkpoint.py: each
 /// parameter whole as "param/<Name>", in the plan's own layout), copies
