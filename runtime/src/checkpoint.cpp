@@ -14,6 +14,7 @@
 
 #include <cerrno>
 #include <cinttypes>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -264,28 +265,39 @@ CheckpointMeta readCheckpointMeta(const std::string &DirIn, const Program &P,
                      " is not a step a run saves (a whole number from 0 to " +
                      std::to_string(kMaxCheckpointStep) + ")");
     M.step = Step.get<int64_t>();
-    M.dataPosition = J.at("data_position").get<uint64_t>();
-    M.seed = J.at("seed").get<uint64_t>();
-    M.worldSize = J.at("world_size").get<uint32_t>();
+    // A count, a rank or a sum is a whole number that fits its field
+    // (nlohmann would take false, 1e30 or -1 and make some number of it).
+    auto Whole = [&](const json &Obj, const char *Key, uint64_t Max) {
+      const json &V = Obj.at(Key);
+      if (!V.is_number_unsigned() || V.get<uint64_t>() > Max)
+        throw RunError(MetaPath + ": " + Key + " " + jsonText(V) +
+                       " is not a whole number from 0 to " +
+                       std::to_string(Max));
+      return V.get<uint64_t>();
+    };
+    const uint64_t U32 = UINT32_MAX, U64 = UINT64_MAX;
+    M.dataPosition = Whole(J, "data_position", U64);
+    M.seed = Whole(J, "seed", U64);
+    M.worldSize = uint32_t(Whole(J, "world_size", U32));
     M.grid = J.at("grid").get<std::string>();
-    M.modelHash = J.at("model_hash").get<uint64_t>();
+    M.modelHash = Whole(J, "model_hash", U64);
     for (const json &S : J.at("shards")) {
       ShardInfo I;
-      I.rank = S.at("rank").get<uint32_t>();
+      I.rank = uint32_t(Whole(S, "rank", U32));
       I.file = S.at("file").get<std::string>();
-      I.bytes = S.at("bytes").get<uint64_t>();
-      I.crc32 = S.at("crc32").get<uint32_t>();
+      I.bytes = Whole(S, "bytes", U64);
+      I.crc32 = uint32_t(Whole(S, "crc32", U32));
       M.shards.push_back(I);
     }
     if (J.contains("data")) {
       const json &D = J.at("data");
       M.hasData = true;
       M.dataFile = D.at("file").get<std::string>();
-      M.dataTokens = D.at("tokens").get<uint64_t>();
+      M.dataTokens = Whole(D, "tokens", U64);
       M.sample = D.at("sample").get<std::string>();
       if (D.contains("crc32")) {
         M.hasDataCrc = true;
-        M.dataCrc = D.at("crc32").get<uint32_t>();
+        M.dataCrc = uint32_t(Whole(D, "crc32", U32));
       }
     }
   } catch (const RunError &) {
