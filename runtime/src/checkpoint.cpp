@@ -252,7 +252,8 @@ CheckpointMeta readCheckpointMeta(const std::string &DirIn, const Program &P,
     throw RunError(MetaPath + ": not valid JSON");
   CheckpointMeta M;
   try {
-    if (J.at("format").get<int>() != 1)
+    if (!J.at("format").is_number_unsigned() ||
+        J.at("format").get<uint64_t>() != 1)
       throw RunError(MetaPath + ": checkpoint format " +
                      jsonText(J.at("format")) +
                      " is not supported (expected 1)");
@@ -443,8 +444,12 @@ bool isCheckpointFile(const std::string &Path, const std::string &Dir) {
   if (Ec)
     return false;
   const std::string Name = Target.filename().string();
+  // Dir itself may be a step directory: by its name, or as a resume loads
+  // one of any name (a meta.json and no latest).
   if (Into == Top)
-    return Name == "latest" || isStepDirName(Top.filename().string());
+    return Name == "latest" || isStepDirName(Top.filename().string()) ||
+           (std::filesystem::exists(Top / "meta.json", Ec) &&
+            !std::filesystem::exists(Top / "latest", Ec));
   return Into.parent_path() == Top && isStepDirName(Into.filename().string());
 }
 

@@ -2199,6 +2199,9 @@ int runMain(int Argc, char **Argv) {
     openMetrics(O, S);
   } catch (const RunError &E) {
     Err = E.what();
+  } catch (const std::bad_alloc &) {
+    Err = "out of memory while opening --metrics on rank " +
+          std::to_string(WorldRank);
   } catch (const std::exception &E) {
     Err = std::string("internal error: ") + E.what();
   }
