@@ -230,13 +230,12 @@ size_t Executor::loadParams(const WeightFiles &File, uint64_t Seed) {
       initOne(*Pa, T, Seed);
       continue;
     }
+    const auto Sliced = SlicedWhole.find(Pa->hf_name()->str());
     loadParamSlice(File, Pa->name()->str(), Pa->hf_name()->str(),
                    vec(Pa->hf_offset()), vec(Pa->global_shape()),
                    vec(Pa->offset()), T.shape, T.f.data(),
                    Pa->hf_shape() ? vec(Pa->hf_shape()) : ShapeVec{},
-                   SlicedWhole.count(Pa->hf_name()->str())
-                       ? SlicedWhole[Pa->hf_name()->str()]
-                       : ShapeVec{});
+                   Sliced == SlicedWhole.end() ? ShapeVec{} : Sliced->second);
     ++Loaded;
   }
   return Loaded;

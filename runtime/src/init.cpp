@@ -336,13 +336,11 @@ TokenLayout megatronLayout(const std::string &Prefix) {
                !I.read(reinterpret_cast<char *>(Pointers.data()),
                        std::streamsize(NSeq * 8))))
     throw RunError(Idx + ": error reading the Megatron index");
-  struct stat St;
-  if (::stat(Bin.c_str(), &St) != 0)
+  const int64_t BinBytes = regularFileSize(Bin);
+  if (BinBytes < 0)
     throw RunError(
         Bin + ": cannot open the Megatron data file: " + std::strerror(errno));
-  if (!S_ISREG(St.st_mode))
-    throw RunError(Bin + ": the Megatron data file is not a regular file");
-  const uint64_t BinSize = uint64_t(St.st_size);
+  const uint64_t BinSize = uint64_t(BinBytes);
   // Sequences are stored one after another: together they fit the data
   // file (overlapping ones would make the file read many times over: 64
   // sequences of 2^31 tokens at byte 0 once hung the vocabulary check).
