@@ -429,6 +429,10 @@ void loadCheckpointShard(const std::string &StepDir, const CheckpointMeta &M,
       Load("adam_v/" + St.param, St.globalShape, St.offset, St.v.data(),
            Shape);
     }
+  // (megac-run saves no such state; another tool, or an older run, may.)
+  if (std::string Err = nonFiniteState(E); !Err.empty())
+    throw RunError(Shard + ": " + Err +
+                   ": the checkpoint was saved after training diverged");
 }
 
 bool isCheckpointFile(const std::string &Path, const std::string &Dir) {

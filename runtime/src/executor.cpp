@@ -60,6 +60,36 @@ std::string shapeString(const std::vector<int64_t> &Shape) {
   return R + "]";
 }
 
+std::string nonFiniteState(const Executor &E) {
+  auto Check = [](const std::string &What, const float *V,
+                  size_t N) -> std::string {
+    const int64_t At = firstNonFinite(V, N);
+    return At < 0 ? ""
+                  : What + " holds " + nonFiniteName(V[At]) + " at element " +
+                        std::to_string(At) + " of " + std::to_string(N);
+  };
+  const RankProgram &RP = E.rankProgram();
+  if (RP.params())
+    for (const Param *Pa : *RP.params()) {
+      const Tensor &T = E.buffer(Pa->buffer());
+      if (std::string Err =
+              Check("parameter " + Pa->name()->str(), T.f.data(), T.f.size());
+          !Err.empty())
+        return Err;
+    }
+  for (const AdamState &St : E.adamStates())
+    for (int K = 0; K < 2; ++K) {
+      const std::vector<float> &D = K ? St.v : St.m;
+      if (std::string Err = Check(std::string(K ? "AdamW's second moment"
+                                                : "AdamW's first moment") +
+                                      " of " + St.param,
+                                  D.data(), D.size());
+          !Err.empty())
+        return Err;
+    }
+  return "";
+}
+
 static std::vector<int64_t> vec(const flatbuffers::Vector<int64_t> *V) {
   return V ? std::vector<int64_t>(V->begin(), V->end())
            : std::vector<int64_t>();

@@ -365,6 +365,11 @@ void forEachPipelineTask(
 /// "[4x64x512]".
 std::string shapeString(const std::vector<int64_t> &Shape);
 
+/// "" when every parameter and optimizer moment of \p E is finite, else
+/// which is not ("parameter h.0.mlp.fc.weight holds nan at element ...").
+/// A checkpoint of such a state would hold a diverged run.
+std::string nonFiniteState(const Executor &E);
+
 } // namespace megac_rt
 
 #endif // MEGAC_RT_EXECUTOR_H

@@ -38,12 +38,19 @@ void initParamSlice(const std::string &Name, InitMode Mode, double Std,
 /// Global: the rows past it are zero. A non-empty \p HfWhole is the
 /// extent of the tensor that all the plan's parameters sliced out of it
 /// take (q, k and v of a fused c_attn): a larger tensor is another model's,
-/// laid out otherwise. Throws RunError "<file>: <what>".
+/// laid out otherwise. Throws RunError "<file>: <what>", also where a
+/// loaded value is a NaN or an infinity.
 void loadParamSlice(const WeightFiles &Files, const std::string &Name,
                     const std::string &HfName, const ShapeVec &HfOffset,
                     const ShapeVec &Global, const ShapeVec &Offset,
                     const ShapeVec &Local, float *Out,
                     const ShapeVec &HfShape = {}, const ShapeVec &HfWhole = {});
+
+/// The index of the first NaN or infinity among \p N values, or -1.
+int64_t firstNonFinite(const float *Values, size_t N);
+
+/// "nan", "inf" or "-inf".
+const char *nonFiniteName(float Value);
 
 /// Where \p Files is a merged checkpoint (utils/merge_checkpoint.py: each
 /// parameter whole as "param/<Name>", in the plan's own layout), copies

@@ -985,13 +985,30 @@ std::unique_ptr<MpiCollectives> joinCollectives(const Program &P,
   return Comm;
 }
 
+/// What a user can do about a diverged run.
+std::string divergedAdvice(const Options &O) {
+  std::string Advice = "compile the plan with a lower --lr";
+  if (!O.saveCheckpoint.empty())
+    Advice += ", and resume from an earlier checkpoint in " + O.saveCheckpoint;
+  return Advice;
+}
+
 /// Saves a checkpoint of step \p Step: every rank writes its shard, the
 /// ranks agree, rank 0 gathers the shard sizes and CRCs and writes
 /// meta.json and then `latest`. Returns false (error already printed) if
 /// any rank failed.
 bool saveCheckpoint(const Options &O, Setup &S, int64_t Step) {
   const Program &P = *S.plan.program;
-  std::string Err;
+  // A step's loss can be finite while its update is not (an infinite
+  // gradient): such a state would overwrite a good checkpoint with one
+  // nothing can resume from. (Checked by all before any rank writes.)
+  std::string Err = nonFiniteState(*S.exec);
+  if (!Err.empty())
+    Err = "step " + std::to_string(Step) + ": " + Err +
+          ": training diverged; the checkpoint is not saved (" +
+          divergedAdvice(O) + ")";
+  if (!agree(Err))
+    return false;
   ShardInfo Mine;
   try {
     // Writing a shard is progress; the watchdog counts from its end.
@@ -1632,9 +1649,26 @@ int runTraining(const Options &O, Setup &S) {
       WindowSteps = 0;
       std::printf("%sstep %lld/%lld  loss %.6f  lr %.2e  %.0f tok/s  ETA %s%s",
                   Tty ? "\r" : "", (long long)T, (long long)Last,
-                  double(Loss), Lr, RecentTok, clockString(Eta).c_str(),
+                  // (printf shows a NaN's sign bit: "-nan".)
+                  std::isnan(Loss) ? std::fabs(double(Loss)) : double(Loss), Lr,
+                  RecentTok, clockString(Eta).c_str(),
                   Tty ? (T == Last ? "\n" : "   ") : "\n");
       std::fflush(stdout);
+    }
+    // Every rank holds the same loss (reduced over the grid, or broadcast
+    // from a pipeline's last stage), so all stop here together. A NaN
+    // reaches every parameter through the update: no later step recovers.
+    if (!std::isfinite(Loss)) {
+      if (Tty && T != Last)
+        std::fputc('\n', stdout); // end the progress line
+      std::fflush(stdout);
+      if (WorldRank == 0)
+        std::fprintf(stderr,
+                     "megac-run: error: step %lld: the loss is %s: training "
+                     "diverged; stopping without a checkpoint (%s)\n",
+                     (long long)T, std::isnan(Loss) ? "nan" : "inf",
+                     divergedAdvice(O).c_str());
+      return 1;
     }
     if (O.checkpointEvery && T % O.checkpointEvery == 0 && T != Last) {
       if (Dev)

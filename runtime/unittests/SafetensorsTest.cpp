@@ -16,6 +16,7 @@
 #include <cstring>
 #include <fstream>
 #include <unistd.h>
+#include <vector>
 
 using namespace megac_rt;
 
@@ -171,6 +172,32 @@ TEST(Safetensors, HalfConversions) {
   EXPECT_EQ(halfToFloat(0x0001), std::ldexp(1.0f, -24));
   EXPECT_TRUE(std::isinf(halfToFloat(0x7C00)));
   EXPECT_EQ(bf16ToFloat(0x3F80), 1.0f);
+}
+
+TEST(Safetensors, FirstNonFiniteScansEveryBlock) {
+  // Values at each edge of the scan's 4096-value blocks, and past them.
+  std::vector<float> V(3 * 4096 + 7, 1.0f);
+  EXPECT_EQ(firstNonFinite(V.data(), V.size()), -1);
+  EXPECT_EQ(firstNonFinite(V.data(), 0), -1);
+  for (size_t At :
+       {size_t(0), size_t(4095), size_t(4096), size_t(8191), V.size() - 1}) {
+    std::vector<float> W = V;
+    W[At] = std::nanf("");
+    EXPECT_EQ(firstNonFinite(W.data(), W.size()), int64_t(At));
+    W[At] = -INFINITY;
+    EXPECT_EQ(firstNonFinite(W.data(), W.size()), int64_t(At));
+    EXPECT_STREQ(nonFiniteName(W[At]), "-inf");
+    // The first of two, and nothing before the count.
+    W[V.size() - 1] = INFINITY;
+    EXPECT_EQ(firstNonFinite(W.data(), W.size()), int64_t(At));
+    EXPECT_EQ(firstNonFinite(W.data(), At), -1);
+  }
+  // The largest finite float and the subnormals are finite.
+  V[5] = 3.4028235e38f;
+  V[6] = 1e-45f;
+  EXPECT_EQ(firstNonFinite(V.data(), V.size()), -1);
+  EXPECT_STREQ(nonFiniteName(std::nanf("")), "nan");
+  EXPECT_STREQ(nonFiniteName(INFINITY), "inf");
 }
 
 TEST(TokenFile, RawAndLlmcFormats) {
