@@ -120,10 +120,31 @@ void writeFileAtomic(const std::string &Path, const void *Data, size_t Size) {
   fsyncDir(parentOf(Target));
 }
 
+int openWithoutWaiting(const std::string &Path) {
+  int Fd = ::open(Path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  // A lease another process holds (a Samba or NFS server's) answers a
+  // non-blocking open with EWOULDBLOCK until it is released. Leases exist
+  // only on regular files, so this open waits for that release, not for
+  // a pipe's writer.
+  if (Fd < 0 && errno == EWOULDBLOCK)
+    Fd = ::open(Path.c_str(), O_RDONLY | O_CLOEXEC);
+  // (Reads of the file block as usual: a regular file's read under a
+  // lease being broken would fail with EWOULDBLOCK.)
+  if (Fd >= 0)
+    if (const int Flags = ::fcntl(Fd, F_GETFL); Flags >= 0)
+      ::fcntl(Fd, F_SETFL, Flags & ~O_NONBLOCK);
+  return Fd;
+}
+
 int64_t regularFileSize(const std::string &Path) {
   struct stat St;
-  if (::stat(Path.c_str(), &St) != 0)
-    return -1;
+  if (::stat(Path.c_str(), &St) != 0) {
+    // Nothing there (or a file where a directory of the path should be);
+    // any other failure is not "missing", and saying so would mislead.
+    if (errno == ENOENT || errno == ENOTDIR)
+      return -1;
+    throw RunError(Path + ": cannot read: " + std::strerror(errno));
+  }
   if (!S_ISREG(St.st_mode))
     throw RunError(Path + ": not a regular file (" +
                    (S_ISDIR(St.st_mode)    ? "a directory"
@@ -142,9 +163,8 @@ std::vector<uint8_t> readRegularFile(const std::string &Path, bool &Missing,
   if (uint64_t(Size) > Limit)
     throw RunError(Path + ": " + std::to_string(Size) + " bytes, more than " +
                    What + " (" + std::to_string(Limit) + ")");
-  // (Non-blocking: a pipe put there since the check is refused, not
-  // waited on.)
-  const int Fd = ::open(Path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  // (A pipe put there since the check is refused below, not waited on.)
+  const int Fd = openWithoutWaiting(Path);
   if (Fd < 0)
     throw RunError(Path + ": cannot open: " + std::strerror(errno));
   std::vector<uint8_t> Bytes(static_cast<size_t>(Size));

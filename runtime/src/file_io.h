@@ -38,10 +38,17 @@ std::string writeTarget(const std::string &Path);
 /// a regular one. Throws RunError "<path>: <what>".
 void writeFileAtomic(const std::string &Path, const void *Data, size_t Size);
 
+/// Opens \p Path for reading without waiting for a pipe's writer (callers
+/// check that the descriptor is a regular file's), also under another
+/// process's lease; reads on it block as usual. -1 and errno as open's.
+int openWithoutWaiting(const std::string &Path);
+
 /// The size of the regular file \p Path, or -1 when nothing is there.
 /// Throws RunError "<Path>: not a regular file (...)" for a directory, a
 /// pipe or a device: opening a pipe would wait for a writer for ever, and
-/// a directory reports no size worth allocating.
+/// a directory reports no size worth allocating; and "<Path>: cannot
+/// read: <why>" where it cannot be examined (a loop of symbolic links, no
+/// permission to search a directory of the path).
 int64_t regularFileSize(const std::string &Path);
 
 /// The regular file \p Path whole (Missing when nothing is there), read

@@ -168,8 +168,8 @@ SafetensorsHeader parseSafetensors(const uint8_t *Data, size_t Size) {
 }
 
 SafetensorsFile::SafetensorsFile(const std::string &P) : Path(P) {
-  // (Non-blocking: a pipe is refused below, not waited on for ever.)
-  int Fd = ::open(Path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  // (A pipe is refused below, not waited on for ever.)
+  int Fd = openWithoutWaiting(Path);
   if (Fd < 0)
     throw RunError(Path + ": cannot open weights file: " +
                    std::strerror(errno));
