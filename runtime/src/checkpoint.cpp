@@ -449,9 +449,11 @@ bool isCheckpointFile(const std::string &Path, const std::string &Dir) {
     return false;
   const std::string Name = Target.filename().string();
   // Dir itself may be a step directory: by its name, or as a resume loads
-  // one of any name (a meta.json and no latest).
+  // one of any name (a meta.json and no latest). A file named as a step
+  // directory would keep the run from saving that step.
   if (Into == Top)
-    return Name == "latest" || isStepDirName(Top.filename().string()) ||
+    return Name == "latest" || isStepDirName(Name) ||
+           isStepDirName(Top.filename().string()) ||
            (std::filesystem::exists(Top / "meta.json", Ec) &&
             !std::filesystem::exists(Top / "latest", Ec));
   return Into.parent_path() == Top && isStepDirName(Into.filename().string());

@@ -67,8 +67,9 @@ std::string shardFileName(uint32_t Rank);
 
 /// Whether writing \p Path would overwrite a file of the checkpoint
 /// directory \p Dir (its latest, or a file in one of its step
-/// directories; \p Dir may name a step directory itself), links followed.
-/// Other files beside the steps (a run's metrics, say) are not its.
+/// directories; \p Dir may name a step directory itself), or take the
+/// name of a step directory, links followed. Other files beside the steps
+/// (a run's metrics, say) are not its.
 bool isCheckpointFile(const std::string &Path, const std::string &Dir);
 
 /// Creates \p Dir and its parents where missing. Throws RunError

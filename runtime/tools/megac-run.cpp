@@ -446,8 +446,9 @@ void checkOutputsApart(const Options &O) {
       if (!Dir->empty() && isCheckpointFile(*Path, *Dir))
         throw RunError(Flag + " " + *Path + " is a file of the checkpoint " +
                        *Dir +
-                       ": writing it would destroy that; name "
-                       "another file");
+                       " (its latest, a step directory or a file in one): "
+                       "writing it would destroy that, or keep the step "
+                       "from being saved; name another file");
     Seen.push_back({Flag, Path});
     Ids.push_back(Id);
   }
