@@ -51,7 +51,9 @@
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/xxhash.h"
 #include <chrono>
+#include <cstdio>
 #include <map>
+#include <unistd.h>
 
 using namespace mlir;
 namespace cl = llvm::cl;
@@ -445,6 +447,77 @@ bool reportRepeatedOptions() {
   return repeated;
 }
 
+/// Standard error, sent to a temporary file from construction until
+/// release(), which returns what was written and restores it. (Where no
+/// temporary can be made, nothing is captured.)
+class CapturedStderr {
+public:
+  CapturedStderr() {
+    llvm::errs().flush();
+    std::fflush(stderr);
+    if ((file = std::tmpfile()) && (saved = ::dup(STDERR_FILENO)) >= 0)
+      ::dup2(::fileno(file), STDERR_FILENO);
+  }
+  CapturedStderr(const CapturedStderr &) = delete;
+  CapturedStderr &operator=(const CapturedStderr &) = delete;
+  ~CapturedStderr() { release(); }
+  std::string release() {
+    std::string text;
+    llvm::errs().flush();
+    std::fflush(stderr);
+    if (saved >= 0) {
+      ::dup2(saved, STDERR_FILENO);
+      ::close(saved);
+      saved = -1;
+      std::rewind(file);
+      char buffer[4096];
+      for (size_t n; (n = std::fread(buffer, 1, sizeof(buffer), file)) > 0;)
+        text.append(buffer, n);
+    }
+    if (file)
+      std::fclose(file);
+    file = nullptr;
+    return text;
+  }
+
+private:
+  std::FILE *file = nullptr;
+  int saved = -1;
+};
+
+/// Prints LLVM's option-parser \p errors as megac's own diagnostics: each
+/// "<program>: <problem>" line as "megac: error: <problem>" (as every other
+/// refusal reads, and as tools that scan for "error:" expect), a bad
+/// value's "for the --seed option: '-1' value invalid for ulong argument!"
+/// as "--seed: expected a whole number of 0 or more, got '-1'", and the
+/// hints (a "Did you mean", the line after a positional-argument error) as
+/// notes.
+void reportOptionErrors(StringRef errors, StringRef programName) {
+  static const llvm::Regex badValue(
+      "^for the (-?-[A-Za-z0-9-]+) option: '(.*)' value invalid for "
+      "([a-z ]+) argument!$");
+  llvm::SmallVector<StringRef> lines;
+  errors.split(lines, '\n', -1, /*KeepEmpty=*/false);
+  const std::string prefix = (programName + ": ").str();
+  for (StringRef line : lines) {
+    const bool own = line.consume_front(prefix);
+    line = line.trim();
+    std::string text = line.str();
+    llvm::SmallVector<StringRef> match;
+    if (own && badValue.match(line, &match)) {
+      StringRef kind = match[3];
+      text = (match[1] + ": expected " +
+              (kind == "floating point" ? "a number"
+               : kind.starts_with("u")  ? "a whole number of 0 or more"
+                                        : "a whole number") +
+              ", got '" + match[2] + "'")
+                 .str();
+    }
+    const bool hint = !own || line.starts_with("Did you mean");
+    llvm::errs() << (hint ? "megac: note: " : "megac: error: ") << text << "\n";
+  }
+}
+
 /// Parses the options of subcommand argv[1], with argv[0] shown as
 /// "megac compile" so --help reads naturally. False (reported) when the
 /// command line must be refused.
@@ -454,7 +527,21 @@ bool reportRepeatedOptions() {
   llvm::SmallVector<char *> args = {programName.data()};
   for (int i = 2; i < argc; ++i)
     args.push_back(argv[i]);
-  cl::ParseCommandLineOptions(args.size(), args.data(), overview);
+  std::string errors;
+  bool parsed;
+  {
+    llvm::raw_string_ostream errorStream(errors);
+    // (LLVM reports a bad option value, "--seed -1", on llvm::errs()
+    // whatever stream it is given: that is captured as well.)
+    CapturedStderr valueErrors;
+    parsed = cl::ParseCommandLineOptions(args.size(), args.data(), overview,
+                                         &errorStream);
+    errors += valueErrors.release();
+  }
+  if (!parsed) {
+    reportOptionErrors(errors, programName);
+    return false;
+  }
   return !reportRepeatedOptions();
 }
 
