@@ -61,6 +61,21 @@ if mpirun and shutil.which("torchrun") and shutil.which("ompi-server"):
 if subprocess.run([python, "-c", "import numpy"], capture_output=True).returncode == 0:
     config.available_features.add("numpy")
 
+# File leases (leased-files.test): Linux with fs.leases-enable on, and a
+# file system that grants them where the tests write.
+_lease_probe = """
+import fcntl, os, sys, tempfile
+fd, path = tempfile.mkstemp(dir=sys.argv[1])
+try:
+    fcntl.fcntl(fd, getattr(fcntl, "F_SETLEASE", 1024), fcntl.F_WRLCK)
+finally:
+    os.close(fd)
+    os.unlink(path)
+"""
+if subprocess.run([python, "-c", _lease_probe, config.test_exec_root],
+                  capture_output=True).returncode == 0:
+    config.available_features.add("leases")
+
 # megac compile --target cuda needs NVRTC at build time (no GPU).
 if getattr(config, "megac_have_nvrtc", False):
     config.available_features.add("nvrtc")

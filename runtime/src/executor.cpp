@@ -60,39 +60,43 @@ std::string shapeString(const std::vector<int64_t> &Shape) {
   return R + "]";
 }
 
+static std::vector<int64_t> vec(const flatbuffers::Vector<int64_t> *V) {
+  return V ? std::vector<int64_t>(V->begin(), V->end())
+           : std::vector<int64_t>();
+}
+
 std::string nonFiniteState(const Executor &E) {
-  auto Check = [](const std::string &What, const float *V,
-                  size_t N) -> std::string {
-    const int64_t At = firstNonFinite(V, N);
-    return At < 0 ? ""
-                  : What + " holds " + nonFiniteName(V[At]) + " at element " +
-                        std::to_string(At) + " of " + std::to_string(N);
-  };
   const RankProgram &RP = E.rankProgram();
+  // Named by the element's place in the whole parameter (its slice's
+  // offset added), as the message of a weights file is.
+  auto Check = [&](const std::string &What, const std::vector<float> &V,
+                   const std::vector<int64_t> &Local,
+                   const std::vector<int64_t> &Offset) -> std::string {
+    const int64_t At = firstNonFinite(V.data(), V.size());
+    if (At < 0)
+      return "";
+    return What + " holds " + nonFiniteName(V[size_t(At)]) + " at " +
+           elementPlace(At, Local, Offset) + " (on rank " +
+           std::to_string(RP.rank()) + ")";
+  };
   if (RP.params())
     for (const Param *Pa : *RP.params()) {
       const Tensor &T = E.buffer(Pa->buffer());
-      if (std::string Err =
-              Check("parameter " + Pa->name()->str(), T.f.data(), T.f.size());
+      if (std::string Err = Check("parameter " + Pa->name()->str(), T.f,
+                                  T.shape, vec(Pa->offset()));
           !Err.empty())
         return Err;
     }
   for (const AdamState &St : E.adamStates())
-    for (int K = 0; K < 2; ++K) {
-      const std::vector<float> &D = K ? St.v : St.m;
-      if (std::string Err = Check(std::string(K ? "AdamW's second moment"
-                                                : "AdamW's first moment") +
-                                      " of " + St.param,
-                                  D.data(), D.size());
+    for (int K = 0; K < 2; ++K)
+      if (std::string Err =
+              Check(std::string(K ? "AdamW's second moment"
+                                  : "AdamW's first moment") +
+                        " of " + St.param,
+                    K ? St.v : St.m, E.buffer(St.buffer).shape, St.offset);
           !Err.empty())
         return Err;
-    }
   return "";
-}
-
-static std::vector<int64_t> vec(const flatbuffers::Vector<int64_t> *V) {
-  return V ? std::vector<int64_t>(V->begin(), V->end())
-           : std::vector<int64_t>();
 }
 
 Executor::Executor(const Program &P, uint32_t Rank)

@@ -151,18 +151,12 @@ void loadParamSlice(const WeightFiles &Files, const std::string &Name,
   // by its place in the file's tensor.
   const size_t N = size_t(std::accumulate(Local.begin(), Local.end(),
                                           int64_t(1), std::multiplies<>()));
-  if (const int64_t At = firstNonFinite(Out, N); At >= 0) {
-    std::vector<int64_t> Index(Local.size());
-    for (size_t D = Local.size(), Rest = size_t(At); D-- > 0;) {
-      Index[D] = Start[D] + int64_t(Rest % size_t(Local[D]));
-      Rest /= size_t(Local[D]);
-    }
+  if (const int64_t At = firstNonFinite(Out, N); At >= 0)
     throw RunError(Path + ": tensor \"" + T->name + "\" holds " +
-                   nonFiniteName(Out[At]) + " at " + listStr(Index) +
-                   " (in parameter " + Name +
+                   nonFiniteName(Out[At]) + " at " +
+                   elementPlace(At, Local, Start) + " (in parameter " + Name +
                    "): the weights are corrupt, or were saved by a run "
                    "that diverged");
-  }
 }
 
 int64_t firstNonFinite(const float *Values, size_t N) {
@@ -188,6 +182,16 @@ int64_t firstNonFinite(const float *Values, size_t N) {
 
 const char *nonFiniteName(float Value) {
   return std::isnan(Value) ? "nan" : Value > 0 ? "inf" : "-inf";
+}
+
+std::string elementPlace(int64_t At, const ShapeVec &Local,
+                         const ShapeVec &Start) {
+  ShapeVec Index(Local.size());
+  for (size_t D = Local.size(); D-- > 0;) {
+    Index[D] = (D < Start.size() ? Start[D] : 0) + At % Local[D];
+    At /= Local[D];
+  }
+  return listStr(Index);
 }
 
 bool loadMergedCheckpointParam(const WeightFiles &Files,

@@ -52,6 +52,11 @@ int64_t firstNonFinite(const float *Values, size_t N);
 /// "nan", "inf" or "-inf".
 const char *nonFiniteName(float Value);
 
+/// Where element \p At of a \p Local-shaped block placed at \p Start
+/// lies in the whole tensor: "[3,130]".
+std::string elementPlace(int64_t At, const ShapeVec &Local,
+                         const ShapeVec &Start);
+
 /// Where \p Files is a merged checkpoint (utils/merge_checkpoint.py: each
 /// parameter whole as "param/<Name>", in the plan's own layout), copies
 /// the slice (\p Local at \p Offset of \p Global) of parameter \p Name out

@@ -298,6 +298,8 @@ struct Setup {
   uint32_t lossBuf = 0, logitsBuf = 0;
   std::string resumedFrom;
   CheckpointMeta resumedMeta;
+  // The step directory this run saved last ("" before its first).
+  std::string lastSaved;
   FILE *metrics = nullptr;
   // Forward plans: the tokens the step read (the global batch + 1).
   std::vector<int32_t> forwardStream;
@@ -986,11 +988,15 @@ std::unique_ptr<MpiCollectives> joinCollectives(const Program &P,
   return Comm;
 }
 
-/// What a user can do about a diverged run.
-std::string divergedAdvice(const Options &O) {
+/// What a user can do about a diverged run. The last checkpoint (saved by
+/// this run, or resumed from) holds finite values, but it may already be
+/// on the way: a step's update can be huge and finite.
+std::string divergedAdvice(const Setup &S) {
   std::string Advice = "compile the plan with a lower --lr";
-  if (!O.saveCheckpoint.empty())
-    Advice += ", and resume from an earlier checkpoint in " + O.saveCheckpoint;
+  const std::string &Last = S.lastSaved.empty() ? S.resumedFrom : S.lastSaved;
+  if (!Last.empty())
+    Advice += " and resume from the last checkpoint, " + Last +
+              ", or, if it diverges again, from an earlier one";
   return Advice;
 }
 
@@ -1007,7 +1013,7 @@ bool saveCheckpoint(const Options &O, Setup &S, int64_t Step) {
   if (!Err.empty())
     Err = "step " + std::to_string(Step) + ": " + Err +
           ": training diverged; the checkpoint is not saved (" +
-          divergedAdvice(O) + ")";
+          divergedAdvice(S) + ")";
   if (!agree(Err))
     return false;
   ShardInfo Mine;
@@ -1048,7 +1054,10 @@ bool saveCheckpoint(const Options &O, Setup &S, int64_t Step) {
       // (Also the data's fingerprint: a file changed during the run.)
       Err = E.what();
     }
-  return agree(Err);
+  if (!agree(Err))
+    return false;
+  S.lastSaved = O.saveCheckpoint + "/" + stepDirName(Step);
+  return true;
 }
 
 std::string clockString(double Sec) {
@@ -1668,7 +1677,7 @@ int runTraining(const Options &O, Setup &S) {
                      "megac-run: error: step %lld: the loss is %s: training "
                      "diverged; stopping without a checkpoint (%s)\n",
                      (long long)T, std::isnan(Loss) ? "nan" : "inf",
-                     divergedAdvice(O).c_str());
+                     divergedAdvice(S).c_str());
       return 1;
     }
     if (O.checkpointEvery && T % O.checkpointEvery == 0 && T != Last) {

@@ -1669,7 +1669,8 @@ int runSchedule(int argc, char **argv) {
       cl::init(0), cl::cat(category));
   static cl::opt<int64_t> seq(
       "seq",
-      cl::desc("Sequence length for --model (default: the model's, else 64)"),
+      cl::desc("Sequence length for --model (default: the model's, or 64, "
+               "or the position table's length if shorter)"),
       cl::init(0), cl::cat(category));
   if (!parseSubcommand(
           argc, argv,

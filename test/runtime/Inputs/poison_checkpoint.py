@@ -1,7 +1,8 @@
-"""poison_checkpoint.py STEP_DIR TENSOR VALUE - writes VALUE (nan, inf) into
-element 0 of TENSOR of rank 0's shard, and records the new shard's size and
-CRC-32 in meta.json, so that only the value itself is wrong: the checkpoint
-another tool (or a diverged run without megac-run's checks) would save."""
+"""poison_checkpoint.py STEP_DIR TENSOR VALUE [RANK] - writes VALUE (nan,
+inf) into element 0 of TENSOR of rank RANK's shard (default 0), and records
+the new shard's size and CRC-32 in meta.json, so that only the value itself
+is wrong: the checkpoint another tool (or a diverged run without megac-run's
+checks) would save."""
 
 import json
 import os
@@ -14,15 +15,16 @@ import safetensors_np  # noqa: E402
 
 def main():
     step_dir, name, value = sys.argv[1:4]
-    shard = os.path.join(step_dir, "rank-00000.safetensors")
+    rank = int(sys.argv[4]) if len(sys.argv) > 4 else 0
+    shard = os.path.join(step_dir, "rank-%05d.safetensors" % rank)
     tensors, meta = safetensors_np.load(shard)
     tensors[name].flat[0] = float(value)
     safetensors_np.save(shard, tensors, meta)
     data = open(shard, "rb").read()
     meta_path = os.path.join(step_dir, "meta.json")
     m = json.load(open(meta_path))
-    m["shards"][0]["bytes"] = len(data)
-    m["shards"][0]["crc32"] = zlib.crc32(data)
+    m["shards"][rank]["bytes"] = len(data)
+    m["shards"][rank]["crc32"] = zlib.crc32(data)
     json.dump(m, open(meta_path, "w"), indent=2)
 
 
