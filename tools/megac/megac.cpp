@@ -50,9 +50,12 @@
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/xxhash.h"
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <map>
+#include <sys/stat.h>
 #include <unistd.h>
 
 using namespace mlir;
@@ -65,13 +68,88 @@ int fail(const llvm::Twine &message) {
   return 1;
 }
 
+/// Reads the input \p path ("-": standard input) whole, where it can be
+/// \p expected ("a HuggingFace config.json"): a regular file (or a pipe
+/// on standard input) of at most \p limit bytes. Anything else is refused
+/// before it is read, with the reason in \p error: a directory; a named
+/// pipe, which would wait for a writer; a device such as /dev/zero, which
+/// would be read until memory ran out; or a file too large to be one.
+std::unique_ptr<llvm::MemoryBuffer> readInput(StringRef path, uint64_t limit,
+                                              StringRef expected,
+                                              std::string &error) {
+  const std::string name = path == "-" ? "<stdin>" : path.str();
+  auto tooLarge = [&](uint64_t bytes) {
+    error = name + ": more than " + std::to_string(limit >> 20) + " MiB (" +
+            std::to_string(bytes) + " bytes): not " + expected.str();
+  };
+  if (path == "-") {
+    // A device other than a terminal (< /dev/zero) is refused as a named
+    // one is; a pipe is read in pieces, so that an endless one stops at
+    // the limit.
+    struct stat in;
+    if (::fstat(STDIN_FILENO, &in) == 0 && S_ISCHR(in.st_mode) &&
+        !::isatty(STDIN_FILENO)) {
+      error = name + ": not a regular file (a device; " + expected.str() +
+              " is expected)";
+      return nullptr;
+    }
+    std::string text;
+    char piece[1 << 16];
+    for (ssize_t n; (n = ::read(STDIN_FILENO, piece, sizeof(piece))) != 0;) {
+      if (n < 0) {
+        if (errno == EINTR)
+          continue;
+        error = name + ": " + std::strerror(errno);
+        return nullptr;
+      }
+      text.append(piece, size_t(n));
+      if (text.size() > limit) {
+        tooLarge(text.size());
+        return nullptr;
+      }
+    }
+    return llvm::MemoryBuffer::getMemBufferCopy(text, name);
+  }
+  llvm::sys::fs::file_status status;
+  if (std::error_code ec = llvm::sys::fs::status(path, status)) {
+    error = "cannot open input file '" + name + "': " + ec.message();
+    return nullptr;
+  }
+  if (!llvm::sys::fs::is_regular_file(status)) {
+    const auto type = status.type();
+    error = name + ": not a regular file (" +
+            (type == llvm::sys::fs::file_type::directory_file ? "a directory"
+             : type == llvm::sys::fs::file_type::fifo_file    ? "a named pipe"
+                                                              : "a device") +
+            "; " + expected.str() + " is expected)";
+    return nullptr;
+  }
+  if (status.getSize() > limit) {
+    tooLarge(status.getSize());
+    return nullptr;
+  }
+  auto buffer = llvm::MemoryBuffer::getFile(path, /*IsText=*/false,
+                                            /*RequiresNullTerminator=*/true);
+  if (!buffer) {
+    error =
+        "cannot open input file '" + name + "': " + buffer.getError().message();
+    return nullptr;
+  }
+  return std::move(*buffer);
+}
+
+/// The largest model file read: 1 GiB (import's deepest model, 10000
+/// layers, is far smaller).
+constexpr uint64_t kMaxModelBytes = uint64_t(1) << 30;
+
 /// Parses the model file at \p path (reporting errors) into a module whose
 /// buffer \p sourceMgr keeps; \p hash, if given, receives its content hash.
 OwningOpRef<ModuleOp> loadModel(MLIRContext &ctx, llvm::StringRef path,
                                 llvm::SourceMgr &sourceMgr,
                                 uint64_t *hash = nullptr) {
   std::string error;
-  auto file = openInputFile(path, &error);
+  auto file = readInput(path, kMaxModelBytes,
+                        "a model in the megac dialect (.mlir)", error);
   if (!file) {
     fail(error);
     return nullptr;
@@ -559,13 +637,14 @@ bool makeSchedule(StringRef kind, int64_t stages, int64_t microBatches,
     // "-": standard input, as `megac schedule --print | megac schedule
     // --check -` pipes it.
     const std::string name = scheduleFileName(file);
-    auto buffer = llvm::MemoryBuffer::getFileOrSTDIN(file);
-    if (!buffer) {
-      error = "cannot read " + name + ": " + buffer.getError().message();
+    // (The largest schedule megac makes, ten million tasks, is about
+    // 80 MB of text.)
+    auto buffer =
+        readInput(file, uint64_t(256) << 20,
+                  "a pipeline schedule, a line of tasks per rank", error);
+    if (!buffer)
       return false;
-    }
-    if (!megac::parsePipelineSchedule((*buffer)->getBuffer(), schedule,
-                                      error)) {
+    if (!megac::parsePipelineSchedule(buffer->getBuffer(), schedule, error)) {
       error = name + ": " + error;
       return false;
     }
@@ -1426,20 +1505,13 @@ int runImport(int argc, char **argv) {
     // A config is a few KiB: anything else (a device such as /dev/zero,
     // which would be read forever, or a checkpoint named by mistake) is
     // refused before it is read.
-    constexpr uint64_t kMaxConfigBytes = 16 << 20;
-    llvm::sys::fs::file_status status;
-    if (!llvm::sys::fs::status(config, status) &&
-        !llvm::sys::fs::is_regular_file(status))
-      return fail(config + ": not a regular file (a HuggingFace config.json "
-                           "is expected)");
-    if (status.getSize() > kMaxConfigBytes)
-      return fail(config + ": " + std::to_string(status.getSize() >> 20) +
-                  " MiB is no config.json (a checkpoint?); a config is a "
-                  "few KiB of JSON");
-    auto buffer = llvm::MemoryBuffer::getFile(config);
+    std::string error;
+    auto buffer =
+        readInput(config, uint64_t(16) << 20,
+                  "a HuggingFace config.json, a few KiB of JSON", error);
     if (!buffer)
-      return fail(config + ": " + buffer.getError().message());
-    auto result = megac::parseGPT2Config((*buffer)->getBuffer());
+      return fail(error);
+    auto result = megac::parseGPT2Config(buffer->getBuffer());
     if (!result)
       return fail(config + ": " + llvm::toString(result.takeError()));
     parsed = *result;
