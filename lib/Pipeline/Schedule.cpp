@@ -86,12 +86,27 @@ std::string formatTask(const PipelineTask &T) {
   return Text;
 }
 
+/// \p Word as a message quotes it: at most 32 characters, and a byte that
+/// is not printable as \xNN (a schedule file of binary data, or with
+/// terminal escapes, is not echoed raw).
+static std::string quoteWord(llvm::StringRef Word) {
+  constexpr size_t kShown = 32;
+  std::string Text = "'";
+  for (char C : Word.take_front(kShown)) {
+    if (llvm::isPrint(C))
+      Text += C;
+    else
+      Text += "\\x" + llvm::utohexstr(uint8_t(C), /*LowerCase=*/true, 2);
+  }
+  return Text + (Word.size() > kShown ? "...'" : "'");
+}
+
 bool parsePipelineSchedule(llvm::StringRef Text, PipelineSchedule &S,
                            std::string &Error) {
   S = PipelineSchedule();
   llvm::SmallVector<llvm::StringRef> Lines;
   Text.split(Lines, '\n');
-  int64_t MaxMicro = -1, MaxChunk = 0;
+  int64_t MaxMicro = -1, MaxChunk = 0, Count = 0;
   for (auto [Index, Raw] : llvm::enumerate(Lines)) {
     llvm::StringRef Line = Raw.trim();
     if (Line.empty() || Line.starts_with("#"))
@@ -109,10 +124,17 @@ bool parsePipelineSchedule(llvm::StringRef Text, PipelineSchedule &S,
       if (Label.trim().getAsInteger(10, Labelled) ||
           Labelled != int64_t(S.ranks.size())) {
         Error = Where + " holds rank " + std::to_string(S.ranks.size()) +
-                "'s tasks but is labelled 'rank " + Label.trim().str() + "'";
+                "'s tasks but is labelled " +
+                quoteWord(("rank " + Label.trim()).str());
         return false;
       }
       Line = Rest;
+      if (Line.trim().empty()) {
+        Error = Where + ": rank " + std::to_string(S.ranks.size()) +
+                " has no tasks (each rank runs every micro-batch forward "
+                "and backward)";
+        return false;
+      }
     }
     std::vector<PipelineTask> Tasks;
     llvm::SmallVector<llvm::StringRef> Words;
@@ -120,20 +142,33 @@ bool parsePipelineSchedule(llvm::StringRef Text, PipelineSchedule &S,
     for (llvm::StringRef Word : Words) {
       PipelineTask T;
       llvm::StringRef Rest = Word;
+      const std::string NotATask =
+          "rank " + std::to_string(S.ranks.size()) + ": " + quoteWord(Word) +
+          " is not a task (F<micro-batch>[.<chunk>] or B...)";
       if (Rest.consume_front("F"))
         T.backward = false;
       else if (Rest.consume_front("B"))
         T.backward = true;
       else {
-        Error = "rank " + std::to_string(S.ranks.size()) + ": '" + Word.str() +
-                "' is not a task (F<micro-batch>[.<chunk>] or B...)";
+        Error = NotATask;
         return false;
       }
       auto [Micro, Chunk] = Rest.split('.');
+      const bool Dotted = Rest.contains('.');
       if (Micro.getAsInteger(10, T.microBatch) || T.microBatch < 0 ||
-          (!Chunk.empty() && (Chunk.getAsInteger(10, T.chunk) || T.chunk < 0))) {
-        Error = "rank " + std::to_string(S.ranks.size()) + ": '" + Word.str() +
-                "' is not a task (F<micro-batch>[.<chunk>] or B...)";
+          (Dotted && (Chunk.getAsInteger(10, T.chunk) || T.chunk < 0))) {
+        Error = NotATask;
+        return false;
+      }
+      // (Before anything is sized by them: the counts come from the
+      // largest numbers.)
+      if (T.microBatch >= kMaxScheduleTasks || T.chunk >= kMaxScheduleTasks ||
+          ++Count > kMaxScheduleTasks) {
+        Error = "rank " + std::to_string(S.ranks.size()) + ": " +
+                quoteWord(Word) + ": a schedule holds at most " +
+                std::to_string(kMaxScheduleTasks) +
+                " tasks, and its micro-batch and chunk numbers lie below "
+                "that";
         return false;
       }
       MaxMicro = std::max(MaxMicro, T.microBatch);
@@ -229,69 +264,83 @@ bool simulatePipeline(const PipelineSchedule &S, double ForwardTime,
   std::vector<size_t> Next(size_t(P), 0);
   std::vector<double> Clock(size_t(P), 0), Busy(size_t(P), 0);
   const double TF = ForwardTime / double(V), TB = BackwardTime / double(V);
-  for (;;) {
-    bool Progress = false, Finished = true;
+  // Ranks run their tasks in order until one waits for a message; a rank
+  // whose neighbour (the owner of the model chunk before or after one of
+  // its own) ran something may go on. Only those are tried again, so the
+  // simulation is linear in the tasks, not in tasks x stages.
+  std::vector<int64_t> Work;
+  std::vector<char> Queued(size_t(P), 1);
+  for (int64_t R = P - 1; R >= 0; --R)
+    Work.push_back(R);
+  while (!Work.empty()) {
+    const int64_t R = Work.back();
+    Work.pop_back();
+    Queued[size_t(R)] = 0;
+    const auto &Tasks = S.ranks[size_t(R)];
+    bool Ran = false;
+    while (Next[size_t(R)] < Tasks.size()) {
+      const PipelineTask &T = Tasks[Next[size_t(R)]];
+      const int64_t C = modelChunk(R, T.chunk);
+      // What the task receives or needs first.
+      std::tuple<bool, int64_t, int64_t> Needs[2];
+      int NumNeeds = 0;
+      if (!T.backward && C > 0)
+        Needs[NumNeeds++] = {false, T.microBatch, C - 1};
+      if (T.backward) {
+        Needs[NumNeeds++] = {false, T.microBatch, C};
+        if (C + 1 < Chunks)
+          Needs[NumNeeds++] = {true, T.microBatch, C + 1};
+      }
+      double Start = Clock[size_t(R)];
+      bool Ready = true;
+      for (int I = 0; I < NumNeeds && Ready; ++I) {
+        auto It = Done.find(Needs[I]);
+        Ready = It != Done.end();
+        if (Ready)
+          Start = std::max(Start, It->second);
+      }
+      if (!Ready)
+        break;
+      const double Dur = T.backward ? TB : TF;
+      Clock[size_t(R)] = Start + Dur;
+      Busy[size_t(R)] += Dur;
+      Done[{T.backward, T.microBatch, C}] = Start + Dur;
+      ++Next[size_t(R)];
+      Ran = true;
+    }
+    if (Ran)
+      for (int64_t N : {(R + P - 1) % P, (R + 1) % P})
+        if (!Queued[size_t(N)]) {
+          Queued[size_t(N)] = 1;
+          Work.push_back(N);
+        }
+  }
+  bool Finished = true;
+  for (int64_t R = 0; R < P; ++R)
+    Finished &= Next[size_t(R)] >= S.ranks[size_t(R)].size();
+  if (!Finished) {
+    // Every rank that has work left waits for a message no one can send.
+    Error = "the schedule deadlocks:";
     for (int64_t R = 0; R < P; ++R) {
       const auto &Tasks = S.ranks[size_t(R)];
-      while (Next[size_t(R)] < Tasks.size()) {
-        const PipelineTask &T = Tasks[Next[size_t(R)]];
-        const int64_t C = modelChunk(R, T.chunk);
-        // What the task receives or needs first.
-        std::vector<std::tuple<bool, int64_t, int64_t>> Needs;
-        if (!T.backward && C > 0)
-          Needs.push_back({false, T.microBatch, C - 1});
-        if (T.backward) {
-          Needs.push_back({false, T.microBatch, C});
-          if (C + 1 < Chunks)
-            Needs.push_back({true, T.microBatch, C + 1});
-        }
-        double Start = Clock[size_t(R)];
-        bool Ready = true;
-        for (const auto &Need : Needs) {
-          auto It = Done.find(Need);
-          if (It == Done.end()) {
-            Ready = false;
-            break;
-          }
-          Start = std::max(Start, It->second);
-        }
-        if (!Ready)
-          break;
-        const double Dur = T.backward ? TB : TF;
-        Clock[size_t(R)] = Start + Dur;
-        Busy[size_t(R)] += Dur;
-        Done[{T.backward, T.microBatch, C}] = Start + Dur;
-        ++Next[size_t(R)];
-        Progress = true;
-      }
-      Finished &= Next[size_t(R)] >= Tasks.size();
+      if (Next[size_t(R)] >= Tasks.size())
+        continue;
+      const PipelineTask &T = Tasks[Next[size_t(R)]];
+      const int64_t C = modelChunk(R, T.chunk);
+      std::string Wait;
+      if (!T.backward)
+        Wait = "the activation of micro-batch " + std::to_string(T.microBatch) +
+               " from rank " + std::to_string(rankOf(C - 1));
+      else if (!Done.count({false, T.microBatch, C}))
+        Wait = "its own forward of micro-batch " + std::to_string(T.microBatch);
+      else
+        Wait = "the gradient of micro-batch " + std::to_string(T.microBatch) +
+               " from rank " + std::to_string(rankOf(C + 1));
+      Error += " rank " + std::to_string(R) + " waits to run " + formatTask(T) +
+               " for " + Wait + ";";
     }
-    if (Finished)
-      break;
-    if (!Progress) {
-      // Every rank that has work left waits for a message no one can send.
-      Error = "the schedule deadlocks:";
-      for (int64_t R = 0; R < P; ++R) {
-        const auto &Tasks = S.ranks[size_t(R)];
-        if (Next[size_t(R)] >= Tasks.size())
-          continue;
-        const PipelineTask &T = Tasks[Next[size_t(R)]];
-        const int64_t C = modelChunk(R, T.chunk);
-        std::string Wait;
-        if (!T.backward)
-          Wait = "the activation of micro-batch " + std::to_string(T.microBatch) +
-                 " from rank " + std::to_string(rankOf(C - 1));
-        else if (!Done.count({false, T.microBatch, C}))
-          Wait = "its own forward of micro-batch " + std::to_string(T.microBatch);
-        else
-          Wait = "the gradient of micro-batch " + std::to_string(T.microBatch) +
-                 " from rank " + std::to_string(rankOf(C + 1));
-        Error += " rank " + std::to_string(R) + " waits to run " +
-                 formatTask(T) + " for " + Wait + ";";
-      }
-      Error.pop_back();
-      return false;
-    }
+    Error.pop_back();
+    return false;
   }
   Timing.makespan = *std::max_element(Clock.begin(), Clock.end());
   double Idle = 0, Ideal = 0;
