@@ -18,11 +18,36 @@
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/MathExtras.h"
+#include <algorithm>
 #include <cmath>
+#include <limits>
 
 using namespace mlir;
 
 namespace megac {
+
+/// The deepest nesting of arrays and objects in JSON \p text (brackets
+/// inside strings not counted), without parsing it.
+static int jsonDepth(llvm::StringRef text) {
+  int depth = 0, deepest = 0;
+  bool inString = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (inString) {
+      if (c == '\\')
+        ++i; // the escaped character, a quote among them
+      else if (c == '"')
+        inString = false;
+    } else if (c == '"') {
+      inString = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return deepest;
+}
 
 llvm::Expected<GPT2Config> parseGPT2Config(llvm::StringRef text) {
   auto fail = [](const llvm::Twine &message) {
@@ -32,6 +57,14 @@ llvm::Expected<GPT2Config> parseGPT2Config(llvm::StringRef text) {
   // Editors on Windows may start the file with a UTF-8 byte-order mark,
   // which JSON parsers (Python's json.load among them) skip.
   text.consume_front("\xEF\xBB\xBF");
+  // LLVM's JSON parser recurses once per level: 50000 brackets overflowed
+  // the stack. A config is a few levels deep.
+  constexpr int kMaxDepth = 64;
+  if (jsonDepth(text) > kMaxDepth)
+    return fail(llvm::formatv("JSON nested more than {0} levels deep: not a "
+                              "HuggingFace config",
+                              kMaxDepth)
+                    .str());
   llvm::Expected<llvm::json::Value> parsed = llvm::json::parse(text);
   if (!parsed)
     return fail("invalid JSON: " + llvm::toString(parsed.takeError()));
@@ -50,7 +83,13 @@ llvm::Expected<GPT2Config> parseGPT2Config(llvm::StringRef text) {
     // choice), a config of another family must not pass for GPT-2 by its
     // generic keys (num_hidden_layers, hidden_size, ...): its own say what
     // it is.
-    if (const llvm::json::Array *archs = object->getArray("architectures"))
+    const llvm::json::Value *archValue = object->get("architectures");
+    const llvm::json::Array *archs =
+        archValue ? archValue->getAsArray() : nullptr;
+    if (archValue && !archs && !archValue->getAsNull())
+      return fail("'architectures' must be a list of model class names "
+                  "([\"GPT2LMHeadModel\"])");
+    if (archs)
       for (const llvm::json::Value &arch : *archs) {
         std::optional<llvm::StringRef> name = arch.getAsString();
         if (!name || !name->starts_with("GPT2"))
@@ -161,18 +200,27 @@ llvm::Expected<GPT2Config> parseGPT2Config(llvm::StringRef text) {
   if (auto err = requireFlag("add_cross_attention", false,
                              "megac builds decoder-only models"))
     return std::move(err);
-  if (const llvm::json::Value *eps = object->get("layer_norm_epsilon")) {
-    std::optional<double> value = eps->getAsNumber();
-    if (!value || !(*value > 0) || !std::isfinite(*value))
-      return fail("'layer_norm_epsilon' must be a positive, finite number");
-    config.layerNormEpsilon = *value;
-  }
-  if (const llvm::json::Value *range = object->get("initializer_range")) {
-    std::optional<double> value = range->getAsNumber();
-    if (!value || !(*value > 0) || !std::isfinite(*value))
-      return fail("'initializer_range' must be a positive, finite number");
-    config.initStd = *value;
-  }
+  // Both are float32 in the model: a value past its range would become
+  // infinity (or, below its normal numbers, lose its digits or become 0).
+  auto getPositiveFloat = [&](llvm::StringRef name,
+                              double &out) -> llvm::Error {
+    const llvm::json::Value *value = object->get(name);
+    if (!value)
+      return llvm::Error::success();
+    std::optional<double> number = value->getAsNumber();
+    if (!number || !(*number >= std::numeric_limits<float>::min() &&
+                     *number <= std::numeric_limits<float>::max()))
+      return fail("'" + name +
+                  "' must be a positive number within float32's range "
+                  "(1.2e-38 to 3.4e38)");
+    out = *number;
+    return llvm::Error::success();
+  };
+  if (auto err =
+          getPositiveFloat("layer_norm_epsilon", config.layerNormEpsilon))
+    return std::move(err);
+  if (auto err = getPositiveFloat("initializer_range", config.initStd))
+    return std::move(err);
   auto getRate = [&](llvm::StringRef name, double &out) -> llvm::Error {
     if (const llvm::json::Value *value = object->get(name)) {
       std::optional<double> rate = value->getAsNumber();
@@ -207,7 +255,7 @@ llvm::Expected<GPT2Config> parseGPT2Config(llvm::StringRef text) {
   // reasonable time and memory.
   // (kMaxElements is megac_rt::kMaxBufferElements, which the runtime
   // refuses past; the frontend does not depend on the runtime's headers.)
-  constexpr int64_t kMaxElements = int64_t(1) << 40, kMaxLayers = 100000;
+  constexpr int64_t kMaxElements = int64_t(1) << 40, kMaxLayers = 10000;
   if (config.numLayers > kMaxLayers)
     return fail(llvm::formatv("n_layer ({0}) exceeds {1} layers",
                               config.numLayers, kMaxLayers)
