@@ -2192,6 +2192,21 @@ int runMain(int Argc, char **Argv) {
   App.footer("Exit status: 0 on success, 1 on any error (reported as one "
              "line \"megac-run: error: ...\" on stderr), 3 when the "
              "watchdog ends the job.");
+  // "--steps=" would take the next argument as its value ("--quiet"), or
+  // leave a stray one ("--data= --steps 1": "1 not expected").
+  for (int I = 1; I < Argc; ++I) {
+    const std::string A = Argv[I];
+    if (A == "--")
+      break;
+    if (A.size() > 2 && A[0] == '-' && A.back() == '=') {
+      if (WorldRank == 0)
+        std::fprintf(stderr,
+                     "megac-run: error: %s gives no value: write %sVALUE "
+                     "or leave the option out\n",
+                     A.c_str(), A.c_str());
+      return 1;
+    }
+  }
   try {
     App.parse(Argc, Argv);
   } catch (const CLI::Success &E) { // --help, --help-all, --version

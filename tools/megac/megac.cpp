@@ -583,12 +583,18 @@ void reportOptionErrors(StringRef errors, StringRef programName) {
     std::string text = line.str();
     llvm::SmallVector<StringRef> match;
     if (own && badValue.match(line, &match)) {
+      // (LLVM's parsers name the C type: integer, uint, long, ulong,
+      // llong, ullong.)
       StringRef kind = match[3];
-      text = (match[1] + ": expected " +
-              (kind == "floating point" ? "a number"
-               : kind.starts_with("u")  ? "a whole number of 0 or more"
-                                        : "a whole number") +
-              ", got '" + match[2] + "'")
+      const char *expected =
+          kind == "floating point" ? "a number"
+          : kind == "integer" ? "a whole number from -2147483648 to 2147483647"
+          : kind == "uint"    ? "a whole number from 0 to 4294967295"
+          : kind == "ulong" || kind == "ullong"
+              ? "a whole number from 0 to 18446744073709551615"
+              : "a whole number from -9223372036854775808 to "
+                "9223372036854775807";
+      text = (match[1] + ": expected " + expected + ", got '" + match[2] + "'")
                  .str();
     }
     const bool hint = !own || line.starts_with("Did you mean");
@@ -605,6 +611,25 @@ void reportOptionErrors(StringRef errors, StringRef programName) {
   llvm::SmallVector<char *> args = {programName.data()};
   for (int i = 2; i < argc; ++i)
     args.push_back(argv[i]);
+  // "--lr=" would read as 0 (LLVM's parser takes the empty value), and
+  // silently turn off what the option sets.
+  for (char *arg : llvm::ArrayRef(args).drop_front()) {
+    StringRef text(arg);
+    if (text == "--")
+      break;
+    if (!text.starts_with("-") || !text.ends_with("="))
+      continue;
+    StringRef name = text.ltrim('-').drop_back();
+    auto &options = cl::getRegisteredOptions();
+    auto found = options.find(name);
+    if (found != options.end() &&
+        found->second->getValueExpectedFlag() != cl::ValueDisallowed) {
+      fail(text + " gives no value: write " + text +
+           "VALUE or leave the "
+           "option out");
+      return false;
+    }
+  }
   std::string errors;
   bool parsed;
   {
