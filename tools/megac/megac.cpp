@@ -173,7 +173,18 @@ OwningOpRef<ModuleOp> loadModel(MLIRContext &ctx, llvm::StringRef path,
   if (hash)
     *hash = llvm::xxh3_64bits(file->getBuffer());
   sourceMgr.AddNewSourceBuffer(std::move(file), llvm::SMLoc());
-  return parseSourceFile<ModuleOp>(sourceMgr, &ctx);
+  OwningOpRef<ModuleOp> module = parseSourceFile<ModuleOp>(sourceMgr, &ctx);
+  // A model returns what it computes: without a result, every op is dead
+  // and the plan would run nothing (batch 0 x seq 0, 0 instructions).
+  if (module)
+    for (auto func : module->getOps<func::FuncOp>())
+      if (!func.isExternal() && func.getNumResults() == 0) {
+        func.emitError() << "@" << func.getSymName()
+                         << " returns nothing: a model returns what it "
+                            "computes (its loss, its logits)";
+        return nullptr;
+      }
+  return module;
 }
 
 /// "80G", "512M", "1.5GiB", "1073741824": bytes (K, M, G, T are powers of
