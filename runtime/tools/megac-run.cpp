@@ -53,6 +53,7 @@
 #include <cstring>
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -641,35 +642,65 @@ void keepMetricsUpTo(const std::string &Path, int64_t Step) {
   struct stat St;
   if (::stat(Path.c_str(), &St) != 0 || !S_ISREG(St.st_mode))
     return;
-  std::FILE *In = std::fopen(Path.c_str(), "r");
-  if (!In)
-    return;
-  std::string Kept, Line;
-  bool Dropped = false;
   // (A metrics line is a few hundred bytes: a far longer one means the
   // file is something else, which is not read whole into memory.)
   constexpr size_t kLongestLine = size_t(1) << 20;
-  for (int C; (C = std::fgetc(In)) != EOF;) {
-    Line.push_back(char(C));
-    if (Line.size() > kLongestLine) {
-      std::fclose(In);
-      throw RunError(Path + ": not a metrics file of megac-run (a line of "
-                            "more than 1 MiB); --metrics names another file "
-                            "to continue in");
-    }
-    if (C != '\n')
-      continue;
-    long long At = 0;
-    if (std::sscanf(Line.c_str(), "{\"step\": %lld,", &At) == 1 && At > Step)
+  // Calls Keep(line, kept) for each whole line; true when a last line
+  // was cut short.
+  auto ForEachLine =
+      [&](const std::function<void(const std::string &, bool)> &Keep) {
+        std::FILE *In = std::fopen(Path.c_str(), "r");
+        if (!In)
+          return false;
+        std::string Line;
+        for (int C; (C = std::fgetc(In)) != EOF;) {
+          Line.push_back(char(C));
+          if (Line.size() > kLongestLine) {
+            std::fclose(In);
+            throw RunError(Path +
+                           ": not a metrics file of megac-run (a line of "
+                           "more than 1 MiB); --metrics names another "
+                           "file to continue in");
+          }
+          if (C != '\n')
+            continue;
+          long long At = 0;
+          Keep(Line,
+               !(std::sscanf(Line.c_str(), "{\"step\": %lld,", &At) == 1 &&
+                 At > Step));
+          Line.clear();
+        }
+        std::fclose(In);
+        return !Line.empty();
+      };
+  // The usual file lists its steps in order: what goes is its tail, cut
+  // off in place, without holding the rest in memory.
+  uint64_t Offset = 0, KeptEnd = 0;
+  bool Dropped = false, KeptAfterDrop = false;
+  Dropped |= ForEachLine([&](const std::string &Line, bool Kept) {
+    Offset += Line.size();
+    if (!Kept)
       Dropped = true;
+    else if (Dropped)
+      KeptAfterDrop = true;
     else
-      Kept += Line;
-    Line.clear();
-  }
-  std::fclose(In);
-  Dropped |= !Line.empty(); // a last line cut short goes too
+      KeptEnd = Offset;
+  });
   if (!Dropped)
     return;
+  if (!KeptAfterDrop) {
+    if (::truncate(Path.c_str(), off_t(KeptEnd)) != 0)
+      throw RunError(Path +
+                     ": cannot rewrite metrics file: " + std::strerror(errno));
+    return;
+  }
+  // Steps out of order (files of several runs appended): the kept lines
+  // are gathered and written again.
+  std::string Kept;
+  ForEachLine([&](const std::string &Line, bool Keep) {
+    if (Keep)
+      Kept += Line;
+  });
   std::FILE *Out = std::fopen(Path.c_str(), "w");
   if (!Out)
     throw RunError(Path +
