@@ -5,7 +5,8 @@
 
 Compares every floating-point tensor the files have in common (or only the
 named ones), prints the relative error ||a-b|| / ||b|| of each, and exits 1
-if any is above --tol, a named tensor is missing, or the shapes differ.
+if any is above --tol, a named tensor is missing, or the shapes (or kinds:
+floating point, integer) differ.
 Integer tensors (tokens, labels) are compared for exact equality.
 
 --abs-floor X: a tensor whose reference norm ||b|| is below X is compared
@@ -21,6 +22,7 @@ import sys
 import numpy as np
 
 import safetensors_np
+from script_io import ScriptError, run
 
 
 def main():
@@ -35,12 +37,15 @@ def main():
     p.add_argument("--abs-floor", type=float, default=0.0,
                    help="below this reference norm, compare absolute error")
     args = p.parse_args()
+    for flag, value in (("--tol", args.tol), ("--abs-floor", args.abs_floor)):
+        if not (np.isfinite(value) and value >= 0):
+            raise ScriptError(f"{flag} must be a number of 0 or more, got {value}")
     A, _ = safetensors_np.load(args.a)
     B, _ = safetensors_np.load(args.b)
     names = args.tensor or sorted(n for n in set(A) & set(B)
                                   if n.startswith(args.prefix))
     if not names:
-        sys.exit("compare_safetensors.py: error: no tensors in common")
+        raise ScriptError("no tensors in common")
     ok = True
     for n in names:
         if n not in A or n not in B:
@@ -50,6 +55,12 @@ def main():
         a, b = A[n], B[n]
         if a.shape != b.shape:
             print(f"{n}: shape {list(a.shape)} vs {list(b.shape)}")
+            ok = False
+            continue
+        # (Values alike in another type are another tensor: int32 ids are
+        # no float32 weights.)
+        if np.issubdtype(a.dtype, np.floating) != np.issubdtype(b.dtype, np.floating):
+            print(f"{n}: dtype {a.dtype} vs {b.dtype}")
             ok = False
             continue
         if not np.issubdtype(a.dtype, np.floating):
@@ -73,4 +84,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    run(main)

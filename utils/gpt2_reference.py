@@ -20,6 +20,7 @@ import sys
 import numpy as np
 
 import safetensors_np
+from script_io import run
 
 
 def layer_norm(x, w, b, eps):
@@ -122,4 +123,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    run(main)

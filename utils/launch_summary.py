@@ -19,6 +19,7 @@ import collections
 import re
 import signal
 import sys
+from script_io import run
 
 INSTR = re.compile(r"^megac-emu: instr \d+ (\S+)(?: x(\d+))? step (\d+) ")
 # A run's start: what it issues before its first instruction (its fault
@@ -98,4 +99,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    run(main)

@@ -17,6 +17,7 @@ import sys
 import numpy as np
 
 import safetensors_np
+from script_io import ScriptError, check_output, run
 
 
 def main():
@@ -35,8 +36,17 @@ def main():
                    help='prefix for every name, e.g. "transformer."')
     p.add_argument("--dtype", choices=["F32", "F16"], default="F32")
     a = p.parse_args()
+    for name in ("n_layer", "n_embd", "n_head", "vocab", "n_positions"):
+        if getattr(a, name) < 1:
+            raise ScriptError(f"--{name.replace('_', '-')} must be positive, "
+                              f"got {getattr(a, name)}")
+    if a.n_inner < 0 or a.seed < 0:
+        raise ScriptError("--n-inner and --seed must be 0 or more")
+    if not (np.isfinite(a.std) and a.std > 0):
+        raise ScriptError(f"--std must be a positive number, got {a.std}")
     if a.n_embd % a.n_head:
-        sys.exit("make_gpt2_weights.py: error: n-head must divide n-embd")
+        raise ScriptError("--n-head must divide --n-embd")
+    check_output(a.output, "-o")
 
     rng = np.random.default_rng(a.seed)
     H, V, P = a.n_embd, a.vocab, a.n_positions
@@ -72,4 +82,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    run(main)

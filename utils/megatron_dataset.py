@@ -21,6 +21,9 @@ import sys
 
 import numpy as np
 
+sys.path.insert(0, __import__("os").path.dirname(__import__("os").path.abspath(__file__)))
+from script_io import ScriptError, check_output, run  # noqa: E402
+
 MAGIC = b"MMIDIDX\x00\x00"
 # Megatron's DType codes.
 CODES = {"uint8": 1, "int8": 2, "int16": 3, "int32": 4, "int64": 5,
@@ -65,11 +68,17 @@ def main():
                    choices=["uint16", "int32", "int64"])
     a = p.parse_args()
     if a.doc_tokens < 1:
-        sys.exit("megatron_dataset.py: error: --doc-tokens must be positive")
-    try:
-        tokens = np.fromfile(a.tokens, dtype="<u2")
-    except OSError as e:
-        sys.exit(f"megatron_dataset.py: error: {a.tokens}: {e}")
+        raise ScriptError("--doc-tokens must be positive")
+    for out in (a.output + ".bin", a.output + ".idx"):
+        check_output(out, "-o", inputs=[a.tokens])
+    raw = open(a.tokens, "rb").read()
+    # (As megac-run --data reads a raw token file.)
+    if len(raw) % 2:
+        raise ScriptError(f"{a.tokens}: {len(raw)} bytes, an odd number: not "
+                          "raw uint16 tokens")
+    if not raw:
+        raise ScriptError(f"{a.tokens}: no tokens")
+    tokens = np.frombuffer(raw, dtype="<u2")
     docs = [tokens[i:i + a.doc_tokens]
             for i in range(0, len(tokens), a.doc_tokens)]
     write(a.output, docs, a.dtype)
@@ -78,4 +87,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    run(main)

@@ -31,10 +31,32 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import safetensors_np  # noqa: E402
+from script_io import ScriptError, check_output, run  # noqa: E402
 
 
 def fail(msg):
-    sys.exit(f"merge_checkpoint.py: error: {msg}")
+    raise ScriptError(msg)
+
+
+def checked_shards(meta, meta_path):
+    """meta.json's shards, checked as megac-run checks them: one per rank
+    of the world, in rank order, each with its file, size and CRC-32."""
+    world, shards = meta.get("world_size"), meta.get("shards")
+    if not isinstance(world, int) or isinstance(world, bool) or world < 1:
+        fail(f"{meta_path}: world_size {world!r} is not a positive whole number")
+    if not isinstance(shards, list) or len(shards) != world:
+        n = len(shards) if isinstance(shards, list) else "no"
+        fail(f"{meta_path}: lists {n} shards for {world} ranks")
+    for r, sh in enumerate(shards):
+        if not isinstance(sh, dict) or sh.get("rank") != r or \
+                sh.get("file") != f"rank-{r:05d}.safetensors" or \
+                not isinstance(sh.get("bytes"), int) or not isinstance(sh.get("crc32"), int):
+            fail(f"{meta_path}: shard entry {r} is not rank {r}'s "
+                 f"(rank, file rank-{r:05d}.safetensors, bytes, crc32)")
+    for key in ("step", "model_hash"):
+        if key not in meta:
+            fail(f"{meta_path}: no {key}")
+    return shards
 
 
 def step_dir(d):
@@ -55,13 +77,22 @@ def main():
     p.add_argument("-o", "--output", required=True)
     a = p.parse_args()
     sd = step_dir(a.dir.rstrip("/") or "/")
+    # (Written over a shard or meta.json, the output destroyed the
+    # checkpoint it was merged from; a file beside the steps is harmless.)
+    steps = [os.path.join(a.dir, n) for n in os.listdir(a.dir)
+             if n.startswith("step-")] if os.path.isdir(a.dir) else []
+    check_output(a.output, "-o", inputs=[os.path.join(a.dir, "latest")],
+                 inside=[sd] + steps)
     meta_path = os.path.join(sd, "meta.json")
     try:
         meta = json.load(open(meta_path))
     except (OSError, ValueError) as e:
         fail(f"{meta_path}: {e}")
+    if not isinstance(meta, dict):
+        fail(f"{meta_path}: not a JSON object")
+    shards = checked_shards(meta, meta_path)
     full, covered = {}, {}
-    for sh in meta["shards"]:
+    for sh in shards:
         path = os.path.join(sd, sh["file"])
         try:
             data = open(path, "rb").read()
@@ -75,8 +106,12 @@ def main():
         for name, arr in tensors.items():
             if name not in md:
                 fail(f"{path}: no slice metadata for tensor {name}")
-            sl = json.loads(md[name])
-            gshape, off = tuple(sl["global_shape"]), tuple(sl["offset"])
+            try:
+                sl = json.loads(md[name])
+                gshape, off = tuple(sl["global_shape"]), tuple(sl["offset"])
+            except (ValueError, TypeError, KeyError):
+                fail(f"{path}: the slice metadata of tensor {name} is not "
+                     "{\"global_shape\": [...], \"offset\": [...]}")
             if len(gshape) != arr.ndim or len(off) != arr.ndim or any(
                     o < 0 or o + n > g for o, n, g in zip(off, arr.shape, gshape)):
                 fail(f"{path}: tensor {name} of shape {list(arr.shape)} does not fit at "
@@ -104,8 +139,8 @@ def main():
         "model_hash": str(meta["model_hash"]),
     })
     print(f"merge_checkpoint.py: step {meta['step']}: {len(out)} tensors from "
-          f"{len(meta['shards'])} shards -> {a.output}")
+          f"{len(shards)} shards -> {a.output}")
 
 
 if __name__ == "__main__":
-    main()
+    run(main)

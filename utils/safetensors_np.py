@@ -25,27 +25,75 @@ def _bf16_to_f32(raw):
 
 
 def load(path):
-    """Returns ({name: ndarray}, metadata). BF16 is widened to float32."""
+    """Returns ({name: ndarray}, metadata). BF16 is widened to float32.
+    Raises ValueError "<path>: <what>" for a file that is not a valid
+    safetensors file (as megac-run refuses it), OSError where it cannot be
+    read."""
     with open(path, "rb") as f:
         data = f.read()
+
+    def bad(what):
+        return ValueError(f"{path}: {what}")
+
     if len(data) < 8:
-        raise ValueError(f"{path}: not a safetensors file")
+        raise bad("not a safetensors file (shorter than its header length)")
     (n,) = struct.unpack("<Q", data[:8])
     if n > len(data) - 8:
-        raise ValueError(f"{path}: header length {n} exceeds the file")
-    header = json.loads(data[8:8 + n].decode("utf-8"))
+        raise bad(f"header length {n} exceeds the file")
+    try:
+        header = json.loads(data[8:8 + n].decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise bad(f"the header is not JSON ({e})")
+    if not isinstance(header, dict):
+        raise bad("the header is not a JSON object")
     base = 8 + n
-    tensors = {}
-    meta = header.pop("__metadata__", {}) or {}
+    meta = header.pop("__metadata__", None) or {}
+    if not isinstance(meta, dict) or not all(
+            isinstance(v, str) for v in meta.values()):
+        raise bad("__metadata__ is not an object of strings")
+    tensors, spans = {}, []
     for name, e in header.items():
-        b, en = e["data_offsets"]
+        if not isinstance(e, dict):
+            raise bad(f"tensor {name!r}: not an object")
+        dtype, shape, offsets = e.get("dtype"), e.get("shape"), e.get("data_offsets")
+        if dtype != "BF16" and dtype not in _DTYPES:
+            raise bad(f"tensor {name!r}: unknown dtype {dtype!r}")
+        if not isinstance(shape, list) or not all(
+                isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
+            raise bad(f"tensor {name!r}: shape {shape!r} is not a list of sizes")
+        if not (isinstance(offsets, list) and len(offsets) == 2 and all(
+                isinstance(o, int) and not isinstance(o, bool) for o in offsets)
+                and 0 <= offsets[0] <= offsets[1] <= len(data) - base):
+            raise bad(f"tensor {name!r}: data_offsets {offsets!r} lie outside "
+                      f"the data section ({len(data) - base} bytes)")
+        b, en = offsets
+        size = 2 if dtype == "BF16" else np.dtype(_DTYPES[dtype]).itemsize
+        count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+        if en - b != count * size:
+            raise bad(f"tensor {name!r}: holds {en - b} bytes but dtype {dtype} "
+                      f"and shape {shape} need {count * size}")
+        spans.append((b, en, name))
         raw = data[base + b: base + en]
-        shape = tuple(e["shape"])
-        if e["dtype"] == "BF16":
+        if dtype == "BF16":
             arr = _bf16_to_f32(raw)
         else:
-            arr = np.frombuffer(raw, dtype=np.dtype(_DTYPES[e["dtype"]]).newbyteorder("<"))
+            arr = np.frombuffer(raw, dtype=np.dtype(_DTYPES[dtype]).newbyteorder("<"))
         tensors[name] = arr.reshape(shape).copy()
+    # Every byte of the data section belongs to exactly one tensor: else
+    # the header (or its length field) is off.
+    at = 0
+    for b, en, name in sorted(spans):
+        if b < at:
+            raise bad(f"tensor {name!r} shares bytes with another tensor: a "
+                      "damaged header")
+        if b > at:
+            raise bad(f"bytes [{at}, {b}) of the data section belong to no "
+                      "tensor: a damaged header")
+        at = en
+    if at != len(data) - base:
+        raise bad(f"the data section holds {len(data) - base} bytes but its "
+                  f"tensors end at byte {at}: a damaged header, or bytes "
+                  "appended to the file")
     return tensors, meta
 
 
@@ -66,10 +114,18 @@ def save(path, tensors, metadata=None):
         header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
     text = json.dumps(header, separators=(",", ":")).encode("utf-8")
     text += b" " * ((8 - len(text) % 8) % 8)
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(struct.pack("<Q", len(text)))
-        f.write(text)
-        for raw in blobs:
-            f.write(raw)
-    os.replace(tmp, path)
+    tmp = f"{path}.tmp{os.getpid()}"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(struct.pack("<Q", len(text)))
+            f.write(text)
+            for raw in blobs:
+                f.write(raw)
+        os.replace(tmp, path)
+    except BaseException:
+        # (No partial file left behind: a full disk, an interrupt.)
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise

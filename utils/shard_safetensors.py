@@ -17,6 +17,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import safetensors_np  # noqa: E402
+from script_io import ScriptError, run  # noqa: E402
 
 
 def main():
@@ -25,18 +26,29 @@ def main():
     p.add_argument("--shards", type=int, default=2)
     p.add_argument("-o", "--output", required=True, help="directory")
     a = p.parse_args()
-    tensors, _ = safetensors_np.load(a.input)
+    tensors, metadata = safetensors_np.load(a.input)
     names = sorted(tensors)
     if not 1 <= a.shards <= max(1, len(names)):
-        sys.exit(f"shard_safetensors.py: error: --shards must lie in "
-                 f"[1, {len(names)}]")
+        raise ScriptError(f"--shards must lie in [1, {len(names)}]")
+    if os.path.exists(a.output) and not os.path.isdir(a.output):
+        raise ScriptError(f"-o {a.output} is a file; it names a directory")
+    # Shards of an earlier split (of another count) beside the new index
+    # would be read by nothing and mislead; a directory holding the input
+    # would see it overwritten. Neither is written into.
+    if os.path.isdir(a.output):
+        old = [n for n in os.listdir(a.output)
+               if n.startswith("model-") and n.endswith(".safetensors")]
+        if old:
+            raise ScriptError(f"-o {a.output} already holds shards ({old[0]}, "
+                              "...); name an empty or new directory")
     os.makedirs(a.output, exist_ok=True)
     weight_map, total = {}, 0
     for k in range(a.shards):
         part = names[k * len(names) // a.shards:(k + 1) * len(names) // a.shards]
         file = f"model-{k + 1:05d}-of-{a.shards:05d}.safetensors"
+        # (Each shard keeps the input's metadata, as save_pretrained's do.)
         safetensors_np.save(os.path.join(a.output, file),
-                            {n: tensors[n] for n in part})
+                            {n: tensors[n] for n in part}, metadata)
         for n in part:
             weight_map[n] = file
             total += tensors[n].nbytes
@@ -48,4 +60,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    run(main)
