@@ -20,7 +20,7 @@ import sys
 import numpy as np
 
 import safetensors_np
-from script_io import run
+from script_io import ScriptError, run
 
 
 def layer_norm(x, w, b, eps):
@@ -33,14 +33,37 @@ def gelu(x):
     return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
 
 
+LAYER_TENSORS = ("ln_1.weight", "ln_1.bias", "attn.c_attn.weight",
+                 "attn.c_attn.bias", "attn.c_proj.weight", "attn.c_proj.bias",
+                 "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight", "mlp.c_fc.bias",
+                 "mlp.c_proj.weight", "mlp.c_proj.bias")
+
+
+def num_layers(W):
+    """The layers h.0 ... h.(n-1) the weights name, each with every tensor
+    of a GPT-2 block: a missing one would otherwise end the model early
+    and compare it with a shallower one."""
+    indices = {int(k.split(".")[1]) for k in W
+               if k.startswith("h.") and k.split(".")[1].isdigit()}
+    n = max(indices) + 1 if indices else 0
+    for i in range(n):
+        for t in LAYER_TENSORS:
+            if f"h.{i}.{t}" not in W:
+                raise ScriptError(f"the weights have layers up to h.{n - 1} "
+                                  f"but no h.{i}.{t}")
+    for t in ("wte.weight", "wpe.weight", "ln_f.weight", "ln_f.bias"):
+        if t not in W:
+            raise ScriptError(f"the weights have no {t}")
+    return n
+
+
 def forward(W, tokens, n_head, eps):
     B, S = tokens.shape
     x = W["wte.weight"][tokens] + W["wpe.weight"][:S][None]
     H = x.shape[-1]
     hd = H // n_head
     mask = np.tril(np.ones((S, S), bool))
-    i = 0
-    while f"h.{i}.ln_1.weight" in W:
+    for i in range(num_layers(W)):
         p = f"h.{i}."
         a = layer_norm(x, W[p + "ln_1.weight"], W[p + "ln_1.bias"], eps)
         qkv = a @ W[p + "attn.c_attn.weight"] + W[p + "attn.c_attn.bias"]
@@ -56,7 +79,6 @@ def forward(W, tokens, n_head, eps):
         m = layer_norm(x, W[p + "ln_2.weight"], W[p + "ln_2.bias"], eps)
         f = gelu(m @ W[p + "mlp.c_fc.weight"] + W[p + "mlp.c_fc.bias"])
         x = x + f @ W[p + "mlp.c_proj.weight"] + W[p + "mlp.c_proj.bias"]
-        i += 1
     x = layer_norm(x, W["ln_f.weight"], W["ln_f.bias"], eps)
     return x @ W["wte.weight"].T
 
@@ -84,6 +106,8 @@ def main():
     p.add_argument("--eps", type=float, default=1e-5)
     p.add_argument("--tol", type=float, default=1e-4)
     a = p.parse_args()
+    if a.n_head < 1:
+        raise ScriptError(f"--n-head must be positive, got {a.n_head}")
 
     raw, _ = safetensors_np.load(a.weights)
     W = {}
@@ -93,8 +117,32 @@ def main():
     outs, _ = safetensors_np.load(a.outputs)
     for need in ("tokens", "logits"):
         if need not in outs:
-            sys.exit(f"gpt2_reference.py: error: {a.outputs} has no \"{need}\" tensor")
-    logits = forward(W, outs["tokens"].astype(np.int64), a.n_head, a.eps)
+            raise ScriptError(f"{a.outputs} has no \"{need}\" tensor")
+    tokens = outs["tokens"].astype(np.int64)
+    vocab, hidden = W["wte.weight"].shape if "wte.weight" in W else (0, 0)
+    if tokens.ndim != 2 or tokens.size == 0:
+        raise ScriptError(f"{a.outputs}: tokens of shape {list(tokens.shape)}, "
+                          "not [batch, seq]")
+    if tokens.min() < 0 or tokens.max() >= vocab:
+        raise ScriptError(f"{a.outputs}: tokens outside the weights' "
+                          f"vocabulary [0, {vocab})")
+    if "wpe.weight" in W and tokens.shape[1] > W["wpe.weight"].shape[0]:
+        raise ScriptError(f"{a.outputs}: sequences of {tokens.shape[1]} tokens, "
+                          f"more than the weights' {W['wpe.weight'].shape[0]} "
+                          "positions")
+    if "labels" in outs:
+        labels = outs["labels"].astype(np.int64)
+        if labels.shape != tokens.shape or labels.min() < 0 or labels.max() >= vocab:
+            raise ScriptError(f"{a.outputs}: labels of shape {list(labels.shape)} "
+                              f"or outside [0, {vocab}), for tokens "
+                              f"{list(tokens.shape)}")
+    if hidden % a.n_head:
+        raise ScriptError(f"--n-head {a.n_head} does not divide n_embd {hidden}")
+    logits = forward(W, tokens, a.n_head, a.eps)
+    if outs["logits"].shape[:-1] != logits.shape[:-1]:
+        raise ScriptError(f"{a.outputs}: logits of shape "
+                          f"{list(outs['logits'].shape)} for tokens "
+                          f"{list(tokens.shape)}")
     ok = True
     got = outs["logits"]
     V = logits.shape[-1]
