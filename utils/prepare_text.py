@@ -17,6 +17,7 @@ import argparse
 import gzip
 import os
 import sys
+import zlib
 
 import numpy as np
 
@@ -36,7 +37,7 @@ def main():
         a.val_fraction = 0.1
     if not 0.0 <= a.val_fraction < 1.0:
         raise ScriptError("--val-fraction must be in [0, 1)")
-    if a.val_fraction_given and not a.val_out:
+    if a.val_fraction_given and a.val_fraction > 0 and not a.val_out:
         raise ScriptError("--val-fraction splits off --val-out; name that file")
     check_output(a.output, "-o", inputs=[a.input])
     if a.val_out:
@@ -47,7 +48,7 @@ def main():
         raw = open(a.input, "rb").read()
         if raw[:2] == b"\x1f\x8b":
             raw = gzip.decompress(raw)
-    except (EOFError, gzip.BadGzipFile) as e:
+    except (EOFError, gzip.BadGzipFile, zlib.error) as e:
         raise ScriptError(f"{a.input}: {e}")
     tokens = np.frombuffer(raw, dtype=np.uint8).astype("<u2")
     n_val = int(len(tokens) * a.val_fraction) if a.val_out else 0

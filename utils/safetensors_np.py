@@ -19,6 +19,9 @@ _DTYPES = {
 _NAMES = {np.dtype(v): k for k, v in _DTYPES.items()}
 
 
+_MAX_ELEMENTS = 1 << 48
+
+
 def _bf16_to_f32(raw):
     u16 = np.frombuffer(raw, dtype="<u2").astype(np.uint32)
     return (u16 << 16).view(np.float32)
@@ -56,11 +59,19 @@ def load(path):
         if not isinstance(e, dict):
             raise bad(f"tensor {name!r}: not an object")
         dtype, shape, offsets = e.get("dtype"), e.get("shape"), e.get("data_offsets")
-        if dtype != "BF16" and dtype not in _DTYPES:
+        if not isinstance(dtype, str) or (dtype != "BF16" and dtype not in _DTYPES):
             raise bad(f"tensor {name!r}: unknown dtype {dtype!r}")
         if not isinstance(shape, list) or not all(
                 isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
             raise bad(f"tensor {name!r}: shape {shape!r} is not a list of sizes")
+        count = 1
+        for d in shape:
+            count *= d
+        # (As megac-run: larger than any tensor a plan holds, and past what
+        # numpy's int64 sizes count.)
+        if count > _MAX_ELEMENTS:
+            raise bad(f"tensor {name!r}: shape {shape} holds more than 2^48 "
+                      "elements: a damaged header")
         if not (isinstance(offsets, list) and len(offsets) == 2 and all(
                 isinstance(o, int) and not isinstance(o, bool) for o in offsets)
                 and 0 <= offsets[0] <= offsets[1] <= len(data) - base):
@@ -68,7 +79,6 @@ def load(path):
                       f"the data section ({len(data) - base} bytes)")
         b, en = offsets
         size = 2 if dtype == "BF16" else np.dtype(_DTYPES[dtype]).itemsize
-        count = int(np.prod(shape, dtype=np.int64)) if shape else 1
         if en - b != count * size:
             raise bad(f"tensor {name!r}: holds {en - b} bytes but dtype {dtype} "
                       f"and shape {shape} need {count * size}")

@@ -2224,12 +2224,15 @@ int runMain(int Argc, char **Argv) {
              "line \"megac-run: error: ...\" on stderr), 3 when the "
              "watchdog ends the job.");
   // "--steps=" would take the next argument as its value ("--quiet"), or
-  // leave a stray one ("--data= --steps 1": "1 not expected").
+  // leave a stray one ("--data= --steps 1": "1 not expected"). Only an
+  // option's own name before a last "=" counts: a prompt "-1 + 2 =" or
+  // "--generate=1+1=" is a value.
   for (int I = 1; I < Argc; ++I) {
     const std::string A = Argv[I];
     if (A == "--")
       break;
-    if (A.size() > 2 && A[0] == '-' && A.back() == '=') {
+    if (A.size() > 2 && A[0] == '-' && A.find('=') == A.size() - 1 &&
+        App.get_option_no_throw(A.substr(0, A.size() - 1))) {
       if (WorldRank == 0)
         std::fprintf(stderr,
                      "megac-run: error: %s gives no value: write %sVALUE "

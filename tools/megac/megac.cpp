@@ -54,6 +54,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <fcntl.h>
 #include <map>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -68,64 +69,85 @@ int fail(const llvm::Twine &message) {
   return 1;
 }
 
+/// "<name>: more than N MiB (B bytes): not <expected>".
+std::string tooLargeInput(StringRef name, uint64_t limit, uint64_t bytes,
+                          StringRef expected) {
+  return name.str() + ": more than " + std::to_string(limit >> 20) + " MiB (" +
+         std::to_string(bytes) + " bytes): not " + expected.str();
+}
+
+/// Reads descriptor \p fd (a pipe) to its end, in pieces, so that an
+/// endless one stops at \p limit bytes; \p name and \p expected for the
+/// message.
+std::unique_ptr<llvm::MemoryBuffer> readBounded(int fd, StringRef name,
+                                                uint64_t limit,
+                                                StringRef expected,
+                                                std::string &error) {
+  std::string text;
+  char piece[1 << 16];
+  for (ssize_t n; (n = ::read(fd, piece, sizeof(piece))) != 0;) {
+    if (n < 0) {
+      if (errno == EINTR)
+        continue;
+      error = name.str() + ": " + std::strerror(errno);
+      return nullptr;
+    }
+    text.append(piece, size_t(n));
+    if (text.size() > limit) {
+      error = tooLargeInput(name, limit, text.size(), expected);
+      return nullptr;
+    }
+  }
+  return llvm::MemoryBuffer::getMemBufferCopy(text, name);
+}
+
 /// Reads the input \p path ("-": standard input) whole, where it can be
-/// \p expected ("a HuggingFace config.json"): a regular file (or a pipe
-/// on standard input) of at most \p limit bytes. Anything else is refused
-/// before it is read, with the reason in \p error: a directory; a named
-/// pipe, which would wait for a writer; a device such as /dev/zero, which
-/// would be read until memory ran out; or a file too large to be one.
+/// \p expected ("a HuggingFace config.json"): a regular file or a pipe
+/// (standard input, <(...), a mkfifo) of at most \p limit bytes. Anything
+/// else is refused before it is read, with the reason in \p error: a
+/// directory; a device such as /dev/zero, which would be read until
+/// memory ran out; or a file too large to be one.
 std::unique_ptr<llvm::MemoryBuffer> readInput(StringRef path, uint64_t limit,
                                               StringRef expected,
                                               std::string &error) {
   const std::string name = path == "-" ? "<stdin>" : path.str();
-  auto tooLarge = [&](uint64_t bytes) {
-    error = name + ": more than " + std::to_string(limit >> 20) + " MiB (" +
-            std::to_string(bytes) + " bytes): not " + expected.str();
+  auto notAFile = [&](StringRef what) {
+    error = name + ": not a regular file (" + what.str() + "; " +
+            expected.str() + " is expected)";
+    return nullptr;
   };
   if (path == "-") {
     // A device other than a terminal (< /dev/zero) is refused as a named
-    // one is; a pipe is read in pieces, so that an endless one stops at
-    // the limit.
+    // one is.
     struct stat in;
     if (::fstat(STDIN_FILENO, &in) == 0 && S_ISCHR(in.st_mode) &&
-        !::isatty(STDIN_FILENO)) {
-      error = name + ": not a regular file (a device; " + expected.str() +
-              " is expected)";
-      return nullptr;
-    }
-    std::string text;
-    char piece[1 << 16];
-    for (ssize_t n; (n = ::read(STDIN_FILENO, piece, sizeof(piece))) != 0;) {
-      if (n < 0) {
-        if (errno == EINTR)
-          continue;
-        error = name + ": " + std::strerror(errno);
-        return nullptr;
-      }
-      text.append(piece, size_t(n));
-      if (text.size() > limit) {
-        tooLarge(text.size());
-        return nullptr;
-      }
-    }
-    return llvm::MemoryBuffer::getMemBufferCopy(text, name);
+        !::isatty(STDIN_FILENO))
+      return notAFile("a device");
+    return readBounded(STDIN_FILENO, name, limit, expected, error);
   }
   llvm::sys::fs::file_status status;
   if (std::error_code ec = llvm::sys::fs::status(path, status)) {
     error = "cannot open input file '" + name + "': " + ec.message();
     return nullptr;
   }
-  if (!llvm::sys::fs::is_regular_file(status)) {
-    const auto type = status.type();
-    error = name + ": not a regular file (" +
-            (type == llvm::sys::fs::file_type::directory_file ? "a directory"
-             : type == llvm::sys::fs::file_type::fifo_file    ? "a named pipe"
-                                                              : "a device") +
-            "; " + expected.str() + " is expected)";
-    return nullptr;
+  const auto type = status.type();
+  if (type == llvm::sys::fs::file_type::fifo_file) {
+    // A pipe by name: read as standard input is, to its end or the limit.
+    const int fd = ::open(name.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      error = "cannot open input file '" + name + "': " + std::strerror(errno);
+      return nullptr;
+    }
+    auto buffer = readBounded(fd, name, limit, expected, error);
+    ::close(fd);
+    return buffer;
   }
+  if (type == llvm::sys::fs::file_type::directory_file)
+    return notAFile("a directory");
+  if (type != llvm::sys::fs::file_type::regular_file)
+    return notAFile("a device");
   if (status.getSize() > limit) {
-    tooLarge(status.getSize());
+    error = tooLargeInput(name, limit, status.getSize(), expected);
     return nullptr;
   }
   auto buffer = llvm::MemoryBuffer::getFile(path, /*IsText=*/false,
@@ -587,7 +609,10 @@ void reportOptionErrors(StringRef errors, StringRef programName) {
       "([a-z ]+) argument!$");
   llvm::SmallVector<StringRef> lines;
   errors.split(lines, '\n', -1, /*KeepEmpty=*/false);
-  const std::string prefix = (programName + ": ").str();
+  // (LLVM names the program by its file name, "megac compile", also when
+  // megac was run by a path.)
+  const std::string prefix =
+      (llvm::sys::path::filename(programName) + ": ").str();
   for (StringRef line : lines) {
     const bool own = line.consume_front(prefix);
     line = line.trim();
