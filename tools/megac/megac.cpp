@@ -1729,6 +1729,10 @@ LogicalResult printPartition(llvm::StringRef path, int64_t ranks,
       megac::SpecializeShapesPassOptions{batch, seq, 1}));
   if (failed(pm.run(*module)))
     return failure();
+  // As megac compile refuses such sizes (each stage holds its layers'
+  // tensors whole), rather than estimate FLOPs past int64.
+  if (reportOversizedTensor(*module))
+    return failure();
   func::FuncOp func;
   for (auto f : module->getOps<func::FuncOp>())
     if (!f.isExternal())
