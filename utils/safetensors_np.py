@@ -5,10 +5,11 @@ standard library (no torch, no `safetensors` package).
 """
 
 import json
-import os
 import struct
 
 import numpy as np
+
+from script_io import write_atomic
 
 _DTYPES = {
     "F64": np.float64, "F32": np.float32, "F16": np.float16,
@@ -124,18 +125,12 @@ def save(path, tensors, metadata=None):
         header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
     text = json.dumps(header, separators=(",", ":")).encode("utf-8")
     text += b" " * ((8 - len(text) % 8) % 8)
-    tmp = f"{path}.tmp{os.getpid()}"
-    try:
-        with open(tmp, "wb") as f:
-            f.write(struct.pack("<Q", len(text)))
-            f.write(text)
-            for raw in blobs:
-                f.write(raw)
-        os.replace(tmp, path)
-    except BaseException:
-        # (No partial file left behind: a full disk, an interrupt.)
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    def write(f):
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        for raw in blobs:
+            f.write(raw)
+
+    # (Whole or not at all: no partial file after a full disk or an
+    # interrupt.)
+    write_atomic(path, write)
