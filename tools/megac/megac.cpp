@@ -1690,14 +1690,11 @@ int runInspect(int argc, char **argv) {
                                   spans.size(), trace, end / 1e3);
     return 0;
   }
-  if (rank.getNumOccurrences() && rank < 0)
+  if (rank.getNumOccurrences() &&
+      (rank < 0 || static_cast<uint32_t>(rank) >= plan.program->world_size()))
     return fail(llvm::formatv("--rank must be a rank of the plan (0 to {0}), "
                               "got {1}",
                               plan.program->world_size() - 1, rank));
-  if (rank >= 0 && static_cast<uint32_t>(rank) >= plan.program->world_size())
-    return fail(llvm::formatv("--rank {0} is out of range: the plan has {1} "
-                              "ranks",
-                              rank, plan.program->world_size()));
   llvm::outs() << (json ? megac_rt::dumpPlanJson(plan, rank)
                         : megac_rt::dumpPlanText(plan, rank));
   return 0;
