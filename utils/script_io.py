@@ -64,7 +64,15 @@ def check_output(path, flag, inputs=(), inside=()):
 
 def write_atomic(path, write):
     """Calls write(file) on a temporary beside `path`, then renames it over
-    `path`: an interrupted or failed write leaves no partial file."""
+    `path`: an interrupted or failed write leaves no partial file. As
+    megac-run writes its files: a symbolic link is written through (its
+    target gets the file, the link stays), and a device or a pipe
+    (/dev/null) is written in place, since a rename would replace it."""
+    path = os.path.realpath(path)
+    if os.path.exists(path) and not os.path.isfile(path):
+        with open(path, "wb") as f:
+            write(f)
+        return
     tmp = f"{path}.tmp{os.getpid()}"
     try:
         with open(tmp, "wb") as f:
