@@ -1362,7 +1362,10 @@ CreateCudaRun loadCudaPlugin() {
   auto Fn =
       reinterpret_cast<CreateCudaRun>(::dlsym(Handle, "megacCreateCudaRun"));
   if (!Fn)
-    throw RunError(Lib + " has no megacCreateCudaRun");
+    throw RunError(
+        "--backend cuda: cannot load the CUDA backend: " + Lib +
+        " has no megacCreateCudaRun: not megac's CUDA plugin" +
+        (Override && *Override ? " (MEGAC_CUDA_PLUGIN names it)" : ""));
   return Fn;
 }
 
@@ -1544,6 +1547,41 @@ private:
 /// Opens this rank's device (every rank agrees on success, so none is left
 /// waiting); \p C carries pipeline transfers. Null after a failure, which
 /// has been reported.
+/// "" when this rank's MEGAC_CUDA_* settings that change a step's
+/// arithmetic equal rank 0's, else which differ. (Collective.) A
+/// tensor-parallel parameter's copies, computed on each rank, would drift
+/// apart under different settings (MEGAC_CUDA_EPILOGUES=0 on one rank
+/// did, without a word). The plugin's path, the logging knobs and the
+/// emulation's test knobs may differ.
+std::string cudaSettingsMismatch() {
+  std::vector<std::string> Settings;
+  for (char **Env = environ; *Env; ++Env) {
+    const std::string Entry = *Env;
+    const std::string Name = Entry.substr(0, Entry.find('='));
+    if (Name.rfind("MEGAC_CUDA_", 0) == 0 && Name != "MEGAC_CUDA_PLUGIN" &&
+        Name.rfind("MEGAC_CUDA_EMU_", 0) != 0 && Name != "MEGAC_CUDA_LT_LOG" &&
+        Name != "MEGAC_CUDA_GEMM_PROBE")
+      Settings.push_back(Entry);
+  }
+  std::sort(Settings.begin(), Settings.end());
+  std::string Mine;
+  for (const std::string &S : Settings)
+    Mine += (Mine.empty() ? "" : " ") + S;
+  if (Mine.empty())
+    Mine = "none set";
+  std::string Rank0 = Mine;
+  unsigned long long Len = Rank0.size();
+  MPI_Bcast(&Len, 1, MPI_UNSIGNED_LONG_LONG, 0, World);
+  Rank0.resize(size_t(Len));
+  MPI_Bcast(Rank0.data(), int(Len), MPI_CHAR, 0, World);
+  if (Mine == Rank0)
+    return "";
+  return "--backend cuda: rank " + std::to_string(WorldRank) +
+         " runs with MEGAC_CUDA_* " + Mine + ", rank 0 with " + Rank0 +
+         ": the settings must be the same on every rank (a tensor-parallel "
+         "parameter's copies would drift apart)";
+}
+
 std::unique_ptr<DeviceSession> openDevice(Executor &E,
                                           Collectives *C = nullptr) {
   std::unique_ptr<DeviceSession> Dev;
@@ -1556,6 +1594,8 @@ std::unique_ptr<DeviceSession> openDevice(Executor &E,
     Err = Ex.what();
   }
   if (!agree(Err))
+    return nullptr;
+  if (!agree(cudaSettingsMismatch()))
     return nullptr;
   return Dev;
 }

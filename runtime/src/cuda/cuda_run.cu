@@ -328,7 +328,8 @@ private:
       // build without the frontend, a machine without libcudnn.so.9).
       if (!Cudnn && AttentionKind == "cudnn")
         std::fprintf(stderr,
-                     "megac-run: cuDNN attention unavailable (%s); the "
+                     "megac-run: warning: cuDNN attention unavailable "
+                     "(%s); the "
                      "register-resident kernels run instead\n",
                      Why.c_str());
     }
@@ -373,13 +374,14 @@ private:
     check(cublasSetWorkspace(BlasBf16, Ws, BlasBytes), "cublasSetWorkspace");
     findBf16Values();
     // With the copies off their memory stays planned (as before them).
-    const MemoryPlan Plan =
-        planMemory(P, RP,
-                   CopiesOn && bf16OnlyAsked() ? Bf16Storage::Bf16Only
-                                               : Bf16Storage::Copies,
-                   [this](const Instr &In) {
-                     return tensorCoreAttention(In) && !WmmaAttention;
-                   });
+    // (The knob is read, and so checked, whether or not copies are on.)
+    const bool OnlyAsked = bf16OnlyAsked();
+    const MemoryPlan Plan = planMemory(
+        P, RP,
+        CopiesOn && OnlyAsked ? Bf16Storage::Bf16Only : Bf16Storage::Copies,
+        [this](const Instr &In) {
+          return tensorCoreAttention(In) && !WmmaAttention;
+        });
     Bf16Only = Plan.bf16Only;
     GradientOutputOf = Plan.attentionOutputOf;
     if (forwardStatsAsked())
