@@ -31,6 +31,7 @@
 #include <cstring>
 #include <future>
 #include <memory>
+#include <tuple>
 
 namespace megac {
 
@@ -132,6 +133,30 @@ std::string cachePath(const std::string &dir, const std::string &arch,
   return std::string(path);
 }
 
+/// Whether \p bytes are a whole 64-bit little-endian ELF file, as cubins
+/// are: its magic, and its program and section header tables (which
+/// NVRTC writes at the end) within the file. A cubin cut short, by a full
+/// disk or by hand, fails the second.
+bool isWholeElf64(llvm::StringRef bytes) {
+  constexpr size_t kHeader = 64;
+  if (bytes.size() < kHeader || !bytes.starts_with("\x7f"
+                                                   "ELF\x02\x01"))
+    return false;
+  auto read = [&](size_t at, size_t width) {
+    uint64_t value = 0;
+    for (size_t i = width; i-- > 0;)
+      value = value << 8 | uint8_t(bytes[at + i]);
+    return value;
+  };
+  // (e_phoff, e_phentsize, e_phnum; e_shoff, e_shentsize, e_shnum.)
+  for (auto [offset, entry, count] :
+       {std::tuple{read(0x20, 8), read(0x36, 2), read(0x38, 2)},
+        std::tuple{read(0x28, 8), read(0x3A, 2), read(0x3C, 2)}})
+    if (offset > bytes.size() || entry * count > bytes.size() - offset)
+      return false;
+  return true;
+}
+
 /// Whether \p bytes look like a binary for \p arch: a cubin is an ELF
 /// file; PTX is text naming its target, ending in the NUL the driver's
 /// loader needs.
@@ -139,8 +164,7 @@ bool looksLikeBinary(const std::string &arch, llvm::StringRef bytes) {
   if (isPtxArchitecture(arch))
     return bytes.ends_with(llvm::StringRef("\0", 1)) &&
            bytes.contains(".target sm_" + arch.substr(strlen("compute_")));
-  return bytes.starts_with("\x7f"
-                           "ELF");
+  return isWholeElf64(bytes);
 }
 
 /// A cached binary for \p arch, or empty where there is none (or it is
