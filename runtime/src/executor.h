@@ -366,7 +366,8 @@ void forEachPipelineTask(
 std::string shapeString(const std::vector<int64_t> &Shape);
 
 /// "" when every parameter and optimizer moment of \p E is finite, else
-/// which is not ("parameter h.0.mlp.fc.weight holds nan at element ...").
+/// which is not ("parameter wte.weight holds nan at [256,0] (on rank 1)":
+/// its place in the whole parameter).
 /// A checkpoint of such a state would hold a diverged run.
 std::string nonFiniteState(const Executor &E);
 

@@ -1998,11 +1998,12 @@ std::string loadPlanFile(const std::string &path, LoadedPlan &out) {
     // device such as /dev/zero reads as empty, or for ever. A pipe is
     // read to its end.)
     struct stat St;
-    if (::stat(path.c_str(), &St) == 0 && S_ISDIR(St.st_mode))
-      return path + ": is a directory, not a plan file";
-    if (::stat(path.c_str(), &St) == 0 &&
-        (S_ISCHR(St.st_mode) || S_ISBLK(St.st_mode) || S_ISSOCK(St.st_mode)))
-      return path + ": is a device, not a plan file";
+    if (::stat(path.c_str(), &St) == 0) {
+      if (S_ISDIR(St.st_mode))
+        return path + ": is a directory, not a plan file";
+      if (S_ISCHR(St.st_mode) || S_ISBLK(St.st_mode) || S_ISSOCK(St.st_mode))
+        return path + ": is a device, not a plan file";
+    }
     std::ifstream F(path, std::ios::binary);
     if (!F)
       return path + ": cannot open plan file: " + std::strerror(errno);

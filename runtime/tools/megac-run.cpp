@@ -1544,9 +1544,6 @@ private:
   std::unique_ptr<DeviceRun> Run;
 };
 
-/// Opens this rank's device (every rank agrees on success, so none is left
-/// waiting); \p C carries pipeline transfers. Null after a failure, which
-/// has been reported.
 /// "" when this rank's MEGAC_CUDA_* settings that change a step's
 /// arithmetic equal rank 0's, else which differ. (Collective.) A
 /// tensor-parallel parameter's copies, computed on each rank, would drift
@@ -1582,6 +1579,9 @@ std::string cudaSettingsMismatch() {
          "parameter's copies would drift apart)";
 }
 
+/// Opens this rank's device (every rank agrees on success, so none is left
+/// waiting) and checks that every rank runs it alike; \p C carries
+/// pipeline transfers. Null after a failure, which has been reported.
 std::unique_ptr<DeviceSession> openDevice(Executor &E,
                                           Collectives *C = nullptr) {
   std::unique_ptr<DeviceSession> Dev;

@@ -69,6 +69,12 @@ int fail(const llvm::Twine &message) {
   return 1;
 }
 
+/// What messages (and plans, of a schedule) call an input: "-" is
+/// standard input.
+std::string inputName(StringRef path) {
+  return path == "-" ? "<stdin>" : path.str();
+}
+
 /// "<name>: more than N MiB (B bytes): not <expected>".
 std::string tooLargeInput(StringRef name, uint64_t limit, uint64_t bytes,
                           StringRef expected) {
@@ -110,7 +116,7 @@ std::unique_ptr<llvm::MemoryBuffer> readBounded(int fd, StringRef name,
 std::unique_ptr<llvm::MemoryBuffer> readInput(StringRef path, uint64_t limit,
                                               StringRef expected,
                                               std::string &error) {
-  const std::string name = path == "-" ? "<stdin>" : path.str();
+  const std::string name = inputName(path);
   auto notAFile = [&](StringRef what) {
     error = name + ": not a regular file (" + what.str() + "; " +
             expected.str() + " is expected)";
@@ -600,7 +606,8 @@ private:
 /// "<program>: <problem>" line as "megac: error: <problem>" (as every other
 /// refusal reads, and as tools that scan for "error:" expect), a bad
 /// value's "for the --seed option: '-1' value invalid for ulong argument!"
-/// as "--seed: expected a whole number of 0 or more, got '-1'", and the
+/// as "--seed: expected a whole number from 0 to 18446744073709551615, got
+/// '-1'", and the
 /// hints (a "Did you mean", the line after a positional-argument error) as
 /// notes.
 void reportOptionErrors(StringRef errors, StringRef programName) {
@@ -686,18 +693,13 @@ void reportOptionErrors(StringRef errors, StringRef programName) {
 
 /// A pipeline schedule: read from \p file if given, else generated
 /// (\p kind: gpipe, 1f1b or interleaved). Fails with a message.
-/// What messages and plans call a schedule file: "-" is standard input.
-std::string scheduleFileName(StringRef file) {
-  return file == "-" ? "<stdin>" : file.str();
-}
-
 bool makeSchedule(StringRef kind, int64_t stages, int64_t microBatches,
                   int64_t virtualStages, StringRef file,
                   megac::PipelineSchedule &schedule, std::string &error) {
   if (!file.empty()) {
     // "-": standard input, as `megac schedule --print | megac schedule
     // --check -` pipes it.
-    const std::string name = scheduleFileName(file);
+    const std::string name = inputName(file);
     // (The largest schedule megac makes, ten million tasks, is about
     // 80 MB of text.)
     auto buffer =
@@ -1148,7 +1150,7 @@ int runCompile(int argc, char **argv) {
       pipelineSchedule != "interleaved")
     return fail("--schedule must be gpipe, 1f1b or interleaved, got '" +
                 pipelineSchedule.getValue() + "'");
-  const std::string scheduleName = scheduleFileName(scheduleFile);
+  const std::string scheduleName = inputName(scheduleFile);
   // A schedule file is read now; whether it fits the grid is checked once
   // the grid is known.
   if (scheduleFile == "-" && input == "-")
@@ -1851,7 +1853,7 @@ int runSchedule(int argc, char **argv) {
   megac::PipelineTiming timing;
   if (!megac::simulatePipeline(schedule, 1.0, 2.0, timing, error))
     return fail((check.empty() ? std::string("internal error: ")
-                               : scheduleFileName(check) + ": ") +
+                               : inputName(check) + ": ") +
                 error);
   if (print)
     for (auto [r, tasks] : llvm::enumerate(schedule.ranks)) {
