@@ -26,8 +26,9 @@ def fail(msg):
 
 def load_events(path):
     """The trace's events, checked to be trace-event JSON as megac writes
-    it: complete events ("X") with a finite start and duration and the
-    instruction and step in their args, and one metadata event per rank."""
+    it: complete events ("X") with a finite start and duration, a name, a
+    category and the instruction in their args, and one metadata event
+    ("M") naming each rank (pid)."""
     try:
         trace = json.load(open(path))
     except ValueError as e:
@@ -38,10 +39,19 @@ def load_events(path):
     for e in events:
         if not isinstance(e, dict) or not isinstance(e.get("args"), dict):
             fail(f"{path}: an event without args: {str(e)[:80]}")
-        if e.get("ph") == "X" and not all(
-                isinstance(e.get(k), (int, float)) and math.isfinite(e[k])
-                for k in ("ts", "dur")):
+        if not isinstance(e.get("pid"), int):
+            fail(f"{path}: an event without a whole-number pid (its rank): {str(e)[:80]}")
+        if e.get("ph") == "M" and not isinstance(e["args"].get("name"), str):
+            fail(f"{path}: a metadata event without a name in its args: {str(e)[:80]}")
+        if e.get("ph") != "X":
+            continue
+        if not all(isinstance(e.get(k), (int, float)) and math.isfinite(e[k])
+                   for k in ("ts", "dur")):
             fail(f"{path}: an event without a finite ts and dur: {str(e)[:80]}")
+        if not (isinstance(e.get("name"), str) and isinstance(e.get("cat"), str)
+                and isinstance(e["args"].get("instr"), int)):
+            fail(f"{path}: an event without a name, a cat and an instr in its args: "
+                 f"{str(e)[:80]}")
     if not any(e.get("ph") == "X" for e in events):
         fail(f"{path}: no instruction events")
     return events
