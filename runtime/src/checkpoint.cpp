@@ -22,6 +22,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -82,6 +83,44 @@ void makeDirs(const std::string &Dir) {
                    ": cannot create checkpoint directory: " + EC.message());
   if (!std::filesystem::is_directory(Dir, EC))
     throw RunError(Dir + ": not a directory");
+}
+
+void lockCheckpointDirectory(const std::string &Dir) {
+  const std::string Path = join(Dir, ".megac-lock");
+  const int Fd = ::open(Path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (Fd < 0)
+    throw RunError(Path + ": cannot create the checkpoint's lock file: " +
+                   std::strerror(errno));
+  if (::flock(Fd, LOCK_EX | LOCK_NB) != 0) {
+    const int Err = errno;
+    if (Err != EWOULDBLOCK) { // (ENOLCK, EOPNOTSUPP: no locks kept there)
+      ::close(Fd);
+      return;
+    }
+    char Holder[256] = {};
+    const ssize_t N = ::pread(Fd, Holder, sizeof(Holder) - 1, 0);
+    ::close(Fd);
+    std::string Who(Holder, size_t(N > 0 ? N : 0));
+    while (!Who.empty() && (Who.back() == '\n' || Who.back() == ' '))
+      Who.pop_back();
+    for (char &C : Who)
+      if (static_cast<unsigned char>(C) < ' ')
+        C = ' ';
+    throw RunError("--save-checkpoint " + Dir + " is in use by another run" +
+                   (Who.empty() ? "" : " (" + Who + ")") +
+                   ": two runs saving into one directory would overwrite "
+                   "each other's steps and its latest; wait for that run "
+                   "to end, or name another directory");
+  }
+  // Held until the process ends, however it ends (the kernel releases
+  // it); the file says who holds it.
+  char Host[128] = "?";
+  ::gethostname(Host, sizeof(Host) - 1);
+  const std::string Who =
+      "megac-run process " + std::to_string(::getpid()) + " on " + Host + "\n";
+  // (Should the write fail, the holder goes unnamed; the lock stands.)
+  if (::ftruncate(Fd, 0) == 0)
+    (void)!::pwrite(Fd, Who.data(), Who.size(), 0);
 }
 
 std::string stepDirName(int64_t Step) {

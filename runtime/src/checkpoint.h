@@ -77,6 +77,14 @@ bool isCheckpointFile(const std::string &Path, const std::string &Dir);
 /// directory" where a file stands in the way.
 void makeDirs(const std::string &Dir);
 
+/// Takes the lock of checkpoint directory \p Dir (its file .megac-lock,
+/// flock'ed) for the rest of the process, so that a second run saving
+/// into it is refused rather than interleaving its steps and `latest`
+/// with this run's. Throws RunError naming the holder (the process and
+/// host it wrote into the file). Where the file system keeps no such
+/// locks, nothing is checked.
+void lockCheckpointDirectory(const std::string &Dir);
+
 /// Writes this rank's shard into \p Dir/step-<Step>/ (creating both
 /// directories) and returns its description. Throws RunError.
 ShardInfo writeCheckpointShard(const std::string &Dir, int64_t Step,

@@ -853,9 +853,18 @@ std::optional<TorchrunLaunch> torchrunLaunch(int Argc, char **Argv) {
   const char *AgentStore = std::getenv("TORCHELASTIC_USE_AGENT_STORE");
   const bool PortTaken = AgentStore && (std::string(AgentStore) == "True" ||
                                         std::string(AgentStore) == "1");
-  L.Port =
-      int(envWholeNumber("MEGAC_RENDEZVOUS_PORT", 1, 65535)
-              .value_or(PortTaken ? (MasterPort % 65535) + 1 : MasterPort));
+  const std::optional<long> OwnPort =
+      envWholeNumber("MEGAC_RENDEZVOUS_PORT", 1, 65535);
+  // The port after torchrun's store's: MASTER_PORT=65535 has none (it
+  // once wrapped to port 1, a privileged port no rank could listen on).
+  if (!OwnPort && PortTaken && MasterPort == 65535)
+    throw RunError("MASTER_PORT is 65535 and torchrun's own store holds it "
+                   "(TORCHELASTIC_USE_AGENT_STORE=" +
+                   std::string(AgentStore) +
+                   "): the rendezvous takes the next port, and there is "
+                   "none; MEGAC_RENDEZVOUS_PORT picks one, the same on "
+                   "every rank");
+  L.Port = int(OwnPort.value_or(PortTaken ? MasterPort + 1 : MasterPort));
   L.TimeoutSec = double(
       envWholeNumber("MEGAC_RENDEZVOUS_TIMEOUT", 1, 86400).value_or(300));
   // FNV-1a over the command line and torchrun's run id. (Not its restart

@@ -467,8 +467,11 @@ void checkOutputsWritable(const Options &O) {
          {&O.saveOutputs, &O.profile, &O.trace, &O.metrics})
       if (!Out->empty())
         checkWritableFile(*Out);
-  if (!O.saveCheckpoint.empty())
+  if (!O.saveCheckpoint.empty()) {
     checkWritableDirectory(O.saveCheckpoint);
+    if (WorldRank == 0)
+      lockCheckpointDirectory(O.saveCheckpoint);
+  }
 }
 
 /// Warns about the tensors of --weights no parameter of the plan reads
@@ -1949,6 +1952,11 @@ int runGeneration(const Options &O, Setup &S) {
   const size_t PromptLen = Toks.size();
   const uint64_t Key = splitmix64(S.seed ^ 0x67656e6572617465ull);
   std::unique_ptr<MpiCollectives> Comm = joinCollectives(P, WorldRank);
+  // The device first: a setup that fails prints its error, not the
+  // prompt and then the error.
+  std::unique_ptr<DeviceSession> Dev;
+  if (O.backend == "cuda" && !(Dev = openDevice(E)))
+    return 1;
   ByteTextPrinter Text;
   if (WorldRank == 0) {
     for (int32_t C : Toks)
@@ -1958,9 +1966,6 @@ int runGeneration(const Options &O, Setup &S) {
   // The rank whose logits choose the token (on a pipeline: the first of
   // the last stage); every other rank receives its choice.
   const int Chooser = outputRank(P, "logits");
-  std::unique_ptr<DeviceSession> Dev;
-  if (O.backend == "cuda" && !(Dev = openDevice(E)))
-    return 1;
   auto Start = std::chrono::steady_clock::now();
   int64_t New = 0;
   while (New < O.maxNewTokens && int64_t(Toks.size()) < Seq) {

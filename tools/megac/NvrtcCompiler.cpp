@@ -93,8 +93,11 @@ std::string cudaArchitecturesText(const std::vector<std::string> &archs) {
 }
 
 std::string kernelCacheDir() {
+  // "off" in any case (OFF made a directory of that name, which no one
+  // asking for it meant).
   if (const char *dir = std::getenv("MEGAC_KERNEL_CACHE"))
-    return std::string(dir) == "off" ? "" : std::string(dir);
+    return llvm::StringRef(dir).equals_insensitive("off") ? ""
+                                                          : std::string(dir);
   llvm::SmallString<256> path;
   if (const char *xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg)
     path = xdg;

@@ -34,8 +34,8 @@ std::string checkCudaArchitectures(const std::vector<std::string> &archs);
 /// sm_90, and to PTX for compute_90".
 std::string cudaArchitecturesText(const std::vector<std::string> &archs);
 
-/// Where compiled kernels are cached: $MEGAC_KERNEL_CACHE ("off": no
-/// cache, ""), else $XDG_CACHE_HOME/megac/kernels, else
+/// Where compiled kernels are cached: $MEGAC_KERNEL_CACHE ("off", in
+/// any case: no cache, ""), else $XDG_CACHE_HOME/megac/kernels, else
 /// ~/.cache/megac/kernels.
 std::string kernelCacheDir();
 

@@ -632,6 +632,12 @@ public:
                "their source]" +
 #endif
                "";
+    if (CubinsDespiteKnob)
+      Notes += (Notes.empty() ? "" : "; ") + std::to_string(CubinsDespiteKnob) +
+               " generated kernels loaded from their cubins although "
+               "MEGAC_CUDA_KERNEL_IMAGE=ptx asked for PTX (the plan has no "
+               "PTX that runs on " +
+               Arch + ")";
     if (TuneGemmsAsked && !TuneGemms)
       Notes += std::string(Notes.empty() ? "" : "; ") +
                "cuBLASLt product shapes left untuned (MEGAC_CUDA_GEMM_TUNE=1 "
@@ -2326,6 +2332,7 @@ private:
       PtxLoadedFor = BinArch;
     PtxModules += FromPtx;
     PtxByKnob += ByKnob;
+    CubinsDespiteKnob += PtxKernels && Bin && !FromPtx;
     check(cuModuleGetFunction(&Functions[Index], Modules[Index],
                               Kn.name()->c_str()),
           "cuModuleGetFunction");
@@ -4328,6 +4335,9 @@ private:
   /// loaded from PTX, and the first one's architecture (runNotes).
   const bool PtxKernels = ptxKernelsAsked();
   unsigned PtxModules = 0, PtxByKnob = 0;
+  /// Kernels loaded from a cubin although the knob asked for PTX (none in
+  /// the plan runs here), said in runNotes rather than passed over.
+  unsigned CubinsDespiteKnob = 0;
   std::string PtxLoadedFor;
   std::map<std::string, size_t> Allocated; // bytes allocate() took, by use
   size_t SharedOptin = 0; // dynamic shared memory a block may opt in to

@@ -8,7 +8,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -174,6 +176,18 @@ struct BindApi {
 
 } // namespace
 
+namespace {
+/// Ends the process for a knob set to what the emulation cannot play,
+/// as the program's own errors read ("megac-run: error: ...").
+[[noreturn]] void badKnob(const char *Name, const std::string &Value,
+                          const std::string &Expected) {
+  std::fprintf(stderr, "%s: error: %s is '%s': expected %s\n",
+               program_invocation_short_name, Name, Value.c_str(),
+               Expected.c_str());
+  std::_Exit(1); // (maybe on a kernel thread's fiber: no unwinding)
+}
+} // namespace
+
 std::string knob(const char *Name,
                  std::initializer_list<const char *> Choices) {
   const char *E = std::getenv(Name);
@@ -185,9 +199,21 @@ std::string knob(const char *Name,
     Expected += Expected.empty() ? std::string(C) + " (the default)"
                                  : std::string(" or ") + C;
   }
-  std::fprintf(stderr, "%s is '%s': expected %s\n", Name, Value.c_str(),
-               Expected.c_str());
-  std::_Exit(2); // (maybe on a kernel thread's fiber: no unwinding)
+  badKnob(Name, Value, Expected);
+}
+
+long wholeKnob(const char *Name, long Lo, long Hi, long Default) {
+  const char *E = std::getenv(Name);
+  if (!E || !*E)
+    return Default;
+  char *End = nullptr;
+  errno = 0;
+  const long V = std::strtol(E, &End, 10);
+  if (*E >= '0' && *E <= '9' && !*End && errno == 0 && V >= Lo && V <= Hi)
+    return V;
+  badKnob(Name, E,
+          "a whole number from " + std::to_string(Lo) + " to " +
+              std::to_string(Hi));
 }
 
 bool &threadsInReverse() {
@@ -491,16 +517,14 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp *Prop, int) {
   std::snprintf(Prop->name, sizeof(Prop->name), "host emulation of CUDA");
   // sm_90, or what MEGAC_CUDA_EMU_SM names (75 plays a T4), to test what
   // the backend says of other devices.
-  const char *Sm = std::getenv("MEGAC_CUDA_EMU_SM");
-  const int Cc = Sm ? std::atoi(Sm) : 90;
+  const int Cc = int(megac_emu::wholeKnob("MEGAC_CUDA_EMU_SM", 10, 999, 90));
   Prop->major = Cc / 10;
   Prop->minor = Cc % 10;
   Prop->totalGlobalMem = size_t(1) << 34;
   // An H100's limit; MEGAC_CUDA_EMU_SHARED_OPTIN sets another (an sm_86
   // device's 101376 bytes, say) to test what a smaller device refuses.
-  const char *Optin = std::getenv("MEGAC_CUDA_EMU_SHARED_OPTIN");
-  Prop->sharedMemPerBlockOptin =
-      Optin ? std::strtoull(Optin, nullptr, 10) : size_t(232448);
+  Prop->sharedMemPerBlockOptin = size_t(
+      megac_emu::wholeKnob("MEGAC_CUDA_EMU_SHARED_OPTIN", 0, 1L << 30, 232448));
   return cudaSuccess;
 }
 cudaError_t cudaMalloc(void **Ptr, size_t Bytes) {
@@ -581,9 +605,10 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t *S, unsigned) {
   // Normally the first stream (compute) is eager and later ones
   // (collectives) deferred; MEGAC_CUDA_EMU_DEFER=first swaps the roles, to
   // check the hand-over from compute to collectives instead.
-  const char *Defer = std::getenv("MEGAC_CUDA_EMU_DEFER");
+  const bool DeferFirst =
+      megac_emu::knob("MEGAC_CUDA_EMU_DEFER", {"later", "first"}) == "first";
   const bool First = streams().empty();
-  Q->Eager = Defer && std::string(Defer) == "first" ? !First : First;
+  Q->Eager = DeferFirst ? !First : First;
   streams().push_back(Q);
   *S = reinterpret_cast<cudaStream_t>(Q);
   return cudaSuccess;
@@ -797,10 +822,8 @@ cublasStatus_t cublasSgemmStridedBatched(
   const float Al = *Alpha, Be = *Beta;
   // MEGAC_CUDA_EMU_FAIL_GEMM=N: the Nth fp32 product of the process fails,
   // as a device fault would, for the tests of one rank failing mid-step.
-  static const long FailAt = [] {
-    const char *E = std::getenv("MEGAC_CUDA_EMU_FAIL_GEMM");
-    return E ? std::atol(E) : 0L;
-  }();
+  static const long FailAt =
+      megac_emu::wholeKnob("MEGAC_CUDA_EMU_FAIL_GEMM", 0, LONG_MAX, 0);
   static long Calls = 0;
   if (FailAt > 0 && ++Calls == FailAt)
     return CUBLAS_STATUS_EXECUTION_FAILED;
@@ -1136,8 +1159,7 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(
     return CUBLAS_STATUS_NOT_SUPPORTED;
   // MEGAC_CUDA_EMU_NO_LT_ALGO=1 plays a cuBLASLt that has no algorithm for
   // the problem, to test what the backend does then.
-  const char *None = std::getenv("MEGAC_CUDA_EMU_NO_LT_ALGO");
-  if (None && std::string(None) == "1")
+  if (megac_emu::knob("MEGAC_CUDA_EMU_NO_LT_ALGO", {"0", "1"}) == "1")
     return CUBLAS_STATUS_SUCCESS;
   // Up to three "algorithms" (the emulation has one way to compute a
   // product), so that a caller choosing among several has a choice.

@@ -144,8 +144,14 @@ void traceKernel(const void *Fn, Dim3 Grid, Dim3 Block);
 
 /// The value of the emulation's environment knob \p Name: one of \p
 /// Choices, the first where it is unset or empty; any other value ends
-/// the process (exit status 2) with a message saying what is expected.
+/// the process (exit status 1) with an error line saying what is
+/// expected.
 std::string knob(const char *Name, std::initializer_list<const char *> Choices);
+
+/// The emulation's knob \p Name as a whole number in [\p Lo, \p Hi];
+/// \p Default where it is unset or empty; anything else ends the process
+/// as knob's choices do.
+long wholeKnob(const char *Name, long Lo, long Hi, long Default);
 
 /// Whether a block's threads run from the last to the first between
 /// barriers, rather than from the first (MEGAC_CUDA_EMU_THREAD_ORDER=

@@ -50,10 +50,8 @@ const char *ncclGetErrorString(ncclResult_t R) {
 /// its ncclCommInitRank never returns, as one waiting for a peer that
 /// never comes (fault.test).
 static bool ncclFails(const char *Call) {
-  static const std::string Asked = [] {
-    const char *E = std::getenv("MEGAC_CUDA_EMU_FAIL_NCCL");
-    return std::string(E ? E : "");
-  }();
+  static const std::string Asked = megac_emu::knob(
+      "MEGAC_CUDA_EMU_FAIL_NCCL", {"none", "id", "init", "hang"});
   return Asked == Call;
 }
 
