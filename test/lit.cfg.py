@@ -76,6 +76,16 @@ if subprocess.run([python, "-c", _lease_probe, config.test_exec_root],
                   capture_output=True).returncode == 0:
     config.available_features.add("leases")
 
+# Network namespaces and hostnames of one's own (torchrun-two-hosts.test
+# runs ranks on two "hosts" of this machine): root, ip netns, unshare.
+_netns_probe = "megac-probe-%d" % os.getpid()
+if shutil.which("ip") and shutil.which("unshare") and subprocess.run(
+        ["ip", "netns", "add", _netns_probe], capture_output=True).returncode == 0:
+    if subprocess.run(["ip", "netns", "exec", _netns_probe, "unshare", "--uts",
+                       "hostname", "probe"], capture_output=True).returncode == 0:
+        config.available_features.add("netns")
+    subprocess.run(["ip", "netns", "del", _netns_probe], capture_output=True)
+
 # megac compile --target cuda needs NVRTC at build time (no GPU).
 if getattr(config, "megac_have_nvrtc", False):
     config.available_features.add("nvrtc")

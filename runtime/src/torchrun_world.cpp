@@ -256,6 +256,38 @@ void requireTcpTransport() {
     ::setenv("OMPI_MCA_btl", (List + ",tcp").c_str(), 1);
 }
 
+/// Creates Open MPI's top session directory of this host,
+/// <tmpdir>/ompi.<host>.<uid>, where it is missing. Every rank of a
+/// torchrun-style launch starts as a singleton whose MPI_Init creates it,
+/// all at once, and Open MPI 4's creation fails on the directory another
+/// rank made a moment before ("A call to mkdir was unable to create the
+/// desired directory ... File exists"). On rank 0's host its ompi-server
+/// made it first; on every other host of a multi-node job, with two or
+/// more ranks there, the ranks raced (torchrun-two-hosts.test). The name
+/// is Open MPI's: the base from OMPI_MCA_orte_tmpdir_base, else TMPDIR,
+/// TEMP, TMP, else /tmp; the host name up to its first '.'. (A name that
+/// differs in another version only leaves an unused empty directory.)
+void makeSessionTop() {
+  std::string Base = "/tmp";
+  for (const char *Var : {"OMPI_MCA_orte_tmpdir_base", "TMPDIR", "TEMP", "TMP"})
+    if (const char *V = std::getenv(Var); V && *V) {
+      Base = V;
+      break;
+    }
+  char Host[256] = {};
+  if (::gethostname(Host, sizeof(Host) - 1) != 0)
+    return;
+  std::string Name = Host;
+  // (An address as the name keeps its dots, as Open MPI keeps them.)
+  if (Name.find_first_not_of("0123456789.") != std::string::npos)
+    Name = Name.substr(0, Name.find('.'));
+  const std::string Top =
+      Base + "/ompi." + Name + "." +
+      std::to_string(static_cast<unsigned long>(::getuid()));
+  // (EEXIST is the point; another failure is MPI_Init's to report.)
+  ::mkdir(Top.c_str(), 0700);
+}
+
 } // namespace
 
 struct TorchrunWorld::State {
@@ -715,6 +747,7 @@ void TorchrunWorld::State::meet(int *Argc, char ***Argv) {
     Uri = askRendezvous();
   }
   ::setenv("OMPI_MCA_pmix_server_uri", Uri.c_str(), 1);
+  makeSessionTop();
   MPI_Init(Argc, Argv);
   // A failed accept, connect or merge is reported here, as one line.
   MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN);
