@@ -2190,7 +2190,8 @@ int runMain(int Argc, char **Argv) {
       ->check(NonEmptyPath);
   App.add_option("--save-checkpoint", O.saveCheckpoint,
                  "Save a sharded checkpoint (DIR/step-NNNNNNNN/, DIR/latest) "
-                 "at the end of training")
+                 "at the end of training; one run at a time saves into DIR "
+                 "(a lock, DIR/.megac-lock)")
       ->option_text("DIR")
       ->check(NonEmptyPath);
   App.add_option("--checkpoint-every", O.checkpointEvery,
