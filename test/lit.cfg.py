@@ -76,13 +76,36 @@ if subprocess.run([python, "-c", _lease_probe, config.test_exec_root],
                   capture_output=True).returncode == 0:
     config.available_features.add("leases")
 
+# flock(2) where the tests write, and util-linux's flock(1)
+# (train-checkpoint-lock.test): a file system that keeps such locks.
+_flock_probe = """
+import fcntl, os, sys, tempfile
+fd, path = tempfile.mkstemp(dir=sys.argv[1])
+try:
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+finally:
+    os.close(fd)
+    os.unlink(path)
+"""
+if shutil.which("flock") and subprocess.run(
+        [python, "-c", _flock_probe, config.test_exec_root],
+        capture_output=True).returncode == 0:
+    config.available_features.add("flock")
+
+# Root, with setpriv to run a test's command as another user (nobody).
+if hasattr(os, "geteuid") and os.geteuid() == 0 and shutil.which("setpriv"):
+    config.available_features.add("other-user")
+
 # Network namespaces and hostnames of one's own (torchrun-two-hosts.test
 # runs ranks on two "hosts" of this machine): root, ip netns, unshare.
 _netns_probe = "megac-probe-%d" % os.getpid()
 if shutil.which("ip") and shutil.which("unshare") and subprocess.run(
         ["ip", "netns", "add", _netns_probe], capture_output=True).returncode == 0:
     if subprocess.run(["ip", "netns", "exec", _netns_probe, "unshare", "--uts",
-                       "hostname", "probe"], capture_output=True).returncode == 0:
+                       "hostname", "probe"], capture_output=True).returncode == 0 \
+            and subprocess.run(["ip", "-n", _netns_probe, "link", "add", "probea",
+                                "type", "veth", "peer", "name", "probeb"],
+                               capture_output=True).returncode == 0:
         config.available_features.add("netns")
     subprocess.run(["ip", "netns", "del", _netns_probe], capture_output=True)
 

@@ -39,7 +39,7 @@ def load_events(path):
     for e in events:
         if not isinstance(e, dict) or not isinstance(e.get("args"), dict):
             fail(f"{path}: an event without args: {str(e)[:80]}")
-        if not isinstance(e.get("pid"), int):
+        if not isinstance(e.get("pid"), int) or isinstance(e.get("pid"), bool):
             fail(f"{path}: an event without a whole-number pid (its rank): {str(e)[:80]}")
         if e.get("ph") == "M" and not isinstance(e["args"].get("name"), str):
             fail(f"{path}: a metadata event without a name in its args: {str(e)[:80]}")
@@ -50,7 +50,7 @@ def load_events(path):
             fail(f"{path}: an event without a finite ts and dur: {str(e)[:80]}")
         if not (isinstance(e.get("name"), str) and isinstance(e.get("cat"), str)
                 and isinstance(e["args"].get("instr"), int)):
-            fail(f"{path}: an event without a name, a cat and an instr in its args: "
+            fail(f"{path}: an event without a name, a cat or an instr in its args: "
                  f"{str(e)[:80]}")
     if not any(e.get("ph") == "X" for e in events):
         fail(f"{path}: no instruction events")
@@ -61,7 +61,8 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("trace", help="a trace of megac inspect --trace or megac-run --trace")
     a = p.parse_args()
-    events = load_events(a.trace)
+    path = a.trace
+    events = load_events(path)
 
     names = {e["pid"]: e["args"]["name"] for e in events if e.get("ph") == "M"}
     by_rank = {}
@@ -69,10 +70,11 @@ def main():
         if e.get("ph") == "M":
             continue
         if e.get("ph") != "X":
-            fail(f"unexpected event phase {e.get('ph')!r}")
+            fail(f"{path}: unexpected event phase {e.get('ph')!r}")
         by_rank.setdefault(e["pid"], []).append(e)
     if sorted(by_rank) != sorted(names):
-        fail(f"ranks with events {sorted(by_rank)} differ from named ranks {sorted(names)}")
+        fail(f"{path}: ranks with events {sorted(by_rank)} differ from named "
+             f"ranks {sorted(names)}")
     first = min(e["ts"] for spans in by_rank.values() for e in spans)
     last = max(e["ts"] + e["dur"] for spans in by_rank.values() for e in spans)
     for rank in sorted(by_rank):
@@ -80,10 +82,10 @@ def main():
         end = 0.0
         for e in spans:
             if e["ts"] + 1e-6 < end:
-                fail(f"rank {rank}: {e['name']} (instruction {e['args']['instr']}) "
+                fail(f"{path}: rank {rank}: {e['name']} (instruction {e['args']['instr']}) "
                          f"starts at {e['ts']} before the previous one ends at {end}")
             if e["dur"] < 0:
-                fail(f"rank {rank}: negative duration")
+                fail(f"{path}: rank {rank}: {e['name']} has a negative duration")
             end = e["ts"] + e["dur"]
         collectives = sum(e["cat"] == "collective" for e in spans)
         transfers = sum(e["cat"] == "transfer" for e in spans)

@@ -132,10 +132,12 @@ def main():
                           "positions")
     if "labels" in outs:
         labels = outs["labels"].astype(np.int64)
-        if labels.shape != tokens.shape or labels.min() < 0 or labels.max() >= vocab:
+        if labels.shape != tokens.shape:
             raise ScriptError(f"{a.outputs}: labels of shape {list(labels.shape)} "
-                              f"or outside [0, {vocab}), for tokens "
-                              f"{list(tokens.shape)}")
+                              f"for tokens of shape {list(tokens.shape)}")
+        if labels.min() < 0 or labels.max() >= vocab:
+            raise ScriptError(f"{a.outputs}: labels outside the weights' "
+                              f"vocabulary [0, {vocab})")
     if hidden % a.n_head:
         raise ScriptError(f"--n-head {a.n_head} does not divide n_embd {hidden}")
     logits = forward(W, tokens, a.n_head, a.eps)

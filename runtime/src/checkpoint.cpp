@@ -85,17 +85,29 @@ void makeDirs(const std::string &Dir) {
     throw RunError(Dir + ": not a directory");
 }
 
-void lockCheckpointDirectory(const std::string &Dir) {
+std::string lockCheckpointDirectory(const std::string &Dir) {
   const std::string Path = join(Dir, ".megac-lock");
-  const int Fd = ::open(Path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  // 0666 less the umask: in a directory several users share, the next
+  // user's run opens the file the last one left. One it cannot write it
+  // locks through a read-only descriptor (flock needs none on a local
+  // file system) and leaves its text alone.
+  bool Writable = true;
+  int Fd = ::open(Path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+  if (Fd < 0 && errno == EACCES) {
+    Writable = false;
+    Fd = ::open(Path.c_str(), O_RDONLY | O_CLOEXEC);
+  }
   if (Fd < 0)
-    throw RunError(Path + ": cannot create the checkpoint's lock file: " +
+    throw RunError(Path + ": cannot open the checkpoint's lock file: " +
                    std::strerror(errno));
   if (::flock(Fd, LOCK_EX | LOCK_NB) != 0) {
     const int Err = errno;
-    if (Err != EWOULDBLOCK) { // (ENOLCK, EOPNOTSUPP: no locks kept there)
+    if (Err != EWOULDBLOCK) { // (ENOLCK, EOPNOTSUPP, ENOSYS, EBADF)
       ::close(Fd);
-      return;
+      return "--save-checkpoint " + Dir + ": its file system keeps no locks (" +
+             std::strerror(Err) +
+             "): nothing stops a second run from saving there at the same "
+             "time";
     }
     char Holder[256] = {};
     const ssize_t N = ::pread(Fd, Holder, sizeof(Holder) - 1, 0);
@@ -110,7 +122,10 @@ void lockCheckpointDirectory(const std::string &Dir) {
                    (Who.empty() ? "" : " (" + Who + ")") +
                    ": two runs saving into one directory would overwrite "
                    "each other's steps and its latest; wait for that run "
-                   "to end, or name another directory");
+                   "to end, or name another directory (if that run is "
+                   "gone and its host down, a network file system may "
+                   "keep its lock a while: removing " +
+                   Path + " frees the directory)");
   }
   // Held until the process ends, however it ends (the kernel releases
   // it); the file says who holds it.
@@ -119,8 +134,9 @@ void lockCheckpointDirectory(const std::string &Dir) {
   const std::string Who =
       "megac-run process " + std::to_string(::getpid()) + " on " + Host + "\n";
   // (Should the write fail, the holder goes unnamed; the lock stands.)
-  if (::ftruncate(Fd, 0) == 0)
+  if (Writable && ::ftruncate(Fd, 0) == 0)
     (void)!::pwrite(Fd, Who.data(), Who.size(), 0);
+  return "";
 }
 
 std::string stepDirName(int64_t Step) {
@@ -491,7 +507,7 @@ bool isCheckpointFile(const std::string &Path, const std::string &Dir) {
   // one of any name (a meta.json and no latest). A file named as a step
   // directory would keep the run from saving that step.
   if (Into == Top)
-    return Name == "latest" || isStepDirName(Name) ||
+    return Name == "latest" || Name == ".megac-lock" || isStepDirName(Name) ||
            isStepDirName(Top.filename().string()) ||
            (std::filesystem::exists(Top / "meta.json", Ec) &&
             !std::filesystem::exists(Top / "latest", Ec));

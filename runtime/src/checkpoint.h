@@ -66,7 +66,7 @@ std::string stepDirName(int64_t Step);
 std::string shardFileName(uint32_t Rank);
 
 /// Whether writing \p Path would overwrite a file of the checkpoint
-/// directory \p Dir (its latest, or a file in one of its step
+/// directory \p Dir (its latest, its .megac-lock, or a file in one of its step
 /// directories; \p Dir may name a step directory itself), or take the
 /// name of a step directory, links followed. Other files beside the steps
 /// (a run's metrics, say) are not its.
@@ -81,9 +81,9 @@ void makeDirs(const std::string &Dir);
 /// flock'ed) for the rest of the process, so that a second run saving
 /// into it is refused rather than interleaving its steps and `latest`
 /// with this run's. Throws RunError naming the holder (the process and
-/// host it wrote into the file). Where the file system keeps no such
-/// locks, nothing is checked.
-void lockCheckpointDirectory(const std::string &Dir);
+/// host it wrote into the file). Returns "" where the lock is held, else
+/// a warning to print: the file system keeps no such locks.
+std::string lockCheckpointDirectory(const std::string &Dir);
 
 /// Writes this rank's shard into \p Dir/step-<Step>/ (creating both
 /// directories) and returns its description. Throws RunError.

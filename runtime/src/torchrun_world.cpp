@@ -257,33 +257,53 @@ void requireTcpTransport() {
 }
 
 /// Creates Open MPI's top session directory of this host,
-/// <tmpdir>/ompi.<host>.<uid>, where it is missing. Every rank of a
+/// <tmpdir>/ompi.<host>.<euid>, where it is missing. Every rank of a
 /// torchrun-style launch starts as a singleton whose MPI_Init creates it,
 /// all at once, and Open MPI 4's creation fails on the directory another
 /// rank made a moment before ("A call to mkdir was unable to create the
 /// desired directory ... File exists"). On rank 0's host its ompi-server
 /// made it first; on every other host of a multi-node job, with two or
-/// more ranks there, the ranks raced (torchrun-two-hosts.test). The name
-/// is Open MPI's: the base from OMPI_MCA_orte_tmpdir_base, else TMPDIR,
-/// TEMP, TMP, else /tmp; the host name up to its first '.'. (A name that
-/// differs in another version only leaves an unused empty directory.)
+/// more ranks there, the ranks raced (about 1 start in 15 of
+/// torchrun-two-hosts.test, whose 2 ranks a host cannot show the race
+/// reliably). The name is Open MPI 4's (orte_session_dir): the whole of
+/// OMPI_MCA_orte_top_session_dir where set; else the base from
+/// OMPI_MCA_orte_tmpdir_base, TMPDIR, TEMP or TMP, else /tmp, and the
+/// host name up to its first '.' unless OMPI_MCA_orte_keep_fqdn_hostnames
+/// is set (a name from a params file is not seen). A name that differs
+/// only leaves an unused empty directory. (A job of another user of
+/// this host that ends between this mkdir and MPI_Init removes the
+/// directory again: the race is back for that start alone.)
 void makeSessionTop() {
-  std::string Base = "/tmp";
-  for (const char *Var : {"OMPI_MCA_orte_tmpdir_base", "TMPDIR", "TEMP", "TMP"})
-    if (const char *V = std::getenv(Var); V && *V) {
-      Base = V;
-      break;
-    }
-  char Host[256] = {};
-  if (::gethostname(Host, sizeof(Host) - 1) != 0)
-    return;
-  std::string Name = Host;
-  // (An address as the name keeps its dots, as Open MPI keeps them.)
-  if (Name.find_first_not_of("0123456789.") != std::string::npos)
-    Name = Name.substr(0, Name.find('.'));
-  const std::string Top =
-      Base + "/ompi." + Name + "." +
-      std::to_string(static_cast<unsigned long>(::getuid()));
+  auto Env = [](const char *Name) -> const char * {
+    const char *V = std::getenv(Name);
+    return V && *V ? V : nullptr;
+  };
+  std::string Top;
+  if (const char *Whole = Env("OMPI_MCA_orte_top_session_dir")) {
+    Top = Whole;
+  } else {
+    std::string Base = "/tmp";
+    for (const char *Var :
+         {"OMPI_MCA_orte_tmpdir_base", "TMPDIR", "TEMP", "TMP"})
+      if (const char *V = Env(Var)) {
+        Base = V;
+        break;
+      }
+    char Host[256] = {};
+    if (::gethostname(Host, sizeof(Host) - 1) != 0)
+      return;
+    std::string Name = Host;
+    const char *Fqdn = Env("OMPI_MCA_orte_keep_fqdn_hostnames");
+    const bool KeepFqdn =
+        Fqdn &&
+        (std::strcmp(Fqdn, "1") == 0 || std::strcmp(Fqdn, "true") == 0 ||
+         std::strcmp(Fqdn, "t") == 0 || std::strcmp(Fqdn, "yes") == 0);
+    // (An address as the name keeps its dots, as Open MPI keeps them.)
+    if (!KeepFqdn && Name.find_first_not_of("0123456789.") != std::string::npos)
+      Name = Name.substr(0, Name.find('.'));
+    Top = Base + "/ompi." + Name + "." +
+          std::to_string(static_cast<unsigned long>(::geteuid()));
+  }
   // (EEXIST is the point; another failure is MPI_Init's to report.)
   ::mkdir(Top.c_str(), 0700);
 }

@@ -447,11 +447,11 @@ void checkOutputsApart(const Options &O) {
                        ": writing it would destroy that; name another file");
     for (const std::string *Dir : {&O.loadCheckpoint, &O.saveCheckpoint})
       if (!Dir->empty() && isCheckpointFile(*Path, *Dir))
-        throw RunError(Flag + " " + *Path + " is a file of the checkpoint " +
-                       *Dir +
-                       " (its latest, a step directory or a file in one): "
-                       "writing it would destroy that, or keep the step "
-                       "from being saved; name another file");
+        throw RunError(
+            Flag + " " + *Path + " is a file of the checkpoint " + *Dir +
+            " (its latest, its lock, a step directory or a file in one): "
+            "writing it would destroy that, or keep the step "
+            "from being saved; name another file");
     Seen.push_back({Flag, Path});
     Ids.push_back(Id);
   }
@@ -470,7 +470,9 @@ void checkOutputsWritable(const Options &O) {
   if (!O.saveCheckpoint.empty()) {
     checkWritableDirectory(O.saveCheckpoint);
     if (WorldRank == 0)
-      lockCheckpointDirectory(O.saveCheckpoint);
+      if (const std::string Warning = lockCheckpointDirectory(O.saveCheckpoint);
+          !Warning.empty())
+        std::fprintf(stderr, "megac-run: warning: %s\n", Warning.c_str());
   }
 }
 

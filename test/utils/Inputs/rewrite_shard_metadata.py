@@ -18,6 +18,10 @@ shard = os.path.join(step_dir, "rank-00000.safetensors")
 tensors, metadata = safetensors_np.load(shard)
 if tensor not in tensors:
     sys.exit(f"{shard} holds no tensor {tensor}")
+# (load widens BF16 to float32: saved back, such a shard would change.)
+header_len = int.from_bytes(open(shard, "rb").read(8), "little")
+if b'"BF16"' in open(shard, "rb").read(8 + header_len):
+    sys.exit(f"{shard}: a bf16 shard; this rewrites fp32 ones only")
 if value == "drop":
     metadata.pop(tensor, None)
 else:
