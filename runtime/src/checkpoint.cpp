@@ -145,6 +145,21 @@ std::string stepDirName(int64_t Step) {
   return Buf;
 }
 
+std::string stagingDirName(int64_t Step) {
+  return "." + stepDirName(Step) + ".partial";
+}
+
+void prepareStepStaging(const std::string &Dir, int64_t Step) {
+  const std::string Staging = join(Dir, stagingDirName(Step));
+  // What a save that crashed left (the lock keeps any other saver out).
+  std::error_code EC;
+  std::filesystem::remove_all(Staging, EC);
+  if (EC)
+    throw RunError(
+        Staging + ": cannot remove what an earlier save left: " + EC.message());
+  makeDirs(Staging);
+}
+
 std::string shardFileName(uint32_t Rank) {
   char Buf[48];
   std::snprintf(Buf, sizeof(Buf), "rank-%05u.safetensors", Rank);
@@ -154,7 +169,7 @@ std::string shardFileName(uint32_t Rank) {
 ShardInfo writeCheckpointShard(const std::string &Dir, int64_t Step,
                                const Executor &E) {
   const RankProgram &RP = E.rankProgram();
-  const std::string StepDir = join(Dir, stepDirName(Step));
+  const std::string StepDir = join(Dir, stagingDirName(Step));
   makeDirs(StepDir);
   fsyncDir(stripSlashes(Dir));
 
@@ -202,6 +217,47 @@ void crashHookAfterShards() {
   }
 }
 
+namespace {
+
+/// Moves the complete step \p Staging to \p Dir/\p StepName. A step of
+/// that name already there (a run resumed from an earlier step, saving
+/// its steps again; maybe the one `latest` names) is swapped out in one
+/// rename, then removed: written over in place, a crash midway left the
+/// new shards beside the old meta.json, and `latest` on a checkpoint that
+/// no longer loaded.
+void publishStep(const std::string &Dir, const std::string &Staging,
+                 const std::string &StepName) {
+  const std::string Step = join(Dir, StepName);
+  auto Fail = [&](const std::string &What) {
+    throw RunError(Step + ": cannot " + What + ": " + std::strerror(errno));
+  };
+  struct stat St;
+  if (::lstat(Step.c_str(), &St) != 0) {
+    if (::rename(Staging.c_str(), Step.c_str()) != 0)
+      Fail("move the saved step into place");
+  } else if (::renameat2(AT_FDCWD, Staging.c_str(), AT_FDCWD, Step.c_str(),
+                         RENAME_EXCHANGE) != 0) {
+    // A file system without the exchange (EINVAL): two renames, with a
+    // moment between them where the step is missing, not mixed.
+    if (errno != EINVAL && errno != ENOSYS && errno != EOPNOTSUPP)
+      Fail("swap the saved step into place");
+    const std::string Old = Staging + ".old";
+    std::error_code EC;
+    std::filesystem::remove_all(Old, EC);
+    if (::rename(Step.c_str(), Old.c_str()) != 0 ||
+        ::rename(Staging.c_str(), Step.c_str()) != 0)
+      Fail("move the saved step into place");
+    std::filesystem::remove_all(Old, EC);
+  }
+  fsyncDir(stripSlashes(Dir));
+  // (Now the step written over, or nothing; what cannot be removed
+  // waits for the next save of this step.)
+  std::error_code EC;
+  std::filesystem::remove_all(Staging, EC);
+}
+
+} // namespace
+
 void writeCheckpointMeta(const std::string &Dir, const CheckpointMeta &M) {
   const std::string StepName = stepDirName(M.step);
   json Shards = json::array();
@@ -224,8 +280,9 @@ void writeCheckpointMeta(const std::string &Dir, const CheckpointMeta &M) {
                  {"crc32", M.dataCrc},
                  {"sample", M.sample}};
   std::string Text = J.dump(2) + "\n";
-  writeFileAtomic(join(join(Dir, StepName), "meta.json"), Text.data(),
-                  Text.size());
+  const std::string Staging = join(Dir, stagingDirName(M.step));
+  writeFileAtomic(join(Staging, "meta.json"), Text.data(), Text.size());
+  publishStep(Dir, Staging, StepName);
   std::string Latest = StepName + "\n";
   writeFileAtomic(join(Dir, "latest"), Latest.data(), Latest.size());
 }
@@ -508,10 +565,13 @@ bool isCheckpointFile(const std::string &Path, const std::string &Dir) {
   // directory would keep the run from saving that step.
   if (Into == Top)
     return Name == "latest" || Name == ".megac-lock" || isStepDirName(Name) ||
+           Name.rfind(".step-", 0) == 0 || // (a staging directory)
            isStepDirName(Top.filename().string()) ||
            (std::filesystem::exists(Top / "meta.json", Ec) &&
             !std::filesystem::exists(Top / "latest", Ec));
-  return Into.parent_path() == Top && isStepDirName(Into.filename().string());
+  const std::string IntoName = Into.filename().string();
+  return Into.parent_path() == Top &&
+         (isStepDirName(IntoName) || IntoName.rfind(".step-", 0) == 0);
 }
 
 } // namespace megac_rt

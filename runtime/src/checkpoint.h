@@ -85,8 +85,18 @@ void makeDirs(const std::string &Dir);
 /// a warning to print: the file system keeps no such locks.
 std::string lockCheckpointDirectory(const std::string &Dir);
 
-/// Writes this rank's shard into \p Dir/step-<Step>/ (creating both
-/// directories) and returns its description. Throws RunError.
+/// ".step-00000040.partial": where a step's shards and meta.json are
+/// written before the step is moved into place whole.
+std::string stagingDirName(int64_t Step);
+
+/// Rank 0, before any rank writes a shard of step \p Step: removes what
+/// an earlier save of it that crashed left in its staging directory, and
+/// creates the directory. Throws RunError.
+void prepareStepStaging(const std::string &Dir, int64_t Step);
+
+/// Writes this rank's shard into \p Dir's staging directory of step
+/// \p Step (stagingDirName; creating both directories) and returns its
+/// description. Throws RunError.
 ShardInfo writeCheckpointShard(const std::string &Dir, int64_t Step,
                                const Executor &E);
 
@@ -94,8 +104,10 @@ ShardInfo writeCheckpointShard(const std::string &Dir, int64_t Step,
 /// _exit(9) where megac-run calls this (after the shards, before meta.json).
 void crashHookAfterShards();
 
-/// Writes meta.json into the step directory, then replaces \p Dir/latest.
-/// Call once (rank 0) after every shard is written. Throws RunError.
+/// Writes meta.json into the step's staging directory, moves that to
+/// \p Dir/step-<step> whole (swapping out a step of that name already
+/// there), then replaces \p Dir/latest. Call once (rank 0) after every
+/// shard is written. Throws RunError.
 void writeCheckpointMeta(const std::string &Dir, const CheckpointMeta &M);
 
 /// Resolves \p Dir (a checkpoint directory with `latest`, or a step

@@ -740,7 +740,8 @@ void warnForeignCheckpoint(const Options &O) {
   std::fprintf(stderr,
                "megac-run: warning: --save-checkpoint %s already holds a "
                "checkpoint this run did not load; this run's checkpoints go "
-               "beside it and its 'latest' will name them\n",
+               "beside it, replacing its steps of the same numbers, and its "
+               "'latest' will name them\n",
                O.saveCheckpoint.c_str());
 }
 
@@ -1050,6 +1051,14 @@ bool saveCheckpoint(const Options &O, Setup &S, int64_t Step) {
     Err = "step " + std::to_string(Step) + ": " + Err +
           ": training diverged; the checkpoint is not saved (" +
           divergedAdvice(S) + ")";
+  // The shards go to a staging directory, moved into place whole once
+  // meta.json is written (rank 0 clears it first).
+  if (Err.empty() && WorldRank == 0)
+    try {
+      prepareStepStaging(O.saveCheckpoint, Step);
+    } catch (const std::exception &E) {
+      Err = E.what();
+    }
   if (!agree(Err))
     return false;
   ShardInfo Mine;

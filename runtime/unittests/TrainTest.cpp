@@ -1141,15 +1141,17 @@ TEST(Zero, MomentsCoverTheRanksSliceAndRoundTrip) {
 
   TempDir Dir;
   ShardInfo Shard = writeCheckpointShard(Dir.Path, 3, E);
-  SafetensorsFile F(Dir.Path + "/step-00000003/" + Shard.file);
+  // (Before rank 0's meta.json moves it into place, the shard is in the
+  // step's staging directory.)
+  const std::string Staged = Dir.Path + "/" + stagingDirName(3) + "/";
+  SafetensorsFile F(Staged + Shard.file);
   const TensorInfo *M = F.header().find("adam_m/wte.weight");
   ASSERT_NE(M, nullptr);
   EXPECT_EQ(M->shape, (std::vector<int64_t>{8, 32}));
   EXPECT_EQ(F.header().find("param/wte.weight")->shape,
             (std::vector<int64_t>{16, 32}));
   {
-    std::ifstream In(Dir.Path + "/step-00000003/" + Shard.file,
-                     std::ios::binary);
+    std::ifstream In(Staged + Shard.file, std::ios::binary);
     uint64_t N = 0;
     In.read(reinterpret_cast<char *>(&N), 8);
     std::string Hdr(N, ' ');
