@@ -16,6 +16,9 @@
 #include "rng.h"
 
 #include <cblas.h>
+// (OpenBLAS's own, which another cblas.h may not declare.)
+extern "C" void openblas_set_num_threads(int);
+extern "C" int openblas_get_num_threads(void);
 
 #include <algorithm>
 #include <cmath>
@@ -37,6 +40,12 @@
 
 namespace megac_rt {
 namespace kernels {
+
+int pinBlasThreads() {
+  if (const char *N = std::getenv("OPENBLAS_NUM_THREADS"); !N || !*N)
+    openblas_set_num_threads(1);
+  return openblas_get_num_threads();
+}
 
 void linear(const float *X, int64_t M, int64_t K, const float *W, int64_t N,
             bool TransposeW, float *Y) {

@@ -21,6 +21,16 @@ namespace megac_rt {
 namespace kernels {
 
 /// y[M,N] = x[M,K] * w, with w [K,N] or, if \p TransposeW, [N,K].
+/// Runs the matrix products on one OpenBLAS thread, unless
+/// OPENBLAS_NUM_THREADS says otherwise: OpenBLAS splits a product among
+/// as many threads as the process may use cores, and a product split
+/// otherwise sums in another order. One thread makes a rank's results the
+/// same bits however its launcher binds it to cores (mpirun binds each
+/// rank to one, torchrun none), so that a run resumed under another
+/// launcher continues bit for bit. The ranks are the CPU backend's
+/// parallelism. Returns the threads in use.
+int pinBlasThreads();
+
 void linear(const float *X, int64_t M, int64_t K, const float *W, int64_t N,
             bool TransposeW, float *Y);
 

@@ -2479,6 +2479,7 @@ int main(int Argc, char **Argv) {
   }
   if (!Torchrun)
     MPI_Init(&Argc, &Argv);
+  kernels::pinBlasThreads();
   MPI_Comm_rank(World, &WorldRank);
   MPI_Comm_size(World, &WorldSize);
   int Rc;
