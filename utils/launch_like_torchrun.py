@@ -79,6 +79,8 @@ def main():
                    WORLD_SIZE=str(a.nproc), LOCAL_WORLD_SIZE=str(a.nproc),
                    GROUP_RANK="0", MASTER_ADDR="127.0.0.1",
                    MASTER_PORT=str(port))
+        # (As torchrun's agent: megac-run ends with the agent that owns it.)
+        env["TORCHELASTIC_RESTART_COUNT"] = "0"
         if a.agent_store:
             env["TORCHELASTIC_USE_AGENT_STORE"] = "True"
         for item in a.rank_env:

@@ -315,6 +315,10 @@ struct TorchrunWorld::State {
   MPI_Comm World = MPI_COMM_NULL;
   pid_t Server = -1;
   std::string UriFile;
+  /// torchrun's agent, which owns this rank (0: not started by one). A
+  /// rank whose agent is gone (SIGKILLed) ends the job: else the ranks
+  /// trained on, orphaned, holding their checkpoint's lock.
+  pid_t Launcher = 0;
   /// Rank 0: its connection to every other rank (by rank); the others:
   /// theirs to rank 0 (index 0).
   std::vector<OwnedFd> Links;
@@ -681,6 +685,10 @@ void TorchrunWorld::State::watch() {
     ::poll(Fds.data(), Fds.size(), 200);
     if (Stop)
       return;
+    if (Launcher && !Finishing && ::getppid() != Launcher)
+      die("rank " + std::to_string(L.Rank) + ": its launcher (process " +
+          std::to_string(Launcher) + ") ended before the job finished; rank " +
+          std::to_string(L.Rank) + " ends the job");
     if (const int64_t Since = JoinSince; Since) {
       const double Idle =
           std::chrono::duration<double>(
@@ -939,6 +947,10 @@ std::optional<TorchrunLaunch> torchrunLaunch(int Argc, char **Argv) {
 TorchrunWorld::TorchrunWorld(const TorchrunLaunch &L, int *Argc, char ***Argv)
     : S(std::make_unique<State>()) {
   S->L = L;
+  // torchrun's agent gives each worker it starts its restart count.
+  if (const char *Restarts = std::getenv("TORCHELASTIC_RESTART_COUNT");
+      Restarts && *Restarts && ::getppid() > 1)
+    S->Launcher = ::getppid();
   S->meet(Argc, Argv); // (on failure, ~State cleans up)
 }
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Runs a multi-rank job, and once it is training (METRICS has 2 lines)
-kills (SIGKILL) or freezes (SIGSTOP) its last rank. Reports how the job
+kills (SIGKILL) or freezes (SIGSTOP) its last rank, or (--target
+launcher) the launcher itself. Reports how the job
 ended: the launcher's exit status, how long after the fault every rank
 was gone, and whether any rank process is left. With --signal NONE the
 job brings its own fault (an injected hang): the clock starts once its
@@ -40,6 +41,9 @@ parser.add_argument("--signal", choices=["KILL", "STOP", "NONE"], required=True)
 parser.add_argument("--metrics")
 parser.add_argument("--ranks", type=int, default=2)
 parser.add_argument("--limit", type=float, default=30.0)
+parser.add_argument("--target", choices=["rank", "launcher"], default="rank",
+                    help="what the signal goes to: the last rank (default) "
+                    "or the launcher itself")
 parser.add_argument("command", nargs=argparse.REMAINDER)
 args = parser.parse_args()
 command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -74,7 +78,8 @@ else:
 ranks = rank_processes(job.pid)
 start = time.time()
 if args.signal != "NONE":
-    os.kill(ranks[-1], getattr(signal, "SIG" + args.signal))
+    os.kill(job.pid if args.target == "launcher" else ranks[-1],
+            getattr(signal, "SIG" + args.signal))
 try:
     job.wait(timeout=args.limit + 30)
 except subprocess.TimeoutExpired:
@@ -91,10 +96,18 @@ left = [p for p in ranks if os.path.exists(f"/proc/{p}") and
         open(f"/proc/{p}/stat").read().split()[2] != "Z"]
 print(f"{len(ranks)} ranks; " + ("no signal sent (the job's own fault)"
                                  if args.signal == "NONE" else
-                                 f"sent SIG{args.signal} to one"))
+                                 f"sent SIG{args.signal} to " +
+                                 ("the launcher" if args.target == "launcher"
+                                  else "one")))
 print(f"job exit status: {'non-zero' if job.returncode != 0 else 'zero'} ({job.returncode})")
 print(f"every rank gone within {args.limit:.0f} s: {'yes' if elapsed <= args.limit and not left else 'no'}")
 print(f"rank processes left: {len(left)}")
+# (Ended here, lest they run on and hold the job's stderr open.)
+for p in left:
+    try:
+        os.kill(p, signal.SIGKILL)
+    except OSError:
+        pass
 for line in job.stderr.read().splitlines():
     if line.startswith("megac-run: error:"):
         print(line)
