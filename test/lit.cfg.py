@@ -92,6 +92,11 @@ if shutil.which("flock") and subprocess.run(
         capture_output=True).returncode == 0:
     config.available_features.add("flock")
 
+# Two cores or more for this process (train-blas-threads.test: OpenBLAS
+# takes no more threads than cores).
+if hasattr(os, "sched_getaffinity") and len(os.sched_getaffinity(0)) >= 2:
+    config.available_features.add("cores2")
+
 # Root, with setpriv to run a test's command as another user (nobody).
 if hasattr(os, "geteuid") and os.geteuid() == 0 and shutil.which("setpriv"):
     config.available_features.add("other-user")

@@ -80,7 +80,7 @@ def main():
     # (Written over a shard or meta.json, the output destroyed the
     # checkpoint it was merged from; a file beside the steps is harmless.)
     steps = [os.path.join(a.dir, n) for n in os.listdir(a.dir)
-             if n.startswith("step-")] if os.path.isdir(a.dir) else []
+             if n.startswith(("step-", ".step-"))] if os.path.isdir(a.dir) else []
     check_output(a.output, "-o", inputs=[os.path.join(a.dir, "latest")],
                  inside=[sd] + steps)
     meta_path = os.path.join(sd, "meta.json")

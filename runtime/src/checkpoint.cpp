@@ -85,6 +85,54 @@ void makeDirs(const std::string &Dir) {
     throw RunError(Dir + ": not a directory");
 }
 
+namespace {
+
+/// Where an interrupted publishStep left step \p Name of \p Dir whole,
+/// the step itself missing: its staging directory (the new step,
+/// complete once it holds meta.json, written last) or the step it
+/// replaced (".old"). "" where neither is.
+std::string interruptedStep(const std::string &Dir, const std::string &Name) {
+  for (const char *Suffix : {".partial", ".partial.old"}) {
+    const std::string Where = join(Dir, "." + Name + Suffix);
+    struct stat St;
+    if (::stat(join(Where, "meta.json").c_str(), &St) == 0 &&
+        S_ISREG(St.st_mode))
+      return Where;
+  }
+  return "";
+}
+
+/// Rank 0, holding the lock, before it saves: moves back a step `latest`
+/// names that an interrupted publish left aside, then removes what saves
+/// that crashed left (staging directories, replaced steps).
+void repairCheckpointDirectory(const std::string &Dir) {
+  std::ifstream In(join(Dir, "latest"));
+  std::string Name;
+  std::getline(In, Name);
+  struct stat St;
+  if (!Name.empty() && Name.find('/') == std::string::npos &&
+      Name.rfind("step-", 0) == 0 &&
+      ::lstat(join(Dir, Name).c_str(), &St) != 0 && errno == ENOENT)
+    if (const std::string Found = interruptedStep(Dir, Name); !Found.empty())
+      if (::rename(Found.c_str(), join(Dir, Name).c_str()) == 0)
+        fsyncDir(stripSlashes(Dir));
+  std::error_code EC;
+  for (const auto &Entry : std::filesystem::directory_iterator(Dir, EC)) {
+    const std::string File = Entry.path().filename().string();
+    auto EndsWith = [&File](const std::string &End) {
+      return File.size() > End.size() &&
+             File.compare(File.size() - End.size(), End.size(), End) == 0;
+    };
+    if (File.rfind(".step-", 0) == 0 &&
+        (EndsWith(".partial") || EndsWith(".partial.old"))) {
+      std::error_code Ignored;
+      std::filesystem::remove_all(Entry.path(), Ignored);
+    }
+  }
+}
+
+} // namespace
+
 std::string lockCheckpointDirectory(const std::string &Dir) {
   const std::string Path = join(Dir, ".megac-lock");
   // 0666 less the umask: in a directory several users share, the next
@@ -136,6 +184,7 @@ std::string lockCheckpointDirectory(const std::string &Dir) {
   // (Should the write fail, the holder goes unnamed; the lock stands.)
   if (Writable && ::ftruncate(Fd, 0) == 0)
     (void)!::pwrite(Fd, Who.data(), Who.size(), 0);
+  repairCheckpointDirectory(Dir);
   return "";
 }
 
@@ -219,41 +268,63 @@ void crashHookAfterShards() {
 
 namespace {
 
-/// Moves the complete step \p Staging to \p Dir/\p StepName. A step of
-/// that name already there (a run resumed from an earlier step, saving
-/// its steps again; maybe the one `latest` names) is swapped out in one
+/// Test hooks: MEGAC_TEST_NO_RENAME_EXCHANGE=1 takes publishStep's two
+/// renames, as on a file system without the exchange (NFS);
+/// MEGAC_TEST_CRASH_IN_SAVE=between-renames ends the process between
+/// them.
+bool testHook(const char *Name, const char *Value) {
+  const char *V = std::getenv(Name);
+  return V && std::strcmp(V, Value) == 0;
+}
+
+/// Moves the complete step \p Staging to \p Dir/\p StepName and returns
+/// what to remove once `latest` is written ("": nothing). A step of that
+/// name already there (a run resumed from an earlier step, saving its
+/// steps again; maybe the one `latest` names) is swapped out in one
 /// rename, then removed: written over in place, a crash midway left the
 /// new shards beside the old meta.json, and `latest` on a checkpoint that
-/// no longer loaded.
-void publishStep(const std::string &Dir, const std::string &Staging,
-                 const std::string &StepName) {
+/// no longer loaded. Where the file system cannot swap (NFS), two renames
+/// leave a moment in which the step is missing: interruptedStep finds it
+/// then, and repairCheckpointDirectory moves it back.
+std::string publishStep(const std::string &Dir, const std::string &Staging,
+                        const std::string &StepName) {
   const std::string Step = join(Dir, StepName);
   auto Fail = [&](const std::string &What) {
     throw RunError(Step + ": cannot " + What + ": " + std::strerror(errno));
   };
+  std::string Leftover;
   struct stat St;
   if (::lstat(Step.c_str(), &St) != 0) {
     if (::rename(Staging.c_str(), Step.c_str()) != 0)
       Fail("move the saved step into place");
-  } else if (::renameat2(AT_FDCWD, Staging.c_str(), AT_FDCWD, Step.c_str(),
-                         RENAME_EXCHANGE) != 0) {
-    // A file system without the exchange (EINVAL): two renames, with a
-    // moment between them where the step is missing, not mixed.
-    if (errno != EINVAL && errno != ENOSYS && errno != EOPNOTSUPP)
+  } else if (!S_ISDIR(St.st_mode)) {
+    throw RunError(Step + ": not a directory: something else stands where "
+                          "the step is saved");
+  } else if (!testHook("MEGAC_TEST_NO_RENAME_EXCHANGE", "1") &&
+             ::renameat2(AT_FDCWD, Staging.c_str(), AT_FDCWD, Step.c_str(),
+                         RENAME_EXCHANGE) == 0) {
+    Leftover = Staging; // (now the step it replaced)
+  } else {
+    if (errno != EINVAL && errno != ENOSYS && errno != EOPNOTSUPP &&
+        !testHook("MEGAC_TEST_NO_RENAME_EXCHANGE", "1"))
       Fail("swap the saved step into place");
     const std::string Old = Staging + ".old";
     std::error_code EC;
     std::filesystem::remove_all(Old, EC);
-    if (::rename(Step.c_str(), Old.c_str()) != 0 ||
-        ::rename(Staging.c_str(), Step.c_str()) != 0)
+    if (::rename(Step.c_str(), Old.c_str()) != 0)
+      Fail("move the step it replaces aside");
+    if (testHook("MEGAC_TEST_CRASH_IN_SAVE", "between-renames"))
+      ::_exit(9);
+    if (::rename(Staging.c_str(), Step.c_str()) != 0) {
+      const int Err = errno;
+      ::rename(Old.c_str(), Step.c_str()); // (the old step back)
+      errno = Err;
       Fail("move the saved step into place");
-    std::filesystem::remove_all(Old, EC);
+    }
+    Leftover = Old;
   }
   fsyncDir(stripSlashes(Dir));
-  // (Now the step written over, or nothing; what cannot be removed
-  // waits for the next save of this step.)
-  std::error_code EC;
-  std::filesystem::remove_all(Staging, EC);
+  return Leftover;
 }
 
 } // namespace
@@ -282,9 +353,13 @@ void writeCheckpointMeta(const std::string &Dir, const CheckpointMeta &M) {
   std::string Text = J.dump(2) + "\n";
   const std::string Staging = join(Dir, stagingDirName(M.step));
   writeFileAtomic(join(Staging, "meta.json"), Text.data(), Text.size());
-  publishStep(Dir, Staging, StepName);
+  const std::string Leftover = publishStep(Dir, Staging, StepName);
   std::string Latest = StepName + "\n";
   writeFileAtomic(join(Dir, "latest"), Latest.data(), Latest.size());
+  // (What cannot be removed now, the next run's lock removes.)
+  std::error_code EC;
+  if (!Leftover.empty())
+    std::filesystem::remove_all(Leftover, EC);
 }
 
 namespace {
@@ -348,6 +423,12 @@ CheckpointMeta readCheckpointMeta(const std::string &DirIn, const Program &P,
       throw RunError(join(Dir, "latest") +
                      ": does not name a step directory (step-NNNNNNNN)");
     StepDir = join(Dir, Name);
+    // A save interrupted between publishStep's two renames (NFS) left
+    // the step aside, whole.
+    struct stat Step;
+    if (::lstat(StepDir.c_str(), &Step) != 0 && errno == ENOENT)
+      if (const std::string Found = interruptedStep(Dir, Name); !Found.empty())
+        StepDir = Found;
   } else {
     StepDir = Dir;
   }

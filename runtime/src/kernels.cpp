@@ -42,7 +42,12 @@ namespace megac_rt {
 namespace kernels {
 
 int pinBlasThreads() {
-  if (const char *N = std::getenv("OPENBLAS_NUM_THREADS"); !N || !*N)
+  // (0, which OpenBLAS reads as every core, and anything but a count
+  // are pinned too; GOTO_NUM_THREADS and OMP_NUM_THREADS do not count.)
+  const char *N = std::getenv("OPENBLAS_NUM_THREADS");
+  char *End = nullptr;
+  const long Asked = N ? std::strtol(N, &End, 10) : 0;
+  if (!N || !*N || *End || Asked < 1)
     openblas_set_num_threads(1);
   return openblas_get_num_threads();
 }

@@ -22,8 +22,8 @@ namespace kernels {
 
 /// y[M,N] = x[M,K] * w, with w [K,N] or, if \p TransposeW, [N,K].
 /// Runs the matrix products on one OpenBLAS thread, unless
-/// OPENBLAS_NUM_THREADS says otherwise: OpenBLAS splits a product among
-/// as many threads as the process may use cores, and a product split
+/// OPENBLAS_NUM_THREADS names a count of 1 or more: OpenBLAS splits a product
+/// among as many threads as the process may use cores, and a product split
 /// otherwise sums in another order. One thread makes a rank's results the
 /// same bits however its launcher binds it to cores (mpirun binds each
 /// rank to one, torchrun none), so that a run resumed under another

@@ -948,9 +948,11 @@ TorchrunWorld::TorchrunWorld(const TorchrunLaunch &L, int *Argc, char ***Argv)
     : S(std::make_unique<State>()) {
   S->L = L;
   // torchrun's agent gives each worker it starts its restart count.
+  // (A wrapper that does not exec megac-run is the parent watched.)
+  const pid_t Parent = ::getppid();
   if (const char *Restarts = std::getenv("TORCHELASTIC_RESTART_COUNT");
-      Restarts && *Restarts && ::getppid() > 1)
-    S->Launcher = ::getppid();
+      Restarts && *Restarts && Parent > 1)
+    S->Launcher = Parent;
   S->meet(Argc, Argv); // (on failure, ~State cleans up)
 }
 

@@ -1173,7 +1173,7 @@ TEST(Zero, MomentsCoverTheRanksSliceAndRoundTrip) {
   Meta.shards[0].file = shardFileName(0);
   Executor R(*L.program, 1);
   R.allocate();
-  loadCheckpointShard(Dir.Path + "/step-00000003", Meta, R, true);
+  loadCheckpointShard(Staged, Meta, R, true);
   for (size_t I = 0; I < R.adamStates().size(); ++I) {
     EXPECT_EQ(R.adamStates()[I].m, E.adamStates()[I].m);
     EXPECT_EQ(R.adamStates()[I].v, E.adamStates()[I].v);
