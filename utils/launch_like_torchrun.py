@@ -30,11 +30,8 @@ import subprocess
 import sys
 import time
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from free_port import free_port  # noqa: E402
 
 
 def main():
@@ -59,7 +56,9 @@ def main():
     if a.agent_store:
         store = socket.socket()
         store.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        store.bind(("0.0.0.0", port))
+        # (Below the ephemeral range, with the next port free for the
+        # rendezvous: free_port.py says why.)
+        store.bind(("0.0.0.0", port or free_port(pair=True)))
         store.listen()
         port = store.getsockname()[1]
     elif not port:
