@@ -87,6 +87,26 @@ void makeDirs(const std::string &Dir) {
 
 namespace {
 
+/// Whether test hook \p Name is set to \p Value:
+/// MEGAC_TEST_CRASH_IN_SAVE=after-shards (crashHookAfterShards) or
+/// =between-renames (publishStep's two renames, which
+/// MEGAC_TEST_NO_RENAME_EXCHANGE=1 takes as on a file system without
+/// the exchange, NFS).
+bool testHook(const char *Name, const char *Value) {
+  const char *V = std::getenv(Name);
+  return V && std::strcmp(V, Value) == 0;
+}
+
+/// Whether \p Name is a step directory's name: "step-" and at least 8
+/// digits (stepDirName; a step past 99999999 takes more).
+bool isStepDirName(const std::string &Name) {
+  bool Ok = Name.size() >= 13 && Name.size() <= 24 &&
+            Name.compare(0, 5, "step-") == 0;
+  for (size_t I = 5; Ok && I < Name.size(); ++I)
+    Ok = Name[I] >= '0' && Name[I] <= '9';
+  return Ok;
+}
+
 /// Where an interrupted publishStep left step \p Name of \p Dir whole,
 /// the step itself missing: its staging directory (the new step,
 /// complete once it holds meta.json, written last) or the step it
@@ -108,11 +128,10 @@ std::string interruptedStep(const std::string &Dir, const std::string &Name) {
 void repairCheckpointDirectory(const std::string &Dir) {
   std::ifstream In(join(Dir, "latest"));
   std::string Name;
-  std::getline(In, Name);
+  In >> Name;
   struct stat St;
-  if (!Name.empty() && Name.find('/') == std::string::npos &&
-      Name.rfind("step-", 0) == 0 &&
-      ::lstat(join(Dir, Name).c_str(), &St) != 0 && errno == ENOENT)
+  if (isStepDirName(Name) && ::lstat(join(Dir, Name).c_str(), &St) != 0 &&
+      errno == ENOENT)
     if (const std::string Found = interruptedStep(Dir, Name); !Found.empty())
       if (::rename(Found.c_str(), join(Dir, Name).c_str()) == 0)
         fsyncDir(stripSlashes(Dir));
@@ -258,8 +277,7 @@ ShardInfo writeCheckpointShard(const std::string &Dir, int64_t Step,
 }
 
 void crashHookAfterShards() {
-  const char *V = std::getenv("MEGAC_TEST_CRASH_IN_SAVE");
-  if (V && std::strcmp(V, "after-shards") == 0) {
+  if (testHook("MEGAC_TEST_CRASH_IN_SAVE", "after-shards")) {
     std::fflush(stdout);
     std::fflush(stderr);
     ::_exit(9);
@@ -267,15 +285,6 @@ void crashHookAfterShards() {
 }
 
 namespace {
-
-/// Test hooks: MEGAC_TEST_NO_RENAME_EXCHANGE=1 takes publishStep's two
-/// renames, as on a file system without the exchange (NFS);
-/// MEGAC_TEST_CRASH_IN_SAVE=between-renames ends the process between
-/// them.
-bool testHook(const char *Name, const char *Value) {
-  const char *V = std::getenv(Name);
-  return V && std::strcmp(V, Value) == 0;
-}
 
 /// Moves the complete step \p Staging to \p Dir/\p StepName and returns
 /// what to remove once `latest` is written ("": nothing). A step of that
@@ -367,16 +376,6 @@ namespace {
 /// Steps beyond this are no run's (2^40 steps per run, and then some):
 /// a meta.json that says more was edited, and its sums would overflow.
 constexpr int64_t kMaxCheckpointStep = int64_t(1) << 50;
-
-/// Whether \p Name is a step directory's name: "step-" and at least 8
-/// digits (stepDirName; a step past 99999999 takes more).
-bool isStepDirName(const std::string &Name) {
-  bool Ok = Name.size() >= 13 && Name.size() <= 24 &&
-            Name.compare(0, 5, "step-") == 0;
-  for (size_t I = 5; Ok && I < Name.size(); ++I)
-    Ok = Name[I] >= '0' && Name[I] <= '9';
-  return Ok;
-}
 
 /// Whether two gridString()s lay out the same ranks: axes of size 1 split
 /// nothing, so "dp=1 x tp=2" and "tp=2" hold the same shards.

@@ -18,7 +18,6 @@
 #include <cblas.h>
 // (OpenBLAS's own, which another cblas.h may not declare.)
 extern "C" void openblas_set_num_threads(int);
-extern "C" int openblas_get_num_threads(void);
 
 #include <algorithm>
 #include <cmath>
@@ -41,7 +40,7 @@ extern "C" int openblas_get_num_threads(void);
 namespace megac_rt {
 namespace kernels {
 
-int pinBlasThreads() {
+void pinBlasThreads() {
   // (0, which OpenBLAS reads as every core, and anything but a count
   // are pinned too; GOTO_NUM_THREADS and OMP_NUM_THREADS do not count.)
   const char *N = std::getenv("OPENBLAS_NUM_THREADS");
@@ -49,7 +48,6 @@ int pinBlasThreads() {
   const long Asked = N ? std::strtol(N, &End, 10) : 0;
   if (!N || !*N || *End || Asked < 1)
     openblas_set_num_threads(1);
-  return openblas_get_num_threads();
 }
 
 void linear(const float *X, int64_t M, int64_t K, const float *W, int64_t N,

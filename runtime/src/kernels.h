@@ -28,8 +28,8 @@ namespace kernels {
 /// same bits however its launcher binds it to cores (mpirun binds each
 /// rank to one, torchrun none), so that a run resumed under another
 /// launcher continues bit for bit. The ranks are the CPU backend's
-/// parallelism. Returns the threads in use.
-int pinBlasThreads();
+/// parallelism.
+void pinBlasThreads();
 
 void linear(const float *X, int64_t M, int64_t K, const float *W, int64_t N,
             bool TransposeW, float *Y);

@@ -1,6 +1,7 @@
 //===- cuda_emu.cpp - The host stand-in for CUDA (see cuda_emu.h) ---------===//
 
 #include "cuda_emu.h"
+#include "env.h"
 
 #include <cxxabi.h>
 #include <dlfcn.h>
@@ -203,17 +204,13 @@ std::string knob(const char *Name,
 }
 
 long wholeKnob(const char *Name, long Lo, long Hi, long Default) {
-  const char *E = std::getenv(Name);
-  if (!E || !*E)
-    return Default;
-  char *End = nullptr;
-  errno = 0;
-  const long V = std::strtol(E, &End, 10);
-  if (*E >= '0' && *E <= '9' && !*End && errno == 0 && V >= Lo && V <= Hi)
-    return V;
-  badKnob(Name, E,
-          "a whole number from " + std::to_string(Lo) + " to " +
-              std::to_string(Hi));
+  try {
+    return megac_rt::envWholeNumber(Name, Lo, Hi).value_or(Default);
+  } catch (const std::exception &E) { // (its message names the knob)
+    std::fprintf(stderr, "%s: error: %s\n", program_invocation_short_name,
+                 E.what());
+    std::_Exit(1);
+  }
 }
 
 bool &threadsInReverse() {
