@@ -359,6 +359,8 @@ void writeCheckpointMeta(const std::string &Dir, const CheckpointMeta &M) {
                  {"tokens", M.dataTokens},
                  {"crc32", M.dataCrc},
                  {"sample", M.sample}};
+  if (!M.arithmetic.empty())
+    J["arithmetic"] = M.arithmetic;
   std::string Text = J.dump(2) + "\n";
   const std::string Staging = join(Dir, stagingDirName(M.step));
   writeFileAtomic(join(Staging, "meta.json"), Text.data(), Text.size());
@@ -493,6 +495,8 @@ CheckpointMeta readCheckpointMeta(const std::string &DirIn, const Program &P,
         M.dataCrc = uint32_t(Whole(D, "crc32", U32));
       }
     }
+    if (J.contains("arithmetic"))
+      M.arithmetic = J.at("arithmetic").get<std::string>();
   } catch (const RunError &) {
     throw;
   } catch (const std::exception &) {

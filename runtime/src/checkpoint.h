@@ -58,6 +58,11 @@ struct CheckpointMeta {
   /// TokenSource::fingerprint of the tokens (checkpoints before it: none).
   bool hasDataCrc = false;
   uint32_t dataCrc = 0;
+  /// What computed the run's steps, besides the plan: "cpu (OpenBLAS
+  /// Haswell, 1 thread)", "cuda (NVIDIA H100 80GB HBM3 (sm_90), attention
+  /// auto)". A run that resumes on another may continue only within
+  /// rounding of the saved run. "" in checkpoints before the field.
+  std::string arithmetic;
 };
 
 /// "step-00000040".

@@ -18,6 +18,8 @@
 #include <cblas.h>
 // (OpenBLAS's own, which another cblas.h may not declare.)
 extern "C" void openblas_set_num_threads(int);
+extern "C" int openblas_get_num_threads(void);
+extern "C" char *openblas_get_corename(void);
 
 #include <algorithm>
 #include <cmath>
@@ -48,6 +50,13 @@ void pinBlasThreads() {
   const long Asked = N ? std::strtol(N, &End, 10) : 0;
   if (!N || !*N || *End || Asked < 1)
     openblas_set_num_threads(1);
+}
+
+std::string blasDescription() {
+  const char *Core = openblas_get_corename();
+  const int Threads = openblas_get_num_threads();
+  return std::string("OpenBLAS ") + (Core && *Core ? Core : "?") + ", " +
+         std::to_string(Threads) + (Threads == 1 ? " thread" : " threads");
 }
 
 void linear(const float *X, int64_t M, int64_t K, const float *W, int64_t N,

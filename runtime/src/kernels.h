@@ -9,9 +9,10 @@
 #ifndef MEGAC_RT_KERNELS_H
 #define MEGAC_RT_KERNELS_H
 
-#include <cstddef>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "cuda/elementwise.cuh"
@@ -30,6 +31,11 @@ namespace kernels {
 /// launcher continues bit for bit. The ranks are the CPU backend's
 /// parallelism.
 void pinBlasThreads();
+
+/// "OpenBLAS Haswell, 1 thread": what, besides the plan, decides the CPU
+/// backend's bits (OpenBLAS's kernels for this CPU, and how many threads
+/// split a product), for a checkpoint to record.
+std::string blasDescription();
 
 void linear(const float *X, int64_t M, int64_t K, const float *W, int64_t N,
             bool TransposeW, float *Y);

@@ -299,6 +299,8 @@ struct Setup {
   uint32_t lossBuf = 0, logitsBuf = 0;
   std::string resumedFrom;
   CheckpointMeta resumedMeta;
+  // What computes the steps besides the plan (CheckpointMeta::arithmetic).
+  std::string arithmetic;
   // The step directory this run saved last ("" before its first).
   std::string lastSaved;
   FILE *metrics = nullptr;
@@ -1090,6 +1092,7 @@ bool saveCheckpoint(const Options &O, Setup &S, int64_t Step) {
       M.hasDataCrc = true;
       M.dataCrc = S.stream.fingerprint();
       M.sample = O.sample;
+      M.arithmetic = S.arithmetic;
       for (int R = 0; R < WorldSize; ++R)
         M.shards.push_back({uint32_t(R), shardFileName(uint32_t(R)),
                             All[size_t(2 * R)],
@@ -1629,6 +1632,33 @@ bool writeDeviceOrHostProfile(const Options &O, const Setup &S,
                       Runs, Covered);
 }
 
+/// Records what computes this run's steps besides the plan, for its
+/// checkpoints, and warns (rank 0) when the checkpoint it resumed from
+/// was computed otherwise: the same plan on another CPU's BLAS kernels,
+/// another thread count or another device sums in another order, so the
+/// run may continue only within rounding of the saved one (users
+/// comparing a resumed run with an uninterrupted one should know why the
+/// last bits differ).
+void noteArithmetic(Setup &S, const DeviceSession *Dev) {
+  if (Dev) {
+    const char *Attention = std::getenv("MEGAC_CUDA_ATTENTION");
+    S.arithmetic = "cuda (" + Dev->device().deviceName() + ", attention " +
+                   (Attention && *Attention ? Attention : "auto") + ")";
+  } else {
+    S.arithmetic = "cpu (" + kernels::blasDescription() + ")";
+  }
+  const std::string &Saved = S.resumedMeta.arithmetic;
+  if (WorldRank != 0 || S.resumedFrom.empty() || Saved.empty() ||
+      Saved == S.arithmetic)
+    return;
+  std::fprintf(stderr,
+               "megac-run: warning: the checkpoint's run computed on %s, this "
+               "run computes on %s: its steps may differ in their last bits "
+               "from those the saved run would have taken (other kernels or "
+               "threads sum in another order)\n",
+               Saved.c_str(), S.arithmetic.c_str());
+}
+
 int runTraining(const Options &O, Setup &S) {
   const Program &P = *S.plan.program;
   const TrainConfig &TC = *P.train();
@@ -1676,6 +1706,7 @@ int runTraining(const Options &O, Setup &S) {
     info(O, "training on %s: %s", Dev->device().deviceName().c_str(),
          Dev->device().notes().c_str());
   }
+  noteArithmetic(S, Dev.get());
   if (!O.profile.empty()) {
     if (Dev)
       Dev->enableProfiling();
