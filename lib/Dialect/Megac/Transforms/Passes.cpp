@@ -24,7 +24,9 @@ void buildPartitionPipeline(OpPassManager &pm, const PartitionOptions &options) 
     pm.addPass(createAssignStagesPass(
         AssignStagesPassOptions{options.virtualStages}));
     pm.addPass(createAutodiffPass());
-    if (options.recompute == "full")
+    // (Selective recomputation is insert-collectives' regather; a mode
+    // the pass does not know it refuses.)
+    if (options.recompute != "none" && options.recompute != "selective")
       pm.addPass(createRecomputePass(RecomputePassOptions{options.recompute}));
   }
   // One micro-batch needs no accumulation, unless on a pipeline (the
@@ -65,6 +67,10 @@ void buildPartitionPipeline(OpPassManager &pm, const PartitionOptions &options) 
 }
 
 namespace {
+/// megac compile's options that shape the IR, under the names of the
+/// passes they set (the defaults are megac compile's on its CPU target),
+/// so that `megac-opt --megac-partition-pipeline` gives what `megac
+/// compile --dump-ir` shows for the same choices.
 struct PartitionPipelineOptions
     : public PassPipelineOptions<PartitionPipelineOptions> {
   Option<std::string> mesh{*this, "mesh",
@@ -73,9 +79,80 @@ struct PartitionPipelineOptions
                         llvm::cl::init(0)};
   Option<int64_t> seq{*this, "seq", llvm::cl::desc("Sequence length"),
                       llvm::cl::init(0)};
+  Option<int64_t> microBatches{
+      *this, "micro-batches",
+      llvm::cl::desc("Micro-batches per step (gradient accumulation)"),
+      llvm::cl::init(1)};
   Option<bool> train{*this, "train",
                      llvm::cl::desc("Build a training step (default AdamW)"),
                      llvm::cl::init(false)};
+  Option<bool> gradients{
+      *this, "gradients",
+      llvm::cl::desc("Append the backward pass only: parameter gradients "
+                     "become outputs grad:<parameter>"),
+      llvm::cl::init(false)};
+  Option<bool> bf16{*this, "bf16",
+                    llvm::cl::desc("bf16 compute with fp32 master weights "
+                                   "(megac compile --precision bf16)"),
+                    llvm::cl::init(false)};
+  Option<bool> sequenceParallel{
+      *this, "sequence-parallel",
+      llvm::cl::desc("Split the residual stream on the sequence over tp"),
+      llvm::cl::init(false)};
+  Option<std::string> recompute{
+      *this, "recompute",
+      llvm::cl::desc("Activation recomputation: none, selective or full"),
+      llvm::cl::init("none")};
+  Option<int64_t> virtualStages{
+      *this, "virtual-stages",
+      llvm::cl::desc("Model chunks per pipeline rank (interleaved)"),
+      llvm::cl::init(1)};
+  Option<int64_t> bucketBytes{
+      *this, "bucket-bytes",
+      llvm::cl::desc("Gradient all-reduce buckets of at most this many "
+                     "bytes (0: one all-reduce per gradient)"),
+      llvm::cl::init(25 << 20)};
+  Option<std::string> fusionGroups{
+      *this, "fusion-groups",
+      llvm::cl::desc("Kernel groups to mark (megac-fuse-elementwise's "
+                     "groups): a, the CPU target's; abcdegnrtw, a GPU "
+                     "target's; empty for none"),
+      llvm::cl::init("a")};
+  // The optimizer's (megac-apply-optimizer's), with --train.
+  Option<double> lr{*this, "lr", llvm::cl::desc("Peak learning rate"),
+                    llvm::cl::init(6.0e-4)};
+  Option<double> minLr{*this, "min-lr",
+                       llvm::cl::desc("Learning rate at the end of the "
+                                      "cosine decay"),
+                       llvm::cl::init(6.0e-5)};
+  Option<int64_t> warmupSteps{*this, "warmup-steps",
+                              llvm::cl::desc("Linear warm-up steps"),
+                              llvm::cl::init(10)};
+  Option<int64_t> totalSteps{
+      *this, "total-steps",
+      llvm::cl::desc("Step at which the cosine decay reaches min-lr"),
+      llvm::cl::init(1000)};
+  Option<double> beta1{*this, "beta1", llvm::cl::desc("AdamW beta1"),
+                       llvm::cl::init(0.9)};
+  Option<double> beta2{*this, "beta2", llvm::cl::desc("AdamW beta2"),
+                       llvm::cl::init(0.95)};
+  Option<double> epsilon{*this, "epsilon", llvm::cl::desc("AdamW epsilon"),
+                         llvm::cl::init(1.0e-8)};
+  Option<double> weightDecay{*this, "weight-decay",
+                             llvm::cl::desc("Decoupled weight decay for "
+                                            "matrices"),
+                             llvm::cl::init(0.1)};
+  Option<double> maxGradNorm{
+      *this, "max-grad-norm",
+      llvm::cl::desc("Global gradient-norm clipping threshold (0: off)"),
+      llvm::cl::init(1.0)};
+  Option<int64_t> zeroStage{
+      *this, "zero-stage",
+      llvm::cl::desc("1: shard the optimizer state over zero-axis (ZeRO-1)"),
+      llvm::cl::init(0)};
+  Option<std::string> zeroAxis{*this, "zero-axis",
+                               llvm::cl::desc("The axis ZeRO shards over"),
+                               llvm::cl::init("dp")};
 };
 } // namespace
 
@@ -83,13 +160,33 @@ void registerMegacPassesAndPipelines() {
   registerMegacPasses();
   PassPipelineRegistration<PartitionPipelineOptions>(
       "megac-partition-pipeline",
-      "From a model on global shapes to per-rank IR with collectives",
+      "From a model on global shapes to per-rank IR with collectives (the "
+      "passes megac compile runs)",
       [](OpPassManager &pm, const PartitionPipelineOptions &opts) {
         PartitionOptions options;
         options.mesh = opts.mesh;
         options.batch = opts.batch;
         options.seq = opts.seq;
+        options.microBatches = opts.microBatches;
         options.train = opts.train;
+        options.gradients = opts.gradients;
+        options.bf16 = opts.bf16;
+        options.sequenceParallel = opts.sequenceParallel;
+        options.recompute = opts.recompute;
+        options.virtualStages = opts.virtualStages;
+        options.bucketBytes = opts.bucketBytes;
+        options.fusionGroups = opts.fusionGroups;
+        options.optimizer.lr = opts.lr;
+        options.optimizer.minLr = opts.minLr;
+        options.optimizer.warmupSteps = opts.warmupSteps;
+        options.optimizer.totalSteps = opts.totalSteps;
+        options.optimizer.beta1 = opts.beta1;
+        options.optimizer.beta2 = opts.beta2;
+        options.optimizer.epsilon = opts.epsilon;
+        options.optimizer.weightDecay = opts.weightDecay;
+        options.optimizer.maxGradNorm = opts.maxGradNorm;
+        options.optimizer.zeroStage = opts.zeroStage;
+        options.optimizer.zeroAxis = opts.zeroAxis;
         buildPartitionPipeline(pm, options);
       });
 }

@@ -1,4 +1,15 @@
 // RUN: megac-opt %s --megac-partition-pipeline="mesh=tp=2 batch=2 seq=8" | FileCheck %s
+// RUN: megac import --tiny -o %t.tiny.mlir
+// RUN: megac-opt %t.tiny.mlir --megac-partition-pipeline="mesh=dp=2 train=true bucket-bytes=0" | FileCheck %s --check-prefix=UNBUCKETED
+// RUN: megac-opt %t.tiny.mlir --megac-partition-pipeline="mesh=dp=2 train=true" | FileCheck %s --check-prefix=BUCKETED
+// RUN: megac-opt %t.tiny.mlir --megac-partition-pipeline="mesh=dp=2 train=true micro-batches=2" | FileCheck %s --check-prefix=MICRO
+// RUN: megac-opt %t.tiny.mlir --megac-partition-pipeline="mesh=dp=2 train=true fusion-groups=" | FileCheck %s --check-prefix=NOFUSION
+// The pipeline is megac compile's: the same choices give the IR its
+// last dump shows.
+// RUN: rm -rf %t.ir && megac compile %t.tiny.mlir --train --mesh dp=2,tp=2 --micro-batches 2 --precision bf16 --sequence-parallel --recompute selective --zero 1 --lr 1e-3 --beta2 0.99 --max-grad-norm 0.5 --bucket-mb 1 -o %t.mgc --dump-ir %t.ir --quiet
+// RUN: megac-opt %t.tiny.mlir --megac-partition-pipeline="mesh=dp=2,tp=2 train=true micro-batches=2 bf16=true sequence-parallel=true recompute=selective zero-stage=1 lr=1e-3 beta2=0.99 max-grad-norm=0.5 bucket-bytes=1048576" > %t.opt.mlir
+// RUN: grep -v '^//' %t.ir/*-megac-fuse-elementwise.mlir | diff -B - %t.opt.mlir
+// RUN: not megac-opt %t.tiny.mlir --megac-partition-pipeline="train=true recompute=some" 2>&1 | FileCheck %s --check-prefix=BADMODE
 
 // Tests the whole pipeline on one transformer MLP block: per-rank shapes,
 // exactly one all-reduce (after the row-parallel product, before its bias).
@@ -25,3 +36,19 @@ func.func @block(%wte: tensor<512x32xf32> {megac.param = {name = "wte", init = "
   %y = megac.add %p, %b2 : (tensor<?x?x32xf32>, tensor<32xf32>) -> tensor<?x?x32xf32>
   return %y : tensor<?x?x32xf32>
 }
+
+// The tiny GPT-2 has 4 layers of 16 parameters (q, k and v apart) and 4
+// more: 68 gradients, each all-reduced over dp, or all in one bucket
+// (25 MiB by default), beside the loss's all-reduce; with two
+// micro-batches each gradient and the loss are accumulated. Its
+// attentions' gradient steps form the CPU's kernel groups (a) unless
+// fusion-groups is empty.
+// UNBUCKETED-COUNT-69: megac.all_reduce %
+// UNBUCKETED-NOT: megac.all_reduce
+// BUCKETED: megac.fusion
+// BUCKETED-COUNT-1: megac.all_reduce_bucket
+// BUCKETED-NOT: megac.all_reduce_bucket
+// MICRO-COUNT-69: megac.accumulate
+// MICRO-NOT: megac.accumulate
+// NOFUSION-NOT: megac.fusion
+// BADMODE: error: megac-recompute: mode must be none, selective or full, got 'some'
