@@ -458,6 +458,14 @@ void installOneLineDiagnostics(MLIRContext &ctx) {
 }
 
 /// Writes the IR after every pass to DIR/NN-<pass>.mlir.
+/// Whether \p name is one a --dump-ir file takes ("00-input.mlir",
+/// "NN-megac-*.mlir": every pass of the pipeline is megac's).
+bool isDumpFileName(llvm::StringRef name) {
+  return name == "00-input.mlir" ||
+         (name.size() > 3 && llvm::isDigit(name[0]) && llvm::isDigit(name[1]) &&
+          name.drop_front(2).starts_with("-megac-") && name.ends_with(".mlir"));
+}
+
 class DumpIRInstrumentation : public PassInstrumentation {
 public:
   DumpIRInstrumentation(std::string dir, llvm::StringRef input)
@@ -474,12 +482,8 @@ public:
     std::error_code ec;
     for (llvm::sys::fs::directory_iterator it(dir, ec), end; it != end && !ec;
          it.increment(ec)) {
-      llvm::StringRef name = llvm::sys::path::filename(it->path());
-      const bool dumpName = name == "00-input.mlir" ||
-                            (name.size() > 3 && llvm::isDigit(name[0]) &&
-                             llvm::isDigit(name[1]) &&
-                             name.drop_front(2).starts_with("-megac-") &&
-                             name.ends_with(".mlir"));
+      const bool dumpName =
+          isDumpFileName(llvm::sys::path::filename(it->path()));
       bool isModel = false; // (stays false where the test fails)
       (void)llvm::sys::fs::equivalent(it->path(), keep, isModel);
       if (dumpName && !isModel)
@@ -874,6 +878,26 @@ bool sameFileOrPath(llvm::StringRef a, llvm::StringRef b) {
   return absA == absB;
 }
 
+/// The file of --dump-ir directory \p dir that is \p path, or would be
+/// where a dump writes (a dump-named file there, or a link by such a name
+/// to it); "" if none. The dump would overwrite it, or remove it as an
+/// earlier run's dump.
+std::string dumpFileAt(llvm::StringRef dir, llvm::StringRef path) {
+  if (path.empty() || path == "-")
+    return "";
+  llvm::StringRef parent = llvm::sys::path::parent_path(path);
+  if (isDumpFileName(llvm::sys::path::filename(path)) &&
+      sameFileOrPath(parent.empty() ? "." : parent, dir))
+    return path.str();
+  std::error_code ec;
+  for (llvm::sys::fs::directory_iterator it(dir, ec), end; it != end && !ec;
+       it.increment(ec))
+    if (isDumpFileName(llvm::sys::path::filename(it->path())) &&
+        sameFileOrPath(it->path(), path))
+      return it->path();
+  return "";
+}
+
 //===----------------------------------------------------------------------===//
 // megac compile
 //===----------------------------------------------------------------------===//
@@ -1088,6 +1112,17 @@ int runCompile(int argc, char **argv) {
   if (!dumpIR.empty() && llvm::sys::fs::exists(dumpIR) &&
       !llvm::sys::fs::is_directory(dumpIR))
     return fail("--dump-ir " + dumpIR + " is a file; it takes a directory");
+  // A dump writes its numbered files over whatever has their names.
+  if (!dumpIR.empty())
+    for (auto [path, what] : {std::pair<const std::string &, const char *>{
+                                  input, "the model being compiled"},
+                              {output, "the plan's file (-o)"},
+                              {emitMLIR, "the IR's file (--emit-mlir)"}})
+      if (std::string clash = dumpFileAt(dumpIR, path); !clash.empty())
+        return fail("--dump-ir " + dumpIR + ": its file " + clash + " is " +
+                    what +
+                    ", which the dump would overwrite; name another "
+                    "directory");
   megac::ApplyOptimizerPassOptions optimizer;
   optimizer.lr = lr;
   optimizer.minLr = minLr;
