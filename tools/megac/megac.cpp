@@ -170,6 +170,30 @@ std::unique_ptr<llvm::MemoryBuffer> readInput(StringRef path, uint64_t limit,
 /// layers, is far smaller).
 constexpr uint64_t kMaxModelBytes = uint64_t(1) << 30;
 
+/// Refuses the ops that passes write for a training step: in a model
+/// they met no pass that expects them (an update without a training
+/// config, a parameter written in place while still read, sums over
+/// micro-batches the step does not take) and ended in an internal error
+/// of the emitted plan. A model is the computation; `--train` and
+/// `--micro-batches` ask for these.
+LogicalResult refuseCompilerOps(ModuleOp module) {
+  WalkResult walk = module.walk([](Operation *op) {
+    const char *from = nullptr;
+    if (isa<megac::AdamWOp, megac::AssignOp>(op))
+      from = "megac-apply-optimizer (megac compile --train)";
+    else if (isa<megac::AccumulateOp, megac::StackMicroBatchesOp>(op))
+      from = "megac-accumulate-micro-batches (megac compile "
+             "--micro-batches)";
+    if (!from)
+      return WalkResult::advance();
+    op->emitError() << op->getName() << " is inserted by " << from
+                    << ", not written in models: compile the model without "
+                       "it (an IR dump of a training step is not a model)";
+    return WalkResult::interrupt();
+  });
+  return failure(walk.wasInterrupted());
+}
+
 /// Parses the model file at \p path (reporting errors) into a module whose
 /// buffer \p sourceMgr keeps; \p hash, if given, receives its content hash.
 OwningOpRef<ModuleOp> loadModel(MLIRContext &ctx, llvm::StringRef path,
@@ -212,6 +236,8 @@ OwningOpRef<ModuleOp> loadModel(MLIRContext &ctx, llvm::StringRef path,
                             "computes (its loss, its logits)";
         return nullptr;
       }
+  if (module && failed(refuseCompilerOps(*module)))
+    return nullptr;
   return module;
 }
 

@@ -15,6 +15,7 @@
 #include "megac/Dialect/Megac/IR/MegacDialect.h"
 #include "megac/Dialect/Megac/IR/MegacOps.h"
 #include "megac/Dialect/Megac/IR/ShardingUtils.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringMap.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -59,35 +60,58 @@ struct SpecializeShapesPass
     Names params{"parameter", "arguments", "parameter"},
         results{"result", "results", "output"},
         inputs{"input", "arguments", "input"}; // (tokens and labels)
-    auto claim = [&](Names &names, StringAttr name,
+    auto claim = [&](Names &names, StringRef name,
                      unsigned i) -> LogicalResult {
-      if (!name)
-        return success();
-      auto [it, fresh] = names.first.try_emplace(name.getValue(), i);
+      // (A NUL cut the name short in the plan: two parameters "w" and
+      // "w\00x" became two "w"s.)
+      if (llvm::any_of(name, [](char c) {
+            return static_cast<unsigned char>(c) < 0x20 || c == 0x7f;
+          })) {
+        std::string escaped;
+        llvm::raw_string_ostream os(escaped);
+        llvm::printEscapedString(name, os);
+        return func.emitError()
+               << names.kind << " name '" << escaped << "' ("
+               << StringRef(names.places).drop_back() << " " << i
+               << ") holds a control character; names key "
+               << "tensors in plans, checkpoints and safetensors files and "
+               << "must be printable";
+      }
+      auto [it, fresh] = names.first.try_emplace(name, i);
       if (fresh)
         return success();
       return func.emitError()
-             << names.kind << " name '" << name.getValue() << "' is given to "
+             << names.kind << " name '" << name << "' is given to "
              << names.places << " " << it->second << " and " << i << "; each "
              << names.owner << " needs its own";
     };
     for (unsigned i = 0; i < func.getNumArguments(); ++i)
       if (auto spec = func.getArgAttrOfType<DictionaryAttr>(
               i, MegacDialect::kParamAttrName))
-        if (failed(claim(params, spec.getAs<StringAttr>("name"), i)))
-          return failure();
+        if (auto name = spec.getAs<StringAttr>("name"))
+          if (failed(claim(params, name.getValue(), i)))
+            return failure();
     for (unsigned i = 0; i < func.getNumArguments(); ++i)
-      if (failed(claim(inputs,
-                       func.getArgAttrOfType<StringAttr>(
-                           i, MegacDialect::kInputAttrName),
-                       i)))
+      if (auto kind = func.getArgAttrOfType<StringAttr>(
+              i, MegacDialect::kInputAttrName))
+        if (failed(claim(inputs, kind.getValue(), i)))
+          return failure();
+    // An unnamed result is "output<i>" in the plan: a result named so
+    // would be a second tensor of that name. --save-outputs writes the
+    // data inputs beside the results under "tokens" and "labels".
+    for (unsigned i = 0; i < func.getNumResults(); ++i) {
+      auto named = func.getResultAttrOfType<StringAttr>(
+          i, MegacDialect::kResultNameAttrName);
+      std::string name =
+          named ? named.getValue().str() : "output" + std::to_string(i);
+      if (name == "tokens" || name == "labels")
+        return func.emitError()
+               << "result name '" << name << "' (result " << i
+               << ") is the name --save-outputs gives the input " << name
+               << "; name the result otherwise";
+      if (failed(claim(results, name, i)))
         return failure();
-    for (unsigned i = 0; i < func.getNumResults(); ++i)
-      if (failed(claim(results,
-                       func.getResultAttrOfType<StringAttr>(
-                           i, MegacDialect::kResultNameAttrName),
-                       i)))
-        return failure();
+    }
     return success();
   }
 

@@ -107,6 +107,41 @@ func.func @input_on_pp(%ids: tensor<?x?xi32> {megac.input = "tokens", megac.shar
 
 // -----
 
+// Tests that an unnamed result's name in the plan (output<i>) counts: a
+// result named so would be a second output0.
+// expected-error@+1 {{result name 'output0' is given to results 0 and 1; each output needs its own}}
+func.func @default_name(%a: tensor<8xf32> {megac.param = {name = "a", init = "zeros"}}) -> (tensor<8xf32>, tensor<8xf32> {megac.name = "output0"}) {
+  return %a, %a : tensor<8xf32>, tensor<8xf32>
+}
+
+// -----
+
+// Tests that a result may not take the name --save-outputs gives a data
+// input (the saved file kept only one "tokens").
+// expected-error@+1 {{result name 'labels' (result 1) is the name --save-outputs gives the input labels; name the result otherwise}}
+func.func @input_name(%a: tensor<8xf32> {megac.param = {name = "a", init = "zeros"}}) -> (tensor<8xf32> {megac.name = "y"}, tensor<8xf32> {megac.name = "labels"}) {
+  return %a, %a : tensor<8xf32>, tensor<8xf32>
+}
+
+// -----
+
+// Tests that names hold no control characters: a NUL cut "w\00x" to
+// "w" in the plan, beside a parameter "w".
+// expected-error@+1 {{parameter name 'w\00x' (argument 1) holds a control character; names key tensors in plans, checkpoints and safetensors files and must be printable}}
+func.func @nul_name(%a: tensor<8xf32> {megac.param = {name = "w", init = "zeros"}},
+                    %b: tensor<8xf32> {megac.param = {name = "w\00x", init = "zeros"}}) {
+  return
+}
+
+// -----
+
+// expected-error@+1 {{result name 'y\0A' (result 0) holds a control character}}
+func.func @newline_result(%a: tensor<8xf32> {megac.param = {name = "a", init = "zeros"}}) -> (tensor<8xf32> {megac.name = "y\0A"}) {
+  return %a : tensor<8xf32>
+}
+
+// -----
+
 // Tests that each kind of data input is one argument's (two "tokens" and
 // no labels once compiled, both filled with the same tokens).
 // expected-error@+1 {{input name 'tokens' is given to arguments 0 and 1; each input needs its own}}
