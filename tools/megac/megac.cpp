@@ -1166,8 +1166,9 @@ int runCompile(int argc, char **argv) {
       !problem.empty())
     return fail(problem);
   if (!(bucketMB >= 0.0 && bucketMB <= 1024.0 * 1024.0))
-    return fail("--bucket-mb must lie in [0, 1048576] MiB, got " +
-                std::to_string(bucketMB.getValue()));
+    return fail(
+        "--bucket-mb must lie in [0, 1048576] MiB, got " +
+        llvm::formatv("{0}", llvm::format("%g", bucketMB.getValue())).str());
   if (microBatches < 1)
     return fail("--micro-batches must be positive, got " +
                 std::to_string(microBatches.getValue()));

@@ -215,11 +215,37 @@ struct SpecializeShapesPass
               dyn_cast<RankedTensorType>(positions.getTable().getType()))
         if (!table.isDynamicDim(0))
           defaultSeq = std::min(defaultSeq, table.getDimSize(0));
+    // The data inputs share one batch and sequence: a size one of them
+    // states (labels of [4, 5] beside tokens of [?, ?]) is the others'
+    // too, rather than their default.
+    int64_t modelSize[2] = {ShapedType::kDynamic, ShapedType::kDynamic};
+    unsigned stating[2] = {0, 0};
+    for (BlockArgument arg : body.getArguments()) {
+      if (!func.getArgAttr(arg.getArgNumber(), MegacDialect::kInputAttrName))
+        continue;
+      auto type = cast<RankedTensorType>(arg.getType());
+      for (unsigned d = 0; d < 2; ++d) {
+        if (type.isDynamicDim(d))
+          continue;
+        if (ShapedType::isDynamic(modelSize[d])) {
+          modelSize[d] = type.getDimSize(d);
+          stating[d] = arg.getArgNumber();
+        } else if (modelSize[d] != type.getDimSize(d)) {
+          return func.emitError()
+                 << describeArgument(func, stating[d]) << " has "
+                 << (d ? "a sequence length of " : "") << modelSize[d]
+                 << (d ? "" : " rows") << " but "
+                 << describeArgument(func, arg.getArgNumber()) << " "
+                 << type.getDimSize(d)
+                 << "; the data inputs share one batch and sequence";
+        }
+      }
+    }
     for (BlockArgument arg : body.getArguments()) {
       auto type = cast<RankedTensorType>(arg.getType());
       if (func.getArgAttr(arg.getArgNumber(), MegacDialect::kInputAttrName)) {
-        int64_t rows = chooseSize(batch, type.getDimSize(0), kDefaultBatch);
-        const int64_t length = chooseSize(seq, type.getDimSize(1), defaultSeq);
+        int64_t rows = chooseSize(batch, modelSize[0], kDefaultBatch);
+        const int64_t length = chooseSize(seq, modelSize[1], defaultSeq);
         // (A size of 0 written in the model: nothing to compute, and the
         // plan's checks would call it an internal error at the end.)
         if (rows == 0 || length == 0)

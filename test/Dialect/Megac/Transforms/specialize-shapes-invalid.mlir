@@ -175,3 +175,15 @@ func.func @scalar_result(%a: tensor<i32>) -> i32 {
   %0 = builtin.unrealized_conversion_cast %a : tensor<i32> to i32
   return %0 : i32
 }
+
+// -----
+
+// Tests that data inputs stating different sizes are refused (they share
+// one batch and sequence).
+// expected-error@+1 {{input 'tokens' has a sequence length of 6 but input 'labels' 5; the data inputs share one batch and sequence}}
+func.func @inputs_disagree(%wte: tensor<16x8xf32> {megac.param = {name = "wte", init = "zeros"}},
+                           %ids: tensor<?x6xi32> {megac.input = "tokens"},
+                           %labels: tensor<?x5xi32> {megac.input = "labels"}) -> tensor<?x6x8xf32> {
+  %x = megac.embedding %wte, %ids : (tensor<16x8xf32>, tensor<?x6xi32>) -> tensor<?x6x8xf32>
+  return %x : tensor<?x6x8xf32>
+}

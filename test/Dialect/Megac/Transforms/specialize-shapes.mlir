@@ -46,3 +46,19 @@ func.func @short_table(%wte: tensor<512x32xf32>, %wpe: tensor<32x32xf32>,
   %2 = megac.add %0, %1 : (tensor<?x?x32xf32>, tensor<?x32xf32>) -> tensor<?x?x32xf32>
   return %2 : tensor<?x?x32xf32>
 }
+
+// -----
+
+// Tests that the data inputs share the sizes one of them states: dynamic
+// tokens beside labels of [3, 5] take 3 x 5, not the default 4 x 64.
+// CHECK-LABEL: func.func @labels_state
+// CHECK-SAME: tensor<2x16xi32> {megac.input = "tokens"}, %{{.*}}: tensor<2x16xi32> {megac.input = "labels"}
+// DEFAULT-LABEL: func.func @labels_state
+// DEFAULT-SAME: tensor<3x5xi32> {megac.input = "tokens"}, %{{.*}}: tensor<3x5xi32> {megac.input = "labels"}) -> tensor<f32>
+func.func @labels_state(%wte: tensor<16x8xf32>, %ids: tensor<?x?xi32> {megac.input = "tokens"},
+                        %labels: tensor<3x5xi32> {megac.input = "labels"}) -> tensor<f32> {
+  %x = megac.embedding %wte, %ids : (tensor<16x8xf32>, tensor<?x?xi32>) -> tensor<?x?x8xf32>
+  %l = megac.linear %x, %wte {transpose_weight} : (tensor<?x?x8xf32>, tensor<16x8xf32>) -> tensor<?x?x16xf32>
+  %loss = megac.cross_entropy %l, %labels : (tensor<?x?x16xf32>, tensor<3x5xi32>) -> tensor<f32>
+  return %loss : tensor<f32>
+}
