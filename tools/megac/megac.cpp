@@ -175,9 +175,25 @@ constexpr uint64_t kMaxModelBytes = uint64_t(1) << 30;
 /// config, a parameter written in place while still read, sums over
 /// micro-batches the step does not take) and ended in an internal error
 /// of the emitted plan. A model is the computation; `--train` and
-/// `--micro-batches` ask for these.
+/// `--micro-batches` ask for these. So are IR dumps past the model: ops
+/// placed on pipeline stages, per-rank IR.
 LogicalResult refuseCompilerOps(ModuleOp module) {
+  // (Per-rank IR, an --emit-mlir file or a late dump, is past every pass
+  // that reads a model.)
+  if (module->hasAttr(megac::MegacDialect::kLocalizedAttrName))
+    return module.emitError()
+           << "this is per-rank IR (megac-localize-shapes ran: --emit-mlir "
+              "or a late --dump-ir file), not a model: compile the model it "
+              "came from";
   WalkResult walk = module.walk([](Operation *op) {
+    if (op->hasAttr(megac::MegacDialect::kStageAttrName)) {
+      op->emitError() << op->getName()
+                      << " carries megac.stage, which megac-assign-stages "
+                         "sets (megac compile --train on a pp grid), not "
+                         "models: an IR dump of a training step is not a "
+                         "model; compile the model it came from";
+      return WalkResult::interrupt();
+    }
     const char *from = nullptr;
     if (isa<megac::AdamWOp, megac::AssignOp>(op))
       from = "megac-apply-optimizer (megac compile --train)";
