@@ -67,6 +67,10 @@ void buildPartitionPipeline(OpPassManager &pm, const PartitionOptions &options) 
 }
 
 namespace {
+// The passes' own defaults, not copies of them.
+const PartitionOptions kPartitionDefaults;
+const ApplyOptimizerPassOptions kOptimizerDefaults;
+
 /// megac compile's options that shape the IR, under the names of the
 /// passes they set (the defaults are megac compile's on its CPU target),
 /// so that `megac-opt --megac-partition-pipeline` gives what `megac
@@ -82,7 +86,7 @@ struct PartitionPipelineOptions
   Option<int64_t> microBatches{
       *this, "micro-batches",
       llvm::cl::desc("Micro-batches per step (gradient accumulation)"),
-      llvm::cl::init(1)};
+      llvm::cl::init(kPartitionDefaults.microBatches)};
   Option<bool> train{*this, "train",
                      llvm::cl::desc("Build a training step (default AdamW)"),
                      llvm::cl::init(false)};
@@ -102,16 +106,16 @@ struct PartitionPipelineOptions
   Option<std::string> recompute{
       *this, "recompute",
       llvm::cl::desc("Activation recomputation: none, selective or full"),
-      llvm::cl::init("none")};
+      llvm::cl::init(kPartitionDefaults.recompute)};
   Option<int64_t> virtualStages{
       *this, "virtual-stages",
       llvm::cl::desc("Model chunks per pipeline rank (interleaved)"),
-      llvm::cl::init(1)};
+      llvm::cl::init(kPartitionDefaults.virtualStages)};
   Option<int64_t> bucketBytes{
       *this, "bucket-bytes",
       llvm::cl::desc("Gradient all-reduce buckets of at most this many "
                      "bytes (0: one all-reduce per gradient)"),
-      llvm::cl::init(25 << 20)};
+      llvm::cl::init(kPartitionDefaults.bucketBytes)};
   Option<std::string> fusionGroups{
       *this, "fusion-groups",
       llvm::cl::desc("Kernel groups to mark (megac-fuse-elementwise's "
@@ -120,39 +124,39 @@ struct PartitionPipelineOptions
       llvm::cl::init("a")};
   // The optimizer's (megac-apply-optimizer's), with --train.
   Option<double> lr{*this, "lr", llvm::cl::desc("Peak learning rate"),
-                    llvm::cl::init(6.0e-4)};
+                    llvm::cl::init(kOptimizerDefaults.lr)};
   Option<double> minLr{*this, "min-lr",
                        llvm::cl::desc("Learning rate at the end of the "
                                       "cosine decay"),
-                       llvm::cl::init(6.0e-5)};
+                       llvm::cl::init(kOptimizerDefaults.minLr)};
   Option<int64_t> warmupSteps{*this, "warmup-steps",
                               llvm::cl::desc("Linear warm-up steps"),
-                              llvm::cl::init(10)};
+                              llvm::cl::init(kOptimizerDefaults.warmupSteps)};
   Option<int64_t> totalSteps{
       *this, "total-steps",
       llvm::cl::desc("Step at which the cosine decay reaches min-lr"),
-      llvm::cl::init(1000)};
+      llvm::cl::init(kOptimizerDefaults.totalSteps)};
   Option<double> beta1{*this, "beta1", llvm::cl::desc("AdamW beta1"),
-                       llvm::cl::init(0.9)};
+                       llvm::cl::init(kOptimizerDefaults.beta1)};
   Option<double> beta2{*this, "beta2", llvm::cl::desc("AdamW beta2"),
-                       llvm::cl::init(0.95)};
+                       llvm::cl::init(kOptimizerDefaults.beta2)};
   Option<double> epsilon{*this, "epsilon", llvm::cl::desc("AdamW epsilon"),
-                         llvm::cl::init(1.0e-8)};
+                         llvm::cl::init(kOptimizerDefaults.epsilon)};
   Option<double> weightDecay{*this, "weight-decay",
                              llvm::cl::desc("Decoupled weight decay for "
                                             "matrices"),
-                             llvm::cl::init(0.1)};
+                             llvm::cl::init(kOptimizerDefaults.weightDecay)};
   Option<double> maxGradNorm{
       *this, "max-grad-norm",
       llvm::cl::desc("Global gradient-norm clipping threshold (0: off)"),
-      llvm::cl::init(1.0)};
+      llvm::cl::init(kOptimizerDefaults.maxGradNorm)};
   Option<int64_t> zeroStage{
       *this, "zero-stage",
       llvm::cl::desc("1: shard the optimizer state over zero-axis (ZeRO-1)"),
-      llvm::cl::init(0)};
+      llvm::cl::init(kOptimizerDefaults.zeroStage)};
   Option<std::string> zeroAxis{*this, "zero-axis",
                                llvm::cl::desc("The axis ZeRO shards over"),
-                               llvm::cl::init("dp")};
+                               llvm::cl::init(kOptimizerDefaults.zeroAxis)};
 };
 } // namespace
 
