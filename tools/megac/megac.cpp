@@ -1695,7 +1695,7 @@ int runImport(int argc, char **argv) {
   // comment and leave the rest of the name to be parsed as IR.)
   std::string commentName = parsed.name;
   for (char &c : commentName)
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
+    if (megac::isControlChar(c))
       c = ' ';
   out->os() << "// " << commentName << ": " << parsed.numLayers
             << " layers, hidden " << parsed.hidden << ", " << parsed.numHeads

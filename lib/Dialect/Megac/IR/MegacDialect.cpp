@@ -15,6 +15,7 @@
 #include "mlir/IR/DialectImplementation.h"
 #include "llvm/ADT/SmallSet.h"
 #include "llvm/ADT/TypeSwitch.h"
+#include "llvm/Support/JSON.h"
 
 #include <cmath>
 
@@ -23,6 +24,14 @@ using namespace megac;
 
 #include "megac/Dialect/Megac/IR/MegacDialect.cpp.inc"
 #include "megac/Dialect/Megac/IR/MegacInterfaces.cpp.inc"
+
+std::string megac::tensorNameProblem(llvm::StringRef name) {
+  if (!llvm::json::isUTF8(name))
+    return "is not valid UTF-8";
+  if (llvm::any_of(name, isControlChar))
+    return "holds a control character";
+  return "";
+}
 
 #define GET_ATTRDEF_CLASSES
 #include "megac/Dialect/Megac/IR/MegacAttrs.cpp.inc"

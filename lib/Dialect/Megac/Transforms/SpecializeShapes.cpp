@@ -63,19 +63,17 @@ struct SpecializeShapesPass
     auto claim = [&](Names &names, StringRef name,
                      unsigned i) -> LogicalResult {
       // (A NUL cut the name short in the plan: two parameters "w" and
-      // "w\00x" became two "w"s.)
-      if (llvm::any_of(name, [](char c) {
-            return static_cast<unsigned char>(c) < 0x20 || c == 0x7f;
-          })) {
+      // "w\00x" became two "w"s; bytes "\FE" and "\FF" both became U+FFFD
+      // in a checkpoint's header.)
+      if (std::string problem = tensorNameProblem(name); !problem.empty()) {
         std::string escaped;
         llvm::raw_string_ostream os(escaped);
         llvm::printEscapedString(name, os);
         return func.emitError()
                << names.kind << " name '" << escaped << "' ("
-               << StringRef(names.places).drop_back() << " " << i
-               << ") holds a control character; names key "
-               << "tensors in plans, checkpoints and safetensors files and "
-               << "must be printable";
+               << StringRef(names.places).drop_back() << " " << i << ") "
+               << problem << "; names key tensors in plans, checkpoints and "
+               << "safetensors files and must be printable UTF-8";
       }
       auto [it, fresh] = names.first.try_emplace(name, i);
       if (fresh)
@@ -217,7 +215,8 @@ struct SpecializeShapesPass
           defaultSeq = std::min(defaultSeq, table.getDimSize(0));
     // The data inputs share one batch and sequence: a size one of them
     // states (labels of [4, 5] beside tokens of [?, ?]) is the others'
-    // too, rather than their default.
+    // too, rather than their default. A size asked for replaces them all.
+    const int64_t requested[2] = {batch, seq};
     int64_t modelSize[2] = {ShapedType::kDynamic, ShapedType::kDynamic};
     unsigned stating[2] = {0, 0};
     for (BlockArgument arg : body.getArguments()) {
@@ -225,7 +224,7 @@ struct SpecializeShapesPass
         continue;
       auto type = cast<RankedTensorType>(arg.getType());
       for (unsigned d = 0; d < 2; ++d) {
-        if (type.isDynamicDim(d))
+        if (type.isDynamicDim(d) || requested[d] > 0)
           continue;
         if (ShapedType::isDynamic(modelSize[d])) {
           modelSize[d] = type.getDimSize(d);
@@ -237,7 +236,8 @@ struct SpecializeShapesPass
                  << (d ? "" : " rows") << " but "
                  << describeArgument(func, arg.getArgNumber()) << " "
                  << type.getDimSize(d)
-                 << "; the data inputs share one batch and sequence";
+                 << "; the data inputs share one batch and sequence (--"
+                 << (d ? "seq" : "batch") << " sets it for all)";
         }
       }
     }

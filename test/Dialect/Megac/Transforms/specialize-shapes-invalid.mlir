@@ -127,9 +127,18 @@ func.func @input_name(%a: tensor<8xf32> {megac.param = {name = "a", init = "zero
 
 // Tests that names hold no control characters: a NUL cut "w\00x" to
 // "w" in the plan, beside a parameter "w".
-// expected-error@+1 {{parameter name 'w\00x' (argument 1) holds a control character; names key tensors in plans, checkpoints and safetensors files and must be printable}}
+// expected-error@+1 {{parameter name 'w\00x' (argument 1) holds a control character; names key tensors in plans, checkpoints and safetensors files and must be printable UTF-8}}
 func.func @nul_name(%a: tensor<8xf32> {megac.param = {name = "w", init = "zeros"}},
                     %b: tensor<8xf32> {megac.param = {name = "w\00x", init = "zeros"}}) {
+  return
+}
+
+// -----
+
+// Tests that names are UTF-8: a checkpoint's header made "w\FE" and
+// "w\FF" both "w" and U+FFFD, and the checkpoint never loaded again.
+// expected-error@+1 {{parameter name 'w\FF' (argument 0) is not valid UTF-8; names key tensors}}
+func.func @utf8_name(%a: tensor<8xf32> {megac.param = {name = "w\FF", init = "zeros"}}) {
   return
 }
 
@@ -179,11 +188,11 @@ func.func @scalar_result(%a: tensor<i32>) -> i32 {
 // -----
 
 // Tests that data inputs stating different sizes are refused (they share
-// one batch and sequence).
-// expected-error@+1 {{input 'tokens' has a sequence length of 6 but input 'labels' 5; the data inputs share one batch and sequence}}
+// one batch and sequence; --seq, given here, sets the sequence for all).
+// expected-error@+1 {{input 'tokens' has 2 rows but input 'labels' 3; the data inputs share one batch and sequence (--batch sets it for all)}}
 func.func @inputs_disagree(%wte: tensor<16x8xf32> {megac.param = {name = "wte", init = "zeros"}},
-                           %ids: tensor<?x6xi32> {megac.input = "tokens"},
-                           %labels: tensor<?x5xi32> {megac.input = "labels"}) -> tensor<?x6x8xf32> {
-  %x = megac.embedding %wte, %ids : (tensor<16x8xf32>, tensor<?x6xi32>) -> tensor<?x6x8xf32>
-  return %x : tensor<?x6x8xf32>
+                           %ids: tensor<2x6xi32> {megac.input = "tokens"},
+                           %labels: tensor<3x5xi32> {megac.input = "labels"}) -> tensor<2x6x8xf32> {
+  %x = megac.embedding %wte, %ids : (tensor<16x8xf32>, tensor<2x6xi32>) -> tensor<2x6x8xf32>
+  return %x : tensor<2x6x8xf32>
 }

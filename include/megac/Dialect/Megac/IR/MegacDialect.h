@@ -29,6 +29,18 @@ namespace megac {
 /// multiply grid axes (pipeline stages times chunks), so products of two
 /// such stay far from overflow.
 constexpr int64_t kMaxGridRanks = int64_t(1) << 24;
+
+/// A control character (below 0x20, or DEL): ends a line or a comment,
+/// or is cut at a NUL, where text is written out.
+inline bool isControlChar(char c) {
+  return static_cast<unsigned char>(c) < 0x20 || c == 0x7f;
+}
+
+/// Why \p name cannot name a tensor in plans, checkpoints and safetensors
+/// files (a parameter's, a result's): "" if it can. Names are JSON
+/// strings there: valid UTF-8 without control characters (invalid bytes
+/// became U+FFFD and two names one; a NUL cut a name short).
+std::string tensorNameProblem(llvm::StringRef name);
 } // namespace megac
 
 #endif // MEGAC_DIALECT_MEGAC_IR_MEGACDIALECT_H
