@@ -1149,8 +1149,21 @@ int runCompile(int argc, char **argv) {
                   std::to_string(size->getValue()));
   // The options alone, before the model is read: an error here leaves an
   // older plan at -o in place (see removeStalePlan below).
-  if (train && gradients)
-    return fail("--train and --gradients exclude each other");
+  {
+    // The combinations megac-opt's --megac-partition-pipeline refuses too.
+    megac::PartitionOptions asked;
+    asked.mesh = mesh;
+    asked.train = train;
+    asked.gradients = gradients;
+    asked.microBatches = microBatches;
+    asked.recompute = recompute;
+    // (0: not given, the schedule's own count.)
+    asked.virtualStages =
+        virtualStages.getNumOccurrences() ? virtualStages.getValue() : 1;
+    if (std::string problem = megac::partitionOptionsProblem(asked, "--");
+        !problem.empty())
+      return fail(problem);
+  }
   if (!dumpIR.empty() && llvm::sys::fs::exists(dumpIR) &&
       !llvm::sys::fs::is_directory(dumpIR))
     return fail("--dump-ir " + dumpIR + " is a file; it takes a directory");
@@ -1185,23 +1198,9 @@ int runCompile(int argc, char **argv) {
     return fail(
         "--bucket-mb must lie in [0, 1048576] MiB, got " +
         llvm::formatv("{0}", llvm::format("%g", bucketMB.getValue())).str());
-  if (microBatches < 1)
-    return fail("--micro-batches must be positive, got " +
-                std::to_string(microBatches.getValue()));
-  if (microBatches > megac::MegacDialect::kMaxMicroBatches)
-    return fail("--micro-batches must be at most " +
-                std::to_string(megac::MegacDialect::kMaxMicroBatches) +
-                " (as many as a plan holds), got " +
-                std::to_string(microBatches.getValue()));
-  if (microBatches > 1 && !train && !gradients)
-    return fail("--micro-batches needs --train or --gradients (it "
-                "accumulates gradients)");
   if (precision != "fp32" && precision != "bf16")
     return fail("--precision must be fp32 or bf16, got '" +
                 precision.getValue() + "'");
-  if (recompute != "none" && recompute != "selective" && recompute != "full")
-    return fail("--recompute must be none, selective or full, got '" +
-                recompute.getValue() + "'");
   if (target != "cpu" && target != "cuda")
     return fail("--target must be cpu or cuda, got '" + target.getValue() +
                 "'");
@@ -1220,10 +1219,6 @@ int runCompile(int argc, char **argv) {
     return fail("--cuda-arch: this megac was built without NVRTC (the CUDA "
                 "toolkit), so it compiles no kernels");
 #endif
-  // 0 is the option's "not given"; given, it must be positive.
-  if (virtualStages.getNumOccurrences() && virtualStages < 1)
-    return fail("--virtual-stages must be positive, got " +
-                std::to_string(virtualStages.getValue()));
   if (pipelineSchedule != "gpipe" && pipelineSchedule != "1f1b" &&
       pipelineSchedule != "interleaved")
     return fail("--schedule must be gpipe, 1f1b or interleaved, got '" +
@@ -1239,11 +1234,8 @@ int runCompile(int argc, char **argv) {
       !scheduleFile.empty() &&
       !makeSchedule("", 0, 0, 0, scheduleFile, fileSchedule, error))
     return fail(error);
-  // A pp axis in --mesh (one from the model's own grid is checked once
-  // the model is read).
-  if (meshAxisSize(mesh, "pp") > 1 && !train)
-    return fail("a pp axis (pipeline parallelism) needs --train: the "
-                "pipeline runs training steps");
+  // (A pp axis in --mesh needs --train, checked above; one from the
+  // model's own grid is checked once the model is read.)
   // Model chunks per pipeline rank (a schedule file says its own).
   int64_t chunksPerRank = virtualStages ? virtualStages.getValue()
                           : pipelineSchedule == "interleaved" ? 2

@@ -1,6 +1,7 @@
 //===- Passes.cpp - Pass registration and the partition pipeline ----------===//
 
 #include "megac/Dialect/Megac/Transforms/Passes.h"
+#include "megac/Dialect/Megac/IR/MegacDialect.h"
 
 #include "mlir/Pass/PassRegistry.h"
 
@@ -24,9 +25,8 @@ void buildPartitionPipeline(OpPassManager &pm, const PartitionOptions &options) 
     pm.addPass(createAssignStagesPass(
         AssignStagesPassOptions{options.virtualStages}));
     pm.addPass(createAutodiffPass());
-    // (Selective recomputation is insert-collectives' regather; a mode
-    // the pass does not know it refuses.)
-    if (options.recompute != "none" && options.recompute != "selective")
+    // (Selective recomputation is insert-collectives' regather.)
+    if (options.recompute == "full")
       pm.addPass(createRecomputePass(RecomputePassOptions{options.recompute}));
   }
   // One micro-batch needs no accumulation, unless on a pipeline (the
@@ -64,6 +64,38 @@ void buildPartitionPipeline(OpPassManager &pm, const PartitionOptions &options) 
   if (!options.fusionGroups.empty())
     pm.addPass(createFuseElementwisePass(
         FuseElementwisePassOptions{options.fusionGroups}));
+}
+
+std::string partitionOptionsProblem(const PartitionOptions &options,
+                                    StringRef prefix) {
+  auto opt = [&](StringRef name) { return (prefix + name).str(); };
+  if (options.train && options.gradients)
+    return opt("train") + " and " + opt("gradients") + " exclude each other";
+  if (options.microBatches < 1)
+    return opt("micro-batches") + " must be positive, got " +
+           std::to_string(options.microBatches);
+  if (options.microBatches > MegacDialect::kMaxMicroBatches)
+    return opt("micro-batches") + " must be at most " +
+           std::to_string(MegacDialect::kMaxMicroBatches) +
+           " (as many as a plan holds), got " +
+           std::to_string(options.microBatches);
+  if (options.microBatches > 1 && !options.train && !options.gradients)
+    return opt("micro-batches") + " needs " + opt("train") + " or " +
+           opt("gradients") + " (it accumulates gradients)";
+  if (options.recompute != "none" && options.recompute != "selective" &&
+      options.recompute != "full")
+    return opt("recompute") + " must be none, selective or full, got '" +
+           options.recompute + "'";
+  if (options.virtualStages < 1)
+    return opt("virtual-stages") + " must be positive, got " +
+           std::to_string(options.virtualStages);
+  SmallVector<GridAxisText> axes;
+  if (!options.train && parseGridText(options.mesh, axes))
+    for (const GridAxisText &axis : axes)
+      if (axis.name == "pp" && axis.size > 1)
+        return "a pp axis (pipeline parallelism) needs " + opt("train") +
+               ": the pipeline runs training steps";
+  return "";
 }
 
 namespace {
@@ -160,38 +192,59 @@ struct PartitionPipelineOptions
 };
 } // namespace
 
+/// The pipeline's options as buildPartitionPipeline takes them.
+static PartitionOptions
+toPartitionOptions(const PartitionPipelineOptions &opts) {
+  PartitionOptions options;
+  options.mesh = opts.mesh;
+  options.batch = opts.batch;
+  options.seq = opts.seq;
+  options.microBatches = opts.microBatches;
+  options.train = opts.train;
+  options.gradients = opts.gradients;
+  options.bf16 = opts.bf16;
+  options.sequenceParallel = opts.sequenceParallel;
+  options.recompute = opts.recompute;
+  options.virtualStages = opts.virtualStages;
+  options.bucketBytes = opts.bucketBytes;
+  options.fusionGroups = opts.fusionGroups;
+  options.optimizer.lr = opts.lr;
+  options.optimizer.minLr = opts.minLr;
+  options.optimizer.warmupSteps = opts.warmupSteps;
+  options.optimizer.totalSteps = opts.totalSteps;
+  options.optimizer.beta1 = opts.beta1;
+  options.optimizer.beta2 = opts.beta2;
+  options.optimizer.epsilon = opts.epsilon;
+  options.optimizer.weightDecay = opts.weightDecay;
+  options.optimizer.maxGradNorm = opts.maxGradNorm;
+  options.optimizer.zeroStage = opts.zeroStage;
+  options.optimizer.zeroAxis = opts.zeroAxis;
+  return options;
+}
+
 void registerMegacPassesAndPipelines() {
   registerMegacPasses();
-  PassPipelineRegistration<PartitionPipelineOptions>(
+  // (Registered by hand rather than with PassPipelineRegistration, whose
+  // builder cannot refuse options: megac compile's combinations that
+  // make no sense are refused here too.)
+  registerPassPipeline(
       "megac-partition-pipeline",
       "From a model on global shapes to per-rank IR with collectives (the "
       "passes megac compile runs)",
-      [](OpPassManager &pm, const PartitionPipelineOptions &opts) {
-        PartitionOptions options;
-        options.mesh = opts.mesh;
-        options.batch = opts.batch;
-        options.seq = opts.seq;
-        options.microBatches = opts.microBatches;
-        options.train = opts.train;
-        options.gradients = opts.gradients;
-        options.bf16 = opts.bf16;
-        options.sequenceParallel = opts.sequenceParallel;
-        options.recompute = opts.recompute;
-        options.virtualStages = opts.virtualStages;
-        options.bucketBytes = opts.bucketBytes;
-        options.fusionGroups = opts.fusionGroups;
-        options.optimizer.lr = opts.lr;
-        options.optimizer.minLr = opts.minLr;
-        options.optimizer.warmupSteps = opts.warmupSteps;
-        options.optimizer.totalSteps = opts.totalSteps;
-        options.optimizer.beta1 = opts.beta1;
-        options.optimizer.beta2 = opts.beta2;
-        options.optimizer.epsilon = opts.epsilon;
-        options.optimizer.weightDecay = opts.weightDecay;
-        options.optimizer.maxGradNorm = opts.maxGradNorm;
-        options.optimizer.zeroStage = opts.zeroStage;
-        options.optimizer.zeroAxis = opts.zeroAxis;
+      [](OpPassManager &pm, StringRef text,
+         function_ref<LogicalResult(const Twine &)> errorHandler) {
+        PartitionPipelineOptions opts;
+        if (failed(opts.parseFromString(text)))
+          return failure();
+        const PartitionOptions options = toPartitionOptions(opts);
+        if (std::string problem = partitionOptionsProblem(options, "");
+            !problem.empty())
+          return errorHandler("megac-partition-pipeline: " + problem);
         buildPartitionPipeline(pm, options);
+        return success();
+      },
+      [](function_ref<void(const mlir::detail::PassOptions &)> optHandler) {
+        optHandler(PartitionPipelineOptions());
       });
 }
 

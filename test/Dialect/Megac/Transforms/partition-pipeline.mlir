@@ -2,6 +2,7 @@
 // RUN: megac import --tiny -o %t.tiny.mlir
 // RUN: megac-opt %t.tiny.mlir --megac-partition-pipeline="mesh=dp=2 train=true bucket-bytes=0" | FileCheck %s --check-prefix=UNBUCKETED
 // RUN: megac-opt %t.tiny.mlir --megac-partition-pipeline="mesh=dp=2 train=true" | FileCheck %s --check-prefix=BUCKETED
+// RUN: megac-opt %t.tiny.mlir --megac-partition-pipeline="mesh=dp=2 train=true" | FileCheck %s --check-prefix=BUCKETED-LOSS
 // RUN: megac-opt %t.tiny.mlir --megac-partition-pipeline="mesh=dp=2 train=true micro-batches=2" | FileCheck %s --check-prefix=MICRO
 // RUN: megac-opt %t.tiny.mlir --megac-partition-pipeline="mesh=dp=2 train=true fusion-groups=" | FileCheck %s --check-prefix=NOFUSION
 // The pipeline is megac compile's: the same choices give the IR its
@@ -9,7 +10,11 @@
 // RUN: rm -rf %t.ir && megac compile %t.tiny.mlir --train --mesh dp=2,tp=2 --micro-batches 2 --precision bf16 --sequence-parallel --recompute selective --zero 1 --lr 1e-3 --beta2 0.99 --max-grad-norm 0.5 --bucket-mb 1 -o %t.mgc --dump-ir %t.ir --quiet
 // RUN: megac-opt %t.tiny.mlir --megac-partition-pipeline="mesh=dp=2,tp=2 train=true micro-batches=2 bf16=true sequence-parallel=true recompute=selective zero-stage=1 lr=1e-3 beta2=0.99 max-grad-norm=0.5 bucket-bytes=1048576" > %t.opt.mlir
 // RUN: grep -v '^//' %t.ir/*-megac-fuse-elementwise.mlir | diff -B - %t.opt.mlir
+// megac compile's refusals of combinations are the pipeline's too:
 // RUN: not megac-opt %t.tiny.mlir --megac-partition-pipeline="train=true recompute=some" 2>&1 | FileCheck %s --check-prefix=BADMODE
+// RUN: not megac-opt %t.tiny.mlir --megac-partition-pipeline="micro-batches=2" 2>&1 | FileCheck %s --check-prefix=MICROFWD
+// RUN: not megac-opt %t.tiny.mlir --megac-partition-pipeline="mesh=pp=2" 2>&1 | FileCheck %s --check-prefix=PPFWD
+// RUN: not megac compile %t.tiny.mlir --mesh pp=2 -o %t.pp.mgc 2>&1 | FileCheck %s --check-prefix=PPFWD-COMPILE
 
 // Tests the whole pipeline on one transformer MLP block: per-rank shapes,
 // exactly one all-reduce (after the row-parallel product, before its bias).
@@ -48,7 +53,12 @@ func.func @block(%wte: tensor<512x32xf32> {megac.param = {name = "wte", init = "
 // BUCKETED: megac.fusion
 // BUCKETED-COUNT-1: megac.all_reduce_bucket
 // BUCKETED-NOT: megac.all_reduce_bucket
+// BUCKETED-LOSS-COUNT-1: megac.all_reduce %
+// BUCKETED-LOSS-NOT: megac.all_reduce %
 // MICRO-COUNT-69: megac.accumulate
 // MICRO-NOT: megac.accumulate
 // NOFUSION-NOT: megac.fusion
-// BADMODE: error: megac-recompute: mode must be none, selective or full, got 'some'
+// BADMODE: error: megac-partition-pipeline: recompute must be none, selective or full, got 'some'
+// MICROFWD: error: megac-partition-pipeline: micro-batches needs train or gradients (it accumulates gradients)
+// PPFWD: error: megac-partition-pipeline: a pp axis (pipeline parallelism) needs train: the pipeline runs training steps
+// PPFWD-COMPILE: megac: error: a pp axis (pipeline parallelism) needs --train: the pipeline runs training steps

@@ -70,6 +70,14 @@ struct PartitionOptions {
 void buildPartitionPipeline(mlir::OpPassManager &pm,
                             const PartitionOptions &options);
 
+/// Why \p options make no pipeline ("" if they do): training and
+/// gradients together, micro-batches without either, an unknown
+/// recompute mode, a pp axis without training... Each option is named
+/// with \p prefix ("--" for megac compile's flags, "" for the pipeline's
+/// options).
+std::string partitionOptionsProblem(const PartitionOptions &options,
+                                    llvm::StringRef prefix);
+
 /// One axis of a grid as the command line spells it (`tp=4`).
 struct GridAxisText {
   std::string name;
