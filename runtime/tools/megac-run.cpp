@@ -1639,6 +1639,9 @@ bool writeDeviceOrHostProfile(const Options &O, const Setup &S,
 /// run may continue only within rounding of the saved one (users
 /// comparing a resumed run with an uninterrupted one should know why the
 /// last bits differ).
+/// (On the CUDA backend the record is the device and the attention asked
+/// for: whether cuDNN served it, and the other knobs, are not; its
+/// runs differ in their last bits from run to run anyway, dq's atomics.)
 void noteArithmetic(Setup &S, const DeviceSession *Dev) {
   if (Dev) {
     const char *Attention = std::getenv("MEGAC_CUDA_ATTENTION");

@@ -510,27 +510,20 @@ bool isDumpFileName(llvm::StringRef name) {
 
 class DumpIRInstrumentation : public PassInstrumentation {
 public:
-  DumpIRInstrumentation(std::string dir, llvm::StringRef input)
-      : dir(std::move(dir)) {
-    removeEarlierDumps(input);
+  explicit DumpIRInstrumentation(std::string dir) : dir(std::move(dir)) {
+    removeEarlierDumps();
   }
 
   /// A directory used before keeps that run's numbered files: a forward
   /// dump after a training one would leave two files of each number. Only
-  /// the names dumps take are removed ("00-input.mlir", "NN-megac-*.mlir",
-  /// every pass of the pipeline being megac's), and never \p keep (the
-  /// model being compiled, which may sit there under such a name).
-  void removeEarlierDumps(llvm::StringRef keep) {
+  /// the names dumps take are removed (isDumpFileName); megac compile has
+  /// refused a model, plan or IR file of such a name there (dumpFileAt).
+  void removeEarlierDumps() {
     std::error_code ec;
     for (llvm::sys::fs::directory_iterator it(dir, ec), end; it != end && !ec;
-         it.increment(ec)) {
-      const bool dumpName =
-          isDumpFileName(llvm::sys::path::filename(it->path()));
-      bool isModel = false; // (stays false where the test fails)
-      (void)llvm::sys::fs::equivalent(it->path(), keep, isModel);
-      if (dumpName && !isModel)
+         it.increment(ec))
+      if (isDumpFileName(llvm::sys::path::filename(it->path())))
         llvm::sys::fs::remove(it->path());
-    }
   }
 
   void write(llvm::StringRef stage, Operation *op) {
@@ -920,10 +913,9 @@ bool sameFileOrPath(llvm::StringRef a, llvm::StringRef b) {
   return absA == absB;
 }
 
-/// The file of --dump-ir directory \p dir that is \p path, or would be
-/// where a dump writes (a dump-named file there, or a link by such a name
-/// to it); "" if none. The dump would overwrite it, or remove it as an
-/// earlier run's dump.
+/// The file of --dump-ir directory \p dir that is \p path under a dump's
+/// name (or a link by such a name to it); "" if none. The dump would
+/// overwrite it, or remove it as an earlier run's dump.
 std::string dumpFileAt(llvm::StringRef dir, llvm::StringRef path) {
   if (path.empty() || path == "-")
     return "";
@@ -1176,8 +1168,9 @@ int runCompile(int argc, char **argv) {
       if (std::string clash = dumpFileAt(dumpIR, path); !clash.empty())
         return fail("--dump-ir " + dumpIR + ": its file " + clash + " is " +
                     what +
-                    ", which the dump would overwrite; name another "
-                    "directory");
+                    "; the dump writes files of such names there "
+                    "(00-input.mlir, NN-megac-<pass>.mlir) and removes "
+                    "an earlier dump's: name another directory");
   megac::ApplyOptimizerPassOptions optimizer;
   optimizer.lr = lr;
   optimizer.minLr = minLr;
@@ -1195,9 +1188,8 @@ int runCompile(int argc, char **argv) {
       !problem.empty())
     return fail(problem);
   if (!(bucketMB >= 0.0 && bucketMB <= 1024.0 * 1024.0))
-    return fail(
-        "--bucket-mb must lie in [0, 1048576] MiB, got " +
-        llvm::formatv("{0}", llvm::format("%g", bucketMB.getValue())).str());
+    return fail("--bucket-mb must lie in [0, 1048576] MiB, got " +
+                megac::numberText(bucketMB));
   if (precision != "fp32" && precision != "bf16")
     return fail("--precision must be fp32 or bf16, got '" +
                 precision.getValue() + "'");
@@ -1316,8 +1308,7 @@ int runCompile(int argc, char **argv) {
     return 1;
   pm.enableVerifier(true);
   if (!dumpIR.empty()) {
-    auto instrumentation =
-        std::make_unique<DumpIRInstrumentation>(dumpIR, input);
+    auto instrumentation = std::make_unique<DumpIRInstrumentation>(dumpIR);
     instrumentation->write("input", module->getOperation());
     pm.addInstrumentation(std::move(instrumentation));
   }

@@ -17,7 +17,6 @@
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/StringMap.h"
 #include <cmath>
-#include <sstream>
 
 namespace megac {
 #define GEN_PASS_DEF_APPLYOPTIMIZERPASS
@@ -225,11 +224,7 @@ std::string
 megac::optimizerOptionsProblem(const ApplyOptimizerPassOptions &options,
                                llvm::StringRef prefix,
                                llvm::StringRef zeroName) {
-  auto text = [](double value) { // as the user wrote it: 1.5, 1e-08
-    std::ostringstream out;
-    out << value;
-    return out.str();
-  };
+  auto text = numberText;
   std::string p = prefix.str();
   if (options.zeroStage < 0 || options.zeroStage > 1)
     return p + zeroName.str() + " must be 0 or 1, got " +

@@ -5,6 +5,9 @@
 
 #include "mlir/Pass/PassRegistry.h"
 
+#include <cstdio>
+#include <cstdlib>
+
 using namespace mlir;
 
 namespace megac {
@@ -64,6 +67,16 @@ void buildPartitionPipeline(OpPassManager &pm, const PartitionOptions &options) 
   if (!options.fusionGroups.empty())
     pm.addPass(createFuseElementwisePass(
         FuseElementwisePassOptions{options.fusionGroups}));
+}
+
+std::string numberText(double value) {
+  char buf[32];
+  for (int digits = 1; digits <= 17; ++digits) {
+    std::snprintf(buf, sizeof(buf), "%.*g", digits, value);
+    if (std::strtod(buf, nullptr) == value)
+      break;
+  }
+  return buf; // (nan and inf at 1 digit, where they never read back)
 }
 
 std::string partitionOptionsProblem(const PartitionOptions &options,

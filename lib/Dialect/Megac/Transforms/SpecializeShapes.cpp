@@ -60,8 +60,8 @@ struct SpecializeShapesPass
     Names params{"parameter", "arguments", "parameter"},
         results{"result", "results", "output"},
         inputs{"input", "arguments", "input"}; // (tokens and labels)
-    auto claim = [&](Names &names, StringRef name,
-                     unsigned i) -> LogicalResult {
+    auto claim = [&](Names &names, StringRef name, unsigned i,
+                     StringRef note = "") -> LogicalResult {
       // (A NUL cut the name short in the plan: two parameters "w" and
       // "w\00x" became two "w"s; bytes "\FE" and "\FF" both became U+FFFD
       // in a checkpoint's header.)
@@ -81,7 +81,7 @@ struct SpecializeShapesPass
       return func.emitError()
              << names.kind << " name '" << name << "' is given to "
              << names.places << " " << it->second << " and " << i << "; each "
-             << names.owner << " needs its own";
+             << names.owner << " needs its own" << note;
     };
     for (unsigned i = 0; i < func.getNumArguments(); ++i)
       if (auto spec = func.getArgAttrOfType<DictionaryAttr>(
@@ -107,7 +107,10 @@ struct SpecializeShapesPass
                << "result name '" << name << "' (result " << i
                << ") is the name --save-outputs gives the input " << name
                << "; name the result otherwise";
-      if (failed(claim(results, name, i)))
+      if (failed(claim(results, name, i,
+                       StringRef(name).starts_with("output")
+                           ? " (an unnamed result is output<i> in the plan)"
+                           : "")))
         return failure();
     }
     return success();

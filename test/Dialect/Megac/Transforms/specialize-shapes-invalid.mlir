@@ -109,7 +109,7 @@ func.func @input_on_pp(%ids: tensor<?x?xi32> {megac.input = "tokens", megac.shar
 
 // Tests that an unnamed result's name in the plan (output<i>) counts: a
 // result named so would be a second output0.
-// expected-error@+1 {{result name 'output0' is given to results 0 and 1; each output needs its own}}
+// expected-error@+1 {{result name 'output0' is given to results 0 and 1; each output needs its own (an unnamed result is output<i> in the plan)}}
 func.func @default_name(%a: tensor<8xf32> {megac.param = {name = "a", init = "zeros"}}) -> (tensor<8xf32>, tensor<8xf32> {megac.name = "output0"}) {
   return %a, %a : tensor<8xf32>, tensor<8xf32>
 }

@@ -78,6 +78,10 @@ void buildPartitionPipeline(mlir::OpPassManager &pm,
 std::string partitionOptionsProblem(const PartitionOptions &options,
                                     llvm::StringRef prefix);
 
+/// \p value as a user writes it: the shortest decimal that reads back as
+/// it (1.5, 1e-08, 1048577, -1), for messages that quote an option.
+std::string numberText(double value);
+
 /// One axis of a grid as the command line spells it (`tp=4`).
 struct GridAxisText {
   std::string name;
