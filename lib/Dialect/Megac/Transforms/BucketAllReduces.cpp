@@ -48,7 +48,15 @@ struct BucketAllReducesPass
   using BucketAllReducesPassBase::BucketAllReducesPassBase;
 
   void runOnOperation() override {
-    if (bucketBytes <= 0)
+    // (A negative size read as "no buckets": a slip, not a choice.)
+    if (bucketBytes < 0) {
+      getOperation().emitError("megac-bucket-all-reduces: bucket-bytes must "
+                               "be >= 0 (0: one all-reduce per gradient), "
+                               "got ")
+          << static_cast<int64_t>(bucketBytes);
+      return signalPassFailure();
+    }
+    if (bucketBytes == 0)
       return;
     // Buckets count real (per-rank) bytes, and localizing a bucket later
     // would shrink its operands under its results. (Without a grid the

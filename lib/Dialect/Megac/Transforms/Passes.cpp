@@ -102,6 +102,12 @@ std::string partitionOptionsProblem(const PartitionOptions &options,
   if (options.virtualStages < 1)
     return opt("virtual-stages") + " must be positive, got " +
            std::to_string(options.virtualStages);
+  // (megac compile's --bucket-mb is checked in its own unit.)
+  if (options.bucketBytes < 0)
+    return opt("bucket-bytes") +
+           " must be >= 0 (0: one all-reduce per "
+           "gradient), got " +
+           std::to_string(options.bucketBytes);
   SmallVector<GridAxisText> axes;
   if (!options.train && parseGridText(options.mesh, axes))
     for (const GridAxisText &axis : axes)
