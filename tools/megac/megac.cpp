@@ -1141,15 +1141,20 @@ int runCompile(int argc, char **argv) {
                   std::to_string(size->getValue()));
   // The options alone, before the model is read: an error here leaves an
   // older plan at -o in place (see removeStalePlan below).
+  // What the pipeline is built from; the rest is filled in once the
+  // model is read.
+  megac::PartitionOptions options;
+  options.mesh = mesh;
+  options.batch = batch;
+  options.seq = seq;
+  options.train = train;
+  options.gradients = gradients;
+  options.microBatches = microBatches;
+  options.recompute = recompute;
   {
-    // The combinations megac-opt's --megac-partition-pipeline refuses too.
-    megac::PartitionOptions asked;
-    asked.mesh = mesh;
-    asked.train = train;
-    asked.gradients = gradients;
-    asked.microBatches = microBatches;
-    asked.recompute = recompute;
-    // (0: not given, the schedule's own count.)
+    // The combinations megac-opt's --megac-partition-pipeline refuses too
+    // (--virtual-stages: 0 is "not given", the schedule's own count).
+    megac::PartitionOptions asked = options;
     asked.virtualStages =
         virtualStages.getNumOccurrences() ? virtualStages.getValue() : 1;
     if (std::string problem = megac::partitionOptionsProblem(asked, "--");
@@ -1312,12 +1317,6 @@ int runCompile(int argc, char **argv) {
     instrumentation->write("input", module->getOperation());
     pm.addInstrumentation(std::move(instrumentation));
   }
-  megac::PartitionOptions options;
-  options.mesh = mesh;
-  options.batch = batch;
-  options.seq = seq;
-  options.train = train;
-  options.gradients = gradients;
   options.optimizer = optimizer;
   // Options that a plan without their part would silently ignore.
   if (!train)
@@ -1367,10 +1366,8 @@ int runCompile(int argc, char **argv) {
                  << ": the learning rate climbs to its peak and then drops "
                     "to --min-lr at once, with no cosine decay\n";
   options.bucketBytes = static_cast<int64_t>(bucketMB * 1024.0 * 1024.0);
-  options.microBatches = microBatches;
   options.bf16 = precision == "bf16";
   options.sequenceParallel = sequenceParallel;
-  options.recompute = recompute;
   options.fusionGroups = target == "cuda" ? megac::kAllFusionGroups.str() : "a";
   if (target == "cuda")
     noteGpuVocabulary(*module, quiet);
