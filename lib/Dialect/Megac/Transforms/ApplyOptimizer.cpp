@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "TransformUtils.h"
 #include "megac/Dialect/Megac/IR/MegacOps.h"
 #include "megac/Dialect/Megac/IR/ShardingUtils.h"
 #include "megac/Dialect/Megac/Transforms/Passes.h"
@@ -213,9 +214,43 @@ struct ApplyOptimizerPass
       getOperation().emitError(problem);
       return signalPassFailure();
     }
-    for (auto func : getOperation().getOps<func::FuncOp>())
-      if (!func.isExternal() && failed(apply(func)))
+    for (auto func : getOperation().getOps<func::FuncOp>()) {
+      if (func.isExternal())
+        continue;
+      // ZeRO shards the state over ranks that hold the same weights and
+      // average their gradients: the axis that splits the batch. Another
+      // (tp, pp) sliced a weight over an axis that already split it, or
+      // put collectives over pp that one stage alone runs.
+      if (zeroStage >= 1 &&
+          getAxisSizeOrOne(getMesh(getOperation()), zeroAxis) > 1) {
+        std::string why;
+        if (zeroAxis == "pp")
+          why = "splits the layers into pipeline stages";
+        else if (StringRef data = batchAxis(func);
+                 !data.empty() && data != zeroAxis)
+          why = "does not split the batch (the data inputs are split over '" +
+                data.str() + "')";
+        for (BlockArgument arg : func.getArguments())
+          if (auto sharding = func.getArgAttrOfType<ShardingAttr>(
+                  arg.getArgNumber(), MegacDialect::kShardingAttrName);
+              why.empty() && sharding &&
+              func.getArgAttr(arg.getArgNumber(),
+                              MegacDialect::kParamAttrName) &&
+              llvm::is_contained(sharding.getDims(),
+                                 StringAttr::get(&getContext(), zeroAxis)))
+            why = "splits " + describeArgument(func, arg.getArgNumber());
+        if (!why.empty()) {
+          func.emitError() << "megac-apply-optimizer: zero-axis '" << zeroAxis
+                           << "' " << why
+                           << ": ZeRO shards the optimizer state over the "
+                              "data-parallel ranks (the axis that splits the "
+                              "batch, each rank with the whole weights)";
+          return signalPassFailure();
+        }
+      }
+      if (failed(apply(func)))
         return signalPassFailure();
+    }
   }
 };
 } // namespace

@@ -10,6 +10,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "TransformUtils.h"
 #include "megac/Dialect/Megac/IR/MegacOps.h"
 #include "megac/Dialect/Megac/IR/ShardingUtils.h"
 #include "megac/Dialect/Megac/Transforms/Passes.h"
@@ -46,14 +47,19 @@ struct SequenceParallelPass
       // embedding), which become reduce-scatters instead of all-reduces.
       llvm::SetVector<Value> stream;
       // The batch stays split the way the data inputs are (over dp): the
-      // pin only adds the sequence split.
-      StringAttr batchAxis = StringAttr::get(ctx, "");
-      for (BlockArgument arg : func.getArguments())
-        if (func.getArgAttr(arg.getArgNumber(), MegacDialect::kInputAttrName))
-          if (auto sharding = func.getArgAttrOfType<ShardingAttr>(
-                  arg.getArgNumber(), MegacDialect::kShardingAttrName))
-            if (getAxisSizeOrOne(getMesh(module), sharding.getDimAxis(0)) > 1)
-              batchAxis = StringAttr::get(ctx, sharding.getDimAxis(0));
+      // pin only adds the sequence split, over an axis of its own (one
+      // that split both, `[dp, dp, _]`, lost half of each rank's rows).
+      StringAttr batchAxis = StringAttr::get(ctx, megac::batchAxis(func));
+      if (batchAxis.getValue() == axis || axis == "pp") {
+        func.emitError() << "megac-sequence-parallel: axis '" << axis << "' "
+                         << (axis == "pp" ? "splits the layers into pipeline "
+                                            "stages"
+                                          : "splits the batch (the data "
+                                            "inputs)")
+                         << "; the sequence is split over a tensor-parallel "
+                            "axis (one that splits the weights)";
+        return signalPassFailure();
+      }
       auto splitOver = [&](Value weight, int64_t dim) {
         auto arg = dyn_cast<BlockArgument>(weight);
         if (!arg)

@@ -3,6 +3,7 @@
 #include "TransformUtils.h"
 
 #include "megac/Dialect/Megac/IR/MegacDialect.h"
+#include "megac/Dialect/Megac/IR/ShardingUtils.h"
 
 using namespace mlir;
 
@@ -46,6 +47,18 @@ FailureOr<unsigned> findLoss(func::FuncOp func, StringRef pass) {
   return func.emitError() << pass
                           << " needs the loss: a scalar result named 'loss' "
                              "(megac.name) or the only scalar f32 result";
+}
+
+StringRef batchAxis(func::FuncOp func) {
+  MeshAttr mesh = getMesh(func->getParentOfType<ModuleOp>());
+  for (BlockArgument arg : func.getArguments())
+    if (func.getArgAttr(arg.getArgNumber(), MegacDialect::kInputAttrName))
+      if (auto sharding = func.getArgAttrOfType<ShardingAttr>(
+              arg.getArgNumber(), MegacDialect::kShardingAttrName))
+        if (!sharding.getDims().empty() &&
+            getAxisSizeOrOne(mesh, sharding.getDimAxis(0)) > 1)
+          return sharding.getDimAxis(0);
+  return "";
 }
 
 } // namespace megac

@@ -21,6 +21,11 @@ std::string describeArgument(mlir::func::FuncOp func, unsigned index);
 /// scalar is `tensor<f32>`).
 mlir::LogicalResult checkTensorSignature(mlir::func::FuncOp func);
 
+/// The grid axis of more than one rank that splits the batch of `func`'s
+/// data inputs (dp's role: each rank its own rows, the weights whole), or
+/// "" where none does.
+llvm::StringRef batchAxis(mlir::func::FuncOp func);
+
 } // namespace megac
 
 #endif // MEGAC_LIB_DIALECT_MEGAC_TRANSFORMS_TRANSFORMUTILS_H

@@ -1,6 +1,9 @@
 // RUN: megac-opt %s --megac-apply-optimizer="zero-stage=1" | FileCheck %s
 // RUN: megac-opt %s --megac-apply-optimizer="zero-stage=1" --megac-propagate-sharding --megac-insert-collectives | FileCheck %s --check-prefix=COLL
 // RUN: not megac-opt %s --megac-apply-optimizer="zero-stage=2" 2>&1 | FileCheck %s --check-prefix=STAGE
+// ZeRO over an axis that splits a weight sliced it twice ([tp, tp]):
+// RUN: not megac-opt %s --megac-apply-optimizer="zero-stage=1 zero-axis=tp" 2>&1 | FileCheck %s --check-prefix=WEIGHTAXIS
+// WEIGHTAXIS: error: megac-apply-optimizer: zero-axis 'tp' splits parameter 'w': ZeRO shards the optimizer state over the data-parallel ranks (the axis that splits the batch, each rank with the whole weights)
 
 // Tests ZeRO stage 1: each parameter with a dimension free of other splits
 // and divisible by dp is updated in slices (gradient and parameter

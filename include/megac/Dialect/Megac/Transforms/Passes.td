@@ -178,7 +178,9 @@ def SequenceParallelPass
   }];
   let options = [
     Option<"axis", "axis", "std::string", /*default=*/"\"tp\"",
-           "The tensor-parallel axis the sequence is split over">,
+           "The tensor-parallel axis the sequence is split over (not the "
+           "axis that splits the batch, nor pp; an axis the grid lacks "
+           "leaves the IR as it is)">,
   ];
 }
 
@@ -484,7 +486,9 @@ def ApplyOptimizerPass : Pass<"megac-apply-optimizer", "mlir::ModuleOp"> {
            "1: shard the optimizer state over the data-parallel axis "
            "(ZeRO stage 1)">,
     Option<"zeroAxis", "zero-axis", "std::string", /*default=*/"\"dp\"",
-           "The data-parallel axis that ZeRO shards over">,
+           "The data-parallel axis that ZeRO shards over (the axis that "
+           "splits the batch; not one that splits a weight, nor pp; an "
+           "axis the grid lacks leaves the update whole)">,
   ];
 }
 
