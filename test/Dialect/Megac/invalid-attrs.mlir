@@ -23,6 +23,12 @@ module attributes {megac.mesh = #megac.mesh<a = 4611686018427387904, b = 4>} {}
 
 // -----
 
+// Tests mesh_c4: axis names are names, and not '_' (an unsplit dimension).
+// expected-error@+1 {{mesh_c4: grid axis name '_' is not a name: a letter or '_' first, then letters, digits and '_' ('_' alone marks an unsplit dimension in #megac.sharding)}}
+module attributes {megac.mesh = #megac.mesh<_ = 2>} {}
+
+// -----
+
 // Tests that megac.mesh belongs on a module.
 // expected-error@+1 {{megac.mesh must be a #megac.mesh on a module}}
 func.func @mesh_on_func() attributes {megac.mesh = #megac.mesh<tp = 2>} {

@@ -14,6 +14,7 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/DialectImplementation.h"
 #include "llvm/ADT/SmallSet.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/TypeSwitch.h"
 #include "llvm/Support/JSON.h"
 
@@ -85,6 +86,16 @@ LogicalResult MeshAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                                ArrayRef<int64_t> sizes) {
   llvm::SmallSet<StringRef, 4> seen;
   for (auto [axis, size] : llvm::zip(axes, sizes)) {
+    // (A name the IR cannot spell back: `#megac.mesh<1 = 2>` did not
+    // parse again, and `_` is a sharding's unsplit dimension.)
+    StringRef name = axis.getValue();
+    if (name.empty() || name == "_" || llvm::isDigit(name.front()) ||
+        !llvm::all_of(name,
+                      [](char c) { return llvm::isAlnum(c) || c == '_'; }))
+      return emitError() << "mesh_c4: grid axis name '" << name
+                         << "' is not a name: a letter or '_' first, then "
+                            "letters, digits and '_' ('_' alone marks an "
+                            "unsplit dimension in #megac.sharding)";
     if (!seen.insert(axis.getValue()).second)
       return emitError() << "mesh_c1: grid axis '" << axis.getValue()
                          << "' appears more than once";

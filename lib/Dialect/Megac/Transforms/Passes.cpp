@@ -256,8 +256,12 @@ void registerMegacPassesAndPipelines() {
         if (failed(opts.parseFromString(text)))
           return failure();
         const PartitionOptions options = toPartitionOptions(opts);
-        if (std::string problem = partitionOptionsProblem(options, "");
-            !problem.empty())
+        // (The optimizer's too, as megac compile checks them with
+        // --train or without: a value that cannot be right is a slip.)
+        std::string problem = partitionOptionsProblem(options, "");
+        if (problem.empty())
+          problem = optimizerOptionsProblem(options.optimizer);
+        if (!problem.empty())
           return errorHandler("megac-partition-pipeline: " + problem);
         buildPartitionPipeline(pm, options);
         return success();

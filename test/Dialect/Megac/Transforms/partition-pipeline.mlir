@@ -15,6 +15,7 @@
 // RUN: not megac-opt %t.tiny.mlir --megac-partition-pipeline="micro-batches=2" 2>&1 | FileCheck %s --check-prefix=MICROFWD
 // RUN: not megac-opt %t.tiny.mlir --megac-partition-pipeline="mesh=pp=2" 2>&1 | FileCheck %s --check-prefix=PPFWD
 // RUN: not megac compile %t.tiny.mlir --mesh pp=2 -o %t.pp.mgc 2>&1 | FileCheck %s --check-prefix=PPFWD-COMPILE
+// RUN: not megac-opt %t.tiny.mlir --megac-partition-pipeline="lr=-1" 2>&1 | FileCheck %s --check-prefix=BADLR
 
 // Tests the whole pipeline on one transformer MLP block: per-rank shapes,
 // exactly one all-reduce (after the row-parallel product, before its bias).
@@ -62,3 +63,4 @@ func.func @block(%wte: tensor<512x32xf32> {megac.param = {name = "wte", init = "
 // MICROFWD: error: megac-partition-pipeline: micro-batches needs train or gradients (it accumulates gradients)
 // PPFWD: error: megac-partition-pipeline: a pp axis (pipeline parallelism) needs train: the pipeline runs training steps
 // PPFWD-COMPILE: megac: error: a pp axis (pipeline parallelism) needs --train: the pipeline runs training steps
+// BADLR: error: megac-partition-pipeline: lr must be a finite number > 0, got -1

@@ -22,7 +22,9 @@ def Megac_MeshAttr : Megac_Attr<"Mesh", "mesh"> {
     ```
 
     Rules: `mesh_c1` axis names are unique; `mesh_c2` every size is >= 1;
-    `mesh_c3` the grid has at most 2^24 ranks (a plan's limit).
+    `mesh_c3` the grid has at most 2^24 ranks (a plan's limit); `mesh_c4`
+    an axis name is a letter or `_` followed by letters, digits and `_`,
+    and not `_` alone (a sharding's unsplit dimension).
   }];
   let parameters = (ins
     ArrayRefParameter<"::mlir::StringAttr">:$axes,
