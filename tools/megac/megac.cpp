@@ -1131,7 +1131,15 @@ int runCompile(int argc, char **argv) {
   if (output == "-" && emitMLIR == "-")
     return fail("-o - and --emit-mlir - would both write to standard output; "
                 "send one of them to a file");
-  if (!emitMLIR.empty() && sameFileOrPath(output, emitMLIR))
+  // (/dev/null for both discards both: a device is written in place, and
+  // one file cannot hold two outputs only where it is a regular file.)
+  auto isDevice = [](llvm::StringRef path) {
+    llvm::sys::fs::file_status status;
+    return !llvm::sys::fs::status(path, status) &&
+           status.type() == llvm::sys::fs::file_type::character_file;
+  };
+  if (!emitMLIR.empty() && sameFileOrPath(output, emitMLIR) &&
+      !isDevice(output))
     return fail("--emit-mlir " + emitMLIR +
                 " is the plan's file (-o); name another file");
   // 0 is the options' "not given"; given, a size must be positive.
