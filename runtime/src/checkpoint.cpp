@@ -186,9 +186,7 @@ std::string lockCheckpointDirectory(const std::string &Dir) {
     std::string Who(Holder, size_t(N > 0 ? N : 0));
     while (!Who.empty() && (Who.back() == '\n' || Who.back() == ' '))
       Who.pop_back();
-    for (char &C : Who)
-      if (static_cast<unsigned char>(C) < ' ')
-        C = ' ';
+    Who = printableText(Who);
     throw RunError("--save-checkpoint " + Dir + " is in use by another run" +
                    (Who.empty() ? "" : " (" + Who + ")") +
                    ": two runs saving into one directory would overwrite "

@@ -20,6 +20,16 @@ public:
   explicit RunError(const std::string &Msg) : std::runtime_error(Msg) {}
 };
 
+/// Text read from a file (a lock's holder, a checkpoint's record), fit
+/// for a message line: control characters become '?', so none reaches
+/// the terminal.
+inline std::string printableText(std::string Text) {
+  for (char &C : Text)
+    if (static_cast<unsigned char>(C) < ' ' || C == 0x7f)
+      C = '?';
+  return Text;
+}
+
 } // namespace megac_rt
 
 #endif // MEGAC_RT_ERROR_H

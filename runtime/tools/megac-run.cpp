@@ -1654,18 +1654,12 @@ void noteArithmetic(Setup &S, const DeviceSession *Dev) {
   if (WorldRank != 0 || S.resumedFrom.empty() || Saved.empty() ||
       Saved == S.arithmetic)
     return;
-  // (The saved text is the file's: a control character in a hand-edited
-  // meta.json stays off the terminal.)
-  std::string SavedText = Saved;
-  for (char &C : SavedText)
-    if (static_cast<unsigned char>(C) < ' ' || C == 0x7f)
-      C = '?';
   std::fprintf(stderr,
                "megac-run: warning: the checkpoint's run computed on %s, this "
                "run computes on %s: its steps may differ in their last bits "
                "from those the saved run would have taken (other kernels or "
                "threads sum in another order)\n",
-               SavedText.c_str(), S.arithmetic.c_str());
+               printableText(Saved).c_str(), S.arithmetic.c_str());
 }
 
 int runTraining(const Options &O, Setup &S) {

@@ -499,7 +499,6 @@ void installOneLineDiagnostics(MLIRContext &ctx) {
   });
 }
 
-/// Writes the IR after every pass to DIR/NN-<pass>.mlir.
 /// Whether \p name is one a --dump-ir file takes ("00-input.mlir",
 /// "NN-megac-*.mlir": every pass of the pipeline is megac's).
 bool isDumpFileName(llvm::StringRef name) {
@@ -508,6 +507,7 @@ bool isDumpFileName(llvm::StringRef name) {
           name.drop_front(2).starts_with("-megac-") && name.ends_with(".mlir"));
 }
 
+/// Writes the IR after every pass to DIR/NN-<pass>.mlir.
 class DumpIRInstrumentation : public PassInstrumentation {
 public:
   explicit DumpIRInstrumentation(std::string dir) : dir(std::move(dir)) {

@@ -196,6 +196,33 @@ struct ApplyOptimizerPass
     return {};
   }
 
+  /// Why ZeRO cannot shard over zeroAxis in \p func ("" if it can, or
+  /// where it is off or the grid lacks the axis). ZeRO shards the state
+  /// over ranks that hold the same weights and average their gradients:
+  /// the axis that splits the batch. Another (tp, pp) sliced a weight
+  /// over an axis that already split it, or put collectives over pp that
+  /// one stage alone runs.
+  std::string zeroAxisProblem(func::FuncOp func) {
+    if (zeroStage < 1 ||
+        getAxisSizeOrOne(getMesh(getOperation()), zeroAxis) <= 1)
+      return "";
+    if (zeroAxis == "pp")
+      return "splits the layers into pipeline stages";
+    if (StringRef data = batchAxis(func); !data.empty() && data != zeroAxis)
+      return "does not split the batch (the data inputs are split over '" +
+             data.str() + "')";
+    for (BlockArgument arg : func.getArguments()) {
+      auto sharding = func.getArgAttrOfType<ShardingAttr>(
+          arg.getArgNumber(), MegacDialect::kShardingAttrName);
+      if (sharding &&
+          func.getArgAttr(arg.getArgNumber(), MegacDialect::kParamAttrName) &&
+          llvm::is_contained(sharding.getDims(),
+                             StringAttr::get(&getContext(), zeroAxis)))
+        return "splits " + describeArgument(func, arg.getArgNumber());
+    }
+    return "";
+  }
+
   void runOnOperation() override {
     // (Checked here, since an AdamW op built from them would not verify.)
     ApplyOptimizerPassOptions options;
@@ -217,36 +244,13 @@ struct ApplyOptimizerPass
     for (auto func : getOperation().getOps<func::FuncOp>()) {
       if (func.isExternal())
         continue;
-      // ZeRO shards the state over ranks that hold the same weights and
-      // average their gradients: the axis that splits the batch. Another
-      // (tp, pp) sliced a weight over an axis that already split it, or
-      // put collectives over pp that one stage alone runs.
-      if (zeroStage >= 1 &&
-          getAxisSizeOrOne(getMesh(getOperation()), zeroAxis) > 1) {
-        std::string why;
-        if (zeroAxis == "pp")
-          why = "splits the layers into pipeline stages";
-        else if (StringRef data = batchAxis(func);
-                 !data.empty() && data != zeroAxis)
-          why = "does not split the batch (the data inputs are split over '" +
-                data.str() + "')";
-        for (BlockArgument arg : func.getArguments())
-          if (auto sharding = func.getArgAttrOfType<ShardingAttr>(
-                  arg.getArgNumber(), MegacDialect::kShardingAttrName);
-              why.empty() && sharding &&
-              func.getArgAttr(arg.getArgNumber(),
-                              MegacDialect::kParamAttrName) &&
-              llvm::is_contained(sharding.getDims(),
-                                 StringAttr::get(&getContext(), zeroAxis)))
-            why = "splits " + describeArgument(func, arg.getArgNumber());
-        if (!why.empty()) {
-          func.emitError() << "megac-apply-optimizer: zero-axis '" << zeroAxis
-                           << "' " << why
-                           << ": ZeRO shards the optimizer state over the "
-                              "data-parallel ranks (the axis that splits the "
-                              "batch, each rank with the whole weights)";
-          return signalPassFailure();
-        }
+      if (std::string why = zeroAxisProblem(func); !why.empty()) {
+        func.emitError() << "megac-apply-optimizer: zero-axis '" << zeroAxis
+                         << "' " << why
+                         << ": ZeRO shards the optimizer state over the "
+                            "data-parallel ranks (the axis that splits the "
+                            "batch, each rank with the whole weights)";
+        return signalPassFailure();
       }
       if (failed(apply(func)))
         return signalPassFailure();

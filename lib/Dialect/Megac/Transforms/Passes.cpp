@@ -102,7 +102,7 @@ std::string partitionOptionsProblem(const PartitionOptions &options,
   if (options.virtualStages < 1)
     return opt("virtual-stages") + " must be positive, got " +
            std::to_string(options.virtualStages);
-  // (megac compile's --bucket-mb is checked in its own unit.)
+  // (megac compile checks its --bucket-mb, in MiB, itself.)
   if (options.bucketBytes < 0)
     return opt("bucket-bytes") +
            " must be >= 0 (0: one all-reduce per "
