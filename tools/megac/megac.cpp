@@ -1184,7 +1184,9 @@ int runCompile(int argc, char **argv) {
                     "; the dump writes files of such names there "
                     "(00-input.mlir, NN-megac-<pass>.mlir) and removes "
                     "an earlier dump's: name another directory");
-  megac::ApplyOptimizerPassOptions optimizer;
+  // The optimizer's options go straight into the pipeline's (they are
+  // checked here, with --train or without).
+  megac::ApplyOptimizerPassOptions &optimizer = options.optimizer;
   optimizer.lr = lr;
   optimizer.minLr = minLr;
   optimizer.warmupSteps = warmup;
@@ -1325,7 +1327,6 @@ int runCompile(int argc, char **argv) {
     instrumentation->write("input", module->getOperation());
     pm.addInstrumentation(std::move(instrumentation));
   }
-  options.optimizer = optimizer;
   // Options that a plan without their part would silently ignore.
   if (!train)
     for (cl::Option *option :

@@ -241,6 +241,13 @@ struct ApplyOptimizerPass
       getOperation().emitError(problem);
       return signalPassFailure();
     }
+    if (std::string problem = missingAxisProblem(
+            getOperation(), "megac-apply-optimizer: zero-axis", zeroAxis,
+            ApplyOptimizerPassOptions().zeroAxis);
+        zeroStage >= 1 && !problem.empty()) {
+      getOperation().emitError(problem);
+      return signalPassFailure();
+    }
     for (auto func : getOperation().getOps<func::FuncOp>()) {
       if (func.isExternal())
         continue;

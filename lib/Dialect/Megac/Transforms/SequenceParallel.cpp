@@ -35,6 +35,13 @@ struct SequenceParallelPass
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
+    if (std::string problem =
+            missingAxisProblem(module, "megac-sequence-parallel: axis", axis,
+                               SequenceParallelPassOptions().axis);
+        !problem.empty()) {
+      module.emitError(problem);
+      return signalPassFailure();
+    }
     int64_t size = getAxisSizeOrOne(getMesh(module), axis);
     if (size <= 1)
       return;

@@ -61,6 +61,21 @@ StringRef batchAxis(func::FuncOp func) {
   return "";
 }
 
+std::string missingAxisProblem(ModuleOp module, StringRef option,
+                               StringRef axis, StringRef defaultAxis) {
+  MeshAttr mesh = getMesh(module);
+  if (axis == defaultAxis || (mesh && mesh.getAxisSize(axis)))
+    return "";
+  std::string grid;
+  if (mesh)
+    for (auto [name, size] : llvm::zip(mesh.getAxes(), mesh.getSizes()))
+      grid +=
+          (grid.empty() ? "" : ",") + name.str() + "=" + std::to_string(size);
+  return option.str() + " '" + axis.str() + "' is not an axis of the grid (" +
+         (grid.empty() ? std::string("the module has no megac.mesh") : grid) +
+         ")";
+}
+
 } // namespace megac
 
 std::string megac::describeArgument(func::FuncOp func, unsigned index) {

@@ -26,6 +26,14 @@ mlir::LogicalResult checkTensorSignature(mlir::func::FuncOp func);
 /// "" where none does.
 llvm::StringRef batchAxis(mlir::func::FuncOp func);
 
+/// Why `option` naming grid axis `axis` cannot be right for `module` ("" if
+/// it can): an axis other than the option's default that the grid lacks is
+/// a slip (a misspelt name). The default axis missing is not: that pass
+/// then has nothing to do on this grid, as documented.
+std::string missingAxisProblem(mlir::ModuleOp module, llvm::StringRef option,
+                               llvm::StringRef axis,
+                               llvm::StringRef defaultAxis);
+
 } // namespace megac
 
 #endif // MEGAC_LIB_DIALECT_MEGAC_TRANSFORMS_TRANSFORMUTILS_H

@@ -4,6 +4,14 @@
 // ZeRO over an axis that splits a weight sliced it twice ([tp, tp]):
 // RUN: not megac-opt %s --megac-apply-optimizer="zero-stage=1 zero-axis=tp" 2>&1 | FileCheck %s --check-prefix=WEIGHTAXIS
 // WEIGHTAXIS: error: megac-apply-optimizer: zero-axis 'tp' splits parameter 'w': ZeRO shards the optimizer state over the data-parallel ranks (the axis that splits the batch, each rank with the whole weights)
+// A misspelt axis was a silent no-op (the update stayed whole); the
+// default dp missing from a grid still is (nothing to shard over):
+// RUN: not megac-opt %s --megac-apply-optimizer="zero-stage=1 zero-axis=pd" 2>&1 | FileCheck %s --check-prefix=MISSPELT
+// MISSPELT: error: megac-apply-optimizer: zero-axis 'pd' is not an axis of the grid (dp=2,tp=2)
+// Without ZeRO the axis is not asked for:
+// RUN: megac-opt %s --megac-apply-optimizer="zero-axis=pd" | FileCheck %s --check-prefix=OFF
+// OFF-NOT: sharding_constraint
+// OFF: megac.adamw %arg0, %arg3
 
 // Tests ZeRO stage 1: each parameter with a dimension free of other splits
 // and divisible by dp is updated in slices (gradient and parameter

@@ -17,10 +17,23 @@ module attributes {megac.mesh = #megac.mesh<dp = 2>} {
 // -----
 
 // Nor over pp, which splits the layers into stages (checked by the run
-// with axis=pp; under axis=dp this grid has no dp and nothing changes).
+// with axis=pp). Under axis=dp this grid has no dp: an axis named other
+// than the default tp that the grid lacks is a slip, not "nothing to do".
 // PP: error: megac-sequence-parallel: axis 'pp' splits the layers into pipeline stages; the sequence is split over a tensor-parallel axis (one that splits the weights)
+// expected-error@+1 {{megac-sequence-parallel: axis 'dp' is not an axis of the grid (pp=2)}}
 module attributes {megac.mesh = #megac.mesh<pp = 2>} {
   func.func @pipeline_axis(%x: tensor<2x8x16xf32>, %g: tensor<16xf32>) -> tensor<2x8x16xf32> {
+    %n = megac.layer_norm %x, %g, %g : (tensor<2x8x16xf32>, tensor<16xf32>, tensor<16xf32>) -> tensor<2x8x16xf32>
+    return %n : tensor<2x8x16xf32>
+  }
+}
+
+// -----
+
+// No grid at all: the named axis is missing too.
+// expected-error@+1 {{megac-sequence-parallel: axis 'dp' is not an axis of the grid (the module has no megac.mesh)}}
+module {
+  func.func @no_grid(%x: tensor<2x8x16xf32>, %g: tensor<16xf32>) -> tensor<2x8x16xf32> {
     %n = megac.layer_norm %x, %g, %g : (tensor<2x8x16xf32>, tensor<16xf32>, tensor<16xf32>) -> tensor<2x8x16xf32>
     return %n : tensor<2x8x16xf32>
   }

@@ -179,8 +179,9 @@ def SequenceParallelPass
   let options = [
     Option<"axis", "axis", "std::string", /*default=*/"\"tp\"",
            "The tensor-parallel axis the sequence is split over (not the "
-           "axis that splits the batch, nor pp; an axis the grid lacks "
-           "leaves the IR as it is)">,
+           "axis that splits the batch, nor pp; without tp in the grid "
+           "the IR stays as it is, another axis the grid lacks is an "
+           "error)">,
   ];
 }
 
@@ -487,8 +488,9 @@ def ApplyOptimizerPass : Pass<"megac-apply-optimizer", "mlir::ModuleOp"> {
            "(ZeRO stage 1)">,
     Option<"zeroAxis", "zero-axis", "std::string", /*default=*/"\"dp\"",
            "The data-parallel axis that ZeRO shards over (the axis that "
-           "splits the batch; not one that splits a weight, nor pp; an "
-           "axis the grid lacks leaves the update whole)">,
+           "splits the batch; not one that splits a weight, nor pp; "
+           "without dp in the grid the update stays whole, another axis "
+           "the grid lacks is an error)">,
   ];
 }
 
