@@ -199,6 +199,23 @@ struct SpecializeShapesPass
     return success();
   }
 
+  /// Whether a tensor of \p type has a byte size an int64 holds: the
+  /// later passes and the memory plan count bytes in one (a batch of 2^62
+  /// rows wrapped around into nonsense there).
+  static bool fitsInBytes(Type type) {
+    auto tensor = dyn_cast<RankedTensorType>(type);
+    if (!tensor || !tensor.hasStaticShape())
+      return true;
+    Type element = tensor.getElementType();
+    int64_t bytes = element.isIntOrFloat()
+                        ? std::max(1u, element.getIntOrFloatBitWidth() / 8)
+                        : 8;
+    for (int64_t size : tensor.getShape())
+      if (llvm::MulOverflow(bytes, size, bytes))
+        return false;
+    return true;
+  }
+
   LogicalResult specialize(func::FuncOp func) {
     if (failed(checkTensorSignature(func)) || failed(checkNamesUnique(func)) ||
         failed(checkInputsAlike(func)) || failed(checkAxisRoles(func)))
@@ -261,7 +278,13 @@ struct SpecializeShapesPass
                  << "the batch (" << rows << " rows) is not divisible by the "
                  << static_cast<int64_t>(microBatches) << " micro-batches";
         SmallVector<int64_t> shape = {rows / microBatches, length};
-        arg.setType(RankedTensorType::get(shape, type.getElementType()));
+        auto specialized = RankedTensorType::get(shape, type.getElementType());
+        if (!fitsInBytes(specialized))
+          return func.emitError()
+                 << describeArgument(func, arg.getArgNumber()) << " would be a "
+                 << specialized << " of more than 2^63 bytes: the "
+                 << "batch and sequence sizes are too large for any grid";
+        arg.setType(specialized);
       } else if (!type.hasStaticShape()) {
         return func.emitError("argument ")
                << arg.getArgNumber()
@@ -278,8 +301,15 @@ struct SpecializeShapesPass
               op.getRawDictionaryAttrs(), op.getPropertiesStorage(),
               op.getRegions(), types)))
         return failure();
-      for (auto [result, type] : llvm::zip(op.getResults(), types))
+      for (auto [result, type] : llvm::zip(op.getResults(), types)) {
+        if (!fitsInBytes(type))
+          return op.emitError()
+                 << "a result would be a " << type
+                 << " of more than 2^63 bytes: the batch and sequence sizes "
+                 << "are too "
+                    "large for any grid";
         result.setType(type);
+      }
     }
     func.setFunctionType(FunctionType::get(
         func.getContext(), body.getArgumentTypes(),
