@@ -1561,13 +1561,11 @@ private:
   std::unique_ptr<DeviceRun> Run;
 };
 
-/// "" when this rank's MEGAC_CUDA_* settings that change a step's
-/// arithmetic equal rank 0's, else which differ. (Collective.) A
-/// tensor-parallel parameter's copies, computed on each rank, would drift
-/// apart under different settings (MEGAC_CUDA_EPILOGUES=0 on one rank
-/// did, without a word). The plugin's path, the logging knobs and the
-/// emulation's test knobs may differ.
-std::string cudaSettingsMismatch() {
+/// This process's MEGAC_CUDA_* settings that change a step's arithmetic,
+/// sorted ("MEGAC_CUDA_EPILOGUES=0 MEGAC_CUDA_WIDE_FORWARD=0"), or "" when
+/// none is set. The plugin's path, the logging knobs and the emulation's
+/// test knobs are not among them.
+std::string cudaArithmeticSettings() {
   std::vector<std::string> Settings;
   for (char **Env = environ; *Env; ++Env) {
     const std::string Entry = *Env;
@@ -1578,9 +1576,18 @@ std::string cudaSettingsMismatch() {
       Settings.push_back(Entry);
   }
   std::sort(Settings.begin(), Settings.end());
-  std::string Mine;
+  std::string Joined;
   for (const std::string &S : Settings)
-    Mine += (Mine.empty() ? "" : " ") + S;
+    Joined += (Joined.empty() ? "" : " ") + S;
+  return Joined;
+}
+
+/// "" when this rank's cudaArithmeticSettings() equal rank 0's, else
+/// which differ. (Collective.) A tensor-parallel parameter's copies,
+/// computed on each rank, would drift apart under different settings
+/// (MEGAC_CUDA_EPILOGUES=0 on one rank did, without a word).
+std::string cudaSettingsMismatch() {
+  std::string Mine = cudaArithmeticSettings();
   if (Mine.empty())
     Mine = "none set";
   std::string Rank0 = Mine;
@@ -1639,14 +1646,15 @@ bool writeDeviceOrHostProfile(const Options &O, const Setup &S,
 /// run may continue only within rounding of the saved one (users
 /// comparing a resumed run with an uninterrupted one should know why the
 /// last bits differ).
-/// (On the CUDA backend the record is the device and the attention asked
-/// for: whether cuDNN served it, and the other knobs, are not; its
+/// (On the CUDA backend the record is the device, what computes
+/// attention and the MEGAC_CUDA_* settings that change arithmetic; its
 /// runs differ in their last bits from run to run anyway, dq's atomics.)
 void noteArithmetic(Setup &S, const DeviceSession *Dev) {
   if (Dev) {
-    const char *Attention = std::getenv("MEGAC_CUDA_ATTENTION");
-    S.arithmetic = "cuda (" + Dev->device().deviceName() + ", attention " +
-                   (Attention && *Attention ? Attention : "auto") + ")";
+    const std::string Settings = cudaArithmeticSettings();
+    S.arithmetic = "cuda (" + Dev->device().deviceName() + ", attention on " +
+                   Dev->device().attentionKernels() +
+                   (Settings.empty() ? "" : ", " + Settings) + ")";
   } else {
     S.arithmetic = "cpu (" + kernels::blasDescription() + ")";
   }

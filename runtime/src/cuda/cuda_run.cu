@@ -580,6 +580,10 @@ public:
 
   std::string deviceName() const override { return Name; }
 
+  std::string attentionKernels() const override {
+    return Cudnn ? "cuDNN" : "megac's kernels";
+  }
+
   std::string runNotes() const override {
     std::string Notes;
     // "Part of All what", where anything was counted.

@@ -50,6 +50,10 @@ public:
                        bool ToDevice) = 0;
   /// "NVIDIA H100 80GB HBM3 (sm_90)".
   virtual std::string deviceName() const = 0;
+  /// What computes attention: "cuDNN" where cuDNN's fused attention was
+  /// opened (asked for, or by default and present), else "megac's
+  /// kernels"; part of a checkpoint's arithmetic record.
+  virtual std::string attentionKernels() const = 0;
   /// How the plan maps onto the device ("48 of 60 products on bf16
   /// values ..."), for megac-run's log.
   virtual std::string notes() const = 0;
