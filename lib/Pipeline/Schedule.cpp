@@ -138,7 +138,8 @@ bool parsePipelineSchedule(llvm::StringRef Text, PipelineSchedule &S,
     }
     std::vector<PipelineTask> Tasks;
     llvm::SmallVector<llvm::StringRef> Words;
-    Line.split(Words, ' ', -1, /*KeepEmpty=*/false);
+    // (Tabs separate tasks too, as in a schedule written by hand.)
+    llvm::SplitString(Line, Words, " \t\v\f\r");
     for (llvm::StringRef Word : Words) {
       PipelineTask T;
       llvm::StringRef Rest = Word;

@@ -76,7 +76,7 @@ bool simulatePipeline(const PipelineSchedule &S, double ForwardTime,
 std::string formatTask(const PipelineTask &Task);
 
 /// Parses a schedule written one rank per line as tasks separated by
-/// spaces ("F0 F1 B0 F2 B1 B2"), lines starting with '#' ignored. The
+/// spaces or tabs ("F0 F1 B0 F2 B1 B2"), lines starting with '#' ignored. The
 /// micro-batches and virtual stages are taken from the tasks.
 bool parsePipelineSchedule(llvm::StringRef Text, PipelineSchedule &S,
                            std::string &Error);
