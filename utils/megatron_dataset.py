@@ -31,9 +31,10 @@ CODES = {"uint8": 1, "int8": 2, "int16": 3, "int32": 4, "int64": 5,
 
 
 def write(prefix, sequences, dtype="uint16", pointers=None, code=None,
-          version=1):
-    """Writes PREFIX.bin and PREFIX.idx; code and version override the
-    header's (to write damaged indexes for tests)."""
+          version=1, doc_idx=None):
+    """Writes PREFIX.bin and PREFIX.idx; code, version and doc_idx override
+    the header's and the document index (to write damaged indexes for
+    tests)."""
     dt = np.dtype(dtype).newbyteorder("<")
     arrays = [np.asarray(s, dtype=dt) for s in sequences]
     if pointers is None:
@@ -52,7 +53,8 @@ def write(prefix, sequences, dtype="uint16", pointers=None, code=None,
         f.write(struct.pack("<Q", version))
         f.write(struct.pack("<B", CODES[dtype] if code is None else code))
         f.write(struct.pack("<Q", len(arrays)))
-        doc_idx = list(range(len(arrays) + 1))
+        if doc_idx is None:
+            doc_idx = list(range(len(arrays) + 1))
         f.write(struct.pack("<Q", len(doc_idx)))
         f.write(np.array([len(a) for a in arrays], dtype="<i4").tobytes())
         f.write(np.array(pointers, dtype="<i8").tobytes())

@@ -518,7 +518,7 @@ CheckpointMeta readCheckpointMeta(const std::string &DirIn, const Program &P,
                    "(utils/merge_checkpoint.py merges one into a single file "
                    "to compare runs across grids)");
   if (!sameGrid(M.grid, gridString(P)))
-    throw RunError(MetaPath + ": checkpoint grid " + M.grid +
+    throw RunError(MetaPath + ": checkpoint grid " + printableText(M.grid) +
                    " does not match the plan's grid " + gridString(P));
   if (M.modelHash != P.model_hash())
     throw RunError(MetaPath + ": checkpoint is for model hash " +

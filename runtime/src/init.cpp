@@ -412,6 +412,23 @@ TokenLayout megatronLayout(const std::string &Prefix) {
                      "this data file");
     L.append(uint64_t(At), uint64_t(N));
   }
+  // The document index: where each document's sequences begin, from 0 up
+  // to the sequence count (Megatron's builder ends it with the count). The
+  // stream does not read it, but a damaged one says the index is.
+  std::vector<int64_t> Documents(NDoc);
+  if (NDoc && !I.read(reinterpret_cast<char *>(Documents.data()),
+                      std::streamsize(NDoc * 8)))
+    throw RunError(Idx + ": error reading the Megatron index");
+  for (uint64_t K = 0; K < NDoc; ++K)
+    if (Documents[K] < (K ? Documents[K - 1] : 0) ||
+        uint64_t(Documents[K]) > NSeq)
+      throw RunError(Idx + ": document index entry " + std::to_string(K) +
+                     " is " + std::to_string(Documents[K]) +
+                     ", not a sequence number from " +
+                     std::to_string(K ? Documents[K - 1] : 0) + " to " +
+                     std::to_string(NSeq) +
+                     " (entries rise from 0 to the sequence count): a "
+                     "damaged index");
   L.Format = "Megatron indexed dataset, " + std::to_string(NSeq) + " sequences";
   return L;
 }
@@ -486,6 +503,12 @@ void requireTokens(const TokenLayout &L, uint64_t Count) {
                    L.Format + ") but the plan needs " + std::to_string(Count));
 }
 } // namespace
+
+std::vector<std::string> tokenInputFiles(const std::string &Path) {
+  if (const std::string Prefix = megatronPrefix(Path); !Prefix.empty())
+    return {Prefix + ".bin", Prefix + ".idx"};
+  return {Path};
+}
 
 /// A token file, open: the tokens are read from it (pread) where a step
 /// reads them, so that no rank holds a decoded copy of the whole file and

@@ -117,6 +117,11 @@ private:
 /// gives position 0 for every step. Requires Length >= Stride + 1.
 uint64_t nextDataPosition(uint64_t Pos, uint64_t Stride, uint64_t Length);
 
+/// The files a token file \p Path (--data/--tokens) reads: itself, or a
+/// Megatron dataset's PREFIX.bin and PREFIX.idx where it names one. For
+/// the check that no output of the run overwrites one.
+std::vector<std::string> tokenInputFiles(const std::string &Path);
+
 /// Reads the first \p Count tokens of a nanoGPT-style raw uint16 file, or of
 /// an llm.c .bin file (1024-byte header, magic 20240520; version 1 holds
 /// uint16 tokens, version 2 uint32). Throws RunError "<path>: <what>" for

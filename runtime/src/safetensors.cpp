@@ -66,6 +66,11 @@ SafetensorsHeader parseSafetensors(const uint8_t *Data, size_t Size) {
   uint64_t N = 0;
   for (int I = 7; I >= 0; --I)
     N = (N << 8) | Data[I];
+  // A file of JSON (its first byte '{' reads as a length past 2^56): a
+  // sharded checkpoint's index under another name, most likely.
+  if (N > kMaxHeader && Data[0] == '{')
+    bad("JSON, not a safetensors file (a sharded checkpoint's index is "
+        "read by its name, *.index.json)");
   if (N > kMaxHeader)
     bad("safetensors header length " + std::to_string(N) +
         " exceeds the 100 MB limit (corrupted or not a safetensors file)");
@@ -204,26 +209,26 @@ SafetensorsFile::SafetensorsFile(const std::string &P) : Path(P) {
   }
 }
 
-WeightFiles::WeightFiles(const std::string &P) : Path(P) {
-  // A HuggingFace model directory: its model.safetensors, else the index
-  // of its shards (as from_pretrained looks).
+namespace {
+
+/// The file --weights \p Path names: itself, or a HuggingFace model
+/// directory's model.safetensors, else its index (as from_pretrained
+/// looks).
+std::string weightsFileOf(const std::string &Path) {
   struct stat St;
-  if (::stat(Path.c_str(), &St) == 0 && S_ISDIR(St.st_mode)) {
-    const std::string Dir = Path;
-    for (const char *Name :
-         {"/model.safetensors", "/model.safetensors.index.json"})
-      if (::access((Dir + Name).c_str(), F_OK) == 0) {
-        Path = Dir + Name;
-        break;
-      }
-    if (Path == Dir)
-      throw RunError(Dir + ": a directory holding neither model.safetensors "
-                           "nor model.safetensors.index.json");
-  }
-  if (!endsWith(Path, ".index.json")) {
-    Single = std::make_unique<SafetensorsFile>(Path);
-    return;
-  }
+  if (::stat(Path.c_str(), &St) != 0 || !S_ISDIR(St.st_mode))
+    return Path;
+  for (const char *Name :
+       {"/model.safetensors", "/model.safetensors.index.json"})
+    if (::access((Path + Name).c_str(), F_OK) == 0)
+      return Path + Name;
+  throw RunError(Path + ": a directory holding neither model.safetensors "
+                        "nor model.safetensors.index.json");
+}
+
+/// The shard map of the index at \p Path: tensor name -> shard path, each
+/// shard a plain file name beside the index (checked whole).
+std::map<std::string, std::string> readShardMap(const std::string &Path) {
   regularFileSize(Path); // (a pipe would block the stream for ever)
   std::ifstream F(Path);
   if (!F)
@@ -240,6 +245,7 @@ WeightFiles::WeightFiles(const std::string &P) : Path(P) {
     throw RunError(Path + ": a safetensors index needs a non-empty "
                           "\"weight_map\" object (tensor name -> shard file)");
   const std::string Dir = parentOf(Path);
+  std::map<std::string, std::string> ShardOf;
   for (const auto &[Name, Shard] : J["weight_map"].items()) {
     if (!Shard.is_string())
       throw RunError(Path + ": weight_map[\"" + Name +
@@ -253,6 +259,30 @@ WeightFiles::WeightFiles(const std::string &P) : Path(P) {
                      "\" is not a file name beside the index");
     ShardOf[Name] = Dir + "/" + File;
   }
+  return ShardOf;
+}
+
+bool isIndexName(const std::string &Path) {
+  return endsWith(Path, ".index.json");
+}
+
+} // namespace
+
+WeightFiles::WeightFiles(const std::string &P) : Path(weightsFileOf(P)) {
+  if (!isIndexName(Path)) {
+    Single = std::make_unique<SafetensorsFile>(Path);
+    return;
+  }
+  ShardOf = readShardMap(Path);
+}
+
+std::vector<std::string> WeightFiles::filesOf(const std::string &P) {
+  std::vector<std::string> Files = {weightsFileOf(P)};
+  if (isIndexName(Files.front()))
+    for (const auto &[Name, Shard] : readShardMap(Files.front()))
+      if (std::find(Files.begin(), Files.end(), Shard) == Files.end())
+        Files.push_back(Shard);
+  return Files;
 }
 
 WeightFiles::~WeightFiles() = default;

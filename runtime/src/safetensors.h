@@ -75,6 +75,11 @@ public:
   /// name beside it).
   explicit WeightFiles(const std::string &Path);
   ~WeightFiles();
+  /// The files --weights \p Path reads, without opening the weights: the
+  /// safetensors file, or the index and each of its shards (a model
+  /// directory's file in its place). For the check that no output of the
+  /// run overwrites one. Throws as the constructor does.
+  static std::vector<std::string> filesOf(const std::string &Path);
   struct Found {
     const SafetensorsFile *file = nullptr; // null: no tensor of that name
     const TensorInfo *tensor = nullptr;

@@ -424,20 +424,35 @@ std::string fileIdentity(const std::string &Path) {
 
 /// Refuses an output that would overwrite an input of the run (the plan,
 /// the weights, the tokens, a checkpoint's files) or another output:
-/// written after the work, it would destroy the file without a word.
+/// written after the work, it would destroy the file without a word. The
+/// inputs are the files the run reads, not only the paths given: a
+/// Megatron dataset's .bin and .idx, a weights index's shards, a model
+/// directory's file.
 void checkOutputsApart(const Options &O) {
-  std::vector<std::pair<std::string, const std::string *>> Seen = {
-      {"the plan", &O.plan},
-      {"--weights", &O.weights},
-      {"--data/--tokens", &O.tokens}};
   const std::pair<std::string, const std::string *> Outputs[] = {
       {"--save-outputs", &O.saveOutputs},
       {"--metrics", &O.metrics},
       {"--trace", &O.trace},
       {"--profile", &O.profile}};
+  if (std::none_of(std::begin(Outputs), std::end(Outputs),
+                   [](const auto &Out) { return !Out.second->empty(); }))
+    return;
+  // What each file is called in the message, and its path.
+  std::vector<std::pair<std::string, std::string>> Seen = {
+      {"the plan", O.plan}};
+  auto addInputs = [&Seen](const std::string &Flag, const std::string &Given,
+                           const std::vector<std::string> &Files) {
+    for (const std::string &File : Files)
+      Seen.push_back(
+          {File == Given ? Flag : Flag + " " + Given + "'s file", File});
+  };
+  if (!O.weights.empty())
+    addInputs("--weights", O.weights, WeightFiles::filesOf(O.weights));
+  if (!O.tokens.empty())
+    addInputs("--data/--tokens", O.tokens, tokenInputFiles(O.tokens));
   std::vector<std::string> Ids;
-  for (const auto &[Flag, Path] : Seen)
-    Ids.push_back(Path->empty() ? "" : fileIdentity(*Path));
+  for (const auto &[What, Path] : Seen)
+    Ids.push_back(fileIdentity(Path));
   for (const auto &[Flag, Path] : Outputs) {
     if (Path->empty())
       continue;
@@ -445,7 +460,7 @@ void checkOutputsApart(const Options &O) {
     for (size_t I = 0; I < Seen.size() && !Id.empty(); ++I)
       if (Ids[I] == Id)
         throw RunError(Flag + " " + *Path + " is the same file as " +
-                       Seen[I].first + " " + *Seen[I].second +
+                       Seen[I].first + " " + Seen[I].second +
                        ": writing it would destroy that; name another file");
     for (const std::string *Dir : {&O.loadCheckpoint, &O.saveCheckpoint})
       if (!Dir->empty() && isCheckpointFile(*Path, *Dir))
@@ -454,7 +469,7 @@ void checkOutputsApart(const Options &O) {
             " (its latest, its lock, a step directory or a file in one): "
             "writing it would destroy that, or keep the step "
             "from being saved; name another file");
-    Seen.push_back({Flag, Path});
+    Seen.push_back({Flag, *Path});
     Ids.push_back(Id);
   }
 }
@@ -527,6 +542,18 @@ size_t traceLimit(const Options &O) {
 }
 
 /// Option combinations that make no sense for the plan's mode.
+/// What a plan without a training config is: "a gradients plan" (megac
+/// compile --gradients: its outputs include grad:<param>) or "a forward
+/// plan".
+std::string untrainedPlanKind(const Program &P) {
+  for (const RankProgram *R : *P.ranks())
+    if (R->outputs())
+      for (const Output *Out : *R->outputs())
+        if (Out->name() && Out->name()->string_view().rfind("grad:", 0) == 0)
+          return "a gradients plan";
+  return "a forward plan";
+}
+
 void checkModeOptions(const Options &O, const Setup &S, const Program &P) {
   const RankProgram &RP = *P.ranks()->Get(uint32_t(WorldRank));
   const std::string Plan = O.plan;
@@ -618,13 +645,13 @@ void checkModeOptions(const Options &O, const Setup &S, const Program &P) {
                      " chooses training steps' windows; a forward run reads "
                      "the first batch of its tokens");
     if (O.haveSteps && O.steps > 1)
-      throw RunError(Plan + " is a forward plan (no training config): "
-                            "--steps " +
+      throw RunError(Plan + " is " + untrainedPlanKind(P) +
+                     " (no training config): --steps " +
                      std::to_string(O.steps) + " needs a training plan");
     if (!O.metrics.empty() || !O.saveCheckpoint.empty() || O.checkpointEvery)
-      throw RunError(Plan + " is a forward plan (no training config): "
-                            "--metrics and --save-checkpoint need a training "
-                            "plan");
+      throw RunError(Plan + " is " + untrainedPlanKind(P) +
+                     " (no training config): --metrics and --save-checkpoint "
+                     "need a training plan");
     return;
   }
   // On a pipeline only the last stage's ranks compute the loss.
@@ -770,13 +797,17 @@ void warnOtherData(const Options &O, const Setup &S) {
       (!M.hasDataCrc || M.dataCrc == S.stream.fingerprint());
   if (SameSource && M.sample == O.sample)
     return;
-  std::fprintf(stderr,
-               "megac-run: warning: the checkpoint's run read %s; this run "
-               "reads %s, so its batches differ from those the saved run "
-               "would have read next (pass the same --data and --sample to "
-               "continue it)\n",
-               Describe(M.dataFile, M.dataTokens, M.sample).c_str(),
-               Describe(O.tokens, Tokens, O.sample).c_str());
+  std::fprintf(
+      stderr,
+      "megac-run: warning: the checkpoint's run read %s; this run "
+      "reads %s, so its batches differ from those the saved run "
+      "would have read next (pass the same --data and --sample to "
+      "continue it)\n",
+      // (The record is the checkpoint's text: a hand-edited
+      // control character stays off the terminal.)
+      Describe(printableText(M.dataFile), M.dataTokens, printableText(M.sample))
+          .c_str(),
+      Describe(O.tokens, Tokens, O.sample).c_str());
 }
 
 /// Everything that can fail because of user input, without communication.
@@ -2086,6 +2117,21 @@ const CLI::Validator NonEmptyPath(
     },
     "", "NonEmptyPath");
 
+/// A file megac-run writes: a path, and not "-", which names standard
+/// output elsewhere (megac compile -o -) but would be a file named "-"
+/// here; standard output carries the run's log.
+const CLI::Validator OutputPath(
+    [](std::string &V) {
+      if (V.empty())
+        return std::string("an empty path (an unset variable?)");
+      if (V == "-")
+        return std::string(
+            "'-', which would be a file named '-' (standard output "
+            "carries the run's log; name a file, or /dev/stdout)");
+      return std::string();
+    },
+    "", "OutputPath");
+
 CLI::Validator wholeNumberIn(int64_t Lo, int64_t Hi) {
   return CLI::Validator(
       [Lo, Hi](std::string &V) {
@@ -2201,7 +2247,7 @@ int runMain(int Argc, char **Argv) {
                  "Write the plan outputs plus the \"tokens\"/\"labels\" "
                  "inputs of the whole global batch as safetensors")
       ->option_text("FILE.safetensors")
-      ->check(NonEmptyPath);
+      ->check(OutputPath);
   App.add_option("--sample", O.sample,
                  "How training steps read --data: sequential (consecutive "
                  "global batches, the default) or random (each row a window "
@@ -2215,13 +2261,13 @@ int runMain(int Argc, char **Argv) {
                  "costliest ops with their FLOP/s and bytes/s, and write "
                  "the summary per op as JSON")
       ->option_text("FILE.json")
-      ->check(NonEmptyPath);
+      ->check(OutputPath);
   App.add_option("--trace", O.trace,
                  "Write the measured timeline (every instruction of every "
                  "rank; forward runs and training steps) as Chrome "
                  "trace-event JSON, for Perfetto or chrome://tracing")
       ->option_text("FILE.json")
-      ->check(NonEmptyPath);
+      ->check(OutputPath);
   App.add_option("--data", O.tokens,
                  "Training data: a token file as for --tokens (e.g. from "
                  "utils/prepare_text.py), cut into global batches")
@@ -2240,7 +2286,7 @@ int runMain(int Argc, char **Argv) {
                  "the file continues: its lines up to the checkpoint's "
                  "step stay, later ones are dropped")
       ->option_text("FILE.jsonl")
-      ->check(NonEmptyPath);
+      ->check(OutputPath);
   App.add_option("--save-checkpoint", O.saveCheckpoint,
                  "Save a sharded checkpoint (DIR/step-NNNNNNNN/, DIR/latest) "
                  "at the end of training; one run at a time saves into DIR "
@@ -2273,12 +2319,14 @@ int runMain(int Argc, char **Argv) {
           ->check(finiteIn(0.0, 1e6, "from 0 to 1e6")));
   GenerationOnly.push_back(
       App.add_option("--top-k", O.topK,
-                     "Sample among the K most likely tokens (default 0 = all)")
+                     "Sample among the K most likely of the 256 byte "
+                     "tokens (default 0, or 256 and more: all)")
           ->check(wholeNumberIn(0, int64_t(1) << 40)));
   auto *SeedOpt = App.add_option("--seed", O.seed,
                                  "Seed for parameter init, the default "
-                                 "token stream, --sample random's windows "
-                                 "and dropout masks (default: the plan's "
+                                 "token stream, --sample random's windows, "
+                                 "dropout masks and --generate's sampling "
+                                 "(default: the plan's "
                                  "seed; after --load-checkpoint of a "
                                  "training run, the checkpoint's)")
                       ->check(SeedValue);
@@ -2362,6 +2410,19 @@ int runMain(int Argc, char **Argv) {
                      "megac-run: warning: %s has no effect without "
                      "--generate\n",
                      Opt->get_name().c_str());
+  // --dump-plan runs nothing: an option for the run would be dropped
+  // without a word (a misspelt --weights path too).
+  if (!O.dumpPlan.empty())
+    for (const CLI::Option *Opt : App.get_options())
+      if (Opt->count() && Opt->get_name() != "plan" &&
+          Opt->get_name() != "--dump-plan" && Opt->get_name() != "--quiet") {
+        if (WorldRank == 0)
+          std::fprintf(stderr,
+                       "megac-run: error: --dump-plan prints the plan and "
+                       "runs nothing: %s would be ignored\n",
+                       Opt->get_name().c_str());
+        return 1;
+      }
   if (WeightsOpt->count() && LoadOpt->count()) {
     if (WorldRank == 0)
       std::fprintf(stderr, "megac-run: error: --weights and "
