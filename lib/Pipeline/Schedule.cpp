@@ -114,7 +114,9 @@ bool parsePipelineSchedule(llvm::StringRef Text, PipelineSchedule &S,
     const std::string Where = "line " + std::to_string(Index + 1);
     // `megac schedule --print` labels each line "rank N:"; the label must
     // name the line's own rank.
-    if (Line.consume_front("rank ")) {
+    // (Tabs separate the label's words and the tasks as spaces do.)
+    if (Line.starts_with("rank") && Line.size() > 4 && llvm::isSpace(Line[4])) {
+      Line = Line.drop_front(4);
       if (!Line.contains(':')) {
         Error = Where + ": expected 'rank N:' before the tasks";
         return false;
@@ -138,7 +140,6 @@ bool parsePipelineSchedule(llvm::StringRef Text, PipelineSchedule &S,
     }
     std::vector<PipelineTask> Tasks;
     llvm::SmallVector<llvm::StringRef> Words;
-    // (Tabs separate tasks too, as in a schedule written by hand.)
     llvm::SplitString(Line, Words, " \t\v\f\r");
     for (llvm::StringRef Word : Words) {
       PipelineTask T;

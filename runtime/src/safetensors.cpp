@@ -69,8 +69,8 @@ SafetensorsHeader parseSafetensors(const uint8_t *Data, size_t Size) {
   // A file of JSON (its first byte '{' reads as a length past 2^56): a
   // sharded checkpoint's index under another name, most likely.
   if (N > kMaxHeader && Data[0] == '{')
-    bad("JSON, not a safetensors file (a sharded checkpoint's index is "
-        "read by its name, *.index.json)");
+    bad("JSON, not a safetensors file (name a sharded checkpoint's index "
+        "*.index.json)");
   if (N > kMaxHeader)
     bad("safetensors header length " + std::to_string(N) +
         " exceeds the 100 MB limit (corrupted or not a safetensors file)");

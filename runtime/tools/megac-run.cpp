@@ -439,12 +439,16 @@ void checkOutputsApart(const Options &O) {
     return;
   // What each file is called in the message, and its path.
   std::vector<std::pair<std::string, std::string>> Seen = {
-      {"the plan", O.plan}};
+      {"the plan " + O.plan, O.plan}};
+  // The path given (a Megatron prefix too: a file put there would be read
+  // as tokens next time) and the files read for it.
   auto addInputs = [&Seen](const std::string &Flag, const std::string &Given,
                            const std::vector<std::string> &Files) {
+    Seen.push_back({Flag + " " + Given, Given});
     for (const std::string &File : Files)
-      Seen.push_back(
-          {File == Given ? Flag : Flag + " " + Given + "'s file", File});
+      if (File != Given)
+        Seen.push_back(
+            {File + ", which " + Flag + " " + Given + " reads", File});
   };
   if (!O.weights.empty())
     addInputs("--weights", O.weights, WeightFiles::filesOf(O.weights));
@@ -460,7 +464,7 @@ void checkOutputsApart(const Options &O) {
     for (size_t I = 0; I < Seen.size() && !Id.empty(); ++I)
       if (Ids[I] == Id)
         throw RunError(Flag + " " + *Path + " is the same file as " +
-                       Seen[I].first + " " + Seen[I].second +
+                       Seen[I].first +
                        ": writing it would destroy that; name another file");
     for (const std::string *Dir : {&O.loadCheckpoint, &O.saveCheckpoint})
       if (!Dir->empty() && isCheckpointFile(*Path, *Dir))
@@ -469,7 +473,7 @@ void checkOutputsApart(const Options &O) {
             " (its latest, its lock, a step directory or a file in one): "
             "writing it would destroy that, or keep the step "
             "from being saved; name another file");
-    Seen.push_back({Flag, *Path});
+    Seen.push_back({Flag + " " + *Path, *Path});
     Ids.push_back(Id);
   }
 }
@@ -541,7 +545,6 @@ size_t traceLimit(const Options &O) {
       envWholeNumber("MEGAC_TRACE_LIMIT", 1, 1L << 40).value_or(Default));
 }
 
-/// Option combinations that make no sense for the plan's mode.
 /// What a plan without a training config is: "a gradients plan" (megac
 /// compile --gradients: its outputs include grad:<param>) or "a forward
 /// plan".
@@ -554,6 +557,7 @@ std::string untrainedPlanKind(const Program &P) {
   return "a forward plan";
 }
 
+/// Option combinations that make no sense for the plan's mode.
 void checkModeOptions(const Options &O, const Setup &S, const Program &P) {
   const RankProgram &RP = *P.ranks()->Get(uint32_t(WorldRank));
   const std::string Plan = O.plan;
@@ -1595,12 +1599,14 @@ private:
 /// This process's MEGAC_CUDA_* settings that change a step's arithmetic,
 /// sorted ("MEGAC_CUDA_EPILOGUES=0 MEGAC_CUDA_WIDE_FORWARD=0"), or "" when
 /// none is set. The plugin's path, the logging knobs and the emulation's
-/// test knobs are not among them.
-std::string cudaArithmeticSettings() {
+/// test knobs are not among them, nor the variable \p Except names.
+std::string cudaArithmeticSettings(const char *Except = nullptr) {
   std::vector<std::string> Settings;
   for (char **Env = environ; *Env; ++Env) {
     const std::string Entry = *Env;
     const std::string Name = Entry.substr(0, Entry.find('='));
+    if (Except && Name == Except)
+      continue;
     if (Name.rfind("MEGAC_CUDA_", 0) == 0 && Name != "MEGAC_CUDA_PLUGIN" &&
         Name.rfind("MEGAC_CUDA_EMU_", 0) != 0 && Name != "MEGAC_CUDA_LT_LOG" &&
         Name != "MEGAC_CUDA_GEMM_PROBE")
@@ -1682,7 +1688,10 @@ bool writeDeviceOrHostProfile(const Options &O, const Setup &S,
 /// runs differ in their last bits from run to run anyway, dq's atomics.)
 void noteArithmetic(Setup &S, const DeviceSession *Dev) {
   if (Dev) {
-    const std::string Settings = cudaArithmeticSettings();
+    // (MEGAC_CUDA_ATTENTION asks; "attention on" says what computes it,
+    // so auto and cudnn where cuDNN loads are the same arithmetic.)
+    const std::string Settings =
+        cudaArithmeticSettings(/*Except=*/"MEGAC_CUDA_ATTENTION");
     S.arithmetic = "cuda (" + Dev->device().deviceName() + ", attention on " +
                    Dev->device().attentionKernels() +
                    (Settings.empty() ? "" : ", " + Settings) + ")";
@@ -1690,8 +1699,14 @@ void noteArithmetic(Setup &S, const DeviceSession *Dev) {
     S.arithmetic = "cpu (" + kernels::blasDescription() + ")";
   }
   const std::string &Saved = S.resumedMeta.arithmetic;
+  // (CUDA records before 2026-11-29 named the attention asked for,
+  // "attention auto": another text for what may be the same arithmetic,
+  // not compared, as a checkpoint without the record is not.)
+  const bool OlderCudaRecord =
+      Saved.rfind("cuda (", 0) == 0 &&
+      Saved.find(", attention on ") == std::string::npos;
   if (WorldRank != 0 || S.resumedFrom.empty() || Saved.empty() ||
-      Saved == S.arithmetic)
+      OlderCudaRecord || Saved == S.arithmetic)
     return;
   std::fprintf(stderr,
                "megac-run: warning: the checkpoint's run computed on %s, this "
@@ -2110,25 +2125,26 @@ int runGeneration(const Options &O, Setup &S) {
 /// NaN through, print a 300-digit bound, and say "not in range" of "abc").
 /// An empty path is refused: an unset shell variable would otherwise turn
 /// `--load-checkpoint "$CKPT"` into a silent fresh start.
-const CLI::Validator NonEmptyPath(
-    [](std::string &V) {
-      return V.empty() ? std::string("an empty path (an unset variable?)")
-                       : std::string();
-    },
-    "", "NonEmptyPath");
+/// Why \p Path cannot be a path ("" if it can): empty, as from an unset
+/// shell variable (`--load-checkpoint "$CKPT"` was a silent fresh start).
+std::string emptyPathProblem(const std::string &Path) {
+  return Path.empty() ? "an empty path (an unset variable?)" : "";
+}
 
-/// A file megac-run writes: a path, and not "-", which names standard
-/// output elsewhere (megac compile -o -) but would be a file named "-"
-/// here; standard output carries the run's log.
+const CLI::Validator
+    NonEmptyPath([](std::string &V) { return emptyPathProblem(V); }, "",
+                 "NonEmptyPath");
+
+/// A file or directory megac-run writes: a path, and not "-", which names
+/// standard output elsewhere (megac compile -o -) but would be a file
+/// named "-" here; standard output carries the run's log.
 const CLI::Validator OutputPath(
     [](std::string &V) {
-      if (V.empty())
-        return std::string("an empty path (an unset variable?)");
       if (V == "-")
-        return std::string(
-            "'-', which would be a file named '-' (standard output "
-            "carries the run's log; name a file, or /dev/stdout)");
-      return std::string();
+        return std::string("'-', which would be a file named '-' here "
+                           "(standard output carries the run's log): name a "
+                           "file");
+      return emptyPathProblem(V);
     },
     "", "OutputPath");
 
@@ -2292,7 +2308,7 @@ int runMain(int Argc, char **Argv) {
                  "at the end of training; one run at a time saves into DIR "
                  "(a lock, DIR/.megac-lock)")
       ->option_text("DIR")
-      ->check(NonEmptyPath);
+      ->check(OutputPath);
   App.add_option("--checkpoint-every", O.checkpointEvery,
                  "Also save every K steps")
       ->check(wholeNumberIn(1, int64_t(1) << 40))
@@ -2402,6 +2418,21 @@ int runMain(int Argc, char **Argv) {
   O.haveSeed = SeedOpt->count() > 0;
   O.haveSteps = StepsOpt->count() > 0;
   O.generate = GenOpt->count() > 0;
+  // --dump-plan runs nothing: an option for the run would be dropped
+  // without a word (a misspelt --weights path too). --backend is let be:
+  // the plan is the same for either backend.
+  if (!O.dumpPlan.empty())
+    for (const CLI::Option *Opt : App.get_options())
+      if (Opt->count() && Opt->get_name() != "plan" &&
+          Opt->get_name() != "--dump-plan" && Opt->get_name() != "--quiet" &&
+          Opt->get_name() != "--backend") {
+        if (WorldRank == 0)
+          std::fprintf(stderr,
+                       "megac-run: error: --dump-plan prints the plan and "
+                       "runs nothing: %s would be ignored\n",
+                       Opt->get_name().c_str());
+        return 1;
+      }
   // As megac compile says of options that change nothing.
   if (!O.generate && WorldRank == 0)
     for (const CLI::Option *Opt : GenerationOnly)
@@ -2410,19 +2441,6 @@ int runMain(int Argc, char **Argv) {
                      "megac-run: warning: %s has no effect without "
                      "--generate\n",
                      Opt->get_name().c_str());
-  // --dump-plan runs nothing: an option for the run would be dropped
-  // without a word (a misspelt --weights path too).
-  if (!O.dumpPlan.empty())
-    for (const CLI::Option *Opt : App.get_options())
-      if (Opt->count() && Opt->get_name() != "plan" &&
-          Opt->get_name() != "--dump-plan" && Opt->get_name() != "--quiet") {
-        if (WorldRank == 0)
-          std::fprintf(stderr,
-                       "megac-run: error: --dump-plan prints the plan and "
-                       "runs nothing: %s would be ignored\n",
-                       Opt->get_name().c_str());
-        return 1;
-      }
   if (WeightsOpt->count() && LoadOpt->count()) {
     if (WorldRank == 0)
       std::fprintf(stderr, "megac-run: error: --weights and "

@@ -779,12 +779,8 @@ int runCompile(int argc, char **argv) {
   warnUnusedAxes(*module, mesh);
   // The grid the passes partition over: --mesh, else the module's own
   // megac.mesh. The options' checks below ask it, not --mesh alone.
-  std::string grid = mesh;
-  if (grid.empty())
-    if (megac::MeshAttr own = megac::getMesh(*module))
-      for (auto [axis, size] : llvm::zip(own.getAxes(), own.getSizes()))
-        grid +=
-            (grid.empty() ? "" : ",") + axis.str() + "=" + std::to_string(size);
+  const std::string grid =
+      mesh.empty() ? megac::gridText(megac::getMesh(*module)) : mesh.getValue();
 
   PassManager pm(&ctx);
   if (failed(applyPassManagerCLOptions(pm)))

@@ -47,6 +47,15 @@ int64_t getAxisSizeOrOne(MeshAttr mesh, StringRef axis) {
   return mesh.getAxisSize(axis).value_or(1);
 }
 
+std::string gridText(MeshAttr mesh) {
+  std::string text;
+  if (mesh)
+    for (auto [axis, size] : llvm::zip(mesh.getAxes(), mesh.getSizes()))
+      text +=
+          (text.empty() ? "" : ",") + axis.str() + "=" + std::to_string(size);
+  return text;
+}
+
 RankedTensorType getLocalType(RankedTensorType type, ShardingAttr sharding,
                               MeshAttr mesh) {
   if (!sharding)

@@ -109,11 +109,24 @@ std::string partitionOptionsProblem(const PartitionOptions &options,
            "gradient), got " +
            std::to_string(options.bucketBytes);
   SmallVector<GridAxisText> axes;
-  if (!options.train && parseGridText(options.mesh, axes))
-    for (const GridAxisText &axis : axes)
-      if (axis.name == "pp" && axis.size > 1)
-        return "a pp axis (pipeline parallelism) needs " + opt("train") +
-               ": the pipeline runs training steps";
+  if (!parseGridText(options.mesh, axes))
+    return ""; // (the mesh's own checks say what is wrong with it)
+  for (const GridAxisText &axis : axes)
+    if (!options.train && axis.name == "pp" && axis.size > 1)
+      return "a pp axis (pipeline parallelism) needs " + opt("train") +
+             ": the pipeline runs training steps";
+  // ZeRO's axis named other than its default must be one of the grid's,
+  // found now rather than after autodiff (as megac-apply-optimizer does
+  // where the grid is the model's own).
+  const std::string &zeroAxis = options.optimizer.zeroAxis;
+  if (options.train && options.optimizer.zeroStage >= 1 &&
+      !options.mesh.empty() &&
+      zeroAxis != ApplyOptimizerPassOptions().zeroAxis &&
+      llvm::none_of(axes, [&](const GridAxisText &axis) {
+        return axis.name == zeroAxis;
+      }))
+    return opt("zero-axis") + " '" + zeroAxis +
+           "' is not an axis of the grid (" + options.mesh + ")";
   return "";
 }
 

@@ -282,7 +282,7 @@ struct SpecializeShapesPass
         if (!fitsInBytes(specialized))
           return func.emitError()
                  << describeArgument(func, arg.getArgNumber()) << " would be a "
-                 << specialized << " of more than 2^63 bytes: the "
+                 << specialized << " of 2^63 bytes or more: the "
                  << "batch and sequence sizes are too large for any grid";
         arg.setType(specialized);
       } else if (!type.hasStaticShape()) {
@@ -305,7 +305,7 @@ struct SpecializeShapesPass
         if (!fitsInBytes(type))
           return op.emitError()
                  << "a result would be a " << type
-                 << " of more than 2^63 bytes: the batch and sequence sizes "
+                 << " of 2^63 bytes or more: the batch and sequence sizes "
                  << "are too "
                     "large for any grid";
         result.setType(type);

@@ -66,11 +66,7 @@ std::string missingAxisProblem(ModuleOp module, StringRef option,
   MeshAttr mesh = getMesh(module);
   if (axis == defaultAxis || (mesh && mesh.getAxisSize(axis)))
     return "";
-  std::string grid;
-  if (mesh)
-    for (auto [name, size] : llvm::zip(mesh.getAxes(), mesh.getSizes()))
-      grid +=
-          (grid.empty() ? "" : ",") + name.str() + "=" + std::to_string(size);
+  const std::string grid = gridText(mesh);
   return option.str() + " '" + axis.str() + "' is not an axis of the grid (" +
          (grid.empty() ? std::string("the module has no megac.mesh") : grid) +
          ")";

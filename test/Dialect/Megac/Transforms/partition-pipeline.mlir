@@ -16,6 +16,11 @@
 // RUN: not megac-opt %t.tiny.mlir --megac-partition-pipeline="mesh=pp=2" 2>&1 | FileCheck %s --check-prefix=PPFWD
 // RUN: not megac compile %t.tiny.mlir --mesh pp=2 -o %t.pp.mgc 2>&1 | FileCheck %s --check-prefix=PPFWD-COMPILE
 // RUN: not megac-opt %t.tiny.mlir --megac-partition-pipeline="lr=-1" 2>&1 | FileCheck %s --check-prefix=BADLR
+// A misspelt ZeRO axis is refused before any pass runs (not after
+// autodiff, with the whole module printed):
+// RUN: not megac-opt %t.tiny.mlir --megac-partition-pipeline="mesh=dp=2 train=true zero-stage=1 zero-axis=pd" 2>&1 | FileCheck %s --check-prefix=BADZEROAXIS
+// BADZEROAXIS: error: megac-partition-pipeline: zero-axis 'pd' is not an axis of the grid (dp=2)
+// BADZEROAXIS-NOT: func.func
 
 // Tests the whole pipeline on one transformer MLP block: per-rank shapes,
 // exactly one all-reduce (after the row-parallel product, before its bias).

@@ -8,8 +8,8 @@
 // f32 features (2^64). Such shapes wrapped around in the later passes'
 // byte counts. 2^40 rows still specialize (the global shape; megac compile
 // asks each rank's share to fit a plan's buffer).
-// INPUT: error: input 'tokens' would be a 'tensor<144115188075855872x64xi32>' of more than 2^63 bytes: the batch and sequence sizes are too large for any grid
-// RESULT: [[@LINE+4]]:{{[0-9]+}}: error: a result would be a 'tensor<1125899906842624x64x64xf32>' of more than 2^63 bytes: the batch and sequence sizes are too large for any grid
+// INPUT: error: input 'tokens' would be a 'tensor<144115188075855872x64xi32>' of 2^63 bytes or more: the batch and sequence sizes are too large for any grid
+// RESULT: [[@LINE+4]]:{{[0-9]+}}: error: a result would be a 'tensor<1125899906842624x64x64xf32>' of 2^63 bytes or more: the batch and sequence sizes are too large for any grid
 // CHECK: tensor<1099511627776x64x64xf32>
 func.func @embed(%wte: tensor<16x64xf32> {megac.param = {name = "wte", init = "zeros"}},
                  %ids: tensor<?x?xi32> {megac.input = "tokens"}) -> tensor<?x?x64xf32> {

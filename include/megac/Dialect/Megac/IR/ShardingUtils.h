@@ -30,6 +30,9 @@ void setSharding(mlir::Value value, ShardingAttr sharding);
 /// Size of `axis` in `mesh`; 1 when the grid is null or lacks the axis.
 int64_t getAxisSizeOrOne(MeshAttr mesh, llvm::StringRef axis);
 
+/// The grid as the command line spells it ("dp=2,tp=4"); "" when null.
+std::string gridText(MeshAttr mesh);
+
 /// The per-rank type of a value of global type `type` split by `sharding`.
 mlir::RankedTensorType getLocalType(mlir::RankedTensorType type,
                                     ShardingAttr sharding, MeshAttr mesh);

@@ -174,7 +174,8 @@ def SequenceParallelPass
     sequence-split residual, so it gets a reduce-scatter. Each replaces half
     of an all-reduce, and the backward pass gets the conjugates (the
     constraint's gradient is the same constraint). Runs before
-    megac-autodiff; does nothing without the axis.
+    megac-autodiff; does nothing on a grid without the default axis
+    (tp); another axis the grid lacks is an error.
   }];
   let options = [
     Option<"axis", "axis", "std::string", /*default=*/"\"tp\"",
