@@ -412,30 +412,24 @@ TokenLayout megatronLayout(const std::string &Prefix) {
                      "this data file");
     L.append(uint64_t(At), uint64_t(N));
   }
-  // The document index: where each document's sequences begin, rising
-  // from 0 and ending with the sequence count (Megatron's builder starts
-  // it at 0 and appends the count at each document's end). The stream
-  // does not read it, but a damaged one says the index is.
+  // The document index: where each document's sequences begin, from 0
+  // and rising, within the sequence count (Megatron's builder starts it
+  // at 0 and appends the count at each document's end; an index whose
+  // builder never ended a document holds [0] alone). The stream does not
+  // read it, but a damaged one says the index is.
   std::vector<int64_t> Documents(NDoc);
   if (NDoc && !I.read(reinterpret_cast<char *>(Documents.data()),
                       std::streamsize(NDoc * 8)))
     throw RunError(Idx + ": error reading the Megatron index");
-  auto damagedDocuments = [&](const std::string &What) {
-    return RunError(Idx + ": " + What +
-                    " (its entries rise from 0 to the sequence count, " +
-                    std::to_string(NSeq) + "): a damaged index");
-  };
-  if (NDoc == 0)
-    throw damagedDocuments("the document index is empty");
   for (uint64_t K = 0; K < NDoc; ++K)
     if ((K == 0 && Documents[0] != 0) ||
         (K > 0 && Documents[K] < Documents[K - 1]) ||
         uint64_t(Documents[K]) > NSeq)
-      throw damagedDocuments("document index entry " + std::to_string(K) +
-                             " is " + std::to_string(Documents[K]));
-  if (uint64_t(Documents.back()) != NSeq)
-    throw damagedDocuments("the document index ends at " +
-                           std::to_string(Documents.back()));
+      throw RunError(Idx + ": document index entry " + std::to_string(K) +
+                     " is " + std::to_string(Documents[K]) +
+                     " (its entries start at 0 and rise to at most the "
+                     "sequence count, " +
+                     std::to_string(NSeq) + "): a damaged index");
   L.Format = "Megatron indexed dataset, " + std::to_string(NSeq) + " sequences";
   return L;
 }

@@ -1,5 +1,4 @@
-//===- Compile.cpp
-//----------------------------------------------------------===//
+//===- Compile.cpp - megac compile ----------------------------------------===//
 //
 // megac compile: a model partitioned over a device grid, written as a
 // plan (.mgc) the runtime launches.

@@ -1,5 +1,4 @@
-//===- Driver.cpp
-//-----------------------------------------------------------===//
+//===- Driver.cpp - What megac's subcommands share ------------------------===//
 //
 // What megac's subcommands share (Driver.h).
 //

@@ -1,5 +1,4 @@
-//===- Import.cpp
-//-----------------------------------------------------------===//
+//===- Import.cpp - megac import ------------------------------------------===//
 //
 // megac import: a megac model generated from a HuggingFace config.json
 // (or the built-in tiny GPT-2).

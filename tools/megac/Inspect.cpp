@@ -1,5 +1,4 @@
-//===- Inspect.cpp
-//----------------------------------------------------------===//
+//===- Inspect.cpp - megac inspect ----------------------------------------===//
 //
 // megac inspect: a plan printed as text or JSON, or its schedule as a
 // Chrome trace.

@@ -1,5 +1,4 @@
-//===- Schedule.cpp
-//---------------------------------------------------------===//
+//===- Schedule.cpp - megac schedule --------------------------------------===//
 //
 // megac schedule: a pipeline schedule generated or checked (bubble,
 // deadlocks), and how megac compile would split a model into stages.
