@@ -2514,11 +2514,17 @@ nlohmann::json rankJson(const Program &P, const RankProgram &R) {
 
 } // namespace
 
-std::string dumpPlanJson(const LoadedPlan &plan, int rank) {
+void writePlanJson(const LoadedPlan &plan, int rank,
+                   const std::function<void(std::string_view)> &write) {
+  bool Wrote = false;
+  auto Write = [&](std::string_view Text) {
+    Wrote = true;
+    write(Text);
+  };
   try {
     using nlohmann::json;
     if (!plan.plan || !plan.program)
-      return "{}";
+      return write("{}");
     const Program &P = *plan.program;
     json J;
     J["format_version"] = plan.plan->format_version();
@@ -2580,16 +2586,47 @@ std::string dumpPlanJson(const LoadedPlan &plan, int rank) {
                            {"binaries", Binaries}});
       }
     J["kernels"] = Kernels;
-    json Ranks = json::array();
-    for (const RankProgram *R : *P.ranks())
-      if (rank < 0 || uint32_t(rank) == R->rank())
-        Ranks.push_back(rankJson(P, *R));
-    J["ranks"] = Ranks;
+    // The ranks are written one at a time where a placeholder stands, as
+    // the whole document would print them (elements at 4 spaces): the
+    // JSON of a plan of hundreds of ranks once took 1.8 GB to print.
+    const std::string Placeholder = "megac-ranks-placeholder";
+    J["ranks"] = Placeholder;
     // Invalid UTF-8 in names must not throw: replace it.
-    return J.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
+    auto Dump = [](const json &Value) {
+      return Value.dump(2, ' ', false, json::error_handler_t::replace);
+    };
+    const std::string Head = Dump(J);
+    const size_t At = Head.find('"' + Placeholder + '"');
+    Write(std::string_view(Head).substr(0, At));
+    bool First = true;
+    for (const RankProgram *R : *P.ranks()) {
+      if (rank >= 0 && uint32_t(rank) != R->rank())
+        continue;
+      std::string Element = Dump(rankJson(P, *R));
+      std::string Indented;
+      Indented.reserve(Element.size() + Element.size() / 8);
+      for (char C : Element) {
+        Indented += C;
+        if (C == '\n')
+          Indented += "    ";
+      }
+      Write(First ? "[\n    " : ",\n    ");
+      Write(Indented);
+      First = false;
+    }
+    Write(First ? "[]" : "\n  ]");
+    Write(std::string_view(Head).substr(At + Placeholder.size() + 2));
+    Write("\n");
   } catch (...) {
-    return "{}";
+    if (!Wrote)
+      write("{}");
   }
+}
+
+std::string dumpPlanJson(const LoadedPlan &plan, int rank) {
+  std::string Out;
+  writePlanJson(plan, rank, [&Out](std::string_view Text) { Out += Text; });
+  return Out;
 }
 
 } // namespace megac_rt

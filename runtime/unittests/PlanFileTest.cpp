@@ -249,7 +249,21 @@ TEST(PlanFile, TextAndJsonDumps) {
   EXPECT_NE(T.find("= all_reduce %"), std::string::npos);
   EXPECT_NE(T.find(" over tp group [0 1] : [2x16x64] f32"), std::string::npos);
 
-  nlohmann::json J = nlohmann::json::parse(dumpPlanJson(L));
+  const std::string Text = dumpPlanJson(L);
+  nlohmann::json J = nlohmann::json::parse(Text);
+  // Written a rank at a time, it is the text the whole document prints
+  // (the ranks spliced in at their place, indented as its elements).
+  EXPECT_EQ(Text, J.dump(2) + "\n");
+  std::string Pieces;
+  size_t Calls = 0;
+  writePlanJson(L, -1, [&](std::string_view Piece) {
+    Pieces += Piece;
+    ++Calls;
+  });
+  EXPECT_EQ(Pieces, Text);
+  EXPECT_GT(Calls, 2u); // (not one string)
+  EXPECT_EQ(dumpPlanJson(L, 1),
+            nlohmann::json::parse(dumpPlanJson(L, 1)).dump(2) + "\n");
   EXPECT_EQ(J["format_version"], kPlanFormatVersion);
   EXPECT_EQ(J["world_size"], 2);
   EXPECT_EQ(J["axes"][0]["name"], "tp");

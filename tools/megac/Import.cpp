@@ -18,7 +18,6 @@
 
 using namespace mlir;
 namespace cl = llvm::cl;
-using namespace megac::driver;
 
 namespace megac::driver {
 

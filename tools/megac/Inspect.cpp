@@ -17,7 +17,6 @@
 
 using namespace mlir;
 namespace cl = llvm::cl;
-using namespace megac::driver;
 
 namespace megac::driver {
 
@@ -81,8 +80,12 @@ int runInspect(int argc, char **argv) {
     return fail(llvm::formatv("--rank must be a rank of the plan (0 to {0}), "
                               "got {1}",
                               plan.program->world_size() - 1, rank));
-  llvm::outs() << (json ? megac_rt::dumpPlanJson(plan, rank)
-                        : megac_rt::dumpPlanText(plan, rank));
+  if (json)
+    megac_rt::writePlanJson(plan, rank, [](std::string_view text) {
+      llvm::outs() << llvm::StringRef(text.data(), text.size());
+    });
+  else
+    llvm::outs() << megac_rt::dumpPlanText(plan, rank);
   return 0;
 }
 

@@ -13,7 +13,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "plan_generated.h"
@@ -107,6 +109,12 @@ std::string dumpPlanText(const LoadedPlan &plan, int rank = -1);
 /// "axes", "batch", "seq", "ranks": [{"rank", "coords", "buffers", "params",
 /// "inputs", "outputs", "instructions": [...]}]}. `rank` < 0 keeps all ranks.
 std::string dumpPlanJson(const LoadedPlan &plan, int rank = -1);
+
+/// dumpPlanJson's text handed to \p write in pieces, a rank at a time, so
+/// that a plan of many ranks is printed without holding its whole JSON.
+/// (A plan that cannot be printed gives "{}".)
+void writePlanJson(const LoadedPlan &plan, int rank,
+                   const std::function<void(std::string_view)> &write);
 
 /// The grid as printed everywhere: "dp=2 x tp=2", or "single".
 std::string gridString(const megac::plan::Program &program);

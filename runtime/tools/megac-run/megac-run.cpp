@@ -483,12 +483,20 @@ int runMain(int Argc, char **Argv) {
   const Program &P = *S.plan.program;
 
   if (!O.dumpPlan.empty()) {
-    // Its write error said here, while errno still holds it.
-    if (WorldRank == 0 &&
-        (std::fputs(O.dumpPlan == "json" ? dumpPlanJson(S.plan).c_str()
-                                         : dumpPlanText(S.plan).c_str(),
-                    stdout) == EOF ||
-         std::fflush(stdout) != 0)) {
+    // Its write error said here, while errno still holds it. (The JSON
+    // goes out a rank at a time, as megac inspect writes it.)
+    bool Written = true;
+    auto Put = [&Written](std::string_view Text) {
+      Written = Written &&
+                std::fwrite(Text.data(), 1, Text.size(), stdout) == Text.size();
+    };
+    if (WorldRank == 0) {
+      if (O.dumpPlan == "json")
+        writePlanJson(S.plan, -1, Put);
+      else
+        Put(dumpPlanText(S.plan));
+    }
+    if (WorldRank == 0 && (!Written || std::fflush(stdout) != 0)) {
       std::fprintf(stderr,
                    "megac-run: error: cannot write standard output: %s\n",
                    std::strerror(errno));
