@@ -2596,7 +2596,11 @@ void writePlanJson(const LoadedPlan &plan, int rank,
       return Value.dump(2, ' ', false, json::error_handler_t::replace);
     };
     const std::string Head = Dump(J);
-    const size_t At = Head.find('"' + Placeholder + '"');
+    // (Found as the top-level key's value: a name in the plan cannot hold
+    // a raw line break, so the text cannot appear elsewhere.)
+    const std::string Key = "\n  \"ranks\": ";
+    const size_t At =
+        Head.find(Key + '"' + Placeholder + '"') + Key.size();
     Write(std::string_view(Head).substr(0, At));
     bool First = true;
     for (const RankProgram *R : *P.ranks()) {
