@@ -2514,12 +2514,13 @@ nlohmann::json rankJson(const Program &P, const RankProgram &R) {
 
 } // namespace
 
-void writePlanJson(const LoadedPlan &plan, int rank,
-                   const std::function<void(std::string_view)> &write) {
-  bool Wrote = false;
+bool writePlanJson(const LoadedPlan &plan, int rank,
+                   const std::function<bool(std::string_view)> &write) {
+  // Stops at the first piece the writer refuses.
+  bool Wrote = false, Refused = false;
   auto Write = [&](std::string_view Text) {
     Wrote = true;
-    write(Text);
+    Refused = Refused || !write(Text);
   };
   try {
     using nlohmann::json;
@@ -2604,6 +2605,8 @@ void writePlanJson(const LoadedPlan &plan, int rank,
     Write(std::string_view(Head).substr(0, At));
     bool First = true;
     for (const RankProgram *R : *P.ranks()) {
+      if (Refused)
+        return false;
       if (rank >= 0 && uint32_t(rank) != R->rank())
         continue;
       std::string Element = Dump(rankJson(P, *R));
@@ -2621,15 +2624,22 @@ void writePlanJson(const LoadedPlan &plan, int rank,
     Write(First ? "[]" : "\n  ]");
     Write(std::string_view(Head).substr(At + Placeholder.size() + 2));
     Write("\n");
+    return !Refused;
   } catch (...) {
-    if (!Wrote)
-      write("{}");
+    // (Out of memory, say: what was written is cut short, and said so.)
+    if (Wrote)
+      return false;
+    return write("{}");
   }
 }
 
 std::string dumpPlanJson(const LoadedPlan &plan, int rank) {
   std::string Out;
-  writePlanJson(plan, rank, [&Out](std::string_view Text) { Out += Text; });
+  if (!writePlanJson(plan, rank, [&Out](std::string_view Text) {
+        Out += Text;
+        return true;
+      }))
+    return "{}";
   return Out;
 }
 

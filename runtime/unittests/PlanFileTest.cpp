@@ -256,12 +256,20 @@ TEST(PlanFile, TextAndJsonDumps) {
   EXPECT_EQ(Text, J.dump(2) + "\n");
   std::string Pieces;
   size_t Calls = 0;
-  writePlanJson(L, -1, [&](std::string_view Piece) {
+  EXPECT_TRUE(writePlanJson(L, -1, [&](std::string_view Piece) {
     Pieces += Piece;
     ++Calls;
-  });
+    return true;
+  }));
   EXPECT_EQ(Pieces, Text);
   EXPECT_GT(Calls, 2u); // (not one string)
+  // A writer that fails stops it: nothing after the refused piece.
+  size_t Offered = 0;
+  EXPECT_FALSE(writePlanJson(L, -1, [&](std::string_view) {
+    ++Offered;
+    return false;
+  }));
+  EXPECT_EQ(Offered, 1u);
   EXPECT_EQ(dumpPlanJson(L, 1),
             nlohmann::json::parse(dumpPlanJson(L, 1)).dump(2) + "\n");
   EXPECT_EQ(J["format_version"], kPlanFormatVersion);

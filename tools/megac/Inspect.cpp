@@ -80,11 +80,14 @@ int runInspect(int argc, char **argv) {
     return fail(llvm::formatv("--rank must be a rank of the plan (0 to {0}), "
                               "got {1}",
                               plan.program->world_size() - 1, rank));
-  if (json)
-    megac_rt::writePlanJson(plan, rank, [](std::string_view text) {
-      llvm::outs() << llvm::StringRef(text.data(), text.size());
-    });
-  else
+  if (json) {
+    // (A write error shows when main flushes standard output.)
+    if (!megac_rt::writePlanJson(plan, rank, [](std::string_view text) {
+          llvm::outs() << llvm::StringRef(text.data(), text.size());
+          return true;
+        }))
+      return fail(input + ": the plan's JSON was cut short (out of memory?)");
+  } else
     llvm::outs() << megac_rt::dumpPlanText(plan, rank);
   return 0;
 }

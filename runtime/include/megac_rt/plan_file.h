@@ -112,9 +112,11 @@ std::string dumpPlanJson(const LoadedPlan &plan, int rank = -1);
 
 /// dumpPlanJson's text handed to \p write in pieces, a rank at a time, so
 /// that a plan of many ranks is printed without holding its whole JSON.
-/// (A plan that cannot be printed gives "{}".)
-void writePlanJson(const LoadedPlan &plan, int rank,
-                   const std::function<void(std::string_view)> &write);
+/// A writer that returns false (its output failed) stops it. False when
+/// the text is not whole: the writer stopped it, or it failed midway (out
+/// of memory); a plan that cannot be printed at all gives "{}".
+bool writePlanJson(const LoadedPlan &plan, int rank,
+                   const std::function<bool(std::string_view)> &write);
 
 /// The grid as printed everywhere: "dp=2 x tp=2", or "single".
 std::string gridString(const megac::plan::Program &program);

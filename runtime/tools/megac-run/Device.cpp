@@ -10,6 +10,9 @@ namespace megac_run {
 
 namespace {
 
+/// A failure every rank has agreed on and one of them has printed.
+struct AgreedFailure {};
+
 using CreateCudaRun = DeviceRun *(*)(const Program *, uint32_t, int,
                                      const DeviceBootstrap *, char *, size_t);
 

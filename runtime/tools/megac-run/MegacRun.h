@@ -32,6 +32,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <cerrno>
 #include <chrono>
@@ -52,6 +53,7 @@
 #include <optional>
 #include <set>
 #include <sstream>
+#include <string_view>
 #include <sys/stat.h>
 #include <thread>
 #include <unistd.h>
@@ -103,6 +105,7 @@ extern std::mutex LiveDeviceMutex;
 /// inside NCCL): what the watchdog names instead of an instruction.
 extern std::atomic<bool> SettingUpDevice;
 
+/// This process's rank in World, and World's size.
 extern int WorldRank, WorldSize;
 
 /// Every rank of the job: MPI_COMM_WORLD under an MPI launcher, the joined
@@ -145,6 +148,8 @@ struct Setup {
   }
 };
 
+/// Rank 0 prints "megac-run: <message>" on standard output, unless
+/// --quiet.
 void info(const Options &O, const char *Fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
@@ -280,9 +285,6 @@ struct DeviceHost {
   Collectives *C;
 };
 
-/// A failure every rank has agreed on and one of them has printed.
-struct AgreedFailure {};
-
 /// Opens this rank's device through the plugin. Collective over the world:
 /// what can fail on this rank alone (the plugin, the local rank) is agreed
 /// on before the plugin's own agreements, which every rank must enter.
@@ -414,10 +416,13 @@ bool writeDeviceOrHostProfile(const Options &O, const Setup &S,
 /// comparing a resumed run with an uninterrupted one should know why the
 /// last bits differ).
 /// (On the CUDA backend the record is the device, what computes
-/// attention and the MEGAC_CUDA_* settings that change arithmetic; its
+/// attention and the other MEGAC_CUDA_* settings that change arithmetic,
+/// MEGAC_CUDA_ATTENTION left out; its
 /// runs differ in their last bits from run to run anyway, dq's atomics.)
 void noteArithmetic(Setup &S, const DeviceSession *Dev);
 
+/// The training loop of a training plan: --steps steps on the CPU or the
+/// device, metrics, checkpoints, trace and profile. The exit status.
 int runTraining(const Options &O, Setup &S);
 
 /// After a forward step (on any backend): the report, and the outputs
@@ -428,6 +433,8 @@ int reportForward(const Options &O, const Setup &S);
 /// device, the plan runs there, the outputs come back for the report.
 int runForwardOnDevice(const Options &O, Setup &S);
 
+/// --generate: byte tokens sampled from the plan's forward part and
+/// printed as they come. The exit status.
 int runGeneration(const Options &O, Setup &S);
 
 } // namespace megac_run

@@ -135,26 +135,37 @@ void checkOutputsApart(const Options &O) {
   if (std::none_of(std::begin(Outputs), std::end(Outputs),
                    [](const auto &Out) { return !Out.second->empty(); }))
     return;
-  // What each file is called in the message, and its path.
-  std::vector<std::pair<std::string, std::string>> Seen = {
-      {"the plan " + O.plan, O.plan}};
-  // The path given (a Megatron prefix too: a file put there would be read
-  // as tokens next time) and the files read for it.
-  auto addInputs = [&Seen](const std::string &Flag, const std::string &Given,
-                           const std::vector<std::string> &Files) {
-    Seen.push_back({Flag + " " + Given, Given});
+  // Each input and output so far: what the message calls it, its path,
+  // and what writing over it would do.
+  struct Taken {
+    std::string What, Path, Harm;
+  };
+  const std::string Destroy = "writing it would destroy that";
+  std::vector<Taken> Seen = {{"the plan " + O.plan, O.plan, Destroy}};
+  // The path given and the files read for it. A Megatron prefix names no
+  // file: one written there would be read as tokens next time, in the
+  // dataset's place.
+  auto addInputs = [&](const std::string &Flag, const std::string &Given,
+                       const std::vector<std::string> &Files) {
+    const bool Prefix =
+        std::find(Files.begin(), Files.end(), Given) == Files.end() &&
+        ::access(Given.c_str(), F_OK) != 0;
+    Seen.push_back({Flag + " " + Given, Given,
+                    Prefix ? "a file there would be read as tokens next "
+                             "time, not the dataset it names"
+                           : Destroy});
     for (const std::string &File : Files)
       if (File != Given)
         Seen.push_back(
-            {File + ", which " + Flag + " " + Given + " reads", File});
+            {File + ", which " + Flag + " " + Given + " reads", File, Destroy});
   };
   if (!O.weights.empty())
     addInputs("--weights", O.weights, WeightFiles::filesOf(O.weights));
   if (!O.tokens.empty())
     addInputs("--data/--tokens", O.tokens, tokenInputFiles(O.tokens));
   std::vector<std::string> Ids;
-  for (const auto &[What, Path] : Seen)
-    Ids.push_back(fileIdentity(Path));
+  for (const Taken &T : Seen)
+    Ids.push_back(fileIdentity(T.Path));
   for (const auto &[Flag, Path] : Outputs) {
     if (Path->empty())
       continue;
@@ -162,8 +173,8 @@ void checkOutputsApart(const Options &O) {
     for (size_t I = 0; I < Seen.size() && !Id.empty(); ++I)
       if (Ids[I] == Id)
         throw RunError(Flag + " " + *Path + " is the same file as " +
-                       Seen[I].first +
-                       ": writing it would destroy that; name another file");
+                       Seen[I].What + ": " + Seen[I].Harm +
+                       "; name another file");
     for (const std::string *Dir : {&O.loadCheckpoint, &O.saveCheckpoint})
       if (!Dir->empty() && isCheckpointFile(*Path, *Dir))
         throw RunError(
@@ -171,7 +182,7 @@ void checkOutputsApart(const Options &O) {
             " (its latest, its lock, a step directory or a file in one): "
             "writing it would destroy that, or keep the step "
             "from being saved; name another file");
-    Seen.push_back({Flag + " " + *Path, *Path});
+    Seen.push_back({Flag + " " + *Path, *Path, Destroy});
     Ids.push_back(Id);
   }
 }

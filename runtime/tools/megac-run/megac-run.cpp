@@ -123,10 +123,9 @@ private:
   std::thread Thread;
 };
 
-/// Option checks with messages a user can act on (CLI11's own ranges let
-/// NaN through, print a 300-digit bound, and say "not in range" of "abc").
-/// An empty path is refused: an unset shell variable would otherwise turn
-/// `--load-checkpoint "$CKPT"` into a silent fresh start.
+// Option checks with messages a user can act on (CLI11's own ranges let
+// NaN through, print a 300-digit bound, and say "not in range" of "abc").
+
 /// Why \p Path cannot be a path ("" if it can): empty, as from an unset
 /// shell variable (`--load-checkpoint "$CKPT"` was a silent fresh start).
 std::string emptyPathProblem(const std::string &Path) {
@@ -143,9 +142,9 @@ const CLI::Validator
 const CLI::Validator OutputPath(
     [](std::string &V) {
       if (V == "-")
-        return std::string("'-', which would be a file named '-' here "
-                           "(standard output carries the run's log): name a "
-                           "file");
+        return std::string("'-', which would be a file or directory named "
+                           "'-' here (standard output carries the run's "
+                           "log): name another path");
       return emptyPathProblem(V);
     },
     "", "OutputPath");
@@ -483,23 +482,35 @@ int runMain(int Argc, char **Argv) {
   const Program &P = *S.plan.program;
 
   if (!O.dumpPlan.empty()) {
-    // Its write error said here, while errno still holds it. (The JSON
-    // goes out a rank at a time, as megac inspect writes it.)
-    bool Written = true;
-    auto Put = [&Written](std::string_view Text) {
-      Written = Written &&
-                std::fwrite(Text.data(), 1, Text.size(), stdout) == Text.size();
+    // The first write error is said, with its errno kept. (The JSON goes
+    // out a rank at a time, as megac inspect writes it; a failed write
+    // stops it.)
+    int WriteErrno = 0;
+    auto Put = [&WriteErrno](std::string_view Text) {
+      if (std::fwrite(Text.data(), 1, Text.size(), stdout) != Text.size())
+        WriteErrno = errno ? errno : EIO;
+      return WriteErrno == 0;
     };
+    bool Whole = true;
     if (WorldRank == 0) {
       if (O.dumpPlan == "json")
-        writePlanJson(S.plan, -1, Put);
+        Whole = writePlanJson(S.plan, -1, Put);
       else
         Put(dumpPlanText(S.plan));
+      if (!WriteErrno && std::fflush(stdout) != 0)
+        WriteErrno = errno ? errno : EIO;
     }
-    if (WorldRank == 0 && (!Written || std::fflush(stdout) != 0)) {
+    if (WriteErrno) {
       std::fprintf(stderr,
                    "megac-run: error: cannot write standard output: %s\n",
-                   std::strerror(errno));
+                   std::strerror(WriteErrno));
+      return 1;
+    }
+    if (!Whole) {
+      std::fprintf(stderr,
+                   "megac-run: error: %s: the plan's JSON was cut "
+                   "short (out of memory?)\n",
+                   O.plan.c_str());
       return 1;
     }
     return 0;
