@@ -2315,10 +2315,16 @@ std::string hex64(uint64_t V) {
 
 } // namespace
 
-std::string dumpPlanText(const LoadedPlan &plan, int rank) {
+bool writePlanText(const LoadedPlan &plan, int rank,
+                   const std::function<bool(std::string_view)> &write) {
+  bool Wrote = false;
+  auto Write = [&](const std::string &Text) {
+    Wrote = true;
+    return write(Text);
+  };
   try {
     if (!plan.plan || !plan.program)
-      return "<no plan loaded>\n";
+      return write("<no plan loaded>\n");
     const Program &P = *plan.program;
     std::ostringstream OS;
     OS << "megac plan (format " << plan.plan->format_version()
@@ -2364,13 +2370,33 @@ std::string dumpPlanText(const LoadedPlan &plan, int rank) {
                << (B->cubin() ? B->cubin()->size() : 0) << " bytes";
         OS << "\n";
       }
+    // The ranks are written one at a time (a plan of hundreds of ranks
+    // prints hundreds of MB).
+    if (!Write(OS.str()))
+      return false;
     for (const RankProgram *R : *P.ranks())
-      if (rank < 0 || uint32_t(rank) == R->rank())
-        dumpRankText(OS, P, *R);
-    return OS.str();
+      if (rank < 0 || uint32_t(rank) == R->rank()) {
+        std::ostringstream RankText;
+        dumpRankText(RankText, P, *R);
+        if (!Write(RankText.str()))
+          return false;
+      }
+    return true;
   } catch (...) {
-    return "<error while printing the plan>\n";
+    if (Wrote)
+      return false;
+    return write("<error while printing the plan>\n");
   }
+}
+
+std::string dumpPlanText(const LoadedPlan &plan, int rank) {
+  std::string Out;
+  if (!writePlanText(plan, rank, [&Out](std::string_view Text) {
+        Out += Text;
+        return true;
+      }))
+    return "<error while printing the plan>\n";
+  return Out;
 }
 
 namespace {

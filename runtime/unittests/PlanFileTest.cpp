@@ -249,6 +249,19 @@ TEST(PlanFile, TextAndJsonDumps) {
   EXPECT_NE(T.find("= all_reduce %"), std::string::npos);
   EXPECT_NE(T.find(" over tp group [0 1] : [2x16x64] f32"), std::string::npos);
 
+  // The text dump too is written a piece at a time: the header, then each
+  // rank.
+  std::string TextPieces;
+  size_t TextCalls = 0;
+  EXPECT_TRUE(writePlanText(L, -1, [&](std::string_view Piece) {
+    TextPieces += Piece;
+    ++TextCalls;
+    return true;
+  }));
+  EXPECT_EQ(TextPieces, dumpPlanText(L));
+  EXPECT_EQ(TextCalls, 3u);
+  EXPECT_FALSE(writePlanText(L, -1, [](std::string_view) { return false; }));
+
   const std::string Text = dumpPlanJson(L);
   nlohmann::json J = nlohmann::json::parse(Text);
   // Written a rank at a time, it is the text the whole document prints

@@ -80,15 +80,15 @@ int runInspect(int argc, char **argv) {
     return fail(llvm::formatv("--rank must be a rank of the plan (0 to {0}), "
                               "got {1}",
                               plan.program->world_size() - 1, rank));
-  if (json) {
-    // (A write error shows when main flushes standard output.)
-    if (!megac_rt::writePlanJson(plan, rank, [](std::string_view text) {
-          llvm::outs() << llvm::StringRef(text.data(), text.size());
-          return true;
-        }))
-      return fail(input + ": the plan's JSON was cut short (out of memory?)");
-  } else
-    llvm::outs() << megac_rt::dumpPlanText(plan, rank);
+  // Written a rank at a time. (A write error shows when main flushes
+  // standard output.)
+  auto toStdout = [](std::string_view text) {
+    llvm::outs() << llvm::StringRef(text.data(), text.size());
+    return true;
+  };
+  if (!(json ? megac_rt::writePlanJson(plan, rank, toStdout)
+             : megac_rt::writePlanText(plan, rank, toStdout)))
+    return fail(input + ": the plan's dump was cut short (out of memory?)");
   return 0;
 }
 

@@ -105,6 +105,12 @@ std::string loadPlanFile(const std::string &path, LoadedPlan &out);
 /// Human-readable dump; `rank` < 0 prints every rank.
 std::string dumpPlanText(const LoadedPlan &plan, int rank = -1);
 
+/// dumpPlanText's text handed to \p write in pieces, the header and then a
+/// rank at a time; as writePlanJson, a writer's false stops it, and false
+/// means the text is not whole.
+bool writePlanText(const LoadedPlan &plan, int rank,
+                   const std::function<bool(std::string_view)> &write);
+
 /// The same content as JSON: {"format_version", "model", "world_size",
 /// "axes", "batch", "seq", "ranks": [{"rank", "coords", "buffers", "params",
 /// "inputs", "outputs", "instructions": [...]}]}. `rank` < 0 keeps all ranks.

@@ -493,10 +493,8 @@ int runMain(int Argc, char **Argv) {
     };
     bool Whole = true;
     if (WorldRank == 0) {
-      if (O.dumpPlan == "json")
-        Whole = writePlanJson(S.plan, -1, Put);
-      else
-        Put(dumpPlanText(S.plan));
+      Whole = O.dumpPlan == "json" ? writePlanJson(S.plan, -1, Put)
+                                   : writePlanText(S.plan, -1, Put);
       if (!WriteErrno && std::fflush(stdout) != 0)
         WriteErrno = errno ? errno : EIO;
     }
