@@ -2389,14 +2389,26 @@ bool writePlanText(const LoadedPlan &plan, int rank,
   }
 }
 
-std::string dumpPlanText(const LoadedPlan &plan, int rank) {
+namespace {
+/// The whole text \p writeDump (writePlanText or writePlanJson) gives of
+/// rank \p rank, or \p failed where it is not whole.
+std::string
+wholeDump(bool (*writeDump)(const LoadedPlan &, int,
+                            const std::function<bool(std::string_view)> &),
+          const LoadedPlan &plan, int rank, const char *failed) {
   std::string Out;
-  if (!writePlanText(plan, rank, [&Out](std::string_view Text) {
+  if (!writeDump(plan, rank, [&Out](std::string_view Text) {
         Out += Text;
         return true;
       }))
-    return "<error while printing the plan>\n";
+    return failed;
   return Out;
+}
+} // namespace
+
+std::string dumpPlanText(const LoadedPlan &plan, int rank) {
+  return wholeDump(writePlanText, plan, rank,
+                   "<error while printing the plan>\n");
 }
 
 namespace {
@@ -2660,13 +2672,7 @@ bool writePlanJson(const LoadedPlan &plan, int rank,
 }
 
 std::string dumpPlanJson(const LoadedPlan &plan, int rank) {
-  std::string Out;
-  if (!writePlanJson(plan, rank, [&Out](std::string_view Text) {
-        Out += Text;
-        return true;
-      }))
-    return "{}";
-  return Out;
+  return wholeDump(writePlanJson, plan, rank, "{}");
 }
 
 } // namespace megac_rt
